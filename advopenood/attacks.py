@@ -1,0 +1,81 @@
+"""Base class for attack plugins, and the foolbox plumbing they share.
+
+An attack plugin is a class registered under ``advopenood.attacks``: ``defaults(input_size)`` gives the
+paper's parameters for an input size, the constructor takes (and validates) parameters, and calling it
+on ``(model, x, y, seed)`` returns adversarial images in [0, 1]. The model is a
+:class:`advopenood.models.Classifier`, which normalises internally, so attacks work in pixel space.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, ClassVar, Iterator
+
+import torch
+import torch.nn as nn
+
+from advopenood.errors import UsageError
+
+
+@contextlib.contextmanager
+def frozen(model: nn.Module) -> Iterator[nn.Module]:
+    """Eval mode (batch-norm statistics frozen) and no parameter gradients while attacking; restored after."""
+    flags = [p.requires_grad for p in model.parameters()]
+    was_training = model.training
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    try:
+        yield model
+    finally:
+        for p, flag in zip(model.parameters(), flags):
+            p.requires_grad_(flag)
+        model.train(was_training)
+
+
+class Attack:
+    """An attack with validated parameters; subclasses set ``name``, ``norm`` and implement ``perturb``."""
+
+    name: ClassVar[str] = ""
+    norm: ClassVar[str] = "linf"
+    #: False for minimal-perturbation attacks (DeepFool) whose ``eps`` is not a budget.
+    bounded: ClassVar[bool] = True
+
+    def __init__(self, **params: Any):
+        valid = self.defaults(32)
+        unknown = sorted(set(params) - set(valid))
+        if unknown:
+            raise UsageError(f"unknown parameter {unknown[0]!r} for attack {self.name!r}; "
+                             f"valid choices: {', '.join(sorted(valid))}")
+        self.params = {**valid, **params}
+        eps = self.params.get("eps")
+        if self.bounded and (eps is None or not 0.0 < float(eps) <= 1.0):
+            raise UsageError(f"eps {eps!r} for attack {self.name!r} is out of range; valid choices: 0 < eps <= 1 "
+                             "(images are in [0, 1], e.g. 8/255 = 0.0314)")
+
+    @classmethod
+    def defaults(cls, input_size: int) -> dict[str, Any]:
+        """Default parameters for images of side ``input_size`` (the paper's: 8/255 at 32x32, 4/255 at 224)."""
+        raise NotImplementedError
+
+    def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Adversarial images for ``(x, y)``; randomness comes from the torch generator seeded by ``__call__``."""
+        raise NotImplementedError
+
+    def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, seed: int) -> torch.Tensor:
+        devices = [x.device] if x.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), frozen(model):
+            torch.manual_seed(seed)
+            x_adv = self.perturb(model, x, y)
+        return x_adv.detach().clamp(0.0, 1.0)
+
+
+def default_eps(input_size: int) -> float:
+    """The paper's budget: 8/255 for CIFAR-size inputs, 4/255 for ImageNet-size inputs."""
+    return 8 / 255 if input_size <= 64 else 4 / 255
+
+
+def foolbox_model(model: nn.Module, device: torch.device):
+    """Wrap a [0, 1]-input model for foolbox."""
+    import foolbox as fb
+
+    return fb.PyTorchModel(model, bounds=(0.0, 1.0), device=device)

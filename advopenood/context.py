@@ -1,0 +1,64 @@
+"""What a run hands to evaluator and analysis plugins.
+
+Evaluators and analyses are registered classes (``advopenood.evaluators`` / ``advopenood.analyses``)
+constructed with their config section (``evaluator_params.<name>`` / ``analysis_params.<name>``) as keyword
+arguments and called as ``plugin(ctx) -> dict[str, pandas.DataFrame]``: each key is a file name
+under ``ctx.out`` (e.g. ``"ood.csv"``), written atomically by the pipeline. Plots go to ``ctx.plot_dir``
+through :func:`advopenood.io.save_figure`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from advopenood.models import Classifier
+from advopenood.store import AdvSet
+
+
+@dataclass
+class CleanRecord:
+    """Clean-ID predictions of the classifier: labels ``y`` and predictions ``pred`` for the evaluated rows."""
+
+    y: np.ndarray
+    pred: np.ndarray
+
+    @property
+    def accuracy(self) -> float:
+        """Top-1 accuracy in percent."""
+        return float(100.0 * np.mean(self.pred == self.y)) if len(self.y) else float("nan")
+
+
+@dataclass
+class RunContext:
+    """Everything a plugin may read. ``scores[detector][set_name]`` holds per-sample detector confidences
+    (higher = more in-distribution, OpenOOD's convention); set names are ``"id"``, the natural OOD set
+    names and the attack names (``adv_sets`` keys). ``scores`` is empty when no detector was selected."""
+
+    config: dict[str, Any]
+    out: Path
+    model: Classifier
+    device: torch.device
+    seed: int
+    dataset: str
+    arch: str
+    id_set: Dataset
+    fit_set: Dataset
+    ood_sets: dict[str, Dataset]
+    adv_sets: dict[str, AdvSet]
+    clean: CleanRecord
+    batch_size: int = 128
+    backend: str = ""
+    scores: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    detector_errors: dict[str, str] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def plot_dir(self) -> Path:
+        path = self.out / "plots"
+        path.mkdir(parents=True, exist_ok=True)
+        return path

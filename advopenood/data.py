@@ -1,0 +1,247 @@
+"""Dataset readers: ``.npz`` arrays, OpenOOD's image-list layout, torchvision datasets, and the demo data.
+
+Every dataset yields ``(image, label)`` with ``image`` a float32 ``C x H x W`` tensor in [0, 1], already
+converted to the model's channel count and input size. ``identity()`` describes the data for the
+content-addressed store (name, source fingerprint, length), so a changed file gives a new cache key.
+"""
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+
+from advopenood.errors import UsageError
+
+DATASET_KINDS = ("npz", "openood", "torchvision", "demo")
+DEMO_SETS = ("digits", "textures", "noise")
+TORCHVISION_SETS = ("CIFAR10", "CIFAR100", "MNIST", "FashionMNIST", "SVHN")
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def to_model_input(x: torch.Tensor, channels: int, size: int) -> torch.Tensor:
+    """Batch ``N x C x H x W`` in [0, 1] -> the model's channel count (grey <-> RGB) and square size (bilinear)."""
+    if x.shape[1] != channels:
+        x = x.mean(1, keepdim=True) if channels == 1 else x.expand(-1, channels, -1, -1)
+    if x.shape[-1] != size or x.shape[-2] != size:
+        x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False, antialias=True).clamp(0, 1)
+    return x.contiguous()
+
+
+class ArrayDataset(Dataset):
+    """Images held as a uint8 (or [0, 1] float) array ``N x H x W [x C]`` with integer labels."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, name: str, fingerprint: str, channels: int, size: int):
+        if len(x) != len(y):
+            raise UsageError(f"dataset {name!r}: {len(x)} images but {len(y)} labels")
+        if x.dtype != np.uint8:
+            lo, hi = float(np.min(x)), float(np.max(x))
+            if lo < 0.0 or hi > 1.0:
+                raise UsageError(f"dataset {name!r} has float images outside [0, 1] (min {lo:.3g}, max {hi:.3g}); "
+                                 "valid inputs: uint8 pixels or floats in [0, 1] (normalisation lives in the model)")
+        self.x, self.y = x, np.asarray(y, dtype=np.int64)
+        self.name, self.fingerprint, self.channels, self.size = name, fingerprint, channels, size
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        img = self.x[i]
+        t = torch.from_numpy(np.ascontiguousarray(img))
+        t = t.float() / 255.0 if img.dtype == np.uint8 else t.float()
+        t = t[None] if t.ndim == 2 else t.permute(2, 0, 1)
+        return to_model_input(t[None], self.channels, self.size)[0], int(self.y[i])
+
+    def identity(self) -> dict[str, Any]:
+        return {"name": self.name, "source": self.fingerprint, "n": len(self)}
+
+
+class ImglistDataset(Dataset):
+    """OpenOOD's layout: ``<root>/benchmark_imglist/.../*.txt`` lines ``relative/path.png label``, images under
+    ``<root>/<images>/`` (``images_classic`` for CIFAR-size benchmarks, ``images_largescale`` for ImageNet)."""
+
+    def __init__(self, root: Path, imglist: str, images: str, name: str, channels: int, size: int):
+        list_path = root / imglist
+        if not list_path.is_file():
+            raise UsageError(f"image list {str(list_path)!r} not found; an OpenOOD data root holds "
+                             "benchmark_imglist/<benchmark>/*.txt and images_classic/ or images_largescale/")
+        self.base = root / images
+        if not self.base.is_dir():
+            raise UsageError(f"image folder {str(self.base)!r} not found; valid choices: images_classic, images_largescale")
+        self.items = []
+        for line in list_path.read_text().splitlines():
+            parts = line.strip().split(" ", 1)
+            if parts and parts[0]:
+                label = parts[1].strip() if len(parts) > 1 else "-1"
+                self.items.append((parts[0], int(label) if label.lstrip("-").isdigit() else -1))
+        self.name, self.channels, self.size = name, channels, size
+        self.fingerprint = file_sha256(list_path)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        from PIL import Image
+
+        rel, label = self.items[i]
+        with Image.open(self.base / rel) as im:
+            arr = np.asarray(im.convert("RGB" if self.channels == 3 else "L"))
+        t = torch.from_numpy(arr.copy()).float() / 255.0
+        t = t[None] if t.ndim == 2 else t.permute(2, 0, 1)
+        return to_model_input(t[None], self.channels, self.size)[0], label
+
+    def identity(self) -> dict[str, Any]:
+        return {"name": self.name, "source": self.fingerprint, "n": len(self)}
+
+
+class Subset(Dataset):
+    """The rows ``indices`` of a dataset; its identity records them."""
+
+    def __init__(self, base: Dataset, indices: np.ndarray):
+        self.base, self.indices = base, np.asarray(indices, dtype=np.int64)
+        self.name = base.name
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int):
+        return self.base[int(self.indices[i])]
+
+    def identity(self) -> dict[str, Any]:
+        ident = dict(self.base.identity())
+        ident["indices"] = hashlib.sha256(self.indices.tobytes()).hexdigest()[:16]
+        ident["n"] = len(self)
+        return ident
+
+
+@lru_cache(maxsize=4)
+def _load_npz(path: str) -> tuple[np.ndarray, np.ndarray, str]:
+    with np.load(path) as d:
+        if "x" not in d.files:
+            raise UsageError(f"{path!r} has no array 'x'; an .npz dataset holds x (uint8 NHWC or NHW) and y")
+        x = d["x"]
+        y = d["y"] if "y" in d.files else np.full(len(x), -1, dtype=np.int64)
+    return x, y, file_sha256(Path(path))
+
+
+def _demo_digits(split: str) -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's bundled 8x8 digits (1,797 images), as uint8 in [0, 255]; 70/30 split by a fixed shuffle."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = np.clip(d.images * (255.0 / 16.0), 0, 255).round().astype(np.uint8)
+    order = np.random.default_rng(0).permutation(len(x))
+    cut = int(0.7 * len(x))
+    idx = order[:cut] if split == "train" else order[cut:]
+    return x[idx], d.target[idx].astype(np.int64)
+
+
+def _demo_textures(n: int = 400) -> tuple[np.ndarray, np.ndarray]:
+    """Random 16x16 crops of scikit-image's bundled grey textures and photos (far-OOD for digits)."""
+    import skimage.data as sd
+
+    sources = [sd.brick(), sd.grass(), sd.gravel(), sd.camera(), sd.text(), sd.moon()]
+    rng = np.random.default_rng(1)
+    crops = []
+    for i in range(n):
+        img = sources[i % len(sources)]
+        r, c = rng.integers(0, img.shape[0] - 32), rng.integers(0, img.shape[1] - 32)
+        crops.append(img[r:r + 32:2, c:c + 32:2])
+    return np.stack(crops).astype(np.uint8), np.full(n, -1, dtype=np.int64)
+
+
+def _demo_noise(n: int = 400) -> tuple[np.ndarray, np.ndarray]:
+    """Uniform noise images, 16x16 grey."""
+    rng = np.random.default_rng(2)
+    return rng.integers(0, 256, size=(n, 16, 16), dtype=np.uint8), np.full(n, -1, dtype=np.int64)
+
+
+def build_dataset(spec: dict[str, Any], root: Path | None, channels: int, size: int) -> Dataset:
+    """Build one dataset from a config entry (``kind`` is one of :data:`DATASET_KINDS`)."""
+    kind = spec.get("kind")
+    name = spec.get("name") or Path(str(spec.get("path", spec.get("imglist", kind)))).stem
+    if kind == "npz":
+        path = _resolve(spec["path"], root)
+        if not path.is_file():
+            raise UsageError(f"data file {str(path)!r} not found (data root {str(root)!r}); "
+                             "pass --data-root DIR holding the .npz files named in the config")
+        x, y, fp = _load_npz(str(path))
+        return ArrayDataset(x, y, name, fp, channels, size)
+    if kind == "openood":
+        if root is None or not root.is_dir():
+            raise UsageError(f"OpenOOD data root {str(root)!r} not found; pass --data-root DIR (OpenOOD's data/ folder)")
+        return ImglistDataset(root, spec["imglist"], spec.get("images", "images_classic"), name, channels, size)
+    if kind == "torchvision":
+        return _torchvision_dataset(spec, root, name, channels, size)
+    if kind == "demo":
+        makers: dict[str, Callable[[], tuple[np.ndarray, np.ndarray]]] = {
+            "digits": lambda: _demo_digits(spec.get("split", "test")),
+            "textures": _demo_textures,
+            "noise": _demo_noise,
+        }
+        which = spec.get("name", "digits")
+        if which not in makers:
+            raise UsageError(f"unknown demo dataset {which!r}; valid choices: {', '.join(DEMO_SETS)}")
+        x, y = makers[which]()
+        fp = hashlib.sha256(x.tobytes() + y.tobytes()).hexdigest()
+        label = which if which != "digits" else f"digits_{spec.get('split', 'test')}"
+        return ArrayDataset(x, y, spec.get("name_as", label), fp, channels, size)
+    raise UsageError(f"unknown dataset kind {kind!r} in {spec}; valid choices: {', '.join(DATASET_KINDS)}")
+
+
+def _torchvision_dataset(spec: dict[str, Any], root: Path | None, name: str, channels: int, size: int) -> Dataset:
+    """A torchvision dataset by name, read from ``root``; downloads only when ``download: true`` and online."""
+    import torchvision
+
+    tv_name = spec.get("dataset", name)
+    if tv_name not in TORCHVISION_SETS:
+        raise UsageError(f"unknown torchvision dataset {tv_name!r}; valid choices: {', '.join(TORCHVISION_SETS)}")
+    kwargs = {"split": spec.get("split", "test")} if tv_name == "SVHN" else {"train": spec.get("split") == "train"}
+    try:
+        ds = getattr(torchvision.datasets, tv_name)(str(root or "."), download=bool(spec.get("download", False)), **kwargs)
+    except RuntimeError as exc:
+        raise UsageError(f"torchvision dataset {tv_name!r} not found under {str(root)!r} ({exc}); "
+                         "pass --data-root DIR holding it, or set download: true on an online machine") from None
+    x = np.asarray(ds.data.numpy() if torch.is_tensor(ds.data) else ds.data)
+    if tv_name == "SVHN":
+        x = x.transpose(0, 2, 3, 1)
+    y = np.asarray(getattr(ds, "targets", getattr(ds, "labels", None)))
+    return ArrayDataset(x.astype(np.uint8), y, name, f"torchvision:{tv_name}:{len(x)}", channels, size)
+
+
+def _resolve(path: str, root: Path | None) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() or root is None else root / p
+
+
+def limit_dataset(ds: Dataset, limit: int | None, seed: int) -> Dataset:
+    """The first ``limit`` rows of a seeded permutation (stratification-free, reproducible), or ``ds`` itself."""
+    if limit is None or limit >= len(ds):
+        return ds
+    order = np.random.default_rng(seed).permutation(len(ds))[:limit]
+    return Subset(ds, np.sort(order))
+
+
+def make_loader(ds: Dataset, batch_size: int, workers: int = 0) -> DataLoader:
+    """Deterministic, unshuffled loader."""
+    return DataLoader(ds, batch_size=batch_size, shuffle=False, num_workers=workers)
+
+
+def stack(ds: Dataset, indices: np.ndarray | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Materialise rows of a dataset as ``(x, y)`` tensors (for one shard or a small set)."""
+    idx = range(len(ds)) if indices is None else indices
+    items = [ds[int(i)] for i in idx]
+    return torch.stack([it[0] for it in items]), torch.tensor([it[1] for it in items], dtype=torch.long)

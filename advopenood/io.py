@@ -1,0 +1,81 @@
+"""Atomic writes: every file appears whole or not at all (temporary file in the same folder + ``os.replace``)."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, IO
+
+import pandas as pd
+
+
+def atomic_write(path: Path, writer: Callable[[IO[bytes]], None]) -> None:
+    """Call ``writer`` on a temporary file beside ``path``, fsync it, then rename it over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            writer(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: Path, text: str) -> None:
+    atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def write_json(path: Path, obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_jsonable) + "\n")
+
+
+def write_csv(path: Path, df: pd.DataFrame) -> None:
+    write_text(path, df.to_csv(index=False, float_format="%.6g"))
+
+
+def write_table(path: Path, df: pd.DataFrame) -> None:
+    """Write a table by suffix: ``.csv``, ``.md`` (pipe table), ``.parquet`` or ``.json``."""
+    path = Path(path)
+    if path.suffix == ".md":
+        write_text(path, markdown_table(df))
+    elif path.suffix == ".parquet":
+        atomic_write(path, lambda f: df.to_parquet(f, index=False))
+    elif path.suffix == ".json":
+        write_text(path, df.to_json(orient="records", indent=2))
+    else:
+        write_csv(path, df)
+
+
+def save_figure(fig, path: Path, dpi: int = 120) -> None:
+    """Save a matplotlib figure atomically as PNG and close it."""
+    import matplotlib.pyplot as plt
+
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=dpi, bbox_inches="tight"))
+    plt.close(fig)
+
+
+def markdown_table(df: pd.DataFrame, floatfmt: str = "{:.2f}") -> str:
+    """A GitHub pipe table of ``df`` (floats to two decimals, NaN as an empty cell)."""
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return "" if v != v else floatfmt.format(v)
+        return str(v).replace("|", "\\|")
+
+    cols = [str(c) if not isinstance(c, tuple) else " ".join(map(str, c)) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+def _jsonable(obj: Any) -> Any:
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    return str(obj)

@@ -1,0 +1,119 @@
+"""One plugin registry for attacks, detectors, evaluators and analyses.
+
+Plugins register with a decorator (as timm's ``register_model``)::
+
+    from advopenood.registry import register
+
+    @register("detectors", "mydet")
+    class MyDetector(...):
+        \"\"\"One-line description shown by ``advopenood list detectors``.\"\"\"
+
+and are discovered through Python entry points (as pytest's ``pytest11``): a package declares
+``[options.entry_points] advopenood.detectors = mypkg = mypkg.detectors`` and importing that
+module runs its decorators. An entry point may also name an object directly
+(``mydet = mypkg.detectors:MyDetector``); it is then registered under the entry point's name.
+The built-in plugins in ``plugins/`` are found the same way, through this package's own entry points.
+"""
+from __future__ import annotations
+
+import inspect
+import warnings
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from types import ModuleType
+from typing import Any, Callable, TypeVar
+
+from advopenood.errors import UsageError
+
+KINDS = ("attacks", "detectors", "evaluators", "analyses")
+GROUP_PREFIX = "advopenood."
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A registered plugin: its kind, name, the object itself and a one-line description."""
+
+    kind: str
+    name: str
+    obj: Any
+    description: str
+    source: str
+
+
+_REGISTRY: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
+_DISCOVERED: set[str] = set()
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise UsageError(f"unknown plugin kind {kind!r}; valid kinds: {', '.join(KINDS)}")
+
+
+def _first_line(obj: Any) -> str:
+    doc = inspect.getdoc(obj) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def register(kind: str, name: str | None = None, description: str | None = None) -> Callable[[T], T]:
+    """Decorator that adds a class or function to the registry of ``kind`` under ``name``."""
+    _check_kind(kind)
+
+    def deco(obj: T) -> T:
+        key = (name or getattr(obj, "name", None) or obj.__name__).lower()
+        _REGISTRY[kind][key] = Entry(kind, key, obj, description or _first_line(obj), obj.__module__)
+        return obj
+
+    return deco
+
+
+def discover(kind: str) -> None:
+    """Load every entry point of group ``advopenood.<kind>`` once; a broken plugin only warns."""
+    _check_kind(kind)
+    if kind in _DISCOVERED:
+        return
+    _DISCOVERED.add(kind)
+    for ep in entry_points(group=GROUP_PREFIX + kind):
+        try:
+            obj = ep.load()
+        except Exception as exc:  # a third-party plugin must not break the others
+            warnings.warn(f"advopenood: could not load plugin {ep.name!r} ({ep.value}): {exc}", stacklevel=2)
+            continue
+        if not isinstance(obj, ModuleType) and ep.name.lower() not in _REGISTRY[kind]:
+            register(kind, ep.name)(obj)
+
+
+def entries(kind: str) -> dict[str, Entry]:
+    """All plugins of ``kind`` by name, after entry-point discovery."""
+    discover(kind)
+    return dict(sorted(_REGISTRY[kind].items()))
+
+
+def names(kind: str) -> list[str]:
+    """Registered names of ``kind``, sorted."""
+    return list(entries(kind))
+
+
+def get(kind: str, name: str) -> Any:
+    """The plugin object ``name`` of ``kind``; a UsageError lists the valid names otherwise."""
+    table = entries(kind)
+    key = name.strip().lower()
+    if key not in table:
+        singular = kind[:-1] if kind != "analyses" else "analysis"
+        raise UsageError(f"unknown {singular} {name!r}; valid choices: {', '.join(table) or '(none installed)'}")
+    return table[key].obj
+
+
+def parse_names(kind: str, spec: str | list[str] | None, default: list[str] | None = None) -> list[str]:
+    """Split a comma-separated selection (``all`` selects every plugin) and validate each name."""
+    if spec is None:
+        return list(default or [])
+    items = spec if isinstance(spec, list) else [s for s in spec.split(",") if s.strip()]
+    if len(items) == 1 and str(items[0]).strip().lower() == "all":
+        return names(kind)
+    out = []
+    for item in items:
+        get(kind, str(item))
+        out.append(str(item).strip().lower())
+    return out

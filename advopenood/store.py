@@ -1,0 +1,236 @@
+"""Content-addressed, sharded, resumable store of adversarial datasets.
+
+A set lives in ``<cache>/<attack>-<key>/``, where ``key`` hashes the model weights, the dataset identity
+and row indices, the attack name and parameters, the seed, the shard size and the library versions.
+Each shard ``shard_00000.npz`` (uncompressed, float32, float-exact) holds ``x_adv`` (N x C x H x W) and the
+per-sample record (``index, y, clean_pred, adv_pred, success, linf, l2``); its SHA-256 sits beside it in
+``shard_00000.npz.sha256``. Both are written by atomic rename, so an interrupted run leaves whole shards
+only and resumes at the first missing one; a shard whose checksum does not match is regenerated with a
+warning. Each shard is generated under a file lock, so concurrent runs (or ranks) never write the same
+shard twice at once. Shard ``i`` is attacked with the seed ``derive_seed(seed, i)``, so a resumed or
+distributed run equals an uninterrupted one bit for bit.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import io
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.utils.data import Dataset
+from tqdm.auto import tqdm
+
+from advopenood import io as aio
+from advopenood.attacks import Attack
+from advopenood.data import stack
+
+RECORD_COLUMNS = ("index", "y", "clean_pred", "adv_pred", "success", "linf", "l2")
+
+
+def library_versions() -> dict[str, str]:
+    """Versions that change attack results; written into every key and every result."""
+    import foolbox
+    import numpy
+    import torchvision
+
+    import advopenood
+
+    return {"advopenood": advopenood.__version__, "torch": torch.__version__, "torchvision": torchvision.__version__,
+            "foolbox": foolbox.__version__, "numpy": numpy.__version__}
+
+
+def canonical_key(spec: dict[str, Any]) -> str:
+    """SHA-256 of the spec as canonical JSON (sorted keys, no whitespace)."""
+    blob = json.dumps(spec, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def derive_seed(seed: int, shard: int) -> int:
+    """Per-shard seed, independent of which process or run generates the shard."""
+    return int(hashlib.sha256(f"{seed}:{shard}".encode()).hexdigest()[:15], 16)
+
+
+def _sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class AdvSet:
+    """A complete adversarial set on disk: per-sample records in memory, images streamed shard by shard."""
+
+    attack: str
+    norm: str
+    eps: float | None
+    params: dict[str, Any]
+    key: str
+    path: Path
+    shards: list[Path]
+    stats: dict[str, Any] = field(default_factory=dict)
+    _records: pd.DataFrame | None = None
+
+    @property
+    def records(self) -> pd.DataFrame:
+        """One row per sample: ``index, y, clean_pred, adv_pred, success, linf, l2`` (success = adv_pred != y)."""
+        if self._records is None:
+            parts = []
+            for shard in self.shards:
+                with np.load(shard) as d:
+                    parts.append(pd.DataFrame({c: d[c] for c in RECORD_COLUMNS}))
+            self._records = pd.concat(parts, ignore_index=True)
+        return self._records
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def iter_batches(self, batch_size: int, mask: np.ndarray | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Yield ``(x_adv, y)`` batches in sample order, reading one shard at a time; ``mask`` selects rows."""
+        offset = 0
+        buf_x: list[torch.Tensor] = []
+        buf_y: list[torch.Tensor] = []
+        for shard in self.shards:
+            with np.load(shard) as d:
+                x, y = torch.from_numpy(d["x_adv"]), torch.from_numpy(d["y"])
+            n = len(y)
+            if mask is not None:
+                keep = torch.from_numpy(np.asarray(mask[offset:offset + n], dtype=bool))
+                x, y = x[keep], y[keep]
+            offset += n
+            buf_x.append(x)
+            buf_y.append(y)
+            while sum(len(b) for b in buf_y) >= batch_size:
+                bx, by = torch.cat(buf_x), torch.cat(buf_y)
+                yield bx[:batch_size], by[:batch_size]
+                buf_x, buf_y = [bx[batch_size:]], [by[batch_size:]]
+        if buf_y and sum(len(b) for b in buf_y):
+            yield torch.cat(buf_x), torch.cat(buf_y)
+
+    def load(self, rows: np.ndarray) -> torch.Tensor:
+        """Adversarial images of the given row positions (0-based positions in ``records``)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out, offset = [None] * len(rows), 0
+        for shard in self.shards:
+            with np.load(shard) as d:
+                n = len(d["y"])
+                hit = np.nonzero((rows >= offset) & (rows < offset + n))[0]
+                if len(hit):
+                    x = d["x_adv"]
+                    for h in hit:
+                        out[h] = torch.from_numpy(x[rows[h] - offset].copy())
+            offset += n
+        return torch.stack(out)
+
+
+class AdvStore:
+    """Generates and finds adversarial sets under ``root`` (see the module docstring for the layout)."""
+
+    def __init__(self, root: Path, shard_size: int = 256):
+        self.root = Path(root).expanduser()
+        self.shard_size = int(shard_size)
+
+    def spec(self, model_hash: str, data_identity: dict[str, Any], attack: Attack, seed: int) -> dict[str, Any]:
+        return {"model": model_hash, "data": data_identity, "attack": attack.name, "params": attack.params,
+                "seed": int(seed), "shard_size": self.shard_size, "versions": library_versions()}
+
+    def path_for(self, attack: Attack, key: str) -> Path:
+        return self.root / f"{attack.name}-{key[:16]}"
+
+    def generate(self, ds: Dataset, model: torch.nn.Module, attack: Attack, *, model_hash: str, seed: int,
+                 device: torch.device, rank: int = 0, world_size: int = 1, progress: bool = True) -> AdvSet:
+        """Attack every row of ``ds`` (shards ``i`` with ``i % world_size == rank``), reusing valid shards."""
+        spec = self.spec(model_hash, ds.identity(), attack, seed)
+        key = canonical_key(spec)
+        path = self.path_for(attack, key)
+        path.mkdir(parents=True, exist_ok=True)
+        if not (path / "spec.json").exists():
+            aio.write_json(path / "spec.json", spec)
+        n_shards = (len(ds) + self.shard_size - 1) // self.shard_size
+        mine = [i for i in range(n_shards) if i % world_size == rank]
+        generated = reused = regenerated = 0
+        bar = tqdm(mine, desc=f"attack {attack.name}", unit="shard", disable=not progress, leave=False)
+        for i in bar:
+            shard = self._shard_path(path, i)
+            state = self._check(shard)
+            if state == "ok":
+                reused += 1
+                continue
+            with self._lock(shard):
+                state = self._check(shard, warn=True)
+                if state == "ok":
+                    reused += 1
+                    continue
+                regenerated += state == "corrupt"
+                self._write_shard(shard, ds, model, attack, i, seed, device)
+                generated += 1
+        shards = [self._shard_path(path, i) for i in range(n_shards)]
+        stats = {"shards": n_shards, "generated": generated, "reused": reused, "regenerated": regenerated}
+        if rank == 0 and world_size == 1:
+            self.write_manifest(path, spec, shards)
+        return AdvSet(attack.name, attack.norm, attack.params.get("eps"), dict(attack.params), key, path, shards, stats)
+
+    def write_manifest(self, path: Path, spec: dict[str, Any], shards: list[Path]) -> None:
+        """Record every shard's checksum once the set is complete (rank 0 after all ranks finished)."""
+        missing = [s.name for s in shards if self._check(s) != "ok"]
+        if missing:
+            raise RuntimeError(f"cannot write manifest for {path}: shards missing or corrupt: {', '.join(missing[:5])}")
+        entries = [{"file": s.name, "sha256": (s.parent / (s.name + ".sha256")).read_text().strip()} for s in shards]
+        aio.write_json(path / "manifest.json", {"spec": spec, "shards": entries})
+
+    def _write_shard(self, shard: Path, ds: Dataset, model: torch.nn.Module, attack: Attack, i: int, seed: int,
+                     device: torch.device) -> None:
+        rows = np.arange(i * self.shard_size, min((i + 1) * self.shard_size, len(ds)))
+        x, y = stack(ds, rows)
+        x, y = x.to(device), y.to(device)
+        x_adv = attack(model, x, y, seed=derive_seed(seed, i))
+        with torch.no_grad():
+            clean_pred = model(x).argmax(1)
+            adv_pred = model(x_adv).argmax(1)
+        delta = (x_adv - x).flatten(1)
+        record = {
+            "x_adv": x_adv.float().cpu().numpy(),
+            "index": rows,
+            "y": y.cpu().numpy(),
+            "clean_pred": clean_pred.cpu().numpy(),
+            "adv_pred": adv_pred.cpu().numpy(),
+            "success": (adv_pred != y).cpu().numpy(),
+            "linf": delta.abs().amax(1).float().cpu().numpy(),
+            "l2": delta.norm(dim=1).float().cpu().numpy(),
+        }
+        buf = io.BytesIO()
+        np.savez(buf, **record)
+        data = buf.getvalue()
+        aio.atomic_write(shard, lambda f: f.write(data))
+        aio.write_text(shard.parent / (shard.name + ".sha256"), _sha256_bytes(data) + "\n")
+
+    @staticmethod
+    def _shard_path(path: Path, i: int) -> Path:
+        return path / f"shard_{i:05d}.npz"
+
+    @staticmethod
+    def _check(shard: Path, warn: bool = False) -> str:
+        """``ok``, ``missing`` (no shard or no checksum yet) or ``corrupt`` (checksum mismatch)."""
+        side = shard.parent / (shard.name + ".sha256")
+        if not shard.exists() or not side.exists():
+            return "missing"
+        if _sha256_bytes(shard.read_bytes()) == side.read_text().strip():
+            return "ok"
+        if warn:
+            warnings.warn(f"advopenood: shard {shard} does not match its checksum; regenerating it", stacklevel=3)
+        return "corrupt"
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _lock(shard: Path) -> Iterator[None]:
+        with open(shard.parent / (shard.name + ".lock"), "a+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)

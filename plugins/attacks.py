@@ -1,0 +1,121 @@
+"""Built-in attacks: FGSM, PGD-Linf, DeepFool-L2 (foolbox) and masked PGD (a foolbox subclass).
+
+Defaults follow Lorenz et al., "Deciphering the Definition of Adversarial Robustness for Post-Hoc OOD
+Detectors": eps 8/255 at 32x32 and 4/255 at ImageNet size; mPGD patch 8x8 (32x32) / 60x60 (224x224),
+unconstrained inside the patch; foolbox's own step settings otherwise.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import eagerpy as ep
+import foolbox as fb
+import torch
+import torch.nn as nn
+
+from advopenood.attacks import Attack, default_eps, foolbox_model
+from advopenood.registry import register
+
+
+def _run_foolbox(attack: fb.attacks.Attack, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                 eps: float | None) -> torch.Tensor:
+    _, clipped, _ = attack(foolbox_model(model, x.device), x, y, epsilons=eps)
+    return clipped
+
+
+@register("attacks", "fgsm")
+class FGSM(Attack):
+    """FGSM (Goodfellow et al. 2015), one Linf step of size eps along the gradient sign; foolbox."""
+
+    norm = "linf"
+
+    @classmethod
+    def defaults(cls, input_size: int) -> dict[str, Any]:
+        return {"eps": default_eps(input_size)}
+
+    def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return _run_foolbox(fb.attacks.FGSM(), model, x, y, float(self.params["eps"]))
+
+
+@register("attacks", "pgd")
+class PGD(Attack):
+    """PGD-Linf (Madry et al. 2018) with random start; foolbox LinfPGD (steps, rel_stepsize configurable)."""
+
+    norm = "linf"
+
+    @classmethod
+    def defaults(cls, input_size: int) -> dict[str, Any]:
+        return {"eps": default_eps(input_size), "steps": 40, "rel_stepsize": 0.01 / 0.3,
+                "abs_stepsize": None, "random_start": True}
+
+    def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        p = self.params
+        attack = fb.attacks.LinfPGD(rel_stepsize=p["rel_stepsize"], abs_stepsize=p["abs_stepsize"],
+                                    steps=int(p["steps"]), random_start=bool(p["random_start"]))
+        return _run_foolbox(attack, model, x, y, float(p["eps"]))
+
+
+@register("attacks", "df")
+class DeepFool(Attack):
+    """DeepFool-L2 (Moosavi-Dezfooli et al. 2016), minimal perturbation, overshoot configurable; foolbox."""
+
+    norm = "l2"
+    bounded = False
+
+    @classmethod
+    def defaults(cls, input_size: int) -> dict[str, Any]:
+        return {"eps": None, "steps": 50, "candidates": 10, "overshoot": 0.02}
+
+    def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        p = self.params
+        candidates = min(int(p["candidates"]), model.num_classes)
+        attack = fb.attacks.L2DeepFoolAttack(steps=int(p["steps"]), candidates=candidates,
+                                             overshoot=float(p["overshoot"]))
+        return _run_foolbox(attack, model, x, y, None if p["eps"] is None else float(p["eps"]))
+
+
+class MaskedLinfPGD(fb.attacks.LinfPGD):
+    """foolbox's LinfPGD restricted to a per-sample mask: start, step and projection are zero outside it."""
+
+    def __init__(self, mask: torch.Tensor, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.mask = ep.astensor(mask)
+
+    def get_random_start(self, x0: ep.Tensor, epsilon: float) -> ep.Tensor:
+        return x0 + self.mask * ep.uniform(x0, x0.shape, -epsilon, epsilon)
+
+    def normalize(self, gradients: ep.Tensor, *, x: ep.Tensor, bounds) -> ep.Tensor:
+        return self.mask * gradients.sign()
+
+    def project(self, x: ep.Tensor, x0: ep.Tensor, epsilon: float) -> ep.Tensor:
+        return x0 + self.mask * ep.clip(x - x0, -epsilon, epsilon)
+
+
+def patch_masks(x: torch.Tensor, patch: int) -> torch.Tensor:
+    """One square ``patch x patch`` mask per image at a random position (from the seeded torch generator)."""
+    n, c, h, w = x.shape
+    patch = min(patch, h, w)
+    rows = torch.randint(0, h - patch + 1, (n,)).tolist()
+    cols = torch.randint(0, w - patch + 1, (n,)).tolist()
+    mask = torch.zeros(n, 1, h, w, dtype=x.dtype)
+    for i, (r, c0) in enumerate(zip(rows, cols)):
+        mask[i, :, r:r + patch, c0:c0 + patch] = 1.0
+    return mask.expand(n, c, h, w).to(x.device)
+
+
+@register("attacks", "mpgd")
+class MaskedPGD(Attack):
+    """Masked PGD (patch): PGD-Linf inside one seeded square patch per image, zero perturbation outside."""
+
+    norm = "linf"
+
+    @classmethod
+    def defaults(cls, input_size: int) -> dict[str, Any]:
+        patch = max(1, input_size // 4) if input_size <= 64 else round(input_size * 60 / 224)
+        return {"eps": 1.0, "patch": patch, "steps": 40, "rel_stepsize": 0.01 / 0.3, "random_start": True}
+
+    def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        p = self.params
+        attack = MaskedLinfPGD(patch_masks(x, int(p["patch"])), rel_stepsize=p["rel_stepsize"],
+                               steps=int(p["steps"]), random_start=bool(p["random_start"]))
+        return _run_foolbox(attack, model, x, y, float(p["eps"]))

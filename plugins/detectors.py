@@ -1,0 +1,1 @@
+"""Built-in detectors (filled by the detector backends)."""

@@ -1,0 +1,49 @@
+"""advopenood: adversarial robustness evaluation for OpenOOD's post-hoc OOD detectors."""
+from pathlib import Path
+
+from setuptools import setup
+
+HERE = Path(__file__).parent
+VERSION = (HERE / "advopenood" / "VERSION").read_text().strip()
+
+setup(
+    name="advopenood",
+    version=VERSION,
+    description="Do post-hoc OOD detectors still work when the input is adversarial? An OpenOOD plugin.",
+    long_description=(HERE / "README.md").read_text(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.9",
+    # `plugins/` is installed as `advopenood_plugins`, `configs/` as `advopenood.configs`.
+    packages=["advopenood", "advopenood.configs", "advopenood_plugins"],
+    package_dir={"advopenood": "advopenood", "advopenood.configs": "configs", "advopenood_plugins": "plugins"},
+    package_data={"advopenood": ["VERSION"], "advopenood.configs": ["*.yaml", "openood/*.yml"]},
+    install_requires=[
+        "torch>=2.0",
+        "torchvision>=0.15",
+        "foolbox>=3.3,<3.4",
+        "eagerpy>=0.30",
+        "grad-cam>=1.4",
+        "scikit-image>=0.20",
+        "pandas>=1.5",
+        "scikit-learn>=1.2",
+        "pytorch-ood>=0.2",
+        "scipy<2",
+        "tqdm>=4.60",
+        "pyyaml>=6",
+        "matplotlib>=3.6",
+    ],
+    extras_require={
+        # OpenOOD is not on PyPI: install it from its repository first
+        # (git clone https://github.com/Jingkang50/OpenOOD && pip install -e OpenOOD),
+        # then `pip install advopenood[openood]` adds the few packages its postprocessors import.
+        "openood": ["faiss-cpu", "statsmodels", "libmr"],
+        "test": ["pytest>=7"],
+    },
+    entry_points={
+        "console_scripts": ["advopenood = advopenood.cli:main"],
+        "advopenood.attacks": ["builtin = advopenood_plugins.attacks", "mead = advopenood_plugins.mead_attacks"],
+        "advopenood.detectors": ["builtin = advopenood_plugins.detectors"],
+        "advopenood.evaluators": ["ood = advopenood_plugins.ood_eval", "mead = advopenood_plugins.mead"],
+        "advopenood.analyses": ["bintest = advopenood_plugins.bintest", "gradcam = advopenood_plugins.gradcam"],
+    },
+)
