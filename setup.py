@@ -43,7 +43,8 @@ setup(
         "console_scripts": ["advopenood = advopenood.cli:main"],
         "advopenood.attacks": ["builtin = advopenood_plugins.attacks", "mead = advopenood_plugins.mead_attacks"],
         "advopenood.detectors": ["builtin = advopenood_plugins.detectors"],
-        "advopenood.evaluators": ["ood = advopenood_plugins.ood_eval", "mead = advopenood_plugins.mead"],
+        "advopenood.evaluators": ["ood = advopenood_plugins.ood_eval", "mead = advopenood_plugins.mead",
+                                  "multiattack = advopenood_plugins.multiattack"],
         "advopenood.analyses": ["bintest = advopenood_plugins.bintest", "gradcam = advopenood_plugins.gradcam"],
     },
 )

@@ -272,13 +272,14 @@ def build_model(arch: str, num_classes: int, checkpoint: str | Path | None = Non
         if not path.is_file():
             raise UsageError(f"checkpoint {str(path)!r} not found")
         state = _clean_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-        expected = backbone.state_dict()
+        expected = {k: v for k, v in backbone.state_dict().items() if not k.endswith("num_batches_tracked")}
+        state = {k: v for k, v in state.items() if not k.endswith("num_batches_tracked")}
         bad = sorted(set(expected) ^ set(state))
         bad += [k for k, v in state.items() if k in expected and expected[k].shape != v.shape]
         if bad:
             raise UsageError(f"checkpoint {str(path)!r} does not match architecture {arch!r} ({len(bad)} missing, "
                              f"unexpected or mis-shaped keys, e.g. {', '.join(bad[:3])}); valid choices: {', '.join(ARCHS)}")
-        backbone.load_state_dict(state)
+        backbone.load_state_dict(state, strict=False)
     mean = tuple(mean) if mean is not None else (IMAGENET_MEAN if in_channels == 3 else (0.5,))
     std = tuple(std) if std is not None else (IMAGENET_STD if in_channels == 3 else (0.5,))
     return Classifier(backbone, mean, std, arch, input_size, in_channels).to(device).eval()

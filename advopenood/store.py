@@ -74,7 +74,11 @@ class AdvSet:
     path: Path
     shards: list[Path]
     stats: dict[str, Any] = field(default_factory=dict)
+    set_name: str = ""
     _records: pd.DataFrame | None = None
+
+    def __post_init__(self) -> None:
+        self.set_name = self.set_name or self.attack
 
     @property
     def records(self) -> pd.DataFrame:

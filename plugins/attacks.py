@@ -2,7 +2,7 @@
 
 Defaults follow Lorenz et al., "Deciphering the Definition of Adversarial Robustness for Post-Hoc OOD
 Detectors": eps 8/255 at 32x32 and 4/255 at ImageNet size; mPGD patch 8x8 (32x32) / 60x60 (224x224),
-unconstrained inside the patch; foolbox's own step settings otherwise.
+unconstrained inside the patch; PGD steps of 2.5 * eps / steps (Madry et al.), foolbox's settings otherwise.
 """
 from __future__ import annotations
 
@@ -23,6 +23,12 @@ def _run_foolbox(attack: fb.attacks.Attack, model: nn.Module, x: torch.Tensor, y
     return clipped
 
 
+def rel_stepsize(params: dict[str, Any]) -> float:
+    """Step size relative to eps: the configured one, or Madry et al.'s 2.5 / steps (reaches the ball's
+    surface from anywhere inside it, whatever the number of steps)."""
+    return float(params["rel_stepsize"]) if params.get("rel_stepsize") is not None else 2.5 / int(params["steps"])
+
+
 @register("attacks", "fgsm")
 class FGSM(Attack):
     """FGSM (Goodfellow et al. 2015), one Linf step of size eps along the gradient sign; foolbox."""
@@ -39,18 +45,18 @@ class FGSM(Attack):
 
 @register("attacks", "pgd")
 class PGD(Attack):
-    """PGD-Linf (Madry et al. 2018) with random start; foolbox LinfPGD (steps, rel_stepsize configurable)."""
+    """PGD-Linf (Madry et al. 2018), random start, step 2.5*eps/steps; foolbox LinfPGD (all configurable)."""
 
     norm = "linf"
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:
-        return {"eps": default_eps(input_size), "steps": 40, "rel_stepsize": 0.01 / 0.3,
+        return {"eps": default_eps(input_size), "steps": 40, "rel_stepsize": None,
                 "abs_stepsize": None, "random_start": True}
 
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         p = self.params
-        attack = fb.attacks.LinfPGD(rel_stepsize=p["rel_stepsize"], abs_stepsize=p["abs_stepsize"],
+        attack = fb.attacks.LinfPGD(rel_stepsize=rel_stepsize(p), abs_stepsize=p["abs_stepsize"],
                                     steps=int(p["steps"]), random_start=bool(p["random_start"]))
         return _run_foolbox(attack, model, x, y, float(p["eps"]))
 
@@ -112,10 +118,10 @@ class MaskedPGD(Attack):
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:
         patch = max(1, input_size // 4) if input_size <= 64 else round(input_size * 60 / 224)
-        return {"eps": 1.0, "patch": patch, "steps": 40, "rel_stepsize": 0.01 / 0.3, "random_start": True}
+        return {"eps": 1.0, "patch": patch, "steps": 40, "rel_stepsize": None, "random_start": True}
 
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         p = self.params
-        attack = MaskedLinfPGD(patch_masks(x, int(p["patch"])), rel_stepsize=p["rel_stepsize"],
+        attack = MaskedLinfPGD(patch_masks(x, int(p["patch"])), rel_stepsize=rel_stepsize(p),
                                steps=int(p["steps"]), random_start=bool(p["random_start"]))
         return _run_foolbox(attack, model, x, y, float(p["eps"]))

@@ -1,0 +1,204 @@
+"""The run: model and data -> adversarial sets (cached) -> ASR table -> detector scores -> evaluators -> analyses.
+
+Every name and value is validated before any work starts; every output file is written atomically, so a
+failed or interrupted run leaves no partial CSV and resumes from the attack store on the next start.
+"""
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from advopenood import io as aio
+from advopenood import registry
+from advopenood.config import AttackSpec, cache_dir, expand_attacks
+from advopenood.context import CleanRecord, RunContext
+from advopenood.data import build_dataset, limit_dataset, make_loader
+from advopenood.demo import demo_model
+from advopenood.errors import UsageError
+from advopenood.models import Classifier, build_model, weights_hash
+from advopenood.store import AdvSet, AdvStore, library_versions
+
+ASR_COLUMNS = ["dataset", "arch", "attack", "eps", "n", "clean_acc", "asr", "asr_all", "mean_linf", "mean_l2", "seed"]
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's global generators."""
+    import random
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def load_model(cfg: dict[str, Any], device: torch.device, progress: bool = True) -> Classifier:
+    """The configured classifier: a checkpoint (relative to the data root) or the cached demo CNN."""
+    m = cfg["model"]
+    if m.get("arch") == "democnn" and not m.get("checkpoint"):
+        return demo_model(cache_dir(cfg), seed=int(cfg["seed"]), device=device, progress=progress)
+    ckpt = m.get("checkpoint")
+    if ckpt:
+        root = cfg["data"].get("root")
+        path = Path(ckpt).expanduser()
+        ckpt = path if path.is_absolute() or not root else Path(root) / path
+    return build_model(str(m.get("arch")), int(m["num_classes"]), ckpt, mean=m.get("mean"), std=m.get("std"),
+                       input_size=int(m["input_size"]), in_channels=int(m["in_channels"]), device=device)
+
+
+def clean_predictions(model: Classifier, ds, batch_size: int, device: torch.device, progress: bool) -> CleanRecord:
+    """Clean-ID labels and predictions, one batched pass."""
+    ys, preds = [], []
+    with torch.no_grad():
+        for x, y in tqdm(make_loader(ds, batch_size), desc="clean pass", disable=not progress, leave=False):
+            preds.append(model(x.to(device)).argmax(1).cpu())
+            ys.append(y)
+    return CleanRecord(torch.cat(ys).numpy(), torch.cat(preds).numpy())
+
+
+def asr_row(adv: AdvSet, dataset: str, arch: str, seed: int, clean_acc: float) -> dict[str, Any]:
+    """One row of asr.csv. ``asr``: share of clean-correct samples whose attack succeeded (adv_pred != y);
+    ``asr_all``: share of all samples misclassified after the attack (the paper's Table 3 convention).
+    Norms are means over successful adversarial examples. Percentages."""
+    r = adv.records
+    correct = (r.clean_pred == r.y).to_numpy()
+    success = r.success.to_numpy().astype(bool)
+    hit = r[success]
+    return {"dataset": dataset, "arch": arch, "attack": adv.set_name, "eps": adv.eps, "n": len(r),
+            "clean_acc": clean_acc, "asr": 100.0 * success[correct].mean() if correct.any() else float("nan"),
+            "asr_all": 100.0 * success.mean(), "mean_linf": hit.linf.mean() if len(hit) else float("nan"),
+            "mean_l2": hit.l2.mean() if len(hit) else float("nan"), "seed": seed}
+
+
+def generate_sets(cfg: dict[str, Any], specs: list[AttackSpec], model: Classifier, id_set, device: torch.device,
+                  *, rank: int = 0, world_size: int = 1, progress: bool = True) -> dict[str, AdvSet]:
+    """One adversarial set per spec, from the store when it is already there."""
+    store = AdvStore(cache_dir(cfg) / "adv", shard_size=int(cfg["shard_size"]))
+    model_hash = weights_hash(model)
+    sets: dict[str, AdvSet] = {}
+    for spec in specs:
+        attack = registry.get("attacks", spec.attack)(**spec.params)
+        adv = store.generate(id_set, model, attack, model_hash=model_hash, seed=int(cfg["seed"]), device=device,
+                             rank=rank, world_size=world_size, progress=progress)
+        adv.set_name = spec.set_name
+        sets[spec.set_name] = adv
+    return sets
+
+
+def prepare(cfg: dict[str, Any], progress: bool = True) -> tuple[Classifier, Any, Any, dict[str, Any], list[AttackSpec]]:
+    """Model, ID test set (limited), fit set and natural OOD sets, and the attack specs; validates all of it."""
+    m, d = cfg["model"], cfg["data"]
+    size, channels = int(m["input_size"]), int(m["in_channels"])
+    specs = expand_attacks(cfg, size)
+    for kind in ("detectors", "evaluators", "analyses"):
+        for name in cfg[kind]:
+            registry.get(kind, name)
+    root = Path(d["root"]) if d.get("root") else None
+    if root is not None and not root.is_dir():
+        raise UsageError(f"data root {str(root)!r} is not a folder; pass --data-root DIR holding the config's data files")
+    if "id" not in d:
+        raise UsageError("config has no data.id entry; valid kinds: npz, openood, torchvision, demo")
+    id_set = limit_dataset(build_dataset(d["id"], root, channels, size), cfg["limit"], int(cfg["seed"]))
+    fit_set = build_dataset(d.get("fit", d["id"]), root, channels, size)
+    fit_set = limit_dataset(fit_set, d.get("fit_limit"), int(cfg["seed"]))
+    ood_sets = {}
+    for spec in d.get("ood") or []:
+        ds = build_dataset(spec, root, channels, size)
+        ood_sets[ds.name] = limit_dataset(ds, d.get("ood_limit", cfg["limit"]), int(cfg["seed"]))
+    device = torch.device(cfg["device"])
+    model = load_model(cfg, device, progress)
+    return model, id_set, fit_set, ood_sets, specs
+
+
+def run(cfg: dict[str, Any], *, attack_only: bool = False, progress: bool = True) -> RunContext:
+    """Run the whole pipeline (or only the attack stage) and write every output under ``cfg['out']``."""
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    seed = int(cfg["seed"])
+    seed_everything(seed)
+    model, id_set, fit_set, ood_sets, specs = prepare(cfg, progress)
+    device = torch.device(cfg["device"])
+    out = Path(cfg["out"] or Path("runs") / str(cfg["name"])).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    bs = int(cfg["batch_size"])
+    timings["setup"] = time.perf_counter() - t0
+
+    t = time.perf_counter()
+    clean = clean_predictions(model, id_set, bs, device, progress)
+    adv_sets = generate_sets(cfg, specs, model, id_set, device, progress=progress)
+    timings["attacks"] = time.perf_counter() - t
+    dataset, arch = str(cfg["data"].get("dataset") or id_set.name), model.arch
+    ctx = RunContext(cfg, out, model, device, seed, dataset, arch, id_set, fit_set, ood_sets, adv_sets, clean,
+                     batch_size=bs)
+    asr = pd.DataFrame([asr_row(a, dataset, arch, seed, clean.accuracy) for a in adv_sets.values()], columns=ASR_COLUMNS)
+    aio.write_csv(out / "asr.csv", asr)
+
+    if not attack_only:
+        t = time.perf_counter()
+        _score(ctx, progress)
+        timings["detectors"] = time.perf_counter() - t
+        for kind, section in (("evaluators", "evaluator_params"), ("analyses", "analysis_params")):
+            for name in cfg[kind]:
+                t = time.perf_counter()
+                plugin = registry.get(kind, name)(**(cfg[section].get(name) or {}))
+                for fname, table in plugin(ctx).items():
+                    aio.write_table(out / fname, table)
+                timings[f"{kind[:-1] if kind != 'analyses' else 'analysis'}:{name}"] = time.perf_counter() - t
+    timings["total"] = time.perf_counter() - t0
+    aio.write_json(out / "run.json", run_info(ctx, timings))
+    if not attack_only:
+        _report(out)
+    return ctx
+
+
+def _score(ctx: RunContext, progress: bool) -> None:
+    """Detector confidences for ID, natural OOD and every adversarial set (one shared pass per set)."""
+    if not ctx.config["detectors"]:
+        return
+    from advopenood.detectors import score_all
+
+    bs = ctx.batch_size
+    sets: dict[str, Callable[[], Any]] = {"id": lambda: make_loader(ctx.id_set, bs)}
+    for name, ds in ctx.ood_sets.items():
+        sets[name] = lambda ds=ds: make_loader(ds, bs)
+    for name, adv in ctx.adv_sets.items():
+        sets[name] = lambda adv=adv: adv.iter_batches(bs)
+    result = score_all(ctx.config["detectors"], ctx.config["detector_backend"], ctx.model, ctx.fit_set, sets,
+                       batch_size=bs, device=ctx.device, seed=ctx.seed, params=ctx.config["detector_params"],
+                       progress=progress)
+    ctx.scores, ctx.detector_errors, ctx.backend = result.scores, result.errors, result.backend
+
+
+def _report(out: Path) -> None:
+    """Plots and the readable report from whatever the run wrote."""
+    from advopenood.plots import make_plots
+    from advopenood.report import write_report
+
+    make_plots(out)
+    write_report(out)
+
+
+def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
+    """run.json: config, seed, versions, cache keys, whether attacks were generated or reused, timings."""
+    return {
+        "config": ctx.config,
+        "seed": ctx.seed,
+        "versions": {**library_versions(), "python": sys.version.split()[0], "platform": platform.platform()},
+        "model": {"arch": ctx.arch, "weights_sha256": weights_hash(ctx.model)},
+        "data": {"id": ctx.id_set.identity(), "fit": ctx.fit_set.identity(),
+                 "ood": {k: v.identity() for k, v in ctx.ood_sets.items()}},
+        "clean_acc": ctx.clean.accuracy,
+        "attacks": {name: {"attack": a.attack, "key": a.key, "path": str(a.path), "params": a.params, **a.stats}
+                    for name, a in ctx.adv_sets.items()},
+        "attack_work": {"shards_generated": sum(a.stats.get("generated", 0) for a in ctx.adv_sets.values()),
+                        "shards_reused": sum(a.stats.get("reused", 0) for a in ctx.adv_sets.values())},
+        "detector_backend": ctx.backend,
+        "detector_errors": ctx.detector_errors,
+        "timings_s": timings,
+    }

@@ -1,0 +1,59 @@
+"""Shared fixtures: the benchmark pack beside the checkout, the real CIFAR ResNet-20, a per-session cache."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("ADVOPENOOD_TEST_DATA", REPO.parent / "shared" / "data"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture(scope="session")
+def data_root() -> Path:
+    if not (DATA / "cifar10_test.npz").is_file():
+        pytest.fail(f"benchmark pack not found at {DATA}; set ADVOPENOOD_TEST_DATA to the folder holding cifar10_test.npz")
+    return DATA
+
+
+@pytest.fixture(scope="session")
+def session_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache for the session (the demo CNN is trained once), set as $ADVOPENOOD_CACHE for subprocesses too."""
+    path = tmp_path_factory.mktemp("cache")
+    os.environ["ADVOPENOOD_CACHE"] = str(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def cifar_model(data_root: Path):
+    from advopenood.models import build_model
+
+    return build_model("resnet20", 10, data_root / "resnet20_cifar10.pt")
+
+
+@pytest.fixture(scope="session")
+def cifar_test(data_root: Path):
+    from advopenood.data import build_dataset
+
+    return build_dataset({"kind": "npz", "path": "cifar10_test.npz", "name": "cifar10"}, data_root, 3, 32)
+
+
+@pytest.fixture(scope="session")
+def cifar_batch(cifar_test):
+    """64 real CIFAR-10 test images and labels."""
+    from advopenood.data import stack
+
+    return stack(cifar_test, list(range(64)))
+
+
+@pytest.fixture(scope="session")
+def demo_net(session_cache: Path):
+    from advopenood.demo import demo_model
+
+    return demo_model(session_cache, seed=0, progress=False)
