@@ -37,7 +37,7 @@ setup(
         # (git clone https://github.com/Jingkang50/OpenOOD && pip install -e OpenOOD),
         # then `pip install advopenood[openood]` adds the few packages its postprocessors import.
         "openood": ["faiss-cpu", "statsmodels", "libmr"],
-        "test": ["pytest>=7"],
+        "test": ["pytest>=7", "setuptools>=64", "wheel"],
     },
     entry_points={
         "console_scripts": ["advopenood = advopenood.cli:main"],

@@ -32,6 +32,7 @@ def _run_flags(p: argparse.ArgumentParser, config_required: bool = True) -> None
     p.add_argument("--limit", type=_positive_int, help="evaluate the first N images of a seeded permutation of the ID set")
     p.add_argument("--device", help="cpu | cuda | cuda:N")
     p.add_argument("--seed", type=int)
+    p.add_argument("--shard-size", type=_positive_int, help="images per stored shard (default 256)")
     p.add_argument("--cache-dir", help="attack store and model cache (default $ADVOPENOOD_CACHE or ~/.cache/advopenood)")
     p.add_argument("--export-png", action="store_true",
                    help="also export adversarial sets as PNG + OpenOOD image lists under OUT/openood/")
@@ -42,9 +43,9 @@ def _positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise UsageError(f"--limit {text!r} is not a whole number; valid choices: a positive integer") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; valid choices: a positive integer") from None
     if value <= 0:
-        raise UsageError(f"--limit {value} must be a positive integer")
+        raise argparse.ArgumentTypeError(f"{value} is not positive; valid choices: a positive integer")
     return value
 
 
@@ -69,7 +70,7 @@ def _config(args: argparse.Namespace, **forced) -> dict:
 
     cfg, folder = load_config(args.config or "demo")
     flags = {k: getattr(args, k) for k in ("data_root", "out", "attack", "eps", "detectors", "detector_backend",
-                                            "evaluator", "analysis", "limit", "device", "seed", "cache_dir")}
+                                            "evaluator", "analysis", "limit", "device", "seed", "cache_dir", "shard_size")}
     flags.update({k: v for k, v in forced.items() if v is not None})
     return apply_overrides(cfg, config_dir=folder, **flags)
 
@@ -96,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_list(args.kind)
         from advopenood import pipeline
 
-        forced = {"analysis": "bintest", "evaluator": "", "detectors": ""} if args.command == "bintest" else {}
+        forced = {"bintest": {"analysis": "bintest", "evaluator": "", "detectors": ""},
+                  "attack": {"analysis": "", "evaluator": "", "detectors": ""}}.get(args.command, {})
         cfg = _config(args, **forced)
         ctx = pipeline.run(cfg, attack_only=args.command == "attack", progress=not args.quiet)
         if args.export_png:
@@ -104,7 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             for line in export_openood(ctx):
                 print(line)
-        print(f"advopenood: wrote {ctx.out}")
+        if ctx.rank == 0:
+            print(f"advopenood: wrote {ctx.out}")
         return 0
     except UsageError as exc:
         print(f"advopenood: error: {exc}", file=sys.stderr)

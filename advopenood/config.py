@@ -118,7 +118,7 @@ def apply_overrides(cfg: dict[str, Any], *, data_root: str | None = None, out: s
                     attack: str | None = None, eps: str | None = None, detectors: str | None = None,
                     detector_backend: str | None = None, evaluator: str | None = None, analysis: str | None = None,
                     limit: int | None = None, device: str | None = None, seed: int | None = None,
-                    cache_dir: str | None = None, config_dir: Path | None = None) -> dict[str, Any]:
+                    cache_dir: str | None = None, shard_size: int | None = None, config_dir: Path | None = None) -> dict[str, Any]:
     """Apply CLI flags to a loaded config and validate every name and value before any work starts."""
     cfg = copy.deepcopy(cfg)
     if data_root is not None:
@@ -131,7 +131,8 @@ def apply_overrides(cfg: dict[str, Any], *, data_root: str | None = None, out: s
         values = [parse_eps(e) for e in str(eps).split(",") if e.strip()]
         cfg["attacks"] = [_with_eps(a, values) for a in cfg["attacks"]]
     for key, value in (("detectors", detectors), ("detector_backend", detector_backend), ("limit", limit),
-                       ("device", device), ("seed", seed), ("cache_dir", cache_dir), ("out", out)):
+                       ("device", device), ("seed", seed), ("cache_dir", cache_dir), ("out", out),
+                       ("shard_size", shard_size)):
         if value is not None:
             cfg[key] = value
     if evaluator is not None:

@@ -52,6 +52,7 @@ class RunContext:
     adv_sets: dict[str, AdvSet]
     clean: CleanRecord
     batch_size: int = 128
+    rank: int = 0
     backend: str = ""
     scores: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     detector_errors: dict[str, str] = field(default_factory=dict)

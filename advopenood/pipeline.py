@@ -76,9 +76,37 @@ def asr_row(adv: AdvSet, dataset: str, arch: str, seed: int, clean_acc: float) -
             "mean_l2": hit.l2.mean() if len(hit) else float("nan"), "seed": seed}
 
 
+def distributed() -> tuple[int, int]:
+    """(rank, world size) under ``torchrun`` (torch.distributed env vars), else (0, 1); initialises the group."""
+    import os
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, 1
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() and os.environ.get("ADVOPENOOD_BACKEND") != "gloo"
+                                else "gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def rank_device(device: str, rank: int) -> torch.device:
+    """``cuda`` becomes ``cuda:<LOCAL_RANK>`` under torchrun; other devices are kept."""
+    import os
+
+    if device == "cuda" and "LOCAL_RANK" in os.environ:
+        return torch.device(f"cuda:{os.environ['LOCAL_RANK']}")
+    return torch.device(device)
+
+
 def generate_sets(cfg: dict[str, Any], specs: list[AttackSpec], model: Classifier, id_set, device: torch.device,
                   *, rank: int = 0, world_size: int = 1, progress: bool = True) -> dict[str, AdvSet]:
-    """One adversarial set per spec, from the store when it is already there."""
+    """One adversarial set per spec, from the store when it is already there.
+
+    Under torchrun each rank attacks the shards ``i % world_size == rank`` into the shared store; after a
+    barrier rank 0 writes the manifests, and every rank sees the complete sets.
+    """
     store = AdvStore(cache_dir(cfg) / "adv", shard_size=int(cfg["shard_size"]))
     model_hash = weights_hash(model)
     sets: dict[str, AdvSet] = {}
@@ -88,6 +116,14 @@ def generate_sets(cfg: dict[str, Any], specs: list[AttackSpec], model: Classifie
                              rank=rank, world_size=world_size, progress=progress)
         adv.set_name = spec.set_name
         sets[spec.set_name] = adv
+    if world_size > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+        if rank == 0:
+            for adv in sets.values():
+                store.finalize(adv)
+        dist.barrier()
     return sets
 
 
@@ -117,11 +153,17 @@ def prepare(cfg: dict[str, Any], progress: bool = True) -> tuple[Classifier, Any
 
 
 def run(cfg: dict[str, Any], *, attack_only: bool = False, progress: bool = True) -> RunContext:
-    """Run the whole pipeline (or only the attack stage) and write every output under ``cfg['out']``."""
+    """Run the whole pipeline (or only the attack stage) and write every output under ``cfg['out']``.
+
+    Under ``torchrun`` every rank shares the attack stage; rank 0 alone scores, evaluates and writes outputs.
+    """
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     seed = int(cfg["seed"])
     seed_everything(seed)
+    rank, world_size = distributed()
+    progress = progress and rank == 0
+    cfg = {**cfg, "device": str(rank_device(str(cfg["device"]), rank))}
     model, id_set, fit_set, ood_sets, specs = prepare(cfg, progress)
     device = torch.device(cfg["device"])
     out = Path(cfg["out"] or Path("runs") / str(cfg["name"])).expanduser()
@@ -131,11 +173,13 @@ def run(cfg: dict[str, Any], *, attack_only: bool = False, progress: bool = True
 
     t = time.perf_counter()
     clean = clean_predictions(model, id_set, bs, device, progress)
-    adv_sets = generate_sets(cfg, specs, model, id_set, device, progress=progress)
+    adv_sets = generate_sets(cfg, specs, model, id_set, device, rank=rank, world_size=world_size, progress=progress)
     timings["attacks"] = time.perf_counter() - t
     dataset, arch = str(cfg["data"].get("dataset") or id_set.name), model.arch
     ctx = RunContext(cfg, out, model, device, seed, dataset, arch, id_set, fit_set, ood_sets, adv_sets, clean,
-                     batch_size=bs)
+                     batch_size=bs, rank=rank)
+    if rank != 0:
+        return ctx
     asr = pd.DataFrame([asr_row(a, dataset, arch, seed, clean.accuracy) for a in adv_sets.values()], columns=ASR_COLUMNS)
     aio.write_csv(out / "asr.csv", asr)
 

@@ -179,6 +179,11 @@ class AdvStore:
             self.write_manifest(path, spec, shards)
         return AdvSet(attack.name, attack.norm, attack.params.get("eps"), dict(attack.params), key, path, shards, stats)
 
+    def finalize(self, adv: AdvSet) -> None:
+        """Write the manifest of a set that several ranks generated (rank 0, after a barrier)."""
+        spec = json.loads((adv.path / "spec.json").read_text())
+        self.write_manifest(adv.path, spec, adv.shards)
+
     def write_manifest(self, path: Path, spec: dict[str, Any], shards: list[Path]) -> None:
         """Record every shard's checksum once the set is complete (rank 0 after all ranks finished)."""
         missing = [s.name for s in shards if self._check(s) != "ok"]

@@ -1,0 +1,74 @@
+"""End to end on real data: the embedded demo, the CIFAR-10 pack, resume/determinism, PNG export."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from advopenood.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory, session_cache) -> Path:
+    out = tmp_path_factory.mktemp("demo")
+    assert main(["demo", "--limit", "150", "--out", str(out), "--quiet"]) == 0
+    return out
+
+
+def test_demo_writes_every_output(demo_run):
+    for name in ("asr.csv", "ood.csv", "table_ood.md", "table_ood.csv", "gradcam.csv", "report.md", "report.html",
+                 "run.json"):
+        assert (demo_run / name).is_file(), name
+    asr = pd.read_csv(demo_run / "asr.csv")
+    assert list(asr.columns) == ["dataset", "arch", "attack", "eps", "n", "clean_acc", "asr", "asr_all",
+                                 "mean_linf", "mean_l2", "seed"]
+    assert set(asr.attack) == {"fgsm", "pgd", "df", "mpgd"} and (asr.n == 150).all()
+    assert asr.clean_acc.iloc[0] > 95
+    by = asr.set_index("attack")
+    assert by.loc["df", "asr"] == 100 and by.loc["pgd", "asr"] >= by.loc["fgsm", "asr"]
+    assert by.loc["pgd", "mean_linf"] <= 8 / 255 + 1e-6
+    ood = pd.read_csv(demo_run / "ood.csv")
+    assert set(ood.ood_set) >= {"textures", "noise", "fgsm", "pgd", "df", "mpgd"}
+    assert ood.detector.nunique() == 16
+
+
+def test_run_json_records_seed_versions_and_keys(demo_run):
+    info = json.loads((demo_run / "run.json").read_text())
+    assert info["seed"] == 0 and {"torch", "foolbox", "advopenood"} <= set(info["versions"])
+    assert {a["key"] for a in info["attacks"].values()} and info["attack_work"]["shards_generated"] >= 4
+
+
+def test_second_identical_run_does_no_attack_work_and_is_identical(demo_run, tmp_path):
+    out = tmp_path / "again"
+    assert main(["demo", "--limit", "150", "--out", str(out), "--quiet", "--analysis", ""]) == 0
+    info = json.loads((out / "run.json").read_text())
+    assert info["attack_work"]["shards_generated"] == 0 and info["attack_work"]["shards_reused"] >= 4
+    for name in ("asr.csv", "ood.csv"):
+        assert (out / name).read_text() == (demo_run / name).read_text(), name
+
+
+def test_cifar_pack_reaches_the_papers_asr(data_root, tmp_path, session_cache):
+    out = tmp_path / "cifar"
+    assert main(["attack", "--config", str(REPO / "configs" / "cifar10_resnet20.yaml"), "--data-root", str(data_root),
+                 "--attack", "pgd,df", "--limit", "200", "--out", str(out), "--quiet"]) == 0
+    asr = pd.read_csv(out / "asr.csv").set_index("attack")
+    assert asr.loc["pgd", "asr"] >= 99 and asr.loc["df", "asr"] == 100
+    assert 80 < asr.loc["pgd", "clean_acc"] < 95
+
+
+def test_png_export_writes_openood_lists_and_rechecks(tmp_path, session_cache, capsys):
+    out = tmp_path / "export"
+    assert main(["attack", "--config", "demo", "--attack", "pgd", "--limit", "40", "--out", str(out), "--quiet",
+                 "--export-png"]) == 0
+    lines = [l for l in capsys.readouterr().out.splitlines() if "survive 8-bit rounding" in l]
+    assert len(lines) == 1
+    survive, total = (int(v) for v in lines[0].split(" - ")[1].split(" successful")[0].split(" of "))
+    assert 0 < survive <= total <= 40
+    imglist = out / "openood" / "benchmark_imglist" / "digits" / "test_adv_pgd.txt"
+    entries = imglist.read_text().splitlines()
+    assert len(entries) == 40
+    assert (out / "openood" / "images_classic" / entries[0].split()[0]).is_file()
