@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from advopenood.errors import UsageError
 
-DATASET_KINDS = ("npz", "openood", "torchvision", "demo")
+DATASET_KINDS = ("npz", "idx", "openood", "torchvision", "demo")
 DEMO_SETS = ("digits", "textures", "noise")
 TORCHVISION_SETS = ("CIFAR10", "CIFAR100", "MNIST", "FashionMNIST", "SVHN")
 
@@ -137,6 +137,20 @@ def _load_npz(path: str) -> tuple[np.ndarray, np.ndarray, str]:
     return x, y, file_sha256(Path(path))
 
 
+def read_idx(path: Path) -> np.ndarray:
+    """An IDX array file (MNIST's format), gzip-compressed or not: big-endian header, then uint8 data."""
+    import gzip
+    import struct
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        zero, dtype, ndim = struct.unpack(">HBB", f.read(4))
+        if zero != 0 or dtype != 0x08:
+            raise UsageError(f"{str(path)!r} is not a uint8 IDX file; valid inputs: MNIST-style *-idx[13]-ubyte[.gz]")
+        shape = struct.unpack(f">{ndim}I", f.read(4 * ndim))
+        return np.frombuffer(f.read(), dtype=np.uint8).reshape(shape)
+
+
 def _demo_digits(split: str) -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's bundled 8x8 digits (1,797 images), as uint8 in [0, 255]; 70/30 split by a fixed shuffle."""
     from sklearn.datasets import load_digits
@@ -180,6 +194,13 @@ def build_dataset(spec: dict[str, Any], root: Path | None, channels: int, size: 
                              "pass --data-root DIR holding the .npz files named in the config")
         x, y, fp = _load_npz(str(path))
         return ArrayDataset(x, y, name, fp, channels, size)
+    if kind == "idx":
+        paths = [_resolve(spec[k], root) for k in ("images", "labels")]
+        missing = [str(p) for p in paths if not p.is_file()]
+        if missing:
+            raise UsageError(f"IDX file {missing[0]!r} not found; pass --data-root DIR holding the config's files")
+        fp = hashlib.sha256("".join(file_sha256(p) for p in paths).encode()).hexdigest()
+        return ArrayDataset(read_idx(paths[0]), read_idx(paths[1]).astype(np.int64), name, fp, channels, size)
     if kind == "openood":
         if root is None or not root.is_dir():
             raise UsageError(f"OpenOOD data root {str(root)!r} not found; pass --data-root DIR (OpenOOD's data/ folder)")

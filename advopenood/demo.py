@@ -1,15 +1,18 @@
-"""The embedded demo's classifier: a small CNN trained on scikit-learn's bundled digits, cached after first use.
+"""Small classifiers trained on first use and cached: the embedded demo's CNN and ``model.train`` configs.
 
-Needs nothing beyond a fresh ``pip install``: the digits ship with scikit-learn, the far-OOD textures
-with scikit-image. Training is seeded and takes a few seconds on two CPU cores.
+The demo needs nothing beyond a fresh ``pip install``: the digits ship with scikit-learn, the far-OOD
+textures with scikit-image. Training is seeded and takes seconds to a few minutes on two CPU cores; the
+weights are cached under ``<cache>/models/`` keyed by architecture, data identity, recipe, seed and torch.
 """
 from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from advopenood import io as aio
@@ -17,21 +20,28 @@ from advopenood.data import build_dataset, stack
 from advopenood.models import Classifier, build_model
 from advopenood.store import canonical_key, library_versions
 
-RECIPE = {"arch": "democnn", "data": "sklearn-digits-train-16x16", "epochs": 30, "lr": 0.01, "batch": 64, "version": 1}
+RECIPE = {"epochs": 30, "lr": 0.01, "batch": 64}
+DEMO_MODEL = {"arch": "democnn", "num_classes": 10, "in_channels": 1, "input_size": 16, "mean": [0.5], "std": [0.5]}
 
 
-def train_demo_model(seed: int = 0, device: torch.device | str = "cpu", progress: bool = True) -> Classifier:
-    """Train ``democnn`` on the digits training split (Adam, cosine schedule) and return it in eval mode."""
+def _build(model_cfg: dict[str, Any], checkpoint: Path | None, device: torch.device | str) -> Classifier:
+    return build_model(model_cfg["arch"], int(model_cfg["num_classes"]), checkpoint, mean=model_cfg.get("mean"),
+                       std=model_cfg.get("std"), input_size=int(model_cfg["input_size"]),
+                       in_channels=int(model_cfg["in_channels"]), device=device)
+
+
+def train_classifier(model: Classifier, data: Dataset, recipe: dict[str, Any], seed: int, progress: bool = True) -> Classifier:
+    """Adam with a cosine schedule and cross-entropy on ``data``; returns the model in eval mode."""
     torch.manual_seed(seed)
-    model = build_model("democnn", 10, None, mean=(0.5,), std=(0.5,), input_size=16, in_channels=1, device=device)
-    x, y = stack(build_dataset({"kind": "demo", "name": "digits", "split": "train"}, None, 1, 16))
+    device = next(model.parameters()).device
+    x, y = stack(data)
     x, y = x.to(device), y.to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=RECIPE["lr"])
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, RECIPE["epochs"])
+    opt = torch.optim.Adam(model.parameters(), lr=float(recipe["lr"]))
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, int(recipe["epochs"]))
     gen = torch.Generator().manual_seed(seed)
     model.train()
-    for _ in tqdm(range(RECIPE["epochs"]), desc="train demo CNN", unit="epoch", disable=not progress, leave=False):
-        for idx in torch.randperm(len(x), generator=gen).split(RECIPE["batch"]):
+    for _ in tqdm(range(int(recipe["epochs"])), desc=f"train {model.arch}", unit="epoch", disable=not progress, leave=False):
+        for idx in torch.randperm(len(x), generator=gen).split(int(recipe["batch"])):
             opt.zero_grad()
             F.cross_entropy(model(x[idx]), y[idx]).backward()
             opt.step()
@@ -39,14 +49,25 @@ def train_demo_model(seed: int = 0, device: torch.device | str = "cpu", progress
     return model.eval()
 
 
-def demo_model(cache: Path, seed: int = 0, device: torch.device | str = "cpu", progress: bool = True) -> Classifier:
-    """The trained demo CNN, loaded from ``cache`` or trained once and saved there atomically."""
-    key = canonical_key({"recipe": RECIPE, "seed": seed, "torch": library_versions()["torch"]})[:16]
-    path = Path(cache) / "models" / f"democnn-{key}.pt"
+def trained_model(model_cfg: dict[str, Any], data: Dataset, cache: Path, seed: int = 0,
+                  device: torch.device | str = "cpu", progress: bool = True) -> Classifier:
+    """``model_cfg``'s architecture trained on ``data`` with ``model_cfg['train']`` (over :data:`RECIPE`),
+    loaded from ``cache`` or trained once and saved there atomically."""
+    recipe = {**RECIPE, **(model_cfg.get("train") or {})}
+    arch = {k: model_cfg.get(k) for k in ("arch", "num_classes", "in_channels", "input_size", "mean", "std")}
+    key = canonical_key({"model": arch, "data": data.identity(), "recipe": recipe, "seed": seed,
+                         "torch": library_versions()["torch"]})[:16]
+    path = Path(cache) / "models" / f"{model_cfg['arch']}-{key}.pt"
     if path.is_file():
-        return build_model("democnn", 10, path, mean=(0.5,), std=(0.5,), input_size=16, in_channels=1, device=device)
-    model = train_demo_model(seed, device, progress)
+        return _build(model_cfg, path, device)
+    model = train_classifier(_build(model_cfg, None, device), data, recipe, seed, progress)
     buf = io.BytesIO()
     torch.save(model.backbone.state_dict(), buf)
     aio.atomic_write(path, lambda f: f.write(buf.getvalue()))
     return model
+
+
+def demo_model(cache: Path, seed: int = 0, device: torch.device | str = "cpu", progress: bool = True) -> Classifier:
+    """The embedded demo's CNN (16x16 grey digits), as ``advopenood demo`` trains and caches it."""
+    digits = build_dataset({"kind": "demo", "name": "digits", "split": "train"}, None, 1, 16)
+    return trained_model({**DEMO_MODEL, "train": {}}, digits, cache, seed, device, progress)

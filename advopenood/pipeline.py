@@ -21,7 +21,7 @@ from advopenood import registry
 from advopenood.config import AttackSpec, cache_dir, expand_attacks
 from advopenood.context import CleanRecord, RunContext
 from advopenood.data import build_dataset, limit_dataset, make_loader
-from advopenood.demo import demo_model
+from advopenood.demo import trained_model
 from advopenood.errors import UsageError
 from advopenood.models import Classifier, build_model, weights_hash
 from advopenood.store import AdvSet, AdvStore, library_versions
@@ -38,11 +38,12 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def load_model(cfg: dict[str, Any], device: torch.device, progress: bool = True) -> Classifier:
-    """The configured classifier: a checkpoint (relative to the data root) or the cached demo CNN."""
+def load_model(cfg: dict[str, Any], fit_set, device: torch.device, progress: bool = True) -> Classifier:
+    """The configured classifier: a checkpoint (relative to the data root), or, with ``model.train``, the
+    architecture trained on the fit set on first use and cached."""
     m = cfg["model"]
-    if m.get("arch") == "democnn" and not m.get("checkpoint"):
-        return demo_model(cache_dir(cfg), seed=int(cfg["seed"]), device=device, progress=progress)
+    if m.get("train") is not None and not m.get("checkpoint"):
+        return trained_model(m, fit_set, cache_dir(cfg), seed=int(cfg["seed"]), device=device, progress=progress)
     ckpt = m.get("checkpoint")
     if ckpt:
         root = cfg["data"].get("root")
@@ -148,7 +149,7 @@ def prepare(cfg: dict[str, Any], progress: bool = True) -> tuple[Classifier, Any
         ds = build_dataset(spec, root, channels, size)
         ood_sets[ds.name] = limit_dataset(ds, d.get("ood_limit", cfg["limit"]), int(cfg["seed"]))
     device = torch.device(cfg["device"])
-    model = load_model(cfg, device, progress)
+    model = load_model(cfg, fit_set, device, progress)
     return model, id_set, fit_set, ood_sets, specs
 
 

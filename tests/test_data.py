@@ -90,3 +90,14 @@ def test_limit_is_a_seeded_reproducible_subset(cifar_test):
     assert (a.indices == b.indices).all() and len(a) == 20
     assert not (limit_dataset(cifar_test, 20, 1).indices == a.indices).all()
     assert a.identity()["indices"] != limit_dataset(cifar_test, 20, 1).identity()["indices"]
+
+
+def test_idx_reader_matches_the_arrays(tmp_path, data_root):
+    raw = np.load(data_root / "fashionmnist_test.npz")
+    _write_idx(tmp_path / "img.gz", raw["x"][:20])
+    _write_idx(tmp_path / "lab.gz", raw["y"][:20])
+    ds = build_dataset({"kind": "idx", "images": "img.gz", "labels": "lab.gz", "name": "fm"}, tmp_path, 1, 28)
+    x, y = stack(ds, [7])
+    assert torch.equal(x[0, 0], torch.from_numpy(raw["x"][7]).float() / 255) and y.item() == raw["y"][7]
+    with pytest.raises(UsageError, match="lab2.gz"):
+        build_dataset({"kind": "idx", "images": "img.gz", "labels": "lab2.gz"}, tmp_path, 1, 28)

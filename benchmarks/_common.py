@@ -1,0 +1,32 @@
+"""Shared helpers for the benchmarks: the benchmark pack and the real CIFAR ResNet-20."""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("ADVOPENOOD_TEST_DATA", REPO.parent / "shared" / "data"))
+
+
+def median_time(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time of ``repeats`` calls (after one warm-up call)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def cifar(n: int):
+    """The pretrained ResNet-20 and ``n`` CIFAR-10 test images with labels."""
+    from advopenood.data import build_dataset, stack
+    from advopenood.models import build_model
+
+    model = build_model("resnet20", 10, DATA / "resnet20_cifar10.pt")
+    x, y = stack(build_dataset({"kind": "npz", "path": "cifar10_test.npz", "name": "cifar10"}, DATA, 3, 32), range(n))
+    return model, x, y
