@@ -36,7 +36,7 @@ setup(
         # OpenOOD is not on PyPI: install it from its repository first
         # (git clone https://github.com/Jingkang50/OpenOOD && pip install -e OpenOOD),
         # then `pip install advopenood[openood]` adds the few packages its postprocessors import.
-        "openood": ["faiss-cpu", "statsmodels", "libmr"],
+        "openood": ["faiss-cpu", "statsmodels", "libmr", "diffdist", "timm", "imgaug", "gdown"],
         "test": ["pytest>=7", "setuptools>=64", "wheel"],
     },
     entry_points={

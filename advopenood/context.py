@@ -53,6 +53,7 @@ class RunContext:
     clean: CleanRecord
     batch_size: int = 128
     rank: int = 0
+    progress: bool = True
     backend: str = ""
     scores: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     detector_errors: dict[str, str] = field(default_factory=dict)

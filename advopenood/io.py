@@ -3,11 +3,21 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, IO
 
 import pandas as pd
+
+
+def _umask_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return (stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IWGRP | stat.S_IROTH | stat.S_IWOTH) & ~mask
+
+
+_DEFAULT_MODE = _umask_mode()
 
 
 def atomic_write(path: Path, writer: Callable[[IO[bytes]], None]) -> None:
@@ -20,6 +30,7 @@ def atomic_write(path: Path, writer: Callable[[IO[bytes]], None]) -> None:
             writer(f)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, _DEFAULT_MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -62,6 +62,8 @@ def register(kind: str, name: str | None = None, description: str | None = None)
 
     def deco(obj: T) -> T:
         key = (name or getattr(obj, "name", None) or obj.__name__).lower()
+        if isinstance(obj, type) and hasattr(obj, "name") and not obj.__dict__.get("name"):
+            obj.name = key
         _REGISTRY[kind][key] = Entry(kind, key, obj, description or _first_line(obj), obj.__module__)
         return obj
 

@@ -1,1 +1,359 @@
-"""Built-in detectors (filled by the detector backends)."""
+"""The 16 post-hoc detectors of OpenOOD v1.5 that the paper evaluates, on the pytorch-ood backend.
+
+Each class takes OpenOOD's hyperparameters (the ``postprocessor_args`` of our copy of its YAML config) and
+maps them onto the pytorch-ood detector: scores are negated into OpenOOD's *confidence* (higher = more ID),
+percentiles become fractions, and the detectors that OpenOOD applies to the penultimate feature (REACT,
+ASH, SCALE, DICE) get the penultimate feature. With ``--detector-backend openood`` the same names run
+OpenOOD's own postprocessor classes instead (``openood_name``); see :mod:`advopenood.detectors`.
+Formulas use ``z`` for the penultimate feature, ``f(x) = W z + b`` for the logits and ``p = softmax(f(x))``.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch.nn as nn
+from pytorch_ood.detector import ASH as PodASH
+from pytorch_ood.detector import DICE as PodDICE
+from pytorch_ood.detector import GEN as PodGEN
+from pytorch_ood.detector import KNN as PodKNN
+from pytorch_ood.detector import ODIN as PodODIN
+from pytorch_ood.detector import RMD, EnergyBased, Gram, KLMatching, Mahalanobis, MaxLogit, MaxSoftmax, ReAct, ViM
+from pytorch_ood.detector import SCALE as PodSCALE
+from pytorch_ood.detector import NNGuide as PodNNGuide
+from torch import Tensor
+
+from advopenood.attacks import frozen
+from advopenood.detectors import Batches, Outputs, Postprocessor, Taps, fc_layer, seeded, vim_dim
+from advopenood.registry import register
+
+
+def _head(net: nn.Module) -> Callable[[Tensor], Tensor]:
+    """The final linear layer applied to (possibly ``B x D x 1 x 1``) features."""
+    fc = fc_layer(net)
+    return lambda z: fc(z.flatten(1))
+
+
+@register("detectors", "msp")
+class MSP(Postprocessor):
+    """MSP, maximum softmax probability (Hendrycks & Gimpel, ICLR 2017).
+
+    ``conf = max_k p_k``.
+    """
+
+    openood_name = "msp"
+
+    def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        return -MaxSoftmax.score(out.logits)
+
+
+@register("detectors", "odin")
+class ODIN(Postprocessor):
+    """ODIN, temperature scaling + input perturbation (Liang et al., ICLR 2018); own gradient pass.
+
+    ``x' = x - noise * sign(-grad_x log max_k softmax(f(x)/T)_k)``, ``conf = max_k softmax(f(x')/T)_k``
+    with OpenOOD's ``T = 1000``, ``noise = 0.0014`` in pixel units. ``input_std`` (None for our [0, 1]-input
+    networks) divides the gradient sign per channel for networks that take normalised inputs, as OpenOOD does.
+    """
+
+    openood_name = "odin"
+    own_pass = True
+    input_std: tuple[float, ...] | None = None
+
+    def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        det = PodODIN(net, eps=float(self.params["noise"]), temperature=float(self.params["temperature"]),
+                      norm_std=list(self.input_std) if self.input_std else None)
+        with frozen(net):
+            return -det.predict(x)
+
+
+@register("detectors", "mds")
+class MDS(Postprocessor):
+    """MDS, Mahalanobis distance to the closest class mean (Lee et al., NeurIPS 2018).
+
+    Class means ``mu_k`` and one shared covariance ``S`` of the training features;
+    ``conf = -min_k (z - mu_k)^T S^-1 (z - mu_k)`` (pytorch-ood halves it; the order is the same).
+    """
+
+    openood_name = "mds"
+    requires_fit = True
+
+    def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
+        self.det = Mahalanobis(None).fit_features(outputs.features.float(), labels.to(outputs.features.device))
+
+    def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        return -self.det.predict_features(out.features)
+
+
+@register("detectors", "rmds")
+class RMDS(Postprocessor):
+    """RMDS, relative Mahalanobis distance (Ren et al., arXiv 2021).
+
+    ``conf = -min_k [d_k(z) - d_0(z)]`` with ``d_k`` the class-conditional and ``d_0`` the class-agnostic
+    (background) squared Mahalanobis distance, both fitted on the training features.
+    """
+
+    openood_name = "rmds"
+    requires_fit = True
+
+    def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
+        self.det = RMD(None).fit_features(outputs.features.float(), labels.to(outputs.features.device))
+
+    def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        return -self.det.predict_features(out.features)
+
+
+class _TapStage:
+    """Stage ``index`` of a tapped pass in the sequential form pytorch-ood's ``Gram`` expects: stage 0 runs
+    the network once and records every tapped map; later stages return the recorded maps in order."""
+
+    def __init__(self, taps: Taps, state: dict[str, Any], index: int):
+        self.taps, self.state, self.index = taps, state, index
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if self.index == 0:
+            self.state["logits"], self.state["maps"] = self.taps(x)
+        return self.state["maps"][self.index]
+
+
+class _Stream:
+    """A re-iterable batch stream with a length (pytorch-ood's ``Gram.fit`` logs ``len(loader)``)."""
+
+    def __init__(self, batches: Batches, n_batches: int):
+        self.batches, self.n_batches = batches, n_batches
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
+        return iter(self.batches())
+
+    def __len__(self) -> int:
+        return self.n_batches
+
+
+@register("detectors", "gram")
+class GRAM(Postprocessor):
+    """GRAM, Gram-matrix deviations (Sastry & Oore, ICML 2020); own pass over every conv/ReLU output.
+
+    Per tapped layer ``l`` and power ``p``: ``G = rowsum((F^p)(F^p)^T)^(1/p)``; ``delta`` sums how far each
+    entry leaves the ``[min, max]`` seen in training for the predicted class; layers are normalised by the
+    mean deviation of a held-out 10 % and, as in OpenOOD, ``conf = -sum_l delta_l / E[delta_l] / max_k p_k``.
+    """
+
+    openood_name = "gram"
+    requires_fit = True
+    own_pass = True
+
+    def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
+        self.taps = Taps(net)
+        x0, _ = next(iter(batches()))
+        n_maps = len(self.taps(x0[:1].to(self.device))[1])
+        state: dict[str, Any] = {}
+        self.det = Gram(head=lambda _: state["logits"], feature_layers=[_TapStage(self.taps, state, i)
+                                                                        for i in range(n_maps)],
+                        num_classes=outputs.logits.shape[1], num_poles_list=list(self.params["powers"]))
+        self.det.to(self.device)
+        device = self.device
+        moved = lambda: ((x.to(device), y) for x, y in batches())
+        with seeded(self.seed):
+            self.det.fit(_Stream(moved, math.ceil(len(labels) / max(1, len(x0)))))
+
+    def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        logits, maps = self.taps(x)
+        deviation = self.det.predict_structured(logits, maps)
+        return -deviation / logits.softmax(1).max(1).values
+
+
+@register("detectors", "ebo")
+class EBO(Postprocessor):
+    """EBO, energy score (Liu et al., NeurIPS 2020).
+
+    ``conf = T * logsumexp(f(x) / T)`` with OpenOOD's ``T = 1``.
+    """
+
+    openood_name = "ebo"
+
+    def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        return -EnergyBased.score(out.logits, t=float(self.params["temperature"]))
+
+
+@register("detectors", "klm")
+class KLM(Postprocessor):
+    """KLM, KL matching to class-typical posteriors (Hendrycks et al., ICML 2022).
+
+    ``d_k`` = mean posterior of the fit samples predicted as ``k``; ``conf = -min_k KL(p || d_k)``.
+    OpenOOD fits on ID validation data; we use the ID fit set.
+    """
+
+    openood_name = "klm"
+    requires_fit = True
+
+    def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
+        self.det = KLMatching(None).fit_logits(outputs.logits, labels.to(outputs.logits.device))
+
+    def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        return -self.det.predict_logits(out.logits)
+
+
+@register("detectors", "mls")
+class MLS(Postprocessor):
+    """MLS, maximum logit (Hendrycks et al., ICML 2022).
+
+    ``conf = max_k f_k(x)``.
+    """
+
+    openood_name = "mls"
+
+    def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        return -MaxLogit.score(out.logits)
+
+
+@register("detectors", "react")
+class REACT(Postprocessor):
+    """REACT, rectified penultimate activations + energy (Sun et al., NeurIPS 2021).
+
+    ``c`` = the ``percentile``-th percentile (OpenOOD: 90) of the fit set's penultimate activations;
+    ``conf = logsumexp(W min(z, c) + b)``.
+    """
+
+    openood_name = "react"
+    requires_fit = True
+
+    def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
+        self.det = ReAct(backbone=None, head=_head(net), percentile=float(self.params["percentile"]) / 100.0)
+        self.det.fit_feature_maps(outputs.features, labels)
+
+    def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        return -self.det.predict_feature_maps(out.features)
+
+
+@register("detectors", "vim")
+class VIM(Postprocessor):
+    """VIM, virtual-logit matching (Wang et al., CVPR 2022).
+
+    Origin ``u = -W^+ b``; ``R`` = the residual of the top-``dim`` principal subspace of the training features;
+    ``conf = logsumexp(f(x)) - alpha * ||(z - u) R||`` with ``alpha`` matching mean max-logit and residual norm.
+    ``dim`` is OpenOOD's 256, or half the feature width when that leaves no residual.
+    """
+
+    openood_name = "vim"
+    requires_fit = True
+
+    def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
+        fc = fc_layer(net)
+        self.det = ViM(None, d=vim_dim(self.params["dim"], fc.in_features), w=fc.weight, b=fc.bias)
+        self.det.fit_features(outputs.features, labels)
+
+    def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        return -self.det.predict_features(out.features)
+
+
+@register("detectors", "knn")
+class KNN(Postprocessor):
+    """KNN, distance to the K-th nearest training feature (Sun et al., ICML 2022).
+
+    ``conf = -||z/||z|| - z_(K)||`` over L2-normalised training features, OpenOOD's ``K = 50``
+    (OpenOOD uses the squared distance; the order is the same).
+    """
+
+    openood_name = "knn"
+    requires_fit = True
+
+    def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
+        self.det = PodKNN(None, k=int(self.params["K"])).fit_features(outputs.features.float().cpu(), labels)
+
+    def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        return -self.det.predict_features(out.features)
+
+
+@register("detectors", "dice")
+class DICE(Postprocessor):
+    """DICE, sparsified final layer + energy (Sun & Li, ECCV 2022).
+
+    Weights whose contribution ``mean(z) * W`` lies below its ``p``-th percentile (OpenOOD: 90) are zeroed;
+    ``conf = logsumexp(W_masked z + b)``.
+    """
+
+    openood_name = "dice"
+    requires_fit = True
+
+    def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
+        fc = fc_layer(net)
+        self.det = PodDICE(None, w=fc.weight, b=fc.bias, p=float(self.params["p"]) / 100.0)
+        self.det.fit_features(outputs.features, labels.to(outputs.features.device))
+
+    def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        return -self.det.predict_features(out.features)
+
+
+@register("detectors", "ash")
+class ASH(Postprocessor):
+    """ASH-B, binarised activation shaping + energy (Djurisic et al., ICLR 2023).
+
+    Of the penultimate feature, the lowest ``percentile`` % (OpenOOD: 90) are zeroed and the rest set to
+    ``sum(z) / k``; ``conf = logsumexp(W ash_b(z) + b)`` (OpenOOD's ``ASHNet`` uses ASH-B).
+    """
+
+    openood_name = "ash"
+
+    def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        det = PodASH(backbone=None, head=_head(net), variant="ash-b", percentile=float(self.params["percentile"]) / 100.0)
+        return -det.predict_feature_maps(out.features[:, :, None, None])
+
+
+@register("detectors", "gen")
+class GEN(Postprocessor):
+    """GEN, generalised entropy of the top-M probabilities (Liu et al., CVPR 2023).
+
+    ``conf = -sum_{top-M} p_j^gamma (1 - p_j)^gamma`` with OpenOOD's ``gamma = 0.1``, ``M = 100``
+    (pytorch-ood averages instead of summing; the order is the same).
+    """
+
+    openood_name = "gen"
+
+    def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        return -PodGEN.score(out.logits, gamma=float(self.params["gamma"]), M=int(self.params["M"]))
+
+
+def nnguide_bank_size(n: int, alpha: float, batch_size: int, k: int) -> int:
+    """Rows in NNGuide's bank as OpenOOD takes them: whole batches until more than ``int(n * alpha)`` rows
+    (1 % by default), but at least ``k`` and at most ``n``."""
+    rows = (int(n * alpha) // batch_size + 1) * batch_size
+    return min(n, max(rows, k))
+
+
+@register("detectors", "nnguide")
+class NNGuide(Postprocessor):
+    """NNGuide, nearest-neighbour-guided energy (Park et al., ICCV 2023).
+
+    Bank: ``E(z') z'/||z'||`` of the first 1 % of the (shuffled) fit set; ``conf = E(x) * mean of the K = 100
+    largest inner products <z/||z||, bank>`` with ``E = logsumexp(f)``.
+    """
+
+    openood_name = "nnguide"
+    requires_fit = True
+
+    def rows_needed(self, n: int) -> int:
+        n = super().rows_needed(n)
+        return nnguide_bank_size(n, float(self.params["alpha"]), self.batch_size, int(self.params["K"]))
+
+    def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
+        self.det = PodNNGuide(None, head=fc_layer(net), k=int(self.params["K"]))
+        self.det.fit_features(outputs.features, labels)
+
+    def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        return -self.det.predict_features(out.features)
+
+
+@register("detectors", "scale")
+class SCALE(Postprocessor):
+    """SCALE, activation scaling + energy (Xu et al., ICLR 2024).
+
+    ``r = sum(z) / sum(top (100 - percentile) % of z)`` (OpenOOD: percentile 85);
+    ``conf = logsumexp(W z exp(r) + b)``.
+    """
+
+    openood_name = "scale"
+
+    def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        det = PodSCALE(backbone=None, head=_head(net), percentile=float(self.params["percentile"]) / 100.0)
+        return -det.predict_feature_maps(out.features[:, :, None, None])

@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep: steady times when processes share cores
+
 import pytest
 import torch
 

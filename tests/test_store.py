@@ -59,6 +59,7 @@ def test_second_run_reuses_everything_and_key_tracks_inputs(tmp_path, small, cif
     assert gen(store, small, cifar_model, fgsm(eps=4 / 255)).key != first.key
     assert gen(store, Subset(small.base, np.arange(1, 41)), cifar_model, fgsm()).key != first.key
     assert (first.path / "manifest.json").is_file() and (first.path / "spec.json").is_file()
+    assert first.path.name.startswith("fgsm-") and first.attack == "fgsm"
 
 
 def test_interrupted_run_resumes_at_missing_shard(tmp_path, small, cifar_model):

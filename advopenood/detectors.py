@@ -1,0 +1,733 @@
+"""Post-hoc OOD detectors: OpenOOD's postprocessor interface, two backends, and the shared pass.
+
+Every detector follows OpenOOD's ``BasePostprocessor`` interface: ``setup(net, id_loader_dict,
+ood_loader_dict)``, ``postprocess(net, data) -> (pred, conf)`` with *higher conf = more in-distribution*,
+and ``inference(net, loader) -> (pred, conf, label)``. Two backends implement the 16 built-in detectors:
+
+* ``openood`` (default when ``import openood`` works): OpenOOD's own postprocessor classes, built from our
+  copies of its YAML configs (``advopenood/configs/openood/*.yml``), so OpenOOD never tries to download a
+  config. Its hard-coded ``.cuda()`` calls are redirected to the run's device, and the network is wrapped
+  in ``ReactNet`` / ``ASHNet`` / ``ScaleNet`` for REACT / ASH / SCALE exactly as OpenOOD's ``Evaluator`` does.
+* ``pytorch-ood`` (always available): the same detectors from the pytorch-ood package with OpenOOD's default
+  hyperparameters mapped (see ``plugins/detectors.py`` and ``docs/detectors.md``).
+
+:func:`score_all` scores every selected detector from *one* network pass per input batch (logits,
+penultimate features and last-block maps are computed once and handed to each detector); only ODIN
+(input gradients) and GRAM (every intermediate map) run their own pass. Fitting works the same way: one
+pass over the fit set, shared by every detector that fits on ID data.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import inspect
+import random
+import time
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+from tqdm.auto import tqdm
+
+from advopenood import registry
+from advopenood.attacks import frozen
+from advopenood.data import Subset, make_loader
+from advopenood.errors import UsageError
+
+BACKENDS = ("auto", "openood", "pytorch-ood")
+OPENOOD_INSTALL = ("git clone https://github.com/Jingkang50/OpenOOD && pip install -e ./OpenOOD && "
+                   "pip install 'advopenood[openood]'")
+#: Detectors OpenOOD's Evaluator runs on a wrapped network (``Evaluator.__init__``).
+OPENOOD_WRAPPERS = {"react": ("openood.networks.react_net", "ReactNet"),
+                    "ash": ("openood.networks.ash_net", "ASHNet"),
+                    "scale": ("openood.networks.scale_net", "ScaleNet")}
+#: Extra parameter every detector accepts: fit on the first ``fit_size`` rows of the (seeded, shuffled) fit set.
+FIT_SIZE = "fit_size"
+
+Batches = Callable[[], Iterable[tuple[Tensor, Tensor]]]
+
+
+# ----------------------------------------------------------------------------------------------- shared pass
+
+
+@dataclass
+class Outputs:
+    """One network pass over a batch: logits ``B x K``, penultimate features ``B x D`` and, where the network
+    exposes it, the last block's maps ``B x C x H x W`` (``None`` for fit-set outputs, which are not kept)."""
+
+    logits: Tensor
+    features: Tensor
+    maps: Tensor | None = None
+
+    def rows(self, index: Tensor | slice) -> Outputs:
+        return Outputs(self.logits[index], self.features[index], None if self.maps is None else self.maps[index])
+
+
+@torch.no_grad()
+def forward_outputs(net: nn.Module, x: Tensor, keep_maps: bool = True) -> Outputs:
+    """Logits, penultimate features and last-block maps of ``x`` in one pass.
+
+    Uses :meth:`advopenood.models.Classifier.forward_all` when the network has it, and OpenOOD's dialect
+    ``net(x, return_feature=True)`` otherwise (e.g. an OpenOOD network inside OpenOOD's ``Evaluator``).
+    """
+    if hasattr(net, "forward_all"):
+        logits, features, maps = net.forward_all(x)
+        return Outputs(logits, features, maps[-1] if keep_maps else None)
+    logits, features = net(x, return_feature=True)
+    return Outputs(logits, features.flatten(1))
+
+
+def fc_layer(net: nn.Module) -> nn.Linear:
+    """The final linear layer (OpenOOD's ``get_fc_layer()``, else ``net.fc``)."""
+    return net.get_fc_layer() if hasattr(net, "get_fc_layer") else net.fc
+
+
+def net_device(net: nn.Module) -> torch.device:
+    """The device of the network's first parameter (CPU for a parameter-free network)."""
+    param = next(iter(net.parameters()), None)
+    return param.device if param is not None else torch.device("cpu")
+
+
+def iter_xy(loader: Iterable) -> Iterator[tuple[Tensor, Tensor]]:
+    """``(x, y)`` batches from a loader yielding tuples or OpenOOD's ``{'data', 'label'}`` dicts."""
+    for batch in loader:
+        if isinstance(batch, dict):
+            yield batch["data"], batch["label"]
+        else:
+            yield batch[0], batch[1]
+
+
+def collect_outputs(net: nn.Module, batches: Iterable[tuple[Tensor, Tensor]], device: torch.device,
+                    desc: str = "fit pass", progress: bool = False) -> tuple[Outputs, Tensor]:
+    """Concatenated logits and features (no maps) of every batch, and the labels (on the CPU)."""
+    logits, features, labels = [], [], []
+    for x, y in tqdm(batches, desc=desc, unit="batch", disable=not progress, leave=False):
+        out = forward_outputs(net, x.to(device), keep_maps=False)
+        logits.append(out.logits)
+        features.append(out.features)
+        labels.append(torch.as_tensor(y).cpu())
+    if not labels:
+        raise UsageError("the fit set is empty; detectors that fit on ID data need at least one training image")
+    return Outputs(torch.cat(logits), torch.cat(features)), torch.cat(labels)
+
+
+def take_rows(batches: Iterable[tuple[Tensor, Tensor]], n: int | None) -> Iterator[tuple[Tensor, Tensor]]:
+    """The first ``n`` rows of a batch stream (all rows when ``n`` is None)."""
+    left = n
+    for x, y in batches:
+        if left is not None:
+            if left <= 0:
+                return
+            x, y = x[:left], y[:left]
+            left -= len(y)
+        yield x, y
+
+
+class Taps:
+    """Records the output of every ``nn.Conv2d`` and ``nn.ReLU`` module in call order during a forward pass.
+
+    These are the layers OpenOOD's GRAM ``FeatureExtractor`` hooks (inspired by paaatcha/gram-ood).
+    """
+
+    def __init__(self, net: nn.Module):
+        self.net = net
+        self.layers = [m for m in net.modules() if isinstance(m, (nn.Conv2d, nn.ReLU))]
+
+    @torch.no_grad()
+    def __call__(self, x: Tensor) -> tuple[Tensor, list[Tensor]]:
+        maps: list[Tensor] = []
+        handles = [m.register_forward_hook(lambda _m, _i, out: maps.append(out)) for m in self.layers]
+        try:
+            logits = self.net(x)
+        finally:
+            for h in handles:
+                h.remove()
+        if not maps:
+            raise ValueError("the network has no nn.Conv2d or nn.ReLU layers for GRAM to read")
+        return logits, maps
+
+
+@contextlib.contextmanager
+def cuda_redirect(device: torch.device) -> Iterator[None]:
+    """Make ``Tensor.cuda()`` mean ``Tensor.to(device)`` (OpenOOD hard-codes ``.cuda()``); restored after."""
+    original = torch.Tensor.cuda
+    torch.Tensor.cuda = lambda self, *args, **kwargs: self.to(device)
+    try:
+        yield
+    finally:
+        torch.Tensor.cuda = original
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Seed Python's and torch's generators (GRAM's held-out split) without disturbing the caller's state."""
+    state = random.getstate()
+    random.seed(seed)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            yield
+    finally:
+        random.setstate(state)
+
+
+# -------------------------------------------------------------------------------------------- the interface
+
+
+@cache
+def openood_config(name: str) -> dict[str, Any]:
+    """Our copy of OpenOOD's ``configs/postprocessors/<name>.yml`` as a dict."""
+    import yaml
+
+    path = resources.files("advopenood.configs") / "openood" / f"{name}.yml"
+    if not path.is_file():
+        raise UsageError(f"no OpenOOD config shipped for detector {name!r}")
+    return yaml.safe_load(path.read_text())
+
+
+def openood_args(name: str) -> dict[str, Any]:
+    """OpenOOD's default hyperparameters (``postprocessor_args``) of a detector; empty when it has none."""
+    return dict(openood_config(name)["postprocessor"].get("postprocessor_args") or {})
+
+
+def vim_dim(dim: int, feature_dim: int) -> int:
+    """ViM's principal-subspace size: OpenOOD's ``dim`` when it leaves a residual, else half the feature width.
+
+    OpenOOD's 256 (and its 1000 sweep value) assume >= 512-d features; on narrower ones the residual is
+    empty, the virtual logit is 0/0 and every score is NaN.
+    """
+    return int(dim) if int(dim) < feature_dim else max(1, feature_dim // 2)
+
+
+class Postprocessor:
+    """Base class of advopenood's detectors, with OpenOOD's postprocessor interface.
+
+    Subclasses implement :meth:`score` (and :meth:`fit` when ``requires_fit``); the class attributes say
+    what the shared pass must provide. ``openood_name`` names the OpenOOD postprocessor (and our YAML copy)
+    that the ``openood`` backend runs instead; its ``postprocessor_args`` are the default parameters.
+    """
+
+    openood_name: ClassVar[str | None] = None
+    #: fits on ID training data (``setup`` / :meth:`fit`)
+    requires_fit: ClassVar[bool] = False
+    #: needs input gradients or intermediate maps: scored with its own network pass
+    own_pass: ClassVar[bool] = False
+    #: fits from the shared fit pass's outputs (False: only from ``batches``, its own pass)
+    shared_fit: ClassVar[bool] = True
+
+    def __init__(self, **params: Any):
+        valid = self.default_params()
+        unknown = sorted(set(params) - set(valid) - {FIT_SIZE})
+        if unknown:
+            raise UsageError(f"unknown parameter {unknown[0]!r} for detector {self.name!r}; "
+                             f"valid choices: {', '.join(sorted(set(valid) | {FIT_SIZE}))}")
+        fit_size = params.get(FIT_SIZE)
+        if fit_size is not None and (not str(fit_size).isdigit() or int(fit_size) < 1):
+            raise UsageError(f"{FIT_SIZE} {fit_size!r} for detector {self.name!r} is out of range; "
+                             "valid choices: a positive whole number, or null for the whole fit set")
+        self.params = {**valid, **params}
+        self.device = torch.device("cpu")
+        self.seed = 0
+        self.batch_size = 128
+        self.progress = True
+
+    @property
+    def name(self) -> str:
+        return self.openood_name or type(self).__name__.lower()
+
+    @classmethod
+    def default_params(cls) -> dict[str, Any]:
+        """OpenOOD's ``postprocessor_args`` for this detector (from our YAML copy)."""
+        return openood_args(cls.openood_name) if cls.openood_name else {}
+
+    @property
+    def fit_size(self) -> int | None:
+        value = self.params.get(FIT_SIZE)
+        return None if value is None else int(value)
+
+    def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
+        """Fit on ID training data: shared-pass ``outputs`` (logits, features) with ``labels``; ``batches``
+        re-reads the same rows as ``(x, y)`` for detectors with their own pass."""
+
+    def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        """Confidence per sample of batch ``x`` (higher = more ID), from the shared-pass outputs ``out``."""
+        raise NotImplementedError
+
+    def rows_needed(self, n: int) -> int:
+        """How many of ``n`` available fit rows :meth:`fit` reads (``fit_size``, or fewer for a small bank)."""
+        return n if self.fit_size is None else min(n, self.fit_size)
+
+    def setup(self, net: nn.Module, id_loader_dict: dict[str, Any], ood_loader_dict: dict[str, Any]) -> None:
+        """OpenOOD's ``setup``: fit on ``id_loader_dict['train']`` with this detector's own pass."""
+        if not self.requires_fit:
+            return
+        loader = id_loader_dict["train"]
+        self.device = net_device(net)
+        self.batch_size = getattr(loader, "batch_size", None) or self.batch_size
+        dataset = getattr(loader, "dataset", None)
+        n = self.rows_needed(len(dataset)) if dataset is not None else self.fit_size
+        batches = lambda: take_rows(iter_xy(loader), n)
+        outputs, labels = collect_outputs(net, batches(), self.device)
+        self.fit(net, outputs, labels, batches)
+
+    def postprocess(self, net: nn.Module, data: Tensor) -> tuple[Tensor, Tensor]:
+        """OpenOOD's ``postprocess``: ``(pred, conf)`` for one batch, with this detector's own pass."""
+        out = forward_outputs(net, data)
+        return out.logits.argmax(1), self.score(net, data, out)
+
+    def inference(self, net: nn.Module, data_loader: Iterable, progress: bool = True):
+        """OpenOOD's ``inference``: ``(pred, conf, label)`` numpy arrays over a loader."""
+        device = net_device(net)
+        preds, confs, labels = [], [], []
+        for x, y in tqdm(iter_xy(data_loader), disable=not progress, leave=False):
+            pred, conf = self.postprocess(net, x.to(device))
+            preds.append(pred.cpu())
+            confs.append(torch.as_tensor(conf).detach().reshape(-1).cpu().double())
+            labels.append(torch.as_tensor(y).cpu())
+        return (torch.cat(preds).numpy().astype(int), torch.cat(confs).numpy(),
+                torch.cat(labels).numpy().astype(int))
+
+
+# ------------------------------------------------------------------------------------------ openood backend
+
+
+def openood_importable() -> tuple[bool, str]:
+    """Whether OpenOOD's postprocessors import, and why not."""
+    try:
+        importlib.import_module("openood.evaluation_api.postprocessor")
+    except Exception as exc:  # any import-time failure of OpenOOD means the backend is unavailable
+        return False, f"{type(exc).__name__}: {exc}"
+    return True, ""
+
+
+def resolve_backend(backend: str) -> str:
+    """``auto`` -> ``openood`` when OpenOOD imports, else ``pytorch-ood``; validate explicit choices."""
+    key = (backend or "auto").strip().lower()
+    if key not in BACKENDS:
+        raise UsageError(f"unknown detector backend {backend!r}; valid choices: {', '.join(BACKENDS)}")
+    if key == "pytorch-ood":
+        return key
+    ok, why = openood_importable()
+    if key == "auto":
+        if not ok and importlib.util.find_spec("openood") is not None:
+            warnings.warn(f"advopenood: OpenOOD is installed but its postprocessors do not import ({why}); "
+                          "using the pytorch-ood backend", stacklevel=2)
+        return "openood" if ok else "pytorch-ood"
+    if not ok:
+        raise UsageError(f"detector backend 'openood' needs OpenOOD, which does not import ({why}); install it with: "
+                         f"{OPENOOD_INSTALL}; or choose --detector-backend pytorch-ood")
+    return key
+
+
+def openood_dataset_name(num_classes: int) -> str:
+    """An OpenOOD dataset name with ``num_classes`` classes (OpenOOD sizes MDS/RMDS/KLM/GRAM from it)."""
+    return {10: "cifar10", 100: "cifar100", 200: "imagenet200", 1000: "imagenet"}.get(num_classes, "cifar10")
+
+
+def make_openood_postprocessor(name: str, args: dict[str, Any], num_classes: int):
+    """OpenOOD's postprocessor ``name`` built from our YAML copy with ``args`` overriding its defaults."""
+    from openood.evaluation_api.postprocessor import postprocessors
+    from openood.utils.config import Config
+
+    raw = openood_config(name)
+    pp_cfg = dict(raw["postprocessor"])
+    pp_cfg["postprocessor_args"] = {**(pp_cfg.get("postprocessor_args") or {}), **args}
+    config = Config({"postprocessor": pp_cfg, "dataset": {"name": openood_dataset_name(num_classes)}})
+    pp = postprocessors[name](config)
+    pp.APS_mode = config.postprocessor.APS_mode
+    pp.hyperparam_search_done = False
+    if hasattr(pp, "num_classes"):
+        pp.num_classes = num_classes
+    return pp
+
+
+def wrap_openood_net(name: str, net: nn.Module) -> nn.Module:
+    """``ReactNet(net)`` / ``ASHNet(net)`` / ``ScaleNet(net)`` for REACT / ASH / SCALE, ``net`` otherwise."""
+    if name not in OPENOOD_WRAPPERS:
+        return net
+    module, cls = OPENOOD_WRAPPERS[name]
+    return getattr(importlib.import_module(module), cls)(net)
+
+
+class CachedNet(nn.Module):
+    """OpenOOD's network dialect answered from the shared pass.
+
+    ``load(x, out)`` caches the current batch; ``net(x)``, ``net(x, return_feature=True)`` and
+    ``forward_threshold`` on that same tensor return (copies of) the cached logits and features, so
+    OpenOOD's postprocessors run unchanged without another pass. A 1-D tensor is read as row indices
+    into the fit-set outputs (the fit loader yields those instead of images). Anything else runs the
+    real network.
+    """
+
+    def __init__(self, model: nn.Module, fit: Outputs | None = None):
+        super().__init__()
+        self.model = model
+        self.fit_outputs = fit
+        self._batch: tuple[Tensor, Outputs] | None = None
+
+    def load(self, x: Tensor, out: Outputs) -> None:
+        self._batch = (x, out)
+
+    def clear(self) -> None:
+        self._batch = None
+
+    def _outputs(self, x: Tensor) -> Outputs:
+        if x.dim() == 1 and self.fit_outputs is not None:
+            rows = x.long().to(self.fit_outputs.logits.device)
+            return self.fit_outputs.rows(rows)
+        if self._batch is not None:
+            cached_x, out = self._batch
+            if x is cached_x or (x.shape == cached_x.shape and x.device == cached_x.device
+                                 and x.data_ptr() == cached_x.data_ptr()):
+                return out
+        return forward_outputs(self.model, x)
+
+    def forward(self, x: Tensor, return_feature: bool = False, return_feature_list: bool = False):
+        if return_feature_list:
+            return self.model(x, return_feature_list=True)
+        out = self._outputs(x)
+        logits, features = out.logits.clone(), out.features.clone()
+        return (logits, features) if return_feature else logits
+
+    def forward_threshold(self, x: Tensor, threshold: float) -> Tensor:
+        return self.get_fc_layer()(self._outputs(x).features.clip(max=threshold))
+
+    @property
+    def fc(self) -> nn.Linear:
+        return self.get_fc_layer()
+
+    def get_fc(self):
+        layer = self.get_fc_layer()
+        return layer.weight.detach().cpu().numpy(), layer.bias.detach().cpu().numpy()
+
+    def get_fc_layer(self) -> nn.Linear:
+        return fc_layer(self.model)
+
+
+class _RowDataset(Dataset):
+    """Fit-set rows as OpenOOD batches: ``data`` is the row index (served by :class:`CachedNet`)."""
+
+    def __init__(self, labels: Tensor):
+        self.labels = labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> dict[str, Tensor]:
+        return {"data": torch.tensor(i), "label": self.labels[i]}
+
+
+class _DictBatches(IterableDataset):
+    """Image batches streamed as OpenOOD's ``{'data', 'label'}`` dicts (for detectors with their own fit pass)."""
+
+    def __init__(self, batches: Batches):
+        self.batches = batches
+
+    def __iter__(self) -> Iterator[dict[str, Tensor]]:
+        for x, y in self.batches():
+            yield {"data": x, "label": torch.as_tensor(y)}
+
+
+class OpenOODPostprocessor(Postprocessor):
+    """One of OpenOOD's own postprocessors (unchanged), fed by the shared pass through :class:`CachedNet`.
+
+    Adaptations, all documented in ``docs/detectors.md``: no automatic parameter search (APS needs an OOD
+    validation set; the YAML's ``postprocessor_args`` are used, as with ``APS_mode: False``); ID "val" data
+    (KLM, REACT) is the fit set; ODIN's gradient is not divided by the normalisation std, because our
+    networks take [0, 1] pixels (the step stays ``noise`` in pixel units, as in OpenOOD); ViM's ``dim``
+    falls back to half the feature width when OpenOOD's 256 leaves no residual (:func:`vim_dim`).
+    """
+
+    def __init__(self, openood_name: str, **params: Any):
+        self._openood_name = openood_name
+        super().__init__(**params)
+        self.pp = None
+        self._cached: CachedNet | None = None
+        self._net: nn.Module | None = None
+
+    @property
+    def name(self) -> str:
+        return self._openood_name
+
+    def default_params(self) -> dict[str, Any]:  # type: ignore[override]
+        return openood_args(self._openood_name)
+
+    @property
+    def requires_fit(self) -> bool:  # type: ignore[override]
+        return self._openood_name in ("mds", "rmds", "gram", "klm", "react", "vim", "knn", "dice", "nnguide")
+
+    @property
+    def own_pass(self) -> bool:  # type: ignore[override]
+        return self._openood_name in ("odin", "gram")
+
+    def _build(self, net: nn.Module, outputs: Outputs | None) -> None:
+        """Construct OpenOOD's postprocessor for ``net`` and adapt it to [0, 1] inputs and the feature width."""
+        args = {k: v for k, v in self.params.items() if k != FIT_SIZE}
+        fc = fc_layer(net)
+        if self._openood_name == "vim":
+            args["dim"] = vim_dim(args["dim"], fc.in_features)
+        self.pp = make_openood_postprocessor(self._openood_name, args, fc.out_features)
+        if self._openood_name == "odin":
+            self.pp.input_std = [1.0] * len(self.pp.input_std)
+        self._cached = CachedNet(net, outputs)
+        self._net = net if self.own_pass else wrap_openood_net(self._openood_name, self._cached)
+
+    def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
+        self._build(net, outputs)
+        if self._openood_name == "gram":
+            loader = DataLoader(_DictBatches(batches), batch_size=None)
+        else:
+            loader = DataLoader(_RowDataset(labels), batch_size=self.batch_size)
+        with _openood_call(self.device, self.progress), seeded(self.seed):
+            self.pp.setup(self._net, {"train": loader, "val": loader}, {})
+        self._cached.fit_outputs = None
+
+    def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        if self.pp is None:
+            self._build(net, None)
+        with _openood_call(self.device, self.progress):
+            if self.own_pass:
+                with frozen(net):
+                    _, conf = self.pp.postprocess(net, x.detach().clone())
+            else:
+                self._cached.load(x, out)
+                try:
+                    _, conf = self.pp.postprocess(self._net, x)
+                finally:
+                    self._cached.clear()
+        return torch.as_tensor(conf).detach().reshape(-1)
+
+    def setup(self, net: nn.Module, id_loader_dict: dict[str, Any], ood_loader_dict: dict[str, Any]) -> None:
+        """OpenOOD's own ``setup`` on the real network (the per-detector path); it reads the loaders whole,
+        so ``fit_size`` applies only in :func:`score_all`."""
+        self.device = net_device(net)
+        self._build(net, None)
+        self._net = net if self.own_pass else wrap_openood_net(self._openood_name, net)
+        with _openood_call(self.device, self.progress), seeded(self.seed):
+            self.pp.setup(self._net, id_loader_dict, ood_loader_dict)
+
+    def postprocess(self, net: nn.Module, data: Tensor) -> tuple[Tensor, Tensor]:
+        if self.pp is None:
+            self._build(net, None)
+            self._net = net if self.own_pass else wrap_openood_net(self._openood_name, net)
+        with _openood_call(self.device, self.progress):
+            if self.own_pass:
+                with frozen(net):
+                    pred, conf = self.pp.postprocess(net, data.detach().clone())
+            else:
+                pred, conf = self.pp.postprocess(self._net, data)
+        return pred, torch.as_tensor(conf).detach().reshape(-1)
+
+
+class _Null:
+    """A write-only sink for OpenOOD's prints and progress bars."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _openood_call(device: torch.device, progress: bool) -> Iterator[None]:
+    """Around every call into OpenOOD: ``.cuda()`` -> ``device``, its prints muted, its tqdm bars too unless ``progress``."""
+    with cuda_redirect(device), contextlib.redirect_stdout(_Null()), \
+            (contextlib.nullcontext() if progress else contextlib.redirect_stderr(_Null())):
+        yield
+
+
+# ---------------------------------------------------------------------------------------- creating detectors
+
+
+class _PlainDetector(Postprocessor):
+    """A third-party class with only OpenOOD's interface: ``setup`` on the fit loader, ``postprocess`` per batch."""
+
+    own_pass = True
+    requires_fit = True
+    shared_fit = False
+
+    def __init__(self, name: str, inner: Any):
+        self._name = name
+        self.inner = inner
+        self.params = {}
+        self.device = torch.device("cpu")
+        self.seed = 0
+        self.batch_size = 128
+        self.progress = True
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
+        if hasattr(self.inner, "setup"):
+            loader = DataLoader(_DictBatches(batches), batch_size=None)
+            with cuda_redirect(self.device):
+                self.inner.setup(net, {"train": loader, "val": loader}, {})
+
+    def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        with cuda_redirect(self.device):
+            _, conf = self.inner.postprocess(net, x)
+        return torch.as_tensor(conf).detach().reshape(-1)
+
+
+def _construct_plain(name: str, obj: Any, params: dict[str, Any], num_classes: int) -> Any:
+    """Instantiate a third-party detector: OpenOOD ``BasePostprocessor`` subclasses get a ``Config``."""
+    if not inspect.isclass(obj):
+        return obj
+    try:
+        from openood.postprocessors import BasePostprocessor
+    except Exception:  # OpenOOD absent: the class cannot be one of its postprocessors
+        BasePostprocessor = None
+    if BasePostprocessor is not None and issubclass(obj, BasePostprocessor):
+        from openood.utils.config import Config
+
+        return obj(Config({"postprocessor": {"name": name, "APS_mode": False, "postprocessor_args": dict(params),
+                                             "postprocessor_sweep": {}},
+                           "dataset": {"name": openood_dataset_name(num_classes)}}))
+    return obj(**params)
+
+
+def create_detector(name: str, backend: str, params: dict[str, Any] | None = None, *, num_classes: int = 10,
+                    device: torch.device | str = "cpu", seed: int = 0, batch_size: int = 128,
+                    progress: bool = False) -> Postprocessor:
+    """The detector registered as ``name`` for a resolved ``backend``; unknown names raise a UsageError."""
+    obj = registry.get("detectors", name)
+    params = dict(params or {})
+    key = name.strip().lower()
+    if backend == "openood" and getattr(obj, "openood_name", None):
+        det: Postprocessor = OpenOODPostprocessor(obj.openood_name, **params)
+    elif inspect.isclass(obj) and issubclass(obj, Postprocessor):
+        det = obj(**params)
+    else:
+        det = _PlainDetector(key, _construct_plain(key, obj, params, num_classes))
+    det.device = torch.device(device)
+    det.seed = int(seed)
+    det.batch_size = int(batch_size)
+    det.progress = bool(progress)
+    return det
+
+
+# ----------------------------------------------------------------------------------------------- score_all
+
+
+@dataclass
+class ScoreResult:
+    """Per-sample confidences ``scores[detector][set]`` (float64, set order), skipped detectors with a
+    one-line reason, the resolved backend, and seconds spent per detector (fit + score, shared pass apart)."""
+
+    scores: dict[str, dict[str, np.ndarray]]
+    errors: dict[str, str]
+    backend: str
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _reason(stage: str, exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{stage} failed: {type(exc).__name__}: {text[:300]}"
+
+
+def fit_rows(n: int, fit_size: int | None, seed: int) -> np.ndarray:
+    """Fit-set rows in a seeded random order, the first ``fit_size`` of them (all when None).
+
+    Every detector fits on a prefix of the same order, so one pass serves all fit sizes, and NNGuide's
+    1 % bank (the first rows, as in OpenOOD) is a seeded random subset even when the data is class-sorted.
+    """
+    order = np.random.default_rng(seed).permutation(n)
+    return order if fit_size is None else order[:min(int(fit_size), n)]
+
+
+def fit_subset(fit_set: Dataset, seed: int, fit_size: int | None = None) -> Subset:
+    """The fit rows :func:`score_all` uses, in its order (:func:`fit_rows`)."""
+    return Subset(fit_set, fit_rows(len(fit_set), fit_size, seed))
+
+
+def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset,
+              sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]], *, batch_size: int,
+              device: torch.device, seed: int, params: dict[str, dict] | None = None,
+              progress: bool = True) -> ScoreResult:
+    """Fit and score every detector in ``names`` with one shared network pass per batch.
+
+    ``sets`` maps a set name to a zero-argument callable yielding ``(x, y)`` batches of [0, 1] images.
+    A detector that fails to build, fit or score is skipped with its reason in ``errors``; the others go on.
+    An unknown detector name (or parameter) raises :class:`~advopenood.errors.UsageError` before any work.
+    """
+    resolved = resolve_backend(backend)
+    params = {str(k).lower(): dict(v or {}) for k, v in (params or {}).items()}
+    keys = [n.strip().lower() for n in names]
+    for key in keys:
+        registry.get("detectors", key)
+    stray = sorted(set(params) - set(registry.names("detectors")))
+    if stray:
+        raise UsageError(f"parameters given for unknown detector {stray[0]!r}; "
+                         f"valid choices: {', '.join(registry.names('detectors'))}")
+    device = torch.device(device)
+    num_classes = fc_layer(model).out_features
+    dets: dict[str, Postprocessor] = {}
+    errors: dict[str, str] = {}
+    seconds: dict[str, float] = {}
+    for key in keys:
+        try:
+            dets[key] = create_detector(key, resolved, params.get(key), num_classes=num_classes, device=device,
+                                        seed=seed, batch_size=batch_size, progress=progress)
+        except UsageError:
+            raise
+        except Exception as exc:  # a broken detector is skipped, never fatal for the others
+            errors[key] = _reason("construction", exc)
+    model.eval()
+
+    fitting = [k for k, d in dets.items() if d.requires_fit]
+    if fitting:
+        sizes = [dets[k].fit_size for k in fitting]
+        fit_data = fit_subset(fit_set, seed, None if None in sizes else max(sizes))
+        outputs, labels = Outputs(torch.empty(0), torch.empty(0)), torch.empty(0, dtype=torch.long)
+        if any(dets[k].shared_fit for k in fitting):
+            outputs, labels = collect_outputs(model, make_loader(fit_data, batch_size), device,
+                                              desc="fit pass", progress=progress)
+        for key in fitting:
+            det = dets[key]
+            n = det.rows_needed(len(fit_data))
+            batches = lambda n=n: take_rows(make_loader(fit_data, batch_size), n)
+            start = time.perf_counter()
+            try:
+                det.fit(model, outputs.rows(slice(0, n)), labels[:n], batches)
+            except Exception as exc:  # skipped with its reason
+                errors[key] = _reason("fit", exc)
+                del dets[key]
+            seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - start
+
+    scores: dict[str, dict[str, np.ndarray]] = {k: {} for k in dets}
+    for set_name, make_batches in sets.items():
+        if not dets:
+            break
+        parts: dict[str, list[np.ndarray]] = {k: [] for k in dets}
+        for x, _ in tqdm(make_batches(), desc=f"score {set_name}", unit="batch", disable=not progress, leave=False):
+            x = x.to(device)
+            out = forward_outputs(model, x)
+            for key in list(dets):
+                start = time.perf_counter()
+                try:
+                    conf = dets[key].score(model, x, out)
+                    conf = torch.as_tensor(conf).detach().reshape(-1).cpu().double().numpy()
+                    if len(conf) != len(x):
+                        raise ValueError(f"{len(conf)} scores for a batch of {len(x)}")
+                    parts[key].append(conf)
+                except Exception as exc:  # skipped with its reason
+                    errors[key] = _reason(f"scoring {set_name!r}", exc)
+                    del dets[key]
+                    scores.pop(key, None)
+                    parts.pop(key, None)
+                seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - start
+        for key, chunks in parts.items():
+            scores[key][set_name] = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float64)
+    return ScoreResult({k: scores[k] for k in keys if k in scores}, errors, resolved, seconds)

@@ -1,0 +1,383 @@
+"""OpenOOD bridge: advopenood's detectors and adversarial sets inside OpenOOD's evaluation API.
+
+* :func:`register_with_openood` adds every registered advopenood detector to OpenOOD's postprocessor map
+  (``openood.evaluation_api.postprocessor.postprocessors``) as ``advopenood_<name>`` (an OpenOOD
+  ``BasePostprocessor`` running the pytorch-ood backend), and :class:`AdvEvaluator` to
+  ``openood.evaluation_api``.
+* ``AdvEvaluator`` is OpenOOD's ``Evaluator`` with an ``adv`` OOD split injected into its data-loader and
+  score tables, so ``eval_ood()`` scores adversarial sets next to near- and far-OOD (rows per attack and an
+  ``advood`` mean, as ``nearood`` / ``farood``). Adversarial images stay float-exact (no PNG round trip).
+* :func:`eval_ood_main` is ``advopenood eval-ood``: the flags and behaviour of OpenOOD's
+  ``scripts/eval_ood.py`` (``--root`` with ``s*/best.ckpt`` runs, ``--postprocessor``, ``--id-data``,
+  ``--batch-size``, ``--save-csv``, ``--save-score``, ``--fsood``) plus ``--attack`` and ``--eps``, which add
+  one adversarial split per attack, made from OpenOOD's own ID test loader by advopenood's attack store.
+  As everywhere in advopenood, an attack's OOD samples are its successful adversarial examples.
+
+OpenOOD is imported lazily; without it every entry point raises a UsageError saying how to install it.
+"""
+from __future__ import annotations
+
+import argparse
+import collections.abc
+import os
+import pickle
+from collections.abc import Iterator, Sequence
+from functools import lru_cache
+from glob import glob
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from advopenood import registry
+from advopenood.data import file_sha256, limit_dataset
+from advopenood.detectors import (
+    OPENOOD_INSTALL,
+    create_detector,
+    cuda_redirect,
+    make_openood_postprocessor,
+    openood_config,
+    openood_importable,
+)
+from advopenood.errors import UsageError
+from advopenood.models import weights_hash
+from advopenood.store import AdvSet, AdvStore
+
+ADAPTER_PREFIX = "advopenood_"
+ID_DATA = ("cifar10", "cifar100", "imagenet200")
+NUM_CLASSES = {"cifar10": 10, "cifar100": 100, "imagenet200": 200}
+#: Postprocessors whose OpenOOD script builds a special network; eval-ood runs only plain classifiers.
+SPECIAL_NETS = ("conf_branch", "godin", "rotpred", "cider", "reweightood", "npos", "palm", "t2fnorm")
+
+
+def require_openood() -> None:
+    """Raise a UsageError naming the import problem and the install command when OpenOOD is missing."""
+    ok, why = openood_importable()
+    if not ok:
+        raise UsageError(f"this needs OpenOOD, which does not import ({why}); install it with: {OPENOOD_INSTALL}")
+
+
+def openood_root() -> Path:
+    """The OpenOOD checkout (its ``scripts/eval_ood.py`` reads ``<checkout>/data`` and ``<checkout>/configs``)."""
+    import openood
+
+    return Path(openood.__file__).resolve().parents[1]
+
+
+def input_std(dataset: str | None) -> list[float]:
+    """OpenOOD's normalisation std for ``dataset`` (0.5 per channel otherwise), as its ODIN uses."""
+    from openood.preprocessors.transform import normalization_dict
+
+    return list(normalization_dict.get(dataset or "", [[0.5] * 3, [0.5] * 3])[1])
+
+
+def openood_adapter(name: str) -> type:
+    """An OpenOOD ``BasePostprocessor`` subclass running advopenood's detector ``name`` (pytorch-ood backend).
+
+    Built from an OpenOOD ``Config``: ``postprocessor.postprocessor_args`` are the detector's parameters
+    (OpenOOD's names), ``dataset.name`` sets ODIN's gradient scaling for OpenOOD's normalised inputs.
+    """
+    from openood.postprocessors import BasePostprocessor
+
+    registry.get("detectors", name)
+
+    class Adapter(BasePostprocessor):
+        def __init__(self, config):
+            super().__init__(config)
+            pp = config.postprocessor or {}
+            self.detector = create_detector(name, "pytorch-ood", dict(pp.get("postprocessor_args") or {}))
+            if hasattr(self.detector, "input_std"):
+                self.detector.input_std = tuple(input_std((config.dataset or {}).get("name")))
+            self.APS_mode = False
+            self.hyperparam_search_done = False
+
+        def setup(self, net: nn.Module, id_loader_dict, ood_loader_dict) -> None:
+            self.detector.setup(net, id_loader_dict, ood_loader_dict)
+
+        def postprocess(self, net: nn.Module, data: torch.Tensor):
+            return self.detector.postprocess(net, data)
+
+    Adapter.__name__ = Adapter.__qualname__ = f"AdvOpenOOD{name.upper()}Postprocessor"
+    Adapter.__doc__ = f"advopenood's {name!r} detector as an OpenOOD postprocessor."
+    return Adapter
+
+
+def adapter_instance(name: str, dataset: str, args: dict[str, Any] | None = None):
+    """A ready ``advopenood_<name>`` postprocessor for OpenOOD's ``Evaluator(postprocessor=...)``."""
+    from openood.utils.config import Config
+
+    cls = openood_adapter(name)
+    return cls(Config({"postprocessor": {"name": ADAPTER_PREFIX + name, "APS_mode": False,
+                                         "postprocessor_args": dict(args or {})}, "dataset": {"name": dataset}}))
+
+
+@lru_cache(maxsize=1)
+def adv_evaluator_class() -> type:
+    """OpenOOD's ``Evaluator`` with an ``adv`` OOD split (see the module docstring)."""
+    from openood.evaluation_api import Evaluator
+
+    class AdvEvaluator(Evaluator):
+        """OpenOOD's Evaluator that also scores adversarial sets (the ``adv`` split) next to near/far OOD."""
+
+        def add_adv_split(self, name: str, loader: Any) -> None:
+            """Inject one adversarial set (a loader of ``{'data', 'label'}`` batches, normalised as the ID data)."""
+            self.dataloader_dict["ood"].setdefault("adv", {})[name] = loader
+            self.scores["ood"].setdefault("adv", {})[name] = None
+            self.metrics["ood"] = self.metrics["fsood"] = None
+
+        def eval_ood(self, fsood: bool = False, progress: bool = True):
+            task = "fsood" if fsood else "ood"
+            fresh = self.metrics[task] is None
+            metrics = super().eval_ood(fsood=fsood, progress=progress)
+            adv = self.dataloader_dict["ood"].get("adv")
+            if not fresh or not adv:
+                return metrics
+            id_list = self._id_scores(fsood)
+            adv_metrics = self._eval_ood(id_list, ood_split="adv", progress=progress)
+            adv_metrics[:, -1] = self.metrics["csid_acc" if fsood else "id_acc"]
+            extra = pd.DataFrame(adv_metrics, index=list(adv) + ["advood"], columns=metrics.columns)
+            self.metrics[task] = pd.concat([metrics, extra])
+            with pd.option_context("display.max_rows", None, "display.max_columns", None,
+                                   "display.float_format", "{:,.2f}".format):
+                print(extra)
+            return self.metrics[task]
+
+        def _id_scores(self, fsood: bool) -> list[np.ndarray]:
+            """The ID (plus covariate-shifted ID under ``fsood``) predictions, confidences and labels."""
+            parts = [self.scores["id"]["test"]]
+            if fsood:
+                parts += [self.scores["csid"][k] for k in self.scores["csid"]]
+            return [np.concatenate([p[i] for p in parts]) for i in range(3)]
+
+    return AdvEvaluator
+
+
+def register_with_openood() -> list[str]:
+    """Put advopenood's detectors into OpenOOD's postprocessor map and ``AdvEvaluator`` into its evaluation API.
+
+    Returns the added postprocessor keys (``advopenood_<name>``).
+    """
+    require_openood()
+    import openood.evaluation_api as api
+    from openood.evaluation_api.postprocessor import postprocessors
+
+    added = []
+    for name in registry.names("detectors"):
+        postprocessors[ADAPTER_PREFIX + name] = openood_adapter(name)
+        added.append(ADAPTER_PREFIX + name)
+    api.AdvEvaluator = adv_evaluator_class()
+    return added
+
+
+class PixelNet(nn.Module):
+    """An OpenOOD network (normalised input) seen as a [0, 1]-pixel classifier, for the attacks."""
+
+    def __init__(self, net: nn.Module, mean: Sequence[float], std: Sequence[float], num_classes: int):
+        super().__init__()
+        self.net = net
+        self.num_classes = num_classes
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1))
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net((x - self.mean) / self.std)
+
+
+class OpenOODPixels(Dataset):
+    """OpenOOD's ID test set through its own preprocessing, with the normalisation undone ([0, 1] pixels)."""
+
+    def __init__(self, dataset: Dataset, mean: Sequence[float], std: Sequence[float], name: str, fingerprint: str):
+        self.dataset, self.name, self.fingerprint = dataset, name, fingerprint
+        self.mean = torch.tensor(mean, dtype=torch.float32).view(-1, 1, 1)
+        self.std = torch.tensor(std, dtype=torch.float32).view(-1, 1, 1)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        sample = self.dataset[i]
+        return (sample["data"] * self.std + self.mean).clamp(0.0, 1.0), int(sample["label"])
+
+    def identity(self) -> dict[str, Any]:
+        return {"name": self.name, "source": self.fingerprint, "n": len(self)}
+
+
+class AdvSplit(IterableDataset):
+    """The successful adversarial examples of a set, normalised like OpenOOD's ID data, as ``{'data', 'label'}``."""
+
+    def __init__(self, adv: AdvSet, mean: Sequence[float], std: Sequence[float], batch_size: int):
+        self.adv, self.batch_size = adv, batch_size
+        self.mask = np.array(adv.records["success"], dtype=bool)
+        self.mean = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
+        self.std = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        for x, y in self.adv.iter_batches(self.batch_size, mask=self.mask):
+            yield {"data": (x - self.mean) / self.std, "label": y}
+
+
+def _update(d: dict, u: dict) -> dict:
+    """Recursive dict update (OpenOOD's script merges pre-computed scores this way)."""
+    for k, v in u.items():
+        d[k] = _update(d.get(k, {}), v) if isinstance(v, collections.abc.Mapping) else v
+    return d
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are UsageErrors (one line, exit code 2 from the CLI)."""
+
+    def error(self, message: str) -> None:
+        raise UsageError(f"eval-ood: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="advopenood eval-ood",
+                description="OpenOOD's scripts/eval_ood.py with adversarial splits (--attack, --eps).")
+    p.add_argument("--root", required=True, help="folder of training runs s*/best.ckpt (as OpenOOD's script)")
+    p.add_argument("--postprocessor", default="msp",
+                   help="an OpenOOD postprocessor, or advopenood_<detector> for advopenood's pytorch-ood detectors")
+    p.add_argument("--id-data", default="cifar10", choices=list(ID_DATA))
+    p.add_argument("--batch-size", type=int, default=200)
+    p.add_argument("--save-csv", action="store_true")
+    p.add_argument("--save-score", action="store_true")
+    p.add_argument("--fsood", action="store_true")
+    p.add_argument("--attack", help="comma-separated attacks whose adversarial test sets become OOD splits, e.g. pgd,fgsm")
+    p.add_argument("--eps", help="attack budget, e.g. 8/255 (default: the paper's for the input size)")
+    p.add_argument("--data-root", help="OpenOOD's data folder (default <OpenOOD checkout>/data, as the script)")
+    p.add_argument("--config-root", help="OpenOOD's configs folder (default <OpenOOD checkout>/configs)")
+    p.add_argument("--limit", type=int, help="attack only the first N images of a seeded permutation of the ID test set")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--num-workers", type=int, default=8)
+    p.add_argument("--cache-dir", help="attack store (default $ADVOPENOOD_CACHE or ~/.cache/advopenood)")
+    return p
+
+
+def _attacks(spec: str | None, eps: str | None, input_size: int) -> dict[str, Any]:
+    """Attack objects for ``--attack`` / ``--eps``, by registered name."""
+    from advopenood.config import parse_eps
+
+    attacks = {}
+    for name in [s.strip().lower() for s in (spec or "").split(",") if s.strip()]:
+        cls = registry.get("attacks", name)
+        params = cls.defaults(input_size)
+        if eps is not None and cls.bounded:
+            params["eps"] = parse_eps(eps)
+        attacks[name] = cls(**params)
+    return attacks
+
+
+def _network(id_data: str, checkpoint: Path, device: torch.device) -> nn.Module:
+    from openood.networks import ResNet18_32x32, ResNet18_224x224
+
+    arch = ResNet18_224x224 if id_data == "imagenet200" else ResNet18_32x32
+    net = arch(num_classes=NUM_CLASSES[id_data])
+    net.load_state_dict(torch.load(checkpoint, map_location="cpu"))
+    return net.to(device).eval()
+
+
+def _postprocessor(name: str, subfolder: Path, id_data: str):
+    """A pickled postprocessor of this run, ours for advopenood_<name>, our YAML copy for the 16, else None."""
+    saved = subfolder / "postprocessors" / f"{name}.pkl"
+    if saved.is_file():
+        with open(saved, "rb") as f:
+            return pickle.load(f)
+    if name.startswith(ADAPTER_PREFIX):
+        return adapter_instance(name[len(ADAPTER_PREFIX):], id_data)
+    try:
+        openood_config(name)
+    except UsageError:
+        return None
+    return make_openood_postprocessor(name, {}, NUM_CLASSES[id_data])
+
+
+def _adv_sets(evaluator, args: argparse.Namespace, net: nn.Module, attacks: dict[str, Any], data_root: Path,
+              device: torch.device) -> dict[str, AdvSet]:
+    """Adversarial versions of OpenOOD's ID test set, one per attack, from (or into) the attack store."""
+    from openood.evaluation_api.datasets import DATA_INFO
+    from openood.evaluation_api.preprocessor import default_preprocessing_dict
+
+    from advopenood.config import cache_dir
+
+    mean, std = default_preprocessing_dict[args.id_data]["normalization"]
+    imglist = data_root / DATA_INFO[args.id_data]["id"]["test"]["imglist_path"]
+    size = default_preprocessing_dict[args.id_data]["img_size"]
+    pixels = OpenOODPixels(evaluator.dataloader_dict["id"]["test"].dataset, mean, std, f"openood_{args.id_data}_test",
+                           f"{file_sha256(imglist)}:resize{default_preprocessing_dict[args.id_data]['pre_size']}"
+                           f":crop{size}")
+    data = limit_dataset(pixels, args.limit, args.seed)
+    model = PixelNet(net, mean, std, NUM_CLASSES[args.id_data]).to(device).eval()
+    store = AdvStore(cache_dir({"cache_dir": args.cache_dir}))
+    sets = {}
+    for name, attack in attacks.items():
+        sets[name] = store.generate(data, model, attack, model_hash=weights_hash(model), seed=args.seed, device=device)
+        evaluator.add_adv_split(name, DataLoader(AdvSplit(sets[name], mean, std, args.batch_size), batch_size=None))
+    return sets
+
+
+def eval_ood_main(argv: list[str]) -> int:
+    """``advopenood eval-ood``: OpenOOD's ``scripts/eval_ood.py`` plus adversarial splits; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    require_openood()
+    register_with_openood()
+    root = Path(args.root)
+    subfolders = sorted(glob(os.path.join(root, "s*")))
+    if not subfolders:
+        raise UsageError(f"no training runs s*/best.ckpt found in --root {str(root)!r} (as OpenOOD's eval_ood.py expects)")
+    if args.postprocessor in SPECIAL_NETS:
+        raise UsageError(f"postprocessor {args.postprocessor!r} needs a special network; run OpenOOD's scripts/eval_ood.py "
+                         f"for it; valid choices here: plain-classifier postprocessors such as msp, odin, mds, knn")
+    size = 224 if args.id_data == "imagenet200" else 32
+    attacks = _attacks(args.attack, args.eps, size)
+    device = torch.device(args.device)
+    data_root = Path(args.data_root) if args.data_root else openood_root() / "data"
+    config_root = Path(args.config_root) if args.config_root else openood_root() / "configs"
+    name = args.postprocessor
+    from openood.evaluation_api.postprocessor import postprocessors
+
+    if name not in postprocessors:
+        raise UsageError(f"unknown postprocessor {name!r}; valid choices: {', '.join(sorted(postprocessors))}")
+    all_metrics, metrics = [], None
+    with cuda_redirect(device):
+        for sub in map(Path, subfolders):
+            net = _network(args.id_data, sub / "best.ckpt", device)
+            postprocessor = _postprocessor(name, sub, args.id_data)
+            evaluator = adv_evaluator_class()(
+                net, id_name=args.id_data, data_root=str(data_root), config_root=str(config_root), preprocessor=None,
+                postprocessor_name=name, postprocessor=postprocessor, batch_size=args.batch_size, shuffle=False,
+                num_workers=args.num_workers)
+            _adv_sets(evaluator, args, net, attacks, data_root, device)
+            scores_file = sub / "scores" / f"{name}.pkl"
+            if scores_file.is_file():
+                with open(scores_file, "rb") as f:
+                    saved = pickle.load(f)
+                saved.get("ood", {}).pop("adv", None)  # adversarial splits are always scored afresh
+                _update(evaluator.scores, saved)
+                print("Loaded pre-computed scores from file.")
+            pp = evaluator.postprocessor
+            pp_file = sub / "postprocessors" / f"{name}.pkl"
+            if (hasattr(pp, "setup_flag") or pp.hyperparam_search_done is True) and not pp_file.is_file():
+                pp_file.parent.mkdir(parents=True, exist_ok=True)
+                with open(pp_file, "wb") as f:
+                    pickle.dump(pp, f, pickle.HIGHEST_PROTOCOL)
+            metrics = evaluator.eval_ood(fsood=args.fsood)
+            all_metrics.append(metrics.to_numpy())
+            if args.save_score:
+                scores_file.parent.mkdir(parents=True, exist_ok=True)
+                with open(scores_file, "wb") as f:
+                    pickle.dump(evaluator.scores, f, pickle.HIGHEST_PROTOCOL)
+    stacked = np.stack(all_metrics)
+    mean, std = stacked.mean(0), stacked.std(0)
+    df = pd.DataFrame([[f"{m:.2f} \u00b1 {s:.2f}" for m, s in zip(mr, sr)] for mr, sr in zip(mean, std)],
+                      index=metrics.index, columns=metrics.columns)
+    if args.save_csv:
+        out = root / ("fsood" if args.fsood else "ood")
+        out.mkdir(parents=True, exist_ok=True)
+        df.to_csv(out / f"{name}.csv")
+    else:
+        print(df)
+    return 0

@@ -1,0 +1,180 @@
+"""Run-level plots from a run's result files (headless: figures are built without pyplot's GUI state).
+
+* ``plots/auroc_heatmap.png``: detector x set AUROC heatmap from ``ood.csv`` (natural OOD sets, then attacks;
+  red below chance, green above).
+* ``plots/roc_<detector>.png``: ROC curves of one detector, one curve per natural OOD set and attack, from
+  ``scores/<detector>.npz`` (the ``ood`` evaluator's per-sample confidences; the adversarial positives are
+  the successful attacks, ``<attack>.success``).
+
+Conventions follow :mod:`advopenood.metrics` (OpenOOD): OOD/adversarial is the positive class, the decision
+score is ``-conf``; the ROC's x axis is the share of ID samples flagged as OOD, the y axis the share of OOD
+samples detected.
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+from matplotlib.colors import TwoSlopeNorm
+from matplotlib.figure import Figure
+from sklearn.metrics import auc, roc_curve
+
+from advopenood.io import save_figure
+
+PLOT_DIR = "plots"
+
+
+def safe_name(text: str) -> str:
+    """``text`` as a file name part: other characters become ``_`` (``pgd@0.03`` stays, ``a/b`` -> ``a_b``)."""
+    return re.sub(r"[^A-Za-z0-9._@-]+", "_", text)
+
+
+def set_label(row: Mapping) -> str:
+    """Column label of an ``ood.csv`` row: the natural OOD set's name, or the attack's (set) name."""
+    return str(row["ood_set"]) if str(row["attack"]) == "none" else str(row["attack"])
+
+
+def ood_matrix(ood: pd.DataFrame, metric: str = "auroc") -> pd.DataFrame:
+    """``metric`` as a detector x set table (natural OOD sets first, then attacks, in file order; the number
+    of natural-set columns is in ``table.attrs["n_natural"]``).
+
+    Rows are detectors (``detector (backend)`` when one detector appears with several backends); when the
+    file holds several datasets or architectures, columns are prefixed ``dataset/arch``.
+    """
+    if ood.empty:
+        return pd.DataFrame()
+    df = ood.copy()
+    df["attack"] = df["attack"].fillna("none").astype(str)
+    df["set"] = [set_label(r) for r in df.to_dict("records")]
+    groups = df[["dataset", "arch"]].drop_duplicates()
+    if len(groups) > 1:
+        df["set"] = df["dataset"].astype(str) + "/" + df["arch"].astype(str) + " " + df["set"]
+    multi = df.groupby("detector")["backend"].nunique(dropna=False) > 1
+    df["row"] = [f"{d} ({b})" if multi.get(d, False) else str(d) for d, b in zip(df["detector"], df["backend"])]
+    natural = list(dict.fromkeys(df.loc[df["attack"] == "none", "set"]))
+    attacks = list(dict.fromkeys(df.loc[df["attack"] != "none", "set"]))
+    table = df.pivot_table(index="row", columns="set", values=metric, aggfunc="mean", dropna=False, sort=False)
+    table = table.reindex(index=list(dict.fromkeys(df["row"])), columns=natural + attacks)
+    table.index.name, table.columns.name = "detector", None
+    table.attrs["n_natural"] = len(natural)
+    return table
+
+
+def plot_auroc_heatmap(ood: pd.DataFrame) -> Figure:
+    """Heatmap of AUROC (%) per detector and set; 50 (chance) is white, below red, above green."""
+    table = ood_matrix(ood, "auroc")
+    n_rows, n_cols = table.shape
+    fig = Figure(figsize=(max(4.5, 1.0 * n_cols + 2.5), max(2.5, 0.42 * n_rows + 1.6)))
+    ax = fig.subplots()
+    values = table.to_numpy(dtype=float)
+    im = ax.imshow(np.ma.masked_invalid(values), cmap="RdYlGn", norm=TwoSlopeNorm(vmin=0, vcenter=50, vmax=100),
+                   aspect="auto")
+    ax.set_facecolor("0.85")
+    for i in range(n_rows):
+        for j in range(n_cols):
+            v = values[i, j]
+            ax.text(j, i, "n/a" if math.isnan(v) else f"{v:.1f}", ha="center", va="center", fontsize=8,
+                    color="black" if math.isnan(v) or 20 < v < 85 else "white")
+    ax.set_xticks(range(n_cols), [str(c) for c in table.columns], rotation=30, ha="right")
+    ax.set_yticks(range(n_rows), [str(r) for r in table.index])
+    n_natural = table.attrs["n_natural"]
+    if 0 < n_natural < n_cols:
+        ax.axvline(n_natural - 0.5, color="k", lw=1.5)
+        ax.text((n_natural - 1) / 2, -0.7, "natural OOD", ha="center", va="bottom", fontsize=8)
+        ax.text((n_natural + n_cols - 1) / 2, -0.7, "adversarial", ha="center", va="bottom", fontsize=8)
+    fig.colorbar(im, ax=ax, label="AUROC (%)")
+    ax.set_title("AUROC (%) per detector and OOD / adversarial set (50 = chance)", fontsize=10, pad=22)
+    fig.tight_layout()
+    return fig
+
+
+def plot_roc(conf_id: np.ndarray, conf_ood: Mapping[str, np.ndarray], detector: str,
+             adversarial: Iterable[str] = ()) -> Figure:
+    """ROC curves of one detector: ID confidences ``conf_id`` against each set in ``conf_ood``.
+
+    OOD is the positive class and ``-conf`` the score (OpenOOD); sets named in ``adversarial`` are drawn
+    solid, natural OOD sets dashed. The legend gives each curve's AUROC in percent.
+    """
+    adversarial = set(adversarial)
+    fig = Figure(figsize=(5.6, 5.0))
+    ax = fig.subplots()
+    conf_id = np.asarray(conf_id, dtype=float)
+    for name, conf in conf_ood.items():
+        conf = np.asarray(conf, dtype=float)
+        if len(conf) == 0 or len(conf_id) == 0 or np.isnan(conf).any() or np.isnan(conf_id).any():
+            continue
+        scores = np.nan_to_num(-np.concatenate([conf_id, conf]), posinf=np.finfo(float).max / 2,
+                               neginf=-np.finfo(float).max / 2)
+        labels = np.r_[np.zeros(len(conf_id)), np.ones(len(conf))]
+        fpr, tpr, _ = roc_curve(labels, scores)
+        style = "-" if name in adversarial else "--"
+        ax.plot(fpr, tpr, style, lw=1.5, label=f"{name} (AUROC {100 * auc(fpr, tpr):.1f})")
+    ax.plot([0, 1], [0, 1], color="0.6", lw=0.8, ls=":", label="chance")
+    ax.axhline(0.95, color="0.4", lw=0.6, ls="-.")
+    ax.text(0.99, 0.945, "TPR 95 %", ha="right", va="top", fontsize=7, color="0.3")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.01)
+    ax.set_xlabel("FPR (ID samples flagged as OOD)")
+    ax.set_ylabel("TPR (OOD / adversarial samples detected)")
+    ax.set_title(f"ROC of {detector}: natural OOD (dashed) and attacks (solid)", fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def roc_sets(scores: Mapping[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray], list[str]]:
+    """Split a ``scores/<detector>.npz`` mapping into ID confidences, per-set OOD confidences (adversarial
+    sets restricted to their successful attacks) and the adversarial set names."""
+    masks = {k[: -len(".success")]: np.asarray(v, dtype=bool) for k, v in scores.items() if k.endswith(".success")}
+    sets: dict[str, np.ndarray] = {}
+    for name, conf in scores.items():
+        if name == "id" or name.endswith(".success"):
+            continue
+        conf = np.asarray(conf, dtype=float)
+        mask = masks.get(name)
+        sets[name] = conf[mask] if mask is not None and len(mask) == len(conf) else conf
+    natural = [n for n in sets if n not in masks]
+    order = natural + [n for n in sets if n in masks]
+    return np.asarray(scores["id"], dtype=float), {n: sets[n] for n in order}, list(masks)
+
+
+def _scores_file(out_dir: Path, detector: str) -> Path | None:
+    """``scores/<detector>.npz``, else the first scores file by name, else None."""
+    folder = out_dir / "scores"
+    wanted = folder / f"{detector}.npz"
+    if wanted.is_file():
+        return wanted
+    found = sorted(folder.glob("*.npz")) if folder.is_dir() else []
+    return found[0] if found else None
+
+
+def make_plots(out_dir: Path, detector: str = "msp") -> list[Path]:
+    """Write the run-level plots that the files in ``out_dir`` allow; returns the paths written.
+
+    The heatmap needs ``ood.csv`` with at least one AUROC; the ROC plot needs ``scores/<detector>.npz``
+    (falling back to the first detector's scores file when ``detector`` has none).
+    """
+    out_dir = Path(out_dir)
+    plot_dir = out_dir / PLOT_DIR
+    written: list[Path] = []
+    ood_path = out_dir / "ood.csv"
+    if ood_path.is_file():
+        ood = pd.read_csv(ood_path)
+        if not ood.empty and ood["auroc"].notna().any():
+            path = plot_dir / "auroc_heatmap.png"
+            save_figure(plot_auroc_heatmap(ood), path)
+            written.append(path)
+    scores_path = _scores_file(out_dir, detector)
+    if scores_path is not None:
+        with np.load(scores_path) as data:
+            scores = {k: data[k] for k in data.files}
+        if "id" in scores:
+            conf_id, conf_ood, adversarial = roc_sets(scores)
+            if conf_ood:
+                path = plot_dir / f"roc_{scores_path.stem}.png"
+                save_figure(plot_roc(conf_id, conf_ood, scores_path.stem, adversarial), path)
+                written.append(path)
+    return written

@@ -1,0 +1,98 @@
+"""All 16 detectors: the shared pass (``score_all``) vs one network pass per detector, side by side.
+
+Same model (CIFAR ResNet-20), same fit rows (the CIFAR-10 train subset, in ``score_all``'s seeded order), same
+scored sets (CIFAR-10 test as ID; Tiny-ImageNet, MNIST, Fashion-MNIST, Texture as OOD), same batches.
+"Per detector" is OpenOOD's way: each detector's ``setup`` runs its own pass over the fit set and its
+``inference`` its own pass over every set. Both include fitting. Reports the speed ratio (all 16, and the
+14 that share the pass; ODIN and GRAM run their own pass either way) and the largest score difference.
+Target: >= 5x, differences <= 1e-5. Run: ``python benchmarks/bench_detectors.py [--n 1000 --fit 10000]``.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+from _common import DATA
+from torch.utils.data import DataLoader
+
+from advopenood import registry
+from advopenood.data import build_dataset, limit_dataset, make_loader
+from advopenood.detectors import create_detector, fit_subset, score_all
+from advopenood.models import build_model
+
+OOD = {"tin": "tin_test.npz", "mnist": "mnist_test.npz", "fashionmnist": "fashionmnist_test.npz",
+       "texture": "texture_test.npz"}
+
+
+def dict_loader(ds, batch_size: int) -> DataLoader:
+    """Unshuffled loader yielding OpenOOD's ``{'data', 'label'}`` batches (with ``.dataset`` and ``.batch_size``)."""
+    collate = lambda items: {"data": torch.stack([x for x, _ in items]),
+                             "label": torch.tensor([y for _, y in items])}
+    return DataLoader(ds, batch_size=batch_size, shuffle=False, collate_fn=collate)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=1000, help="images per scored set")
+    parser.add_argument("--fit", type=int, default=10000, help="fit-set images (CIFAR-10 train subset)")
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--backend", default="auto", choices=["auto", "openood", "pytorch-ood"])
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    cpu = torch.device("cpu")
+
+    def npz(name: str, path: str, n: int):
+        return limit_dataset(build_dataset({"kind": "npz", "path": path, "name": name}, DATA, 3, 32), n, 0)
+
+    model = build_model("resnet20", 10, DATA / "resnet20_cifar10.pt")
+    fit_set = npz("cifar10_train", "cifar10_train_10k.npz", args.fit)
+    data = {"id": npz("cifar10", "cifar10_test.npz", args.n), **{k: npz(k, v, args.n) for k, v in OOD.items()}}
+    names = [n for n in registry.names("detectors") if getattr(registry.get("detectors", n), "openood_name", None)]
+    n_images = sum(len(ds) for ds in data.values())
+    print(f"{len(names)} detectors, fit {len(fit_set)} images, score {n_images} images in {len(data)} sets, "
+          f"batch {args.batch}, {args.threads} threads")
+
+    t = time.perf_counter()
+    shared = score_all(names, args.backend, model, fit_set,
+                       {k: (lambda ds=ds: make_loader(ds, args.batch)) for k, ds in data.items()},
+                       batch_size=args.batch, device=cpu, seed=0, progress=False)
+    t_shared = time.perf_counter() - t
+    if shared.errors:
+        print("errors:", shared.errors)
+
+    fit_loader = dict_loader(fit_subset(fit_set, seed=0), args.batch)
+    per: dict[str, dict[str, np.ndarray]] = {}
+    t_per: dict[str, float] = {}
+    for name in shared.scores:
+        t = time.perf_counter()
+        det = create_detector(name, shared.backend, seed=0, batch_size=args.batch)
+        det.setup(model, {"train": fit_loader, "val": fit_loader}, {})
+        per[name] = {k: det.inference(model, dict_loader(ds, args.batch), progress=False)[1] for k, ds in data.items()}
+        t_per[name] = time.perf_counter() - t
+
+    print(f"\nbackend {shared.backend}")
+    print(f"{'detector':<9} {'per-detector s':>14} {'shared s':>9} {'max |diff|':>11} {'rel diff':>9}")
+    worst_rel = 0.0
+    for name in shared.scores:
+        diff = max(float(np.abs(per[name][k] - shared.scores[name][k]).max()) for k in data)
+        scale = max(1.0, max(float(np.abs(shared.scores[name][k]).max()) for k in data))
+        worst_rel = max(worst_rel, diff / scale)
+        print(f"{name:<9} {t_per[name]:14.2f} {shared.seconds.get(name, 0.0):9.2f} {diff:11.3g} {diff / scale:9.2g}")
+    own = [n for n in ("odin", "gram") if n in shared.scores]
+    t_own_shared = sum(shared.seconds.get(n, 0.0) for n in own)
+    t_per_total = sum(t_per.values())
+    t_per_sharing = t_per_total - sum(t_per[n] for n in own)
+    print(f"\nshared pass, all {len(shared.scores)}: {t_shared:.1f} s; one pass per detector: {t_per_total:.1f} s")
+    print(f"the {len(shared.scores) - len(own)} pass-sharing detectors: {t_shared - t_own_shared:.1f} s vs "
+          f"{t_per_sharing:.1f} s; ODIN + GRAM (own pass either way): {t_own_shared:.1f} s vs "
+          f"{sum(t_per[n] for n in own):.1f} s")
+    print(f"SUMMARY detectors: shared pass {t_per_total / t_shared:.2f}x faster for all {len(shared.scores)} "
+          f"({t_per_sharing / (t_shared - t_own_shared):.2f}x for the {len(shared.scores) - len(own)} that share it); "
+          f"max score difference {worst_rel:.2g} relative to the score scale (target >= 5x, <= 1e-5)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,355 @@
+"""Grad-CAM attention shift between clean images and their adversarial counterparts (paper section 4.2).
+
+For every clean image and its adversarial counterpart we compute a Grad-CAM map (pytorch-grad-cam,
+``GradCAM`` on the classifier's last convolutional block), **with the target class fixed to the clean
+prediction for both maps**: the two maps then explain the same decision, so any difference is a change in
+where the network looks for that class, not a change of the explained class. Optionally
+(``also_adv_target=True``) the adversarial map is also computed for the adversarial prediction (each image
+explains its own decision, pytorch-grad-cam's default), reported as ``l2_adv_target`` / ``ssim_adv_target``.
+
+Maps are ReLU'd, upsampled bilinearly to the input size and min-max scaled to [0, 1] per image (by
+pytorch-grad-cam), then compared with :func:`cam_distance`: L2 is the **mean squared** difference (the
+paper's "L2" is a mean-square distance, not a Euclidean norm) and SSIM is scikit-image's
+``structural_similarity`` with ``data_range=1``. Each sample falls into one of the paper's regimes
+(:data:`REGIMES`) by two thresholds.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from matplotlib.figure import Figure
+from scipy.ndimage import gaussian_filter
+from skimage.metrics import structural_similarity
+from tqdm.auto import tqdm
+
+from advopenood.context import RunContext
+from advopenood.data import stack
+from advopenood.errors import UsageError
+from advopenood.io import save_figure
+from advopenood.models import Classifier
+from advopenood.plots import safe_name
+from advopenood.registry import register
+
+#: The paper's three regimes plus the corner it argues cannot occur (reported so shares sum to 100 %).
+REGIMES = ("changed", "moved", "unchanged", "low_l2_low_ssim")
+REGIME_MEANING = {
+    "changed": "high L2, low SSIM: attention changed",
+    "moved": "high L2, high SSIM: attention moved but kept its structure",
+    "unchanged": "low L2, high SSIM: attention unchanged",
+    "low_l2_low_ssim": "low L2, low SSIM: small but unstructured change",
+}
+SUBSETS = ("all", "successful", "unsuccessful")
+CSV_COLUMNS = ["index", "attack", "eps", "y", "clean_pred", "adv_pred", "success", "target", "l2", "ssim", "regime"]
+SSIM_MIN_SIDE = 7
+
+
+def upsample(maps: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Bilinearly resize maps ``(H, W)`` or ``(N, H, W)`` to ``size`` (e.g. an 8x8 CAM to the 32x32 input)."""
+    arr = np.asarray(maps, dtype=np.float32)
+    t = torch.from_numpy(arr.reshape(-1, 1, *arr.shape[-2:]))
+    out = F.interpolate(t, size=tuple(size), mode="bilinear", align_corners=False)
+    return out.reshape(*arr.shape[:-2], *size).numpy()
+
+
+def cam_distance(map_a: np.ndarray, map_b: np.ndarray) -> tuple[float, float]:
+    """``(l2, ssim)`` between two CAMs of equal shape with values in [0, 1].
+
+    ``l2 = mean((a - b) ** 2)`` over all pixels (mean squared error, 0 for identical maps, at most 1);
+    ``ssim = structural_similarity(a, b, data_range=1)`` (scikit-image, 7x7 uniform window, 1 for identical
+    maps). Maps must be at least 7 pixels a side: :func:`upsample` small CAMs to the input size first.
+    """
+    a, b = np.asarray(map_a, dtype=np.float64), np.asarray(map_b, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 2:
+        raise ValueError(f"cam_distance needs two 2-d maps of one shape, got {a.shape} and {b.shape}")
+    if min(a.shape) < SSIM_MIN_SIDE:
+        raise ValueError(f"maps of {a.shape[0]}x{a.shape[1]} are too small for SSIM's 7x7 window; "
+                         "upsample them to the input size first")
+    l2 = float(np.mean((a - b) ** 2))
+    ssim = float(structural_similarity(a, b, data_range=1.0))
+    return l2, ssim
+
+
+def classify_regime(l2: Any, ssim: Any, l2_threshold: float, ssim_threshold: float) -> np.ndarray:
+    """Regime name per sample: L2 ``>= l2_threshold`` is high, SSIM ``>= ssim_threshold`` is high (see REGIMES)."""
+    high_l2 = np.asarray(l2, dtype=float) >= l2_threshold
+    high_ssim = np.asarray(ssim, dtype=float) >= ssim_threshold
+    return np.where(high_l2, np.where(high_ssim, "moved", "changed"),
+                    np.where(high_ssim, "unchanged", "low_l2_low_ssim")).astype(object)
+
+
+class CamExtractor:
+    """Grad-CAM on a :class:`Classifier`'s last block; use as a context manager.
+
+    Grad-CAM needs only d(score)/d(A) for the block's output A. On entry a forward hook turns A into a
+    leaf that requires grad, so the maps work when attacks froze the parameters (``requires_grad=False``),
+    and backpropagation stops at A (no weight gradients, no pass through the earlier layers). The model is
+    put in eval mode; on exit the hooks are removed and the training flag restored. Parameters are not touched.
+    """
+
+    def __init__(self, model: Classifier, device: torch.device):
+        self.model, self.device = model, device
+        self._cam = None
+        self._leaf_hook = None
+        self._training = False
+
+    @staticmethod
+    def _as_leaf(module: torch.nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor:
+        return output.detach().requires_grad_(True)
+
+    def __enter__(self) -> "CamExtractor":
+        from pytorch_grad_cam import GradCAM
+
+        self._training = self.model.training
+        # registered before GradCAM's own hooks, so those see (and record gradients of) the leaf
+        self._leaf_hook = self.model.last_block.register_forward_hook(self._as_leaf)
+        self._cam = GradCAM(model=self.model, target_layers=[self.model.last_block])
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._cam.activations_and_grads.release()
+        self._leaf_hook.remove()
+        self._cam = self._leaf_hook = None
+        self.model.train(self._training)
+
+    def __call__(self, x: torch.Tensor, targets: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Maps ``(N, H, W)`` in [0, 1] at ``x``'s spatial size, and the predictions of that forward pass.
+
+        ``targets`` are the explained classes; ``None`` explains each image's own prediction.
+        """
+        from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+
+        if self._cam is None:
+            raise RuntimeError("CamExtractor must be used inside a `with` block")
+        cam_targets = None if targets is None else [ClassifierOutputTarget(int(t)) for t in targets]
+        with torch.enable_grad():
+            maps = self._cam(input_tensor=x.to(self.device), targets=cam_targets)
+        preds = self._cam.outputs.argmax(1).detach().cpu().numpy()
+        return np.clip(np.asarray(maps, dtype=np.float32), 0.0, 1.0), preds
+
+
+def _distances(maps_a: np.ndarray, maps_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    pairs = [cam_distance(a, b) for a, b in zip(maps_a, maps_b)]
+    return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+
+
+def _select_rows(n: int, max_samples: int | None, seed: int) -> np.ndarray:
+    """All rows, or a sorted seeded sample of ``max_samples`` of them."""
+    if max_samples is None or max_samples >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).permutation(n)[:max_samples])
+
+
+def summarize(df: pd.DataFrame, l2_threshold: float, ssim_threshold: float) -> pd.DataFrame:
+    """Per attack and subset (all / successful / unsuccessful attacks): n, means, medians, regime shares in %."""
+    rows = []
+    extra = [c for c in ("l2_adv_target", "ssim_adv_target") if c in df.columns]
+    for attack, part in df.groupby("attack", sort=False):
+        success = part["success"].astype(bool)
+        for subset, sel in zip(SUBSETS, (np.ones(len(part), bool), success.to_numpy(), ~success.to_numpy())):
+            sub = part[sel]
+            row: dict[str, Any] = {"attack": attack, "eps": part["eps"].iloc[0], "subset": subset, "n": len(sub)}
+            for col in ["l2", "ssim", *extra]:
+                row[f"{col}_mean"] = float(sub[col].mean()) if len(sub) else float("nan")
+                row[f"{col}_median"] = float(sub[col].median()) if len(sub) else float("nan")
+            for regime in REGIMES:
+                row[f"pct_{regime}"] = float(100.0 * np.mean(sub["regime"] == regime)) if len(sub) else float("nan")
+            row["l2_threshold"], row["ssim_threshold"] = l2_threshold, ssim_threshold
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _density(x: np.ndarray, y: np.ndarray, bins: int = 60) -> np.ndarray:
+    """Relative point density (smoothed 2-d histogram looked up at each point), 1 at the densest point."""
+    if len(x) < 3:
+        return np.ones(len(x))
+    xr = (0.0, max(float(x.max()), 1e-6) * 1.001)
+    yr = (min(float(y.min()), 0.0), 1.0001)
+    hist, xe, ye = np.histogram2d(x, y, bins=bins, range=(xr, yr))
+    hist = gaussian_filter(hist, sigma=1.5)
+    ix = np.clip(np.searchsorted(xe, x, side="right") - 1, 0, bins - 1)
+    iy = np.clip(np.searchsorted(ye, y, side="right") - 1, 0, bins - 1)
+    d = hist[ix, iy]
+    return d / d.max() if d.max() > 0 else np.ones(len(x))
+
+
+REGIME_COLORS = {"changed": "tab:red", "moved": "tab:orange", "unchanged": "tab:green", "low_l2_low_ssim": "tab:gray"}
+
+
+def plot_shift(df: pd.DataFrame, attack: str, l2_threshold: float, ssim_threshold: float) -> Figure:
+    """L2-vs-SSIM scatter coloured by density (red dense, blue sparse, as the paper's Figure 1); the regime
+    quadrants are shaded and their shares given in the legend; unsuccessful attacks are grey crosses."""
+    from matplotlib.patches import Patch
+
+    fig = Figure(figsize=(6.4, 5.6))
+    ax = fig.subplots()
+    l2, ssim = df["l2"].to_numpy(float), df["ssim"].to_numpy(float)
+    ok = df["success"].to_numpy(bool)
+    xmax = max(float(l2.max()) * 1.05 if len(l2) else 0.0, l2_threshold * 2)
+    ymin = min(float(ssim.min()) - 0.05 if len(ssim) else 0.0, 0.0)
+    quadrants = {"unchanged": ((0, l2_threshold), (ssim_threshold, 1.05)),
+                 "moved": ((l2_threshold, xmax), (ssim_threshold, 1.05)),
+                 "changed": ((l2_threshold, xmax), (ymin, ssim_threshold)),
+                 "low_l2_low_ssim": ((0, l2_threshold), (ymin, ssim_threshold))}
+    handles = []
+    for regime, ((x0, x1), (y0, y1)) in quadrants.items():
+        ax.fill_between([x0, x1], y0, y1, color=REGIME_COLORS[regime], alpha=0.08, lw=0)
+        share = 100.0 * np.mean(df["regime"] == regime) if len(df) else float("nan")
+        name = "" if regime == "low_l2_low_ssim" else f"{regime} "
+        handles.append(Patch(color=REGIME_COLORS[regime], alpha=0.3,
+                             label=f"{name}({REGIME_MEANING[regime].split(':')[0]}): {share:.1f} %"))
+    dens = _density(l2, ssim)
+    order = np.argsort(dens[ok])
+    sc = ax.scatter(l2[ok][order], ssim[ok][order], c=dens[ok][order], cmap="jet", vmin=0, vmax=1, s=14,
+                    edgecolors="none", label=f"successful attack ({ok.sum()})")
+    handles.append(sc)
+    if (~ok).any():
+        handles.append(ax.scatter(l2[~ok], ssim[~ok], marker="x", c="0.35", s=16, linewidths=0.8,
+                                  label=f"unsuccessful attack ({(~ok).sum()})"))
+    fig.colorbar(sc, ax=ax, label="relative density")
+    ax.set_xlim(0, xmax)
+    ax.set_ylim(ymin, 1.05)
+    ax.axvline(l2_threshold, color="k", ls="--", lw=0.8)
+    ax.axhline(ssim_threshold, color="k", ls="--", lw=0.8)
+    ax.set_xlabel("L2 (mean squared difference of the Grad-CAM maps)")
+    ax.set_ylabel("SSIM")
+    ax.set_title(f"Grad-CAM shift under {attack} (n={len(df)}, target: clean prediction)", fontsize=10)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=8, frameon=False)
+    return fig
+
+
+def _pick_examples(df: pd.DataFrame, k: int) -> pd.DataFrame:
+    """``k`` samples spread over the L2 range of the successful attacks (all samples if none succeeded)."""
+    pool = df[df["success"].astype(bool)] if df["success"].any() else df
+    pool = pool.sort_values("l2", ascending=False, kind="stable")
+    picks = np.unique(np.linspace(0, len(pool) - 1, num=min(k, len(pool))).round().astype(int))
+    return pool.iloc[picks]
+
+
+def _show(ax, img: np.ndarray, cam: np.ndarray | None = None) -> None:
+    img = np.transpose(img, (1, 2, 0))
+    ax.imshow(img[..., 0] if img.shape[-1] == 1 else img, cmap="gray" if img.shape[-1] == 1 else None,
+              vmin=0, vmax=1, interpolation="nearest")
+    if cam is not None:
+        ax.imshow(cam, cmap="jet", alpha=0.5, vmin=0, vmax=1, interpolation="bilinear")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def plot_examples(x: np.ndarray, x_adv: np.ndarray, cams: np.ndarray, cams_adv: np.ndarray,
+                  rows: pd.DataFrame, attack: str) -> Figure:
+    """Grid with one sample per row: clean image, clean CAM, adversarial image, adversarial CAM (overlaid)."""
+    n = len(rows)
+    fig = Figure(figsize=(7.2, 1.9 * n + 0.4))
+    axes = fig.subplots(n, 4, squeeze=False)
+    for i, (_, r) in enumerate(rows.iterrows()):
+        _show(axes[i, 0], x[i])
+        _show(axes[i, 1], x[i], cams[i])
+        _show(axes[i, 2], x_adv[i])
+        _show(axes[i, 3], x_adv[i], cams_adv[i])
+        axes[i, 0].set_ylabel(f"#{int(r['index'])}", fontsize=8)
+        axes[i, 0].set_title(f"clean, label {int(r['y'])}, pred {int(r['clean_pred'])}", fontsize=8)
+        axes[i, 1].set_title(f"clean CAM, class {int(r['target'])}", fontsize=8)
+        axes[i, 2].set_title(f"{attack}, pred {int(r['adv_pred'])}", fontsize=8)
+        axes[i, 3].set_title(f"{attack} CAM, class {int(r['target'])}\nL2 {r['l2']:.3f}, SSIM {r['ssim']:.2f}: "
+                             f"{r['regime']}", fontsize=8)
+    fig.suptitle(f"Grad-CAM, clean vs {attack} (target: clean prediction)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+@register("analyses", "gradcam")
+class GradCamAnalysis:
+    """Grad-CAM attention shift (L2 / SSIM) between clean and adversarial images, with regimes and plots.
+
+    Parameters: ``l2_threshold`` (mean-squared-difference cut between low and high L2),
+    ``ssim_threshold`` (cut between low and high SSIM), ``max_samples`` (seeded subset of the ID rows,
+    ``None`` = all), ``n_examples`` (rows of the example grid, 0 = none), ``also_adv_target`` (also compare
+    with the adversarial map explained for the adversarial prediction), ``batch_size`` (default: the run's),
+    ``progress`` (progress bar; also off when the run is ``--quiet``).
+    """
+
+    def __init__(self, l2_threshold: float = 0.02, ssim_threshold: float = 0.5, max_samples: int | None = None,
+                 n_examples: int = 6, also_adv_target: bool = False, batch_size: int | None = None,
+                 progress: bool = True):
+        if not 0.0 < float(l2_threshold) <= 1.0:
+            raise UsageError(f"gradcam l2_threshold {l2_threshold!r} is out of range; valid choices: "
+                             "0 < l2_threshold <= 1 (mean squared difference of maps in [0, 1])")
+        if not -1.0 <= float(ssim_threshold) <= 1.0:
+            raise UsageError(f"gradcam ssim_threshold {ssim_threshold!r} is out of range; valid choices: "
+                             "-1 <= ssim_threshold <= 1")
+        if max_samples is not None and int(max_samples) < 1:
+            raise UsageError(f"gradcam max_samples {max_samples!r} is out of range; valid choices: "
+                             "a positive integer or null (all)")
+        if int(n_examples) < 0:
+            raise UsageError(f"gradcam n_examples {n_examples!r} is out of range; valid choices: 0 or more")
+        if batch_size is not None and int(batch_size) < 1:
+            raise UsageError(f"gradcam batch_size {batch_size!r} is out of range; valid choices: "
+                             "a positive integer or null")
+        self.l2_threshold, self.ssim_threshold = float(l2_threshold), float(ssim_threshold)
+        self.max_samples = None if max_samples is None else int(max_samples)
+        self.n_examples, self.also_adv_target = int(n_examples), bool(also_adv_target)
+        self.batch_size = None if batch_size is None else int(batch_size)
+        self.progress = bool(progress)
+
+    def __call__(self, ctx: RunContext) -> dict[str, pd.DataFrame]:
+        n = len(ctx.id_set)
+        for name, adv in ctx.adv_sets.items():
+            if len(adv) != n:
+                raise ValueError(f"adversarial set {name!r} has {len(adv)} rows but the ID set has {n}")
+        rows = _select_rows(n, self.max_samples, ctx.seed)
+        bs = self.batch_size or ctx.batch_size
+        parts: dict[str, list[dict[str, np.ndarray]]] = {name: [] for name in ctx.adv_sets}
+        with CamExtractor(ctx.model, ctx.device) as cam:
+            batches = [rows[i:i + bs] for i in range(0, len(rows), bs)] if ctx.adv_sets else []
+            show = self.progress and ctx.progress
+            for batch in tqdm(batches, desc="gradcam", unit="batch", leave=False, disable=not show):
+                x, _ = stack(ctx.id_set, batch)
+                clean_maps, clean_pred = cam(x)
+                for name, adv in ctx.adv_sets.items():
+                    x_adv = adv.load(batch)
+                    adv_maps, _ = cam(x_adv, clean_pred)
+                    part = {"row": batch, "target": clean_pred}
+                    part["l2"], part["ssim"] = _distances(clean_maps, adv_maps)
+                    if self.also_adv_target:
+                        own_maps, _ = cam(x_adv)
+                        part["l2_adv_target"], part["ssim_adv_target"] = _distances(clean_maps, own_maps)
+                    parts[name].append(part)
+            frames = [self._frame(name, adv, parts[name]) for name, adv in ctx.adv_sets.items()]
+            if self.n_examples:
+                for name, frame in zip(ctx.adv_sets, frames):
+                    self._plot_examples(ctx, cam, name, frame)
+        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CSV_COLUMNS)
+        for name, frame in zip(ctx.adv_sets, frames):
+            save_figure(plot_shift(frame, name, self.l2_threshold, self.ssim_threshold),
+                        ctx.plot_dir / f"gradcam_{safe_name(name)}.png")
+        summary = summarize(df, self.l2_threshold, self.ssim_threshold) if len(df) else pd.DataFrame()
+        return {"gradcam.csv": df.drop(columns=["row"], errors="ignore"), "gradcam_summary.csv": summary}
+
+    def _frame(self, name: str, adv, parts: list[dict[str, np.ndarray]]) -> pd.DataFrame:
+        cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        rec = adv.records.iloc[cols["row"]].reset_index(drop=True)
+        df = pd.DataFrame({"row": cols["row"], "index": rec["index"].to_numpy(), "attack": name,
+                           "eps": np.nan if adv.eps is None else float(adv.eps), "y": rec["y"].to_numpy(),
+                           "clean_pred": rec["clean_pred"].to_numpy(), "adv_pred": rec["adv_pred"].to_numpy(),
+                           "success": rec["success"].to_numpy(bool), "target": cols["target"],
+                           "l2": cols["l2"], "ssim": cols["ssim"]})
+        df["regime"] = classify_regime(df["l2"], df["ssim"], self.l2_threshold, self.ssim_threshold)
+        for k in ("l2_adv_target", "ssim_adv_target"):
+            if k in cols:
+                df[k] = cols[k]
+        return df
+
+    def _plot_examples(self, ctx: RunContext, cam: CamExtractor, name: str, frame: pd.DataFrame) -> None:
+        picks = _pick_examples(frame, self.n_examples)
+        rows = picks["row"].to_numpy()
+        x, _ = stack(ctx.id_set, rows)
+        x_adv = ctx.adv_sets[name].load(rows)
+        targets = picks["target"].to_numpy()
+        maps, _ = cam(x, targets)
+        maps_adv, _ = cam(x_adv, targets)
+        fig = plot_examples(x.numpy(), x_adv.numpy(), maps, maps_adv, picks, name)
+        save_figure(fig, ctx.plot_dir / f"gradcam_examples_{safe_name(name)}.png")

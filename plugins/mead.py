@@ -1,0 +1,200 @@
+"""MEAD's worst-case evaluation of post-hoc OOD detectors on adversarial inputs (evaluator ``mead``).
+
+Granese et al., "MEAD: A Multi-Armed Approach for Evaluation of Adversarial Examples Detectors"
+(ECML-PKDD 2022), Sec. 4, Eqs. 7-10, with OpenOOD's conventions: a detector gives ``conf`` (higher =
+more in-distribution), adversarial examples are the positive (OOD) class, the decision score is ``-conf``.
+
+Attacks are grouped by (norm, eps). Within a group, for each clean sample ``x_i``:
+
+* only attacks that succeed (``adv_pred != y``) count; a sample with no successful attack is not a positive;
+* the sample is detected at threshold ``t`` iff *every* successful attack on it is detected
+  (``conf < t`` for all of them), i.e. iff ``max_j conf_ij < t`` over its successful attacks ``j``.
+  The per-sample worst case ``w_i = max_j conf_ij`` (the least OOD-looking score) therefore gives the
+  exact MEAD true-positive rate at every threshold, and the MEAD ROC is the ordinary ROC of the clean
+  scores (negatives, every clean sample) against the ``w_i`` (positives): no threshold grid.
+
+Settings: ``mead`` (all attacks of the group) and one per objective (``ce``, ``kl``, ``gini``, ``fr``), each
+itself a worst case over that objective's attacks (e.g. FGSM, BIM and PGD in Linf). An attack's norm and
+objective come from its registry class (``norm`` and ``objective`` attributes); attacks without an
+``objective`` (the built-in ``fgsm``, ``pgd``, ``mpgd``) count as cross-entropy; unbounded attacks (DeepFool)
+form MEAD's "no eps" group of their norm (eps empty, ``mead`` setting only).
+
+Outputs: ``mead.csv`` (one row per detector, norm, eps and setting: AUROC and FPR95 in percent, ``n_pos``,
+``n_neg``, ``mean_successes`` = mean number of successful attacks per clean sample) and
+``mead_summary.csv`` (MEAD's Tables 1-3: per detector, norm and setting the mean over eps groups, and
+``norm = all``, the mean of the per-norm averages; bounded groups only).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from advopenood import registry
+from advopenood.context import RunContext
+from advopenood.errors import UsageError
+from advopenood.metrics import NaNScoreError, ood_metrics
+from advopenood.store import AdvSet
+
+SETTINGS = ("mead", "ce", "kl", "gini", "fr")
+MEAD_COLUMNS = ["detector", "backend", "norm", "eps", "setting", "auroc", "fpr95", "n_pos", "n_neg", "mean_successes"]
+SUMMARY_COLUMNS = ["detector", "backend", "norm", "setting", "auroc", "fpr95", "n_groups"]
+NORM_ORDER = ("l1", "l2", "linf")
+
+
+def attack_kind(cls: type) -> tuple[str, str | None]:
+    """``(norm, objective)`` of a registered attack class.
+
+    ``norm`` defaults to ``linf``; ``objective`` is the class's own, else ``ce`` for eps-bounded attacks
+    (the built-in foolbox FGSM, PGD and masked PGD all maximise cross-entropy) and ``None`` for unbounded
+    (minimal-perturbation) attacks such as DeepFool, which have no objective.
+    """
+    norm = str(getattr(cls, "norm", "linf"))
+    objective = getattr(cls, "objective", None)
+    if objective is None and getattr(cls, "bounded", True):
+        objective = "ce"
+    return norm, objective
+
+
+@dataclass(frozen=True)
+class SetInfo:
+    """What MEAD needs of one adversarial set: its name, norm, eps (None if unbounded), objective and
+    per-sample success (``adv_pred != y``, row ``i`` = clean sample ``i``)."""
+
+    name: str
+    norm: str
+    eps: float | None
+    objective: str | None
+    success: np.ndarray
+
+
+def set_info(name: str, adv: AdvSet) -> SetInfo:
+    """:class:`SetInfo` of a run's adversarial set, its norm and objective from the attack's registry class."""
+    cls = registry.get("attacks", adv.attack)
+    norm, objective = attack_kind(cls)
+    eps = float(adv.eps) if getattr(cls, "bounded", True) and adv.eps is not None else None
+    return SetInfo(name, norm, eps, objective, adv.records["success"].to_numpy().astype(bool))
+
+
+def worst_case_scores(conf: np.ndarray, success: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-sample worst case over successful attacks.
+
+    ``conf`` and ``success`` are ``n_samples x n_attacks`` (confidence, higher = more ID, and success mask).
+    Returns ``(worst, positive)``: ``worst[i]`` is the largest confidence (least OOD-looking score) among the
+    successful attacks on sample ``i`` (NaN where none succeeded) and ``positive[i]`` whether any succeeded.
+    A NaN confidence of a successful attack makes the sample's worst case NaN.
+    """
+    conf = np.asarray(conf, dtype=np.float64)
+    success = np.asarray(success, dtype=bool)
+    if conf.ndim == 1:
+        conf, success = conf[:, None], success[:, None]
+    if conf.shape != success.shape:
+        raise ValueError(f"conf {conf.shape} and success {success.shape} must have the same shape")
+    positive = success.any(axis=1)
+    masked = np.where(success, conf, -np.inf)
+    worst = masked.max(axis=1, initial=-np.inf)
+    worst[~positive] = np.nan
+    return worst, positive
+
+
+def worst_case_metrics(conf_id: np.ndarray, conf: np.ndarray, success: np.ndarray) -> dict[str, float]:
+    """MEAD's AUROC and FPR95 (percent) of clean ``conf_id`` against the per-sample worst cases, with
+    ``n_pos``, ``n_neg`` and ``mean_successes`` (successful attacks per clean sample). Metrics are NaN
+    without positives or with NaN scores."""
+    worst, positive = worst_case_scores(conf, success)
+    success = np.asarray(success, dtype=bool).reshape(len(worst), -1)
+    row = {"auroc": float("nan"), "fpr95": float("nan"), "n_pos": int(positive.sum()), "n_neg": int(len(conf_id)),
+           "mean_successes": float(success.sum(1).mean()) if len(success) else float("nan")}
+    if positive.any() and len(conf_id):
+        try:
+            m = ood_metrics(conf_id, worst[positive])
+        except NaNScoreError:
+            return row
+        row.update(auroc=m["auroc"], fpr95=m["fpr95"])
+    return row
+
+
+def _eps_key(eps: float | None) -> float | None:
+    return None if eps is None else round(float(eps), 10)
+
+
+def group_sets(sets: Iterable[SetInfo]) -> dict[tuple[str, float | None], list[SetInfo]]:
+    """MEAD's attack groups: sets by (norm, eps), in norm order then eps (unbounded last)."""
+    groups: dict[tuple[str, float | None], list[SetInfo]] = {}
+    for s in sets:
+        groups.setdefault((s.norm, _eps_key(s.eps)), []).append(s)
+
+    def order(key: tuple[str, float | None]) -> tuple:
+        norm, eps = key
+        return (NORM_ORDER.index(norm) if norm in NORM_ORDER else len(NORM_ORDER), norm, eps is None, eps or 0.0)
+
+    return {k: groups[k] for k in sorted(groups, key=order)}
+
+
+def mead_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: Iterable[SetInfo], backend: str = "",
+               settings: Iterable[str] = SETTINGS) -> pd.DataFrame:
+    """One row per (detector, norm, eps group, setting): the ``mead.csv`` table.
+
+    ``scores[detector]`` maps ``"id"`` to the clean confidences and each set name to the set's confidences
+    (same row order); a detector without scores for a set skips the groups holding it.
+    """
+    settings = list(settings)
+    bad = [s for s in settings if s not in SETTINGS]
+    if bad:
+        raise UsageError(f"unknown MEAD setting {bad[0]!r}; valid choices: {', '.join(SETTINGS)}")
+    rows: list[dict[str, Any]] = []
+    groups = group_sets(sets)
+    for detector, by_set in scores.items():
+        if "id" not in by_set:
+            continue
+        conf_id = np.asarray(by_set["id"], dtype=np.float64)
+        for (norm, eps), members in groups.items():
+            if any(m.name not in by_set for m in members):
+                continue
+            for setting in settings:
+                chosen = members if setting == "mead" else [m for m in members if m.objective == setting]
+                if not chosen or (eps is None and setting != "mead"):
+                    continue
+                conf = np.stack([np.asarray(by_set[m.name], dtype=np.float64) for m in chosen], axis=1)
+                success = np.stack([m.success for m in chosen], axis=1)
+                rows.append({"detector": detector, "backend": backend, "norm": norm, "eps": eps, "setting": setting,
+                             **worst_case_metrics(conf_id, conf, success)})
+    return pd.DataFrame(rows, columns=MEAD_COLUMNS)
+
+
+def mead_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """MEAD's summary (their Tables 1-3): per detector, norm and setting, AUROC and FPR95 averaged over the
+    eps groups of that norm; ``norm = all`` averages the per-norm averages (equal weight per norm).
+    Unbounded ("no eps") groups are reported in ``mead.csv`` only, as MEAD keeps them out of the norm averages."""
+    table = table[table["eps"].notna()]
+    if table.empty:
+        return pd.DataFrame(columns=SUMMARY_COLUMNS)
+    keys = ["detector", "backend", "norm", "setting"]
+    per_norm = (table.groupby(keys, sort=False, dropna=False)
+                .agg(auroc=("auroc", "mean"), fpr95=("fpr95", "mean"), n_groups=("eps", "size")).reset_index())
+    overall = (per_norm.groupby(["detector", "backend", "setting"], sort=False, dropna=False)
+               .agg(auroc=("auroc", "mean"), fpr95=("fpr95", "mean"), n_groups=("n_groups", "sum")).reset_index())
+    overall["norm"] = "all"
+    return pd.concat([per_norm, overall[SUMMARY_COLUMNS]], ignore_index=True)[SUMMARY_COLUMNS]
+
+
+@registry.register("evaluators", "mead")
+class MeadEvaluator:
+    """MEAD worst-case AUROC/FPR95 per (norm, eps) group and objective (Granese et al. 2022): mead.csv."""
+
+    def __init__(self, settings: list[str] | None = None, detectors: list[str] | None = None):
+        """``settings``: subset of ``mead, ce, kl, gini, fr`` (default all); ``detectors``: subset of the run's
+        detectors (default all scored)."""
+        self.settings = list(settings) if settings is not None else list(SETTINGS)
+        bad = [s for s in self.settings if s not in SETTINGS]
+        if bad:
+            raise UsageError(f"unknown MEAD setting {bad[0]!r}; valid choices: {', '.join(SETTINGS)}")
+        self.detectors = [d.lower() for d in detectors] if detectors is not None else None
+
+    def __call__(self, ctx: RunContext) -> dict[str, pd.DataFrame]:
+        infos = [set_info(name, adv) for name, adv in ctx.adv_sets.items()]
+        scores = {d: s for d, s in ctx.scores.items() if self.detectors is None or d in self.detectors}
+        table = mead_table(scores, infos, ctx.backend, self.settings)
+        return {"mead.csv": table, "mead_summary.csv": mead_summary(table)}

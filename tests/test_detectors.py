@@ -1,0 +1,215 @@
+"""Detectors on real data: the 16 built-ins on CIFAR-10 ResNet-20, the shared pass, bad input, the ood evaluator.
+
+Uses the benchmark data pack (conftest's ``data_root``): 256 CIFAR-10 test images as ID, 384 training images
+to fit, 128 MNIST images as natural OOD and a PGD-5 set made from 128 of the ID images.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from advopenood import registry
+from advopenood.context import CleanRecord, RunContext
+from advopenood.data import build_dataset, limit_dataset, make_loader
+from advopenood.detectors import Postprocessor, create_detector, fit_subset, resolve_backend, score_all, vim_dim
+from advopenood.errors import UsageError
+from advopenood.metrics import ood_metrics
+from advopenood.models import weights_hash
+from advopenood.store import AdvStore
+
+ALL = ["msp", "odin", "mds", "rmds", "gram", "ebo", "klm", "mls", "react", "vim", "knn", "dice", "ash", "gen",
+       "nnguide", "scale"]
+BS = 128
+CPU = torch.device("cpu")
+
+
+def npz(root, name: str, path: str, n: int):
+    return limit_dataset(build_dataset({"kind": "npz", "path": path, "name": name}, root, 3, 32), n, 0)
+
+
+@pytest.fixture(scope="module")
+def bench(data_root, cifar_model, tmp_path_factory):
+    """Model, data, a PGD set and the shared-pass scores of all 16 detectors (pytorch-ood backend)."""
+    model = cifar_model
+    id_set = npz(data_root, "cifar10", "cifar10_test.npz", 256)
+    fit_set = npz(data_root, "train", "cifar10_train_10k.npz", 384)
+    mnist = npz(data_root, "mnist", "mnist_test.npz", 128)
+    attack = registry.get("attacks", "pgd")(steps=5, rel_stepsize=0.5)
+    adv = AdvStore(tmp_path_factory.mktemp("adv"), shard_size=128).generate(
+        limit_dataset(id_set, 128, 0), model, attack, model_hash=weights_hash(model), seed=0, device=CPU, progress=False)
+    sets = {"id": lambda: make_loader(id_set, BS), "mnist": lambda: make_loader(mnist, BS),
+            "pgd": lambda: adv.iter_batches(BS)}
+    result = score_all(ALL, "pytorch-ood", model, fit_set, sets, batch_size=BS, device=CPU, seed=0, progress=False)
+    return {"model": model, "id": id_set, "fit": fit_set, "mnist": mnist, "adv": adv, "sets": sets, "result": result}
+
+
+def test_sixteen_registered_with_descriptions():
+    entries = registry.entries("detectors")
+    assert set(ALL) <= set(entries)
+    assert all(entries[n].description and issubclass(entries[n].obj, Postprocessor) for n in ALL)
+
+
+def test_every_detector_gives_finite_scores(bench):
+    result = bench["result"]
+    assert result.backend == "pytorch-ood" and result.errors == {}
+    assert list(result.scores) == ALL
+    for name, per_set in result.scores.items():
+        for set_name, n in (("id", 256), ("mnist", 128), ("pgd", 128)):
+            conf = per_set[set_name]
+            assert conf.dtype == np.float64 and conf.shape == (n,), (name, set_name)
+            assert np.isfinite(conf).all(), (name, set_name)
+
+
+def test_shared_pass_equals_one_pass_per_detector(bench):
+    """Each detector's own OpenOOD-style setup + inference gives the shared pass's scores (to 1e-5)."""
+    model, fit = bench["model"], fit_subset(bench["fit"], seed=0)
+    fit_loader = make_loader(fit, BS)
+    for name in ALL:
+        det = create_detector(name, "pytorch-ood", seed=0, batch_size=BS)
+        det.setup(model, {"train": fit_loader, "val": fit_loader}, {})
+        _, conf, _ = det.inference(model, make_loader(bench["mnist"], BS), progress=False)
+        shared = bench["result"].scores[name]["mnist"]
+        scale = max(1.0, float(np.abs(shared).max()))
+        assert np.abs(conf - shared).max() <= 1e-5 * scale, name
+
+
+def test_pgd_breaks_logit_detectors_but_not_mahalanobis(bench):
+    """The paper's picture (Table 4, CIFAR-10 PGD): MSP/MLS/EBO/ODIN below 50 AUROC, MDS/RMDS well above."""
+    success = bench["adv"].records["success"].to_numpy(bool)
+    assert success.mean() > 0.9
+    scores = bench["result"].scores
+    auroc = {n: ood_metrics(scores[n]["id"], scores[n]["pgd"][success])["auroc"] for n in ALL}
+    for name in ("msp", "mls", "ebo", "odin"):
+        assert auroc[name] < 50, auroc
+    for name in ("mds", "rmds"):
+        assert auroc[name] > 70 and auroc[name] > auroc["msp"] + 25, auroc
+
+
+def test_unknown_detector_lists_valid_names(bench):
+    with pytest.raises(UsageError, match=r"unknown detector 'nope'; valid choices: .*msp.*"):
+        score_all(["msp", "nope"], "pytorch-ood", bench["model"], bench["fit"], {}, batch_size=BS, device=CPU, seed=0)
+
+
+def test_bad_backend_and_parameters(bench):
+    with pytest.raises(UsageError, match="valid choices: auto, openood, pytorch-ood"):
+        resolve_backend("tensorflow")
+    with pytest.raises(UsageError, match="unknown parameter 'k' for detector 'knn'; valid choices: K, fit_size"):
+        score_all(["knn"], "pytorch-ood", bench["model"], bench["fit"], {}, batch_size=BS, device=CPU, seed=0,
+                  params={"knn": {"k": 5}})
+
+
+@pytest.mark.skipif(resolve_backend("auto") == "openood", reason="OpenOOD is installed here")
+def test_openood_backend_without_openood_says_how_to_install():
+    with pytest.raises(UsageError, match="pip install -e ./OpenOOD"):
+        resolve_backend("openood")
+
+
+@pytest.fixture()
+def plugin():
+    """Register test detectors under temporary names; removed afterwards."""
+    added = []
+
+    def add(name, obj):
+        registry.register("detectors", name)(obj)
+        added.append(name)
+
+    yield add
+    for name in added:
+        registry._REGISTRY["detectors"].pop(name, None)
+
+
+class _Broken(Postprocessor):
+    """Fails on every batch."""
+
+    def score(self, net, x, out):
+        raise RuntimeError("feature width mismatch")
+
+
+class _PlainMSP:
+    """A third-party detector with only OpenOOD's interface (setup / postprocess)."""
+
+    def __init__(self, temperature: float = 1.0):
+        self.temperature = temperature
+
+    def setup(self, net, id_loader_dict, ood_loader_dict):
+        assert next(iter(id_loader_dict["train"]))["data"].dim() == 4
+
+    @torch.no_grad()
+    def postprocess(self, net, data):
+        conf, pred = torch.softmax(net(data) / self.temperature, 1).max(1)
+        return pred, conf
+
+
+class _NaN(Postprocessor):
+    """Returns NaN for the first sample of every batch."""
+
+    def score(self, net, x, out):
+        conf = out.logits.max(1).values.clone()
+        conf[0] = float("nan")
+        return conf
+
+
+def test_failing_detector_is_skipped_plain_class_works_nan_kept(bench, plugin):
+    plugin("test_broken", _Broken)
+    plugin("test_plain", _PlainMSP)
+    plugin("test_nan", _NaN)
+    result = score_all(["msp", "test_broken", "test_plain", "test_nan"], "pytorch-ood", bench["model"],
+                       bench["fit"], {"id": bench["sets"]["id"]}, batch_size=BS, device=CPU, seed=0, progress=False)
+    assert list(result.scores) == ["msp", "test_plain", "test_nan"]
+    assert result.errors == {"test_broken": "scoring 'id' failed: RuntimeError: feature width mismatch"}
+    np.testing.assert_allclose(result.scores["test_plain"]["id"], result.scores["msp"]["id"], rtol=1e-6)
+    assert np.isnan(result.scores["test_nan"]["id"]).sum() == 2  # one per batch, kept for the evaluator to report
+
+
+def test_vim_dim_and_nnguide_bank():
+    from advopenood_plugins.detectors import nnguide_bank_size
+
+    assert vim_dim(256, 512) == 256 and vim_dim(256, 64) == 32 and vim_dim(1000, 2048) == 1000
+    assert nnguide_bank_size(10_000, 0.01, 128, 100) == 128  # OpenOOD stops after the first batch > 1 %
+    assert nnguide_bank_size(50_000, 0.01, 200, 100) == 600
+    assert nnguide_bank_size(90, 0.01, 128, 100) == 90
+
+
+def _context(bench, tmp_path, scores, errors) -> RunContext:
+    return RunContext(config={}, out=tmp_path, model=bench["model"], device=CPU, seed=0, dataset="cifar10",
+                      arch="resnet20", id_set=bench["id"], fit_set=bench["fit"], ood_sets={"mnist": bench["mnist"]},
+                      adv_sets={"pgd": bench["adv"]}, clean=CleanRecord(np.zeros(1), np.zeros(1)), batch_size=BS,
+                      backend="pytorch-ood", scores=scores, detector_errors=errors)
+
+
+def test_ood_evaluator_rows_scores_and_table(bench, tmp_path):
+    scores = {n: bench["result"].scores[n] for n in ("msp", "mds")}
+    scores["nan_det"] = {k: v.copy() for k, v in scores["msp"].items()}
+    scores["nan_det"]["mnist"][3] = np.nan
+    ctx = _context(bench, tmp_path, scores, {"broken": "fit failed: ValueError: singular"})
+    out = registry.get("evaluators", "ood")()(ctx)
+    df = out["ood.csv"]
+    assert list(df.columns[:13]) == ["dataset", "arch", "attack", "eps", "detector", "backend", "ood_set", "fpr95",
+                                     "auroc", "aupr_in", "aupr_out", "n_id", "n_ood"]
+    assert len(df) == 4 * 2  # 4 detectors x (mnist + pgd)
+    success = bench["adv"].records["success"].to_numpy(bool)
+    pgd = df[(df.attack == "pgd") & (df.detector == "mds")].iloc[0]
+    assert pgd.ood_set == "pgd" and pgd.n_ood == success.sum() and pgd.n_id == 256
+    assert pgd.eps == pytest.approx(8 / 255)
+    assert pgd.auroc == pytest.approx(ood_metrics(scores["mds"]["id"], scores["mds"]["pgd"][success])["auroc"])
+    clean = df[(df.attack == "none") & (df.detector == "msp")].iloc[0]
+    assert clean.ood_set == "mnist" and math.isnan(clean.eps) and clean.error == ""
+    nan_row = df[(df.detector == "nan_det") & (df.ood_set == "mnist")].iloc[0]
+    assert math.isnan(nan_row.auroc) and "NaN scores: 0 of 256 ID and 1 of 128 OOD" in nan_row.error
+    broken = df[df.detector == "broken"]
+    assert len(broken) == 2 and broken.auroc.isna().all() and (broken.error == "fit failed: ValueError: singular").all()
+
+    with np.load(tmp_path / "scores" / "mds.npz") as d:
+        assert set(d.files) == {"id", "mnist", "pgd", "pgd.success"}
+        again = ood_metrics(d["id"], d["pgd"][d["pgd.success"]])["auroc"]
+    assert again == pytest.approx(pgd.auroc)
+
+    table = out["table_ood.csv"]
+    assert list(table.detector) == ["msp", "mds", "nan_det", "broken"]
+    assert list(table.columns[1:]) == ["cifar10 none FPR95", "cifar10 none AUROC", "cifar10 pgd FPR95",
+                                       "cifar10 pgd AUROC"]
+    assert table.set_index("detector").loc["mds", "cifar10 pgd AUROC"] == pytest.approx(pgd.auroc)
+    assert out["table_ood.md"] is table

@@ -1,0 +1,357 @@
+"""MEAD objectives (losses against a direct computation), attack registration, and the worst-case evaluator
+on a hand-built case and on real CIFAR-10 adversarial sets."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import eagerpy as ep
+import foolbox as fb
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import torch.nn as nn
+import yaml
+from sklearn import metrics as skm
+
+from advopenood import registry
+from advopenood.context import CleanRecord, RunContext
+from advopenood.data import limit_dataset, make_loader
+from advopenood.errors import UsageError
+from advopenood.models import weights_hash
+from advopenood.store import AdvStore
+from advopenood_plugins import mead_attacks as ma
+from advopenood_plugins.mead import (MEAD_COLUMNS, SETTINGS, SetInfo, attack_kind, mead_summary, mead_table,
+                                     worst_case_metrics, worst_case_scores)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# --- objectives ---------------------------------------------------------------------------------------------------
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
+def direct_loss(objective: str, w: np.ndarray, b: np.ndarray, x0: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
+    """The MEAD objective summed over the batch, straight from its formula, for the linear model ``x @ w.T + b``."""
+    p, q = _softmax(x0 @ w.T + b), _softmax(x @ w.T + b)
+    if objective == "ce":
+        per = -np.log(q[np.arange(len(y)), y])
+    elif objective == "kl":
+        per = (p * np.log(p / q)).sum(1)
+    elif objective == "fr":
+        per = 2.0 * np.arccos(np.sqrt(p * q).sum(1))
+    else:
+        per = 1.0 - np.sqrt((q ** 2).sum(1))
+    return float(per.sum())
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A float64 linear classifier on 6 inputs, 4 classes, a clean batch and a perturbed copy inside [0, 1]."""
+    g = torch.Generator().manual_seed(0)
+    net = nn.Linear(6, 4).double()
+    with torch.no_grad():
+        net.weight.copy_(torch.randn(4, 6, generator=g, dtype=torch.float64) * 2.0)
+        net.bias.copy_(torch.randn(4, generator=g, dtype=torch.float64))
+    x0 = torch.rand(5, 6, generator=g, dtype=torch.float64) * 0.8 + 0.1
+    x1 = x0 + (torch.rand(5, 6, generator=g, dtype=torch.float64) - 0.5) * 0.2
+    y = torch.tensor([0, 1, 2, 3, 1])
+    return net.eval(), x0, x1, y
+
+
+@pytest.mark.parametrize("objective", ma.OBJECTIVES)
+def test_objective_value_and_gradient_match_direct_formula(tiny, objective):
+    net, x0, x1, y = tiny
+    attack = ma.FOOLBOX_CLASSES[("pgd", "linf")](objective=objective, rel_stepsize=0.1, steps=1, random_start=True)
+    fmodel = fb.PyTorchModel(net, bounds=(0.0, 1.0))
+    loss_fn = attack.loss_fn_for(fmodel, ep.astensor(y), ep.astensor(x0))
+    value, grad = ep.value_and_grad(loss_fn, ep.astensor(x1))
+
+    w, b = net.weight.detach().numpy(), net.bias.detach().numpy()
+
+    def direct(x: np.ndarray) -> float:
+        return direct_loss(objective, w, b, x0.numpy(), x, y.numpy())
+
+    assert value.raw.item() == pytest.approx(direct(x1.numpy()), rel=1e-10, abs=1e-12)
+    numeric, h = np.zeros(x1.shape), 1e-6
+    for idx in np.ndindex(*x1.shape):
+        up, down = x1.numpy().copy(), x1.numpy().copy()
+        up[idx] += h
+        down[idx] -= h
+        numeric[idx] = (direct(up) - direct(down)) / (2 * h)
+    np.testing.assert_allclose(grad.raw.numpy(), numeric, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("objective", ma.OBJECTIVES)
+def test_pure_losses_per_sample(tiny, objective):
+    net, x0, x1, y = tiny
+    with torch.no_grad():
+        ref = torch.log_softmax(net(x0), 1)
+        per = ma.LOSSES[objective](net(x1), y, ref).numpy()
+    w, b = net.weight.detach().numpy(), net.bias.detach().numpy()
+    for i in range(len(y)):
+        direct = direct_loss(objective, w, b, x0.numpy()[i:i + 1], x1.numpy()[i:i + 1], y.numpy()[i:i + 1])
+        assert per[i] == pytest.approx(direct, rel=1e-10, abs=1e-12)
+
+
+def test_kl_and_fisher_rao_have_zero_gradient_at_the_clean_input(tiny):
+    net, x0, _, y = tiny
+    fmodel = fb.PyTorchModel(net, bounds=(0.0, 1.0))
+    for objective in ma.OBJECTIVES:
+        attack = ma.FOOLBOX_CLASSES[("pgd", "linf")](objective=objective, rel_stepsize=0.1, steps=1, random_start=True)
+        value, grad = ep.value_and_grad(attack.loss_fn_for(fmodel, ep.astensor(y), ep.astensor(x0)), ep.astensor(x0))
+        flat = float(grad.raw.abs().max())
+        if objective in ma.NEEDS_RANDOM_START:
+            floor = len(y) * 2.0 * math.acos(ma.FR_CLAMP) if objective == "fr" else 0.0  # FR: BC clamped below 1
+            assert flat < 1e-9 and value.raw.item() == pytest.approx(floor, abs=1e-12)
+        else:
+            assert flat > 1e-3
+
+
+def test_fisher_rao_clamp_keeps_a_gradient_next_to_the_clean_input():
+    z0 = torch.tensor([[8.0, 0.0, -1.0]], dtype=torch.float64)
+    z = (z0 + torch.tensor([[0.0, 1e-4, 0.0]], dtype=torch.float64)).requires_grad_()
+    loss = ma.fisher_rao_loss(z, torch.tensor([0]), torch.log_softmax(z0, 1))
+    loss.sum().backward()
+    assert loss.item() == pytest.approx(2.0 * math.acos(ma.FR_CLAMP))
+    assert torch.isfinite(z.grad).all() and z.grad.abs().max() > 0
+
+
+# --- registered attacks -------------------------------------------------------------------------------------------
+
+def test_registered_names_norms_and_objectives():
+    names = registry.names("attacks")
+    for method, norms in ma.METHOD_NORMS.items():
+        for norm in norms:
+            for objective in ma.OBJECTIVES:
+                cls = registry.get("attacks", f"mead_{method}_{objective}_{norm}")
+                assert (cls.method, cls.norm, cls.objective) == (method, norm, objective)
+                assert attack_kind(cls) == (norm, objective)
+                assert cls.name in names
+    assert len(ma.ATTACKS) == 4 * sum(len(n) for n in ma.METHOD_NORMS.values())
+    assert attack_kind(registry.get("attacks", "pgd")) == ("linf", "ce")
+    assert attack_kind(registry.get("attacks", "fgsm")) == ("linf", "ce")
+    assert attack_kind(registry.get("attacks", "df")) == ("l2", None)
+
+
+def test_parameter_validation():
+    with pytest.raises(UsageError, match="random_start"):
+        registry.get("attacks", "mead_bim_kl_linf")(random_start=False)
+    with pytest.raises(UsageError, match="random_start"):
+        registry.get("attacks", "mead_fgsm_fr_l2")(random_start=False)
+    with pytest.raises(UsageError, match="out of range"):
+        registry.get("attacks", "mead_pgd_ce_linf")(eps=2.0)
+    with pytest.raises(UsageError, match="unknown parameter"):
+        registry.get("attacks", "mead_fgsm_ce_linf")(steps=3)
+    assert registry.get("attacks", "mead_pgd_gini_l1")(eps=40.0).params["eps"] == 40.0
+    assert registry.get("attacks", "mead_fgsm_kl_linf")().params["random_start"] is True
+    assert registry.get("attacks", "mead_bim_ce_linf")().params["random_start"] is False
+
+
+def test_attacks_stay_in_their_ball_and_raise_their_objective(cifar_model, cifar_batch):
+    x, y = cifar_batch[0][:8], cifar_batch[1][:8]
+    with torch.no_grad():
+        ref = torch.log_softmax(cifar_model(x), 1)
+    for name, params in (("mead_pgd_kl_l1", {"eps": 10.0, "steps": 3}), ("mead_pgd_fr_l2", {"eps": 0.5, "steps": 3}),
+                         ("mead_bim_gini_linf", {"steps": 3}), ("mead_fgsm_kl_linf", {})):
+        attack = registry.get("attacks", name)(**params)
+        x_adv = attack(cifar_model, x, y, seed=0)
+        delta = (x_adv - x).flatten(1)
+        size = {"l1": delta.abs().sum(1), "l2": delta.norm(dim=1), "linf": delta.abs().amax(1)}[attack.norm]
+        assert float(size.max()) <= attack.params["eps"] * (1 + 1e-4)
+        assert 0.0 <= float(x_adv.min()) and float(x_adv.max()) <= 1.0
+        with torch.no_grad():
+            loss = ma.LOSSES[attack.objective]
+            gain = loss(cifar_model(x_adv), y, ref) - loss(cifar_model(x), y, ref)
+        assert float(gain.mean()) > 0, name
+        assert torch.equal(x_adv, attack(cifar_model, x, y, seed=0))
+
+
+def test_eps_presets_and_shipped_configs():
+    assert ma.MEAD_EPS["linf"][0] == 8 / 256 and ma.MEAD_EPS["l1"][-1] == 40 and ma.MEAD_EPS["l2"][0] == 0.125
+    assert ma.eps_preset("sweep_linf") == [k / 255 for k in range(1, 17)]
+    with pytest.raises(UsageError, match="valid choices"):
+        ma.eps_preset("nope")
+    from advopenood.config import expand_attacks, load_config
+
+    cfg, _ = load_config(str(REPO / "configs" / "mead_cifar10.yaml"))
+    specs = expand_attacks(cfg, 32)
+    kinds = {(registry.get("attacks", s.attack).norm, round(s.params["eps"], 8)) for s in specs}
+    assert kinds == {("linf", round(ma.EPS_PRESETS["cifar_linf"][0], 8)), ("l2", ma.EPS_PRESETS["cifar_l2"][0])}
+    linf = [s for s in specs if registry.get("attacks", s.attack).norm == "linf"]
+    assert len(linf) == 12 and {ma.ATTACKS[s.attack].objective for s in linf} == set(ma.OBJECTIVES)
+    sweep, _ = load_config(str(REPO / "configs" / "sweep_linf.yaml"))
+    eps = sorted({round(s.params["eps"], 10) for s in expand_attacks(sweep, 32)})
+    assert eps == [round(e, 10) for e in ma.EPS_PRESETS["sweep_linf"]]
+    assert "mead" in cfg["evaluators"] and "multiattack" in sweep["evaluators"]
+    assert yaml.safe_load((REPO / "configs" / "mead_cifar10.yaml").read_text())["model"] == \
+        yaml.safe_load((REPO / "configs" / "cifar10_resnet20.yaml").read_text())["model"]
+
+
+# --- worst case: hand-built ---------------------------------------------------------------------------------------
+
+def test_worst_case_by_hand():
+    conf_id = np.array([0.9, 0.8, 0.7, 0.6])
+    conf = np.array([[0.5, 0.85], [0.3, 0.95], [0.99, 0.2], [0.65, 0.1]])
+    success = np.array([[True, True], [True, False], [False, False], [True, False]])
+    worst, positive = worst_case_scores(conf, success)
+    np.testing.assert_array_equal(positive, [True, True, False, True])
+    np.testing.assert_allclose(worst[positive], [0.85, 0.3, 0.65])
+    assert np.isnan(worst[2])
+    # OOD (adversarial) is positive, scored by -conf. Pairs (positive, negative) ranked correctly, by hand:
+    # 0.85 is below 0.9 only (1 of 4), 0.3 below all (4 of 4), 0.65 below 0.9, 0.8, 0.7 (3 of 4): 8 / 12.
+    # FPR95 needs all three positives flagged (conf <= 0.85): negatives 0.8, 0.7, 0.6 are flagged too, 3 / 4.
+    row = worst_case_metrics(conf_id, conf, success)
+    assert row["auroc"] == pytest.approx(100 * 8 / 12)
+    assert row["fpr95"] == pytest.approx(75.0)
+    assert (row["n_pos"], row["n_neg"]) == (3, 4)
+    assert row["mean_successes"] == pytest.approx(4 / 4)
+
+
+def test_worst_case_equals_the_all_attacks_detected_rule_at_every_threshold():
+    rng = np.random.default_rng(0)
+    n, k = 60, 5
+    conf_id = rng.normal(1.0, 1.0, n)
+    conf = rng.normal(0.0, 1.0, (n, k))
+    success = rng.random((n, k)) < 0.5
+    worst, positive = worst_case_scores(conf, success)
+    fpr, tpr, thresholds = skm.roc_curve(np.r_[np.zeros(n), np.ones(positive.sum())], -np.r_[conf_id, worst[positive]])
+    for f, t, thr in zip(fpr, tpr, thresholds):
+        # a sample is a true positive iff every successful attack on it is flagged (-conf >= thr)
+        tp = sum(all(-conf[i, j] >= thr for j in range(k) if success[i, j]) for i in range(n) if positive[i])
+        assert tp / positive.sum() == pytest.approx(t)
+        assert np.mean(-conf_id >= thr) == pytest.approx(f)
+
+
+def test_mead_table_settings_and_summary_by_hand():
+    conf_id = np.array([0.9, 0.8, 0.7, 0.6])
+    sets = [SetInfo("a_ce", "linf", 0.03, "ce", np.array([True, True, False, True])),
+            SetInfo("b_ce", "linf", 0.03, "ce", np.array([True, False, False, False])),
+            SetInfo("a_kl", "linf", 0.03, "kl", np.array([False, False, True, False])),
+            SetInfo("c_ce", "l2", 0.5, "ce", np.array([False, False, False, False])),
+            SetInfo("df", "l2", None, None, np.array([True, True, True, True]))]
+    scores = {"det": {"id": conf_id, "a_ce": np.array([0.5, 0.3, 0.0, 0.65]), "b_ce": np.array([0.85, 0.0, 0.0, 0.0]),
+                      "a_kl": np.array([0.0, 0.0, 0.75, 0.0]), "c_ce": np.zeros(4), "df": np.array([1, 1, 1, 0.0])}}
+    table = mead_table(scores, sets, backend="unit")
+    assert list(table.columns) == MEAD_COLUMNS
+    get = table.set_index(["norm", "eps", "setting"])
+    assert get.loc[("linf", 0.03, "ce"), "auroc"] == pytest.approx(100 * 8 / 12)
+    assert get.loc[("linf", 0.03, "kl"), "auroc"] == pytest.approx(100 * 2 / 4)  # 0.75 is below 0.9 and 0.8
+    assert get.loc[("linf", 0.03, "mead"), "n_pos"] == 4
+    assert get.loc[("linf", 0.03, "mead"), "mean_successes"] == pytest.approx(5 / 4)
+    assert math.isnan(get.loc[("l2", 0.5, "ce"), "auroc"]) and get.loc[("l2", 0.5, "ce"), "n_pos"] == 0
+    assert set(table[table.eps.isna()].setting) == {"mead"}
+    assert ("linf", 0.03, "gini") not in get.index
+    summary = mead_summary(table).set_index(["norm", "setting"])
+    assert summary.loc[("linf", "ce"), "auroc"] == pytest.approx(100 * 8 / 12)
+    assert summary.loc[("all", "ce"), "n_groups"] == 2
+    assert summary.loc[("all", "mead"), "auroc"] == pytest.approx(
+        np.nanmean([get.loc[("linf", 0.03, "mead"), "auroc"], get.loc[("l2", 0.5, "mead"), "auroc"]]))
+
+
+# --- worst case: real CIFAR-10 adversarial sets -------------------------------------------------------------------
+
+def logit_scores(model: nn.Module, batches) -> dict[str, np.ndarray]:
+    """Two real post-hoc scores from the classifier's logits: MSP (Hendrycks & Gimpel) and max-logit (MLS)."""
+    msp, mls = [], []
+    with torch.no_grad():
+        for x, _ in batches:
+            logits = model(x)
+            msp.append(torch.softmax(logits, 1).amax(1))
+            mls.append(logits.amax(1))
+    return {"msp": torch.cat(msp).numpy(), "mls": torch.cat(mls).numpy()}
+
+
+def build_context(model, ds, attacks: dict[str, tuple[str, dict]], out: Path, n: int) -> RunContext:
+    """A RunContext by hand: ``n`` real CIFAR-10 test images, the given attacks (set name -> (registry name,
+    params)) generated through the store, and MSP / max-logit scores of clean and adversarial images."""
+    id_set = limit_dataset(ds, n, seed=0)
+    store = AdvStore(out / "adv", shard_size=64)
+    adv_sets = {}
+    for set_name, (name, params) in attacks.items():
+        adv = store.generate(id_set, model, registry.get("attacks", name)(**params), model_hash=weights_hash(model),
+                             seed=0, device=torch.device("cpu"), progress=False)
+        adv.set_name = set_name
+        adv_sets[set_name] = adv
+    clean = logit_scores(model, make_loader(id_set, 64))
+    scores = {d: {"id": clean[d]} for d in clean}
+    for set_name, adv in adv_sets.items():
+        for d, values in logit_scores(model, adv.iter_batches(64)).items():
+            scores[d][set_name] = values
+    r = next(iter(adv_sets.values())).records
+    return RunContext(config={}, out=out, model=model, device=torch.device("cpu"), seed=0, dataset="cifar10",
+                      arch="resnet20", id_set=id_set, fit_set=id_set, ood_sets={}, adv_sets=adv_sets,
+                      clean=CleanRecord(r.y.to_numpy(), r.clean_pred.to_numpy()), backend="logits", scores=scores)
+
+
+MEAD_ATTACKS = {
+    **{f"{m}_{o}": (f"mead_{m}_{o}_linf", {"steps": 3} if m != "fgsm" else {})
+       for m in ("fgsm", "bim", "pgd") for o in ma.OBJECTIVES},
+    "pgd_ce_l2": ("mead_pgd_ce_l2", {"steps": 2}),
+    "pgd_gini_l2": ("mead_pgd_gini_l2", {"steps": 2}),
+}
+
+
+@pytest.fixture(scope="module")
+def mead_run(cifar_model, cifar_test, tmp_path_factory):
+    out = tmp_path_factory.mktemp("mead")
+    ctx = build_context(cifar_model, cifar_test, MEAD_ATTACKS, out, n=64)
+    return ctx, registry.get("evaluators", "mead")()(ctx)
+
+
+def test_mead_evaluator_on_real_sets(mead_run):
+    ctx, outputs = mead_run
+    table = outputs["mead.csv"]
+    assert list(table.columns) == MEAD_COLUMNS
+    linf = table[table.norm == "linf"]
+    assert set(linf.setting) == set(SETTINGS) and set(linf.detector) == {"msp", "mls"}
+    assert set(table[table.norm == "l2"].setting) == {"mead", "ce", "gini"}
+    assert (table.n_neg == 64).all() and table.backend.eq("logits").all()
+    assert table.auroc.between(0, 100).all() and table.fpr95.between(0, 100).all()
+    success = {name: adv.records.success.to_numpy().astype(bool) for name, adv in ctx.adv_sets.items()}
+    linf_sets = [s for s in success if not s.endswith("_l2")]
+    for _, row in linf.iterrows():
+        members = [s for s in linf_sets if row.setting == "mead" or s.endswith("_" + row.setting)]
+        assert len(members) == (12 if row.setting == "mead" else 3)
+        hits = np.stack([success[s] for s in members], 1)
+        assert row.n_pos == hits.any(1).sum()
+        assert row.mean_successes == pytest.approx(hits.sum(1).mean())
+    summary = outputs["mead_summary.csv"]
+    assert set(summary.norm) == {"linf", "l2", "all"}
+
+
+def test_mead_positives_are_the_union_and_worst_case_bounds_every_attack(mead_run):
+    ctx, outputs = mead_run
+    table = outputs["mead.csv"].set_index(["detector", "norm", "setting"])
+    names = [s for s in ctx.adv_sets if not s.endswith("_l2")]
+    success = np.stack([ctx.adv_sets[s].records.success.to_numpy().astype(bool) for s in names], 1)
+    per_objective = {o: success[:, [i for i, s in enumerate(names) if s.endswith("_" + o)]].any(1)
+                     for o in ma.OBJECTIVES}
+    union = np.logical_or.reduce(list(per_objective.values()))
+    for detector in ("msp", "mls"):
+        conf = np.stack([ctx.scores[detector][s] for s in names], 1)
+        worst, positive = worst_case_scores(conf, success)
+        np.testing.assert_array_equal(positive, union)
+        assert table.loc[(detector, "linf", "mead"), "n_pos"] == union.sum()
+        for o, pos in per_objective.items():
+            assert table.loc[(detector, "linf", o), "n_pos"] == pos.sum()
+        # the worst case is at least as in-distribution (conf >=) as every successful attack, and is one of them
+        for i in np.flatnonzero(positive):
+            hit = conf[i, success[i]]
+            assert np.all(worst[i] >= hit) and worst[i] in hit
+        auroc = 100 * skm.roc_auc_score(np.r_[np.zeros(64), np.ones(union.sum())],
+                                        -np.r_[ctx.scores[detector]["id"], worst[union]])
+        assert table.loc[(detector, "linf", "mead"), "auroc"] == pytest.approx(auroc)
+
+
+def test_mead_evaluator_params(mead_run):
+    ctx, _ = mead_run
+    only = registry.get("evaluators", "mead")(settings=["mead"], detectors=["msp"])(ctx)["mead.csv"]
+    assert set(only.setting) == {"mead"} and set(only.detector) == {"msp"}
+    with pytest.raises(UsageError, match="valid choices"):
+        registry.get("evaluators", "mead")(settings=["xent"])
+    assert isinstance(only, pd.DataFrame)
