@@ -8,6 +8,7 @@ on ``(model, x, y, seed)`` returns adversarial images in [0, 1]. The model is a
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any, ClassVar, Iterator
 
 import torch
@@ -48,9 +49,12 @@ class Attack:
                              f"valid choices: {', '.join(sorted(valid))}")
         self.params = {**valid, **params}
         eps = self.params.get("eps")
-        if self.bounded and (eps is None or not 0.0 < float(eps) <= 1.0):
-            raise UsageError(f"eps {eps!r} for attack {self.name!r} is out of range; valid choices: 0 < eps <= 1 "
-                             "(images are in [0, 1], e.g. 8/255 = 0.0314)")
+        limit = 1.0 if self.norm == "linf" else math.inf
+        if self.bounded and (eps is None or not 0.0 < float(eps) <= limit):
+            raise UsageError(f"eps {eps!r} for attack {self.name!r} is out of range; valid choices: "
+                             + ("0 < eps <= 1 (images are in [0, 1], e.g. 8/255 = 0.0314)" if limit == 1.0 else "eps > 0"))
+        if "steps" in self.params and int(self.params["steps"]) < 1:
+            raise UsageError(f"steps {self.params['steps']!r} for attack {self.name!r}; valid choices: an integer >= 1")
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:

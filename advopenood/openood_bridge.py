@@ -33,6 +33,7 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from advopenood import io as aio
 from advopenood import registry
 from advopenood.data import file_sha256, limit_dataset
 from advopenood.detectors import (
@@ -123,9 +124,12 @@ def adv_evaluator_class() -> type:
     class AdvEvaluator(Evaluator):
         """OpenOOD's Evaluator that also scores adversarial sets (the ``adv`` split) next to near/far OOD."""
 
-        def add_adv_split(self, name: str, loader: Any) -> None:
-            """Inject one adversarial set (a loader of ``{'data', 'label'}`` batches, normalised as the ID data)."""
+        def add_adv_split(self, name: str, loader: Any, adv: AdvSet | None = None) -> None:
+            """Inject one adversarial set (a loader of ``{'data', 'label'}`` batches, normalised as the ID data);
+            ``adv`` (its store entry) enables :meth:`eval_mead`."""
             self.dataloader_dict["ood"].setdefault("adv", {})[name] = loader
+            if adv is not None:
+                self.__dict__.setdefault("adv_sets", {})[name] = adv
             self.scores["ood"].setdefault("adv", {})[name] = None
             self.metrics["ood"] = self.metrics["fsood"] = None
 
@@ -145,6 +149,19 @@ def adv_evaluator_class() -> type:
                                    "display.float_format", "{:,.2f}".format):
                 print(extra)
             return self.metrics[task]
+
+        def eval_mead(self) -> pd.DataFrame:
+            """advopenood's ``mead`` evaluator on the adversarial splits (after :meth:`eval_ood`): the worst case
+            over every successful attack per (norm, eps) group and objective, clean ID test images as negatives."""
+            from advopenood_plugins.mead import mead_table, set_info
+
+            adv_sets = self.__dict__.get("adv_sets", {})
+            if not adv_sets or any(self.scores["ood"]["adv"].get(n) is None for n in adv_sets):
+                raise UsageError("eval_mead needs adversarial splits added with their AdvSet and scored by eval_ood")
+            conf = {"id": self.scores["id"]["test"][1]}
+            conf.update({n: self.scores["ood"]["adv"][n][1] for n in adv_sets})
+            sets = [set_info(n, a) for n, a in adv_sets.items()]
+            return mead_table({type(self.postprocessor).__name__: conf}, sets, backend="openood")
 
         def _id_scores(self, fsood: bool) -> list[np.ndarray]:
             """The ID (plus covariate-shifted ID under ``fsood``) predictions, confidences and labels."""
@@ -245,6 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save-csv", action="store_true")
     p.add_argument("--save-score", action="store_true")
     p.add_argument("--fsood", action="store_true")
+    p.add_argument("--mead", action="store_true",
+                   help="also print and save MEAD's worst case over the adversarial splits (OUT: <root>/ood/<pp>_mead_<s>.csv)")
     p.add_argument("--attack", help="comma-separated attacks whose adversarial test sets become OOD splits, e.g. pgd,fgsm")
     p.add_argument("--eps", help="attack budget, e.g. 8/255 (default: the paper's for the input size)")
     p.add_argument("--data-root", help="OpenOOD's data folder (default <OpenOOD checkout>/data, as the script)")
@@ -315,7 +334,8 @@ def _adv_sets(evaluator, args: argparse.Namespace, net: nn.Module, attacks: dict
     sets = {}
     for name, attack in attacks.items():
         sets[name] = store.generate(data, model, attack, model_hash=weights_hash(model), seed=args.seed, device=device)
-        evaluator.add_adv_split(name, DataLoader(AdvSplit(sets[name], mean, std, args.batch_size), batch_size=None))
+        evaluator.add_adv_split(name, DataLoader(AdvSplit(sets[name], mean, std, args.batch_size), batch_size=None),
+                                sets[name])
     return sets
 
 
@@ -366,6 +386,10 @@ def eval_ood_main(argv: list[str]) -> int:
                     pickle.dump(pp, f, pickle.HIGHEST_PROTOCOL)
             metrics = evaluator.eval_ood(fsood=args.fsood)
             all_metrics.append(metrics.to_numpy())
+            if args.mead:
+                mead = evaluator.eval_mead()
+                print(mead.to_string(index=False))
+                aio.write_csv(root / ("fsood" if args.fsood else "ood") / f"{name}_mead_{sub.name}.csv", mead)
             if args.save_score:
                 scores_file.parent.mkdir(parents=True, exist_ok=True)
                 with open(scores_file, "wb") as f:

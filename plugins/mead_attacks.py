@@ -171,22 +171,10 @@ class MeadAttack(Attack):
     objective: ClassVar[str] = "ce"
 
     def __init__(self, **params: Any):
-        valid = self.defaults(32)
-        unknown = sorted(set(params) - set(valid))
-        if unknown:
-            raise UsageError(f"unknown parameter {unknown[0]!r} for attack {self.name!r}; "
-                             f"valid choices: {', '.join(sorted(valid))}")
-        self.params = {**valid, **params}
-        eps = self.params["eps"]
-        limit = 1.0 if self.norm == "linf" else math.inf
-        if eps is None or not 0.0 < float(eps) <= limit:
-            raise UsageError(f"eps {eps!r} for attack {self.name!r} is out of range; valid choices: "
-                             + ("0 < eps <= 1 (images are in [0, 1], e.g. 8/255)" if limit == 1.0 else "eps > 0"))
+        super().__init__(**params)
         if self.objective in NEEDS_RANDOM_START and not self.params["random_start"]:
             raise UsageError(f"attack {self.name!r} needs random_start: true (the {self.objective.upper()} objective "
                              "has a zero gradient at the clean input); valid choices: true")
-        if "steps" in self.params and int(self.params["steps"]) < 1:
-            raise UsageError(f"steps {self.params['steps']!r} for attack {self.name!r}; valid choices: an integer >= 1")
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:

@@ -178,6 +178,24 @@ def test_eval_ood_adds_adversarial_split(openood_tree, postprocessor):
 
 
 @needs_openood
+def test_eval_ood_mead_worst_case_through_openood(openood_tree):
+    from advopenood.openood_bridge import eval_ood_main
+
+    t = openood_tree
+    code = eval_ood_main(["--root", str(t["runs"]), "--postprocessor", "msp", "--id-data", "cifar10",
+                          "--batch-size", "32", "--attack", "fgsm,pgd", "--eps", "8/255", "--mead",
+                          "--data-root", str(t["data"]), "--config-root", str(t["configs"]), "--device", "cpu",
+                          "--num-workers", "0", "--cache-dir", str(t["cache"])])
+    assert code == 0
+    files = sorted((t["runs"] / "ood").glob("msp_mead_*.csv"))
+    assert files
+    mead = pd.read_csv(files[0])
+    assert set(mead.setting) == {"mead", "ce"} and set(mead.norm) == {"linf"}
+    row = mead.set_index("setting").loc["mead"]
+    assert row.backend == "openood" and row.n_pos > 0 and 0 <= row.auroc <= 100 and row.mean_successes >= 1
+
+
+@needs_openood
 def test_eval_ood_rejects_unknown_postprocessor(openood_tree):
     from advopenood.openood_bridge import eval_ood_main
 
