@@ -24,8 +24,9 @@ RECIPE = {"epochs": 30, "lr": 0.01, "batch": 64}
 DEMO_MODEL = {"arch": "democnn", "num_classes": 10, "in_channels": 1, "input_size": 16, "mean": [0.5], "std": [0.5]}
 
 
-def _build(model_cfg: dict[str, Any], checkpoint: Path | None, device: torch.device | str) -> Classifier:
-    return build_model(model_cfg["arch"], int(model_cfg["num_classes"]), checkpoint, mean=model_cfg.get("mean"),
+def build_from_config(model_cfg: dict[str, Any], checkpoint: Path | None, device: torch.device | str) -> Classifier:
+    """:func:`build_model` from a config's ``model`` section."""
+    return build_model(str(model_cfg.get("arch")), int(model_cfg["num_classes"]), checkpoint, mean=model_cfg.get("mean"),
                        std=model_cfg.get("std"), input_size=int(model_cfg["input_size"]),
                        in_channels=int(model_cfg["in_channels"]), device=device)
 
@@ -59,8 +60,8 @@ def trained_model(model_cfg: dict[str, Any], data: Dataset, cache: Path, seed: i
                          "torch": library_versions()["torch"]})[:16]
     path = Path(cache) / "models" / f"{model_cfg['arch']}-{key}.pt"
     if path.is_file():
-        return _build(model_cfg, path, device)
-    model = train_classifier(_build(model_cfg, None, device), data, recipe, seed, progress)
+        return build_from_config(model_cfg, path, device)
+    model = train_classifier(build_from_config(model_cfg, None, device), data, recipe, seed, progress)
     buf = io.BytesIO()
     torch.save(model.backbone.state_dict(), buf)
     aio.atomic_write(path, lambda f: f.write(buf.getvalue()))

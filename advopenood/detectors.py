@@ -223,6 +223,11 @@ class Postprocessor:
     own_pass: ClassVar[bool] = False
     #: fits from the shared fit pass's outputs (False: only from ``batches``, its own pass)
     shared_fit: ClassVar[bool] = True
+    #: run settings, overridden per instance by ``score_all`` (and ``setup``)
+    device: torch.device = torch.device("cpu")
+    seed: int = 0
+    batch_size: int = 128
+    progress: bool = True
 
     def __init__(self, **params: Any):
         valid = self.default_params()
@@ -235,10 +240,6 @@ class Postprocessor:
             raise UsageError(f"{FIT_SIZE} {fit_size!r} for detector {self.name!r} is out of range; "
                              "valid choices: a positive whole number, or null for the whole fit set")
         self.params = {**valid, **params}
-        self.device = torch.device("cpu")
-        self.seed = 0
-        self.batch_size = 128
-        self.progress = True
 
     @property
     def name(self) -> str:
@@ -560,10 +561,6 @@ class _PlainDetector(Postprocessor):
         self._name = name
         self.inner = inner
         self.params = {}
-        self.device = torch.device("cpu")
-        self.seed = 0
-        self.batch_size = 128
-        self.progress = True
 
     @property
     def name(self) -> str:

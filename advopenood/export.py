@@ -27,10 +27,10 @@ def export_set(adv: AdvSet, model: torch.nn.Module, root: Path, dataset: str, ba
     rel_dir = Path("adv") / dataset / adv.set_name.replace("@", "_eps")
     img_dir = root / "images_classic" / rel_dir
     lines, survive, total, offset = [], 0, 0, 0
-    records = adv.records
+    successes = adv.records.success.to_numpy()
     for x, y in adv.iter_batches(batch_size):
         pixels = to_uint8(x)
-        success = records.success.to_numpy()[offset:offset + len(x)]
+        success = successes[offset:offset + len(x)]
         with torch.no_grad():
             x8 = torch.from_numpy(pixels).float().div(255)
             x8 = x8[:, None] if x8.ndim == 3 else x8.permute(0, 3, 1, 2)

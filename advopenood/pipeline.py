@@ -21,9 +21,9 @@ from advopenood import registry
 from advopenood.config import AttackSpec, cache_dir, expand_attacks
 from advopenood.context import CleanRecord, RunContext
 from advopenood.data import build_dataset, limit_dataset, make_loader
-from advopenood.demo import trained_model
+from advopenood.demo import build_from_config, trained_model
 from advopenood.errors import UsageError
-from advopenood.models import Classifier, build_model, weights_hash
+from advopenood.models import Classifier, weights_hash
 from advopenood.store import AdvSet, AdvStore, library_versions
 
 ASR_COLUMNS = ["dataset", "arch", "attack", "eps", "n", "clean_acc", "asr", "asr_all", "mean_linf", "mean_l2", "seed"]
@@ -49,8 +49,7 @@ def load_model(cfg: dict[str, Any], fit_set, device: torch.device, progress: boo
         root = cfg["data"].get("root")
         path = Path(ckpt).expanduser()
         ckpt = path if path.is_absolute() or not root else Path(root) / path
-    return build_model(str(m.get("arch")), int(m["num_classes"]), ckpt, mean=m.get("mean"), std=m.get("std"),
-                       input_size=int(m["input_size"]), in_channels=int(m["in_channels"]), device=device)
+    return build_from_config(m, ckpt, device)
 
 
 def clean_predictions(model: Classifier, ds, batch_size: int, device: torch.device, progress: bool) -> CleanRecord:
@@ -133,9 +132,6 @@ def prepare(cfg: dict[str, Any], progress: bool = True) -> tuple[Classifier, Any
     m, d = cfg["model"], cfg["data"]
     size, channels = int(m["input_size"]), int(m["in_channels"])
     specs = expand_attacks(cfg, size)
-    for kind in ("detectors", "evaluators", "analyses"):
-        for name in cfg[kind]:
-            registry.get(kind, name)
     root = Path(d["root"]) if d.get("root") else None
     if root is not None and not root.is_dir():
         raise UsageError(f"data root {str(root)!r} is not a folder; pass --data-root DIR holding the config's data files")

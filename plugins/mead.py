@@ -27,7 +27,7 @@ Outputs: ``mead.csv`` (one row per detector, norm, eps and setting: AUROC and FP
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -133,6 +133,19 @@ def group_sets(sets: Iterable[SetInfo]) -> dict[tuple[str, float | None], list[S
     return {k: groups[k] for k in sorted(groups, key=order)}
 
 
+def detector_groups(scores: Mapping[str, Mapping[str, np.ndarray]], sets: Iterable[SetInfo]
+                    ) -> Iterator[tuple[str, Mapping[str, np.ndarray], np.ndarray, str, float | None, list[SetInfo]]]:
+    """``(detector, its scores by set, clean confidences, norm, eps, group members)`` for every detector that
+    has clean (``"id"``) scores and every (norm, eps) group of :func:`group_sets`."""
+    groups = group_sets(sets)
+    for detector, by_set in scores.items():
+        if "id" not in by_set:
+            continue
+        conf_id = np.asarray(by_set["id"], dtype=np.float64)
+        for (norm, eps), members in groups.items():
+            yield detector, by_set, conf_id, norm, eps, members
+
+
 def mead_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: Iterable[SetInfo], backend: str = "",
                settings: Iterable[str] = SETTINGS) -> pd.DataFrame:
     """One row per (detector, norm, eps group, setting): the ``mead.csv`` table.
@@ -145,22 +158,17 @@ def mead_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: Iterable[Se
     if bad:
         raise UsageError(f"unknown MEAD setting {bad[0]!r}; valid choices: {', '.join(SETTINGS)}")
     rows: list[dict[str, Any]] = []
-    groups = group_sets(sets)
-    for detector, by_set in scores.items():
-        if "id" not in by_set:
+    for detector, by_set, conf_id, norm, eps, members in detector_groups(scores, sets):
+        if any(m.name not in by_set for m in members):
             continue
-        conf_id = np.asarray(by_set["id"], dtype=np.float64)
-        for (norm, eps), members in groups.items():
-            if any(m.name not in by_set for m in members):
+        for setting in settings:
+            chosen = members if setting == "mead" else [m for m in members if m.objective == setting]
+            if not chosen or (eps is None and setting != "mead"):
                 continue
-            for setting in settings:
-                chosen = members if setting == "mead" else [m for m in members if m.objective == setting]
-                if not chosen or (eps is None and setting != "mead"):
-                    continue
-                conf = np.stack([np.asarray(by_set[m.name], dtype=np.float64) for m in chosen], axis=1)
-                success = np.stack([m.success for m in chosen], axis=1)
-                rows.append({"detector": detector, "backend": backend, "norm": norm, "eps": eps, "setting": setting,
-                             **worst_case_metrics(conf_id, conf, success)})
+            conf = np.stack([np.asarray(by_set[m.name], dtype=np.float64) for m in chosen], axis=1)
+            success = np.stack([m.success for m in chosen], axis=1)
+            rows.append({"detector": detector, "backend": backend, "norm": norm, "eps": eps, "setting": setting,
+                         **worst_case_metrics(conf_id, conf, success)})
     return pd.DataFrame(rows, columns=MEAD_COLUMNS)
 
 

@@ -43,7 +43,7 @@ from advopenood import registry
 from advopenood.context import RunContext
 from advopenood.errors import UsageError
 from advopenood.plots import safe_name
-from advopenood_plugins.mead import SetInfo, group_sets, set_info, worst_case_metrics
+from advopenood_plugins.mead import SetInfo, detector_groups, set_info, worst_case_metrics
 
 METRICS = ("auroc", "fpr95")
 MULTI_COLUMNS = ["detector", "backend", "metric", "avg", "worst", "worst_set", "union", "cr_ind_avg", "cr_ind_worst",
@@ -120,23 +120,18 @@ def sweep_curves(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list[SetI
     """Per detector and set: AUROC and FPR95 of clean vs successful adversarial samples; plus, per norm and
     eps shared by several attacks, the per-sample union (``attack = "union"``). The ``multiattack_curves.csv``."""
     rows: list[dict[str, Any]] = []
-    groups = group_sets(sets)
-    for detector, by_set in scores.items():
-        if "id" not in by_set:
-            continue
-        conf_id = np.asarray(by_set["id"], dtype=np.float64)
-        for (norm, eps), members in groups.items():
-            members = [m for m in members if m.name in by_set]
-            for m in members:
-                row = worst_case_metrics(conf_id, by_set[m.name], m.success)
-                rows.append({"detector": detector, "backend": backend, "attack": attack_label(m.name), "norm": norm,
-                             "eps": eps, "set": m.name, **{k: row[k] for k in ("auroc", "fpr95", "n_pos", "n_neg")}})
-            if len({attack_label(m.name) for m in members}) > 1:
-                conf = np.stack([np.asarray(by_set[m.name], dtype=np.float64) for m in members], axis=1)
-                row = worst_case_metrics(conf_id, conf, np.stack([m.success for m in members], axis=1))
-                rows.append({"detector": detector, "backend": backend, "attack": UNION, "norm": norm, "eps": eps,
-                             "set": "+".join(m.name for m in members),
-                             **{k: row[k] for k in ("auroc", "fpr95", "n_pos", "n_neg")}})
+    for detector, by_set, conf_id, norm, eps, members in detector_groups(scores, sets):
+        members = [m for m in members if m.name in by_set]
+        for m in members:
+            row = worst_case_metrics(conf_id, by_set[m.name], m.success)
+            rows.append({"detector": detector, "backend": backend, "attack": attack_label(m.name), "norm": norm,
+                         "eps": eps, "set": m.name, **{k: row[k] for k in ("auroc", "fpr95", "n_pos", "n_neg")}})
+        if len({attack_label(m.name) for m in members}) > 1:
+            conf = np.stack([np.asarray(by_set[m.name], dtype=np.float64) for m in members], axis=1)
+            row = worst_case_metrics(conf_id, conf, np.stack([m.success for m in members], axis=1))
+            rows.append({"detector": detector, "backend": backend, "attack": UNION, "norm": norm, "eps": eps,
+                         "set": "+".join(m.name for m in members),
+                         **{k: row[k] for k in ("auroc", "fpr95", "n_pos", "n_neg")}})
     return pd.DataFrame(rows, columns=CURVE_COLUMNS)
 
 
