@@ -41,10 +41,12 @@ setup(
     },
     entry_points={
         "console_scripts": ["advopenood = advopenood.cli:main"],
-        "advopenood.attacks": ["builtin = advopenood_plugins.attacks", "mead = advopenood_plugins.mead_attacks"],
+        "advopenood.attacks": ["builtin = advopenood_plugins.attacks", "mead = advopenood_plugins.mead_attacks",
+                              "adaptive = advopenood_plugins.adaptive"],
         "advopenood.detectors": ["builtin = advopenood_plugins.detectors"],
         "advopenood.evaluators": ["ood = advopenood_plugins.ood_eval", "mead = advopenood_plugins.mead",
                                   "multiattack = advopenood_plugins.multiattack"],
-        "advopenood.analyses": ["bintest = advopenood_plugins.bintest", "gradcam = advopenood_plugins.gradcam"],
+        "advopenood.analyses": ["bintest = advopenood_plugins.bintest", "gradcam = advopenood_plugins.gradcam",
+                                "transfer = advopenood_plugins.transfer"],
     },
 )

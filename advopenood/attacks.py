@@ -40,6 +40,11 @@ class Attack:
     norm: ClassVar[str] = "linf"
     #: False for minimal-perturbation attacks (DeepFool) whose ``eps`` is not a budget.
     bounded: ClassVar[bool] = True
+    #: the images attacked: ``"id"`` (the ID test set) or ``"ood"`` (a natural OOD set: OOD->ID attacks,
+    #: which take the set's name as parameter ``ood_set``, default the run's first)
+    source: ClassVar[str] = "id"
+    #: what the attack was fitted on besides its parameters (e.g. a detector's fit data); part of the cache key
+    context: dict[str, Any] = {}
 
     def __init__(self, **params: Any):
         valid = self.defaults(32)
@@ -64,6 +69,10 @@ class Attack:
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Adversarial images for ``(x, y)``; randomness comes from the torch generator seeded by ``__call__``."""
         raise NotImplementedError
+
+    def succeeded(self, model: nn.Module, x_adv: torch.Tensor, y: torch.Tensor, adv_pred: torch.Tensor) -> torch.Tensor:
+        """Per-sample success as stored in the set's records: misclassified (``adv_pred != y``) by default."""
+        return adv_pred != y
 
     def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, seed: int) -> torch.Tensor:
         devices = [x.device] if x.device.type == "cuda" else []

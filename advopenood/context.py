@@ -57,7 +57,15 @@ class RunContext:
     backend: str = ""
     scores: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     detector_errors: dict[str, str] = field(default_factory=dict)
+    #: the fitted detectors (:class:`advopenood.detectors.DetectorBank`); ``bank.score(sets)`` scores new sets
+    bank: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id_adv_sets(self) -> dict[str, AdvSet]:
+        """The adversarial sets made from the ID test images (row ``i`` = ``id_set`` row ``i``), without the
+        OOD->ID sets, whose rows are natural OOD images."""
+        return {name: adv for name, adv in self.adv_sets.items() if adv.source == "id"}
 
     @property
     def plot_dir(self) -> Path:

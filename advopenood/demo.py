@@ -53,7 +53,8 @@ def train_classifier(model: Classifier, data: Dataset, recipe: dict[str, Any], s
 def trained_model(model_cfg: dict[str, Any], data: Dataset, cache: Path, seed: int = 0,
                   device: torch.device | str = "cpu", progress: bool = True) -> Classifier:
     """``model_cfg``'s architecture trained on ``data`` with ``model_cfg['train']`` (over :data:`RECIPE`),
-    loaded from ``cache`` or trained once and saved there atomically."""
+    loaded from ``cache`` or trained once and saved there atomically (and then loaded from there, so the first
+    run and later ones share the weights hash that keys their adversarial sets)."""
     recipe = {**RECIPE, **(model_cfg.get("train") or {})}
     arch = {k: model_cfg.get(k) for k in ("arch", "num_classes", "in_channels", "input_size", "mean", "std")}
     key = canonical_key({"model": arch, "data": data.identity(), "recipe": recipe, "seed": seed,
@@ -65,7 +66,7 @@ def trained_model(model_cfg: dict[str, Any], data: Dataset, cache: Path, seed: i
     buf = io.BytesIO()
     torch.save(model.backbone.state_dict(), buf)
     aio.atomic_write(path, lambda f: f.write(buf.getvalue()))
-    return model
+    return build_from_config(model_cfg, path, device)  # as a later run loads it, so both hash the same
 
 
 def demo_model(cache: Path, seed: int = 0, device: torch.device | str = "cpu", progress: bool = True) -> Classifier:

@@ -72,9 +72,8 @@ class Outputs:
         return Outputs(self.logits[index], self.features[index], None if self.maps is None else self.maps[index])
 
 
-@torch.no_grad()
-def forward_outputs(net: nn.Module, x: Tensor, keep_maps: bool = True) -> Outputs:
-    """Logits, penultimate features and last-block maps of ``x`` in one pass.
+def grad_outputs(net: nn.Module, x: Tensor, keep_maps: bool = True) -> Outputs:
+    """Logits, penultimate features and last-block maps of ``x`` in one pass, with gradients.
 
     Uses :meth:`advopenood.models.Classifier.forward_all` when the network has it, and OpenOOD's dialect
     ``net(x, return_feature=True)`` otherwise (e.g. an OpenOOD network inside OpenOOD's ``Evaluator``).
@@ -84,6 +83,12 @@ def forward_outputs(net: nn.Module, x: Tensor, keep_maps: bool = True) -> Output
         return Outputs(logits, features, maps[-1] if keep_maps else None)
     logits, features = net(x, return_feature=True)
     return Outputs(logits, features.flatten(1))
+
+
+@torch.no_grad()
+def forward_outputs(net: nn.Module, x: Tensor, keep_maps: bool = True) -> Outputs:
+    """:func:`grad_outputs` without gradients: the shared pass."""
+    return grad_outputs(net, x, keep_maps)
 
 
 def fc_layer(net: nn.Module) -> nn.Linear:
@@ -144,6 +149,10 @@ class Taps:
 
     @torch.no_grad()
     def __call__(self, x: Tensor) -> tuple[Tensor, list[Tensor]]:
+        return self.forward(x)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, list[Tensor]]:
+        """Logits and the tapped maps, differentiable (``__call__`` is the same without gradients)."""
         maps: list[Tensor] = []
         handles = [m.register_forward_hook(lambda _m, _i, out: maps.append(out)) for m in self.layers]
         try:
@@ -262,6 +271,15 @@ class Postprocessor:
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         """Confidence per sample of batch ``x`` (higher = more ID), from the shared-pass outputs ``out``."""
         raise NotImplementedError
+
+    def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        """:meth:`score` as a differentiable function of ``x``, for detector-adaptive attacks.
+
+        ``out`` comes from a pass with gradients; non-differentiable parts use BPDA (Athalye et al., ICML 2018):
+        the forward value is the detector's, the backward pass a documented surrogate. Detectors without it
+        cannot be attacked adaptively.
+        """
+        raise NotImplementedError(f"detector {self.name!r} has no differentiable score (grad_score)")
 
     def rows_needed(self, n: int) -> int:
         """How many of ``n`` available fit rows :meth:`fit` reads (``fit_size``, or fewer for a small bank)."""
@@ -621,12 +639,14 @@ def create_detector(name: str, backend: str, params: dict[str, Any] | None = Non
 @dataclass
 class ScoreResult:
     """Per-sample confidences ``scores[detector][set]`` (float64, set order), skipped detectors with a
-    one-line reason, the resolved backend, and seconds spent per detector (fit + score, shared pass apart)."""
+    one-line reason, the resolved backend, seconds spent per detector (fit + score, shared pass apart) and
+    the fitted :class:`DetectorBank`, which scores further sets."""
 
     scores: dict[str, dict[str, np.ndarray]]
     errors: dict[str, str]
     backend: str
     seconds: dict[str, float] = field(default_factory=dict)
+    bank: DetectorBank | None = None
 
 
 def _reason(stage: str, exc: BaseException) -> str:
@@ -649,14 +669,60 @@ def fit_subset(fit_set: Dataset, seed: int, fit_size: int | None = None) -> Subs
     return Subset(fit_set, fit_rows(len(fit_set), fit_size, seed))
 
 
-def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset,
-              sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]], *, batch_size: int,
-              device: torch.device, seed: int, params: dict[str, dict] | None = None,
-              progress: bool = True) -> ScoreResult:
-    """Fit and score every detector in ``names`` with one shared network pass per batch.
+class DetectorBank:
+    """Fitted detectors that score any set with one shared network pass per batch (:func:`fit_detectors`).
 
-    ``sets`` maps a set name to a zero-argument callable yielding ``(x, y)`` batches of [0, 1] images.
-    A detector that fails to build, fit or score is skipped with its reason in ``errors``; the others go on.
+    A run keeps its bank (``RunContext.bank``), so analyses score new sets (e.g. transferred adversarial
+    examples) without fitting again. A detector that fails to score is dropped with its reason in ``errors``.
+    """
+
+    def __init__(self, model: nn.Module, dets: dict[str, Postprocessor], order: list[str], errors: dict[str, str],
+                 backend: str, device: torch.device, seconds: dict[str, float]):
+        self.model, self.dets, self.order, self.errors = model, dets, order, errors
+        self.backend, self.device, self.seconds = backend, device, seconds
+
+    @property
+    def names(self) -> list[str]:
+        """Detectors that are fitted and have not failed, in the requested order."""
+        return [k for k in self.order if k in self.dets]
+
+    def score(self, sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]],
+              progress: bool = True) -> dict[str, dict[str, np.ndarray]]:
+        """``scores[detector][set]`` (float64, sample order) for zero-argument callables yielding ``(x, y)``."""
+        scores: dict[str, dict[str, np.ndarray]] = {k: {} for k in self.dets}
+        for set_name, make_batches in sets.items():
+            if not self.dets:
+                break
+            parts: dict[str, list[np.ndarray]] = {k: [] for k in self.dets}
+            for x, _ in tqdm(make_batches(), desc=f"score {set_name}", unit="batch", disable=not progress,
+                             leave=False):
+                x = x.to(self.device)
+                out = forward_outputs(self.model, x)
+                for key in list(self.dets):
+                    start = time.perf_counter()
+                    try:
+                        conf = self.dets[key].score(self.model, x, out)
+                        conf = torch.as_tensor(conf).detach().reshape(-1).cpu().double().numpy()
+                        if len(conf) != len(x):
+                            raise ValueError(f"{len(conf)} scores for a batch of {len(x)}")
+                        parts[key].append(conf)
+                    except Exception as exc:  # skipped with its reason
+                        self.errors[key] = _reason(f"scoring {set_name!r}", exc)
+                        del self.dets[key]
+                        scores.pop(key, None)
+                        parts.pop(key, None)
+                    self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - start
+            for key, chunks in parts.items():
+                scores[key][set_name] = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float64)
+        return {k: scores[k] for k in self.order if k in scores}
+
+
+def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dataset, *, batch_size: int,
+                  device: torch.device, seed: int, params: dict[str, dict] | None = None,
+                  progress: bool = True) -> DetectorBank:
+    """Build and fit every detector in ``names`` with one shared pass over the fit set.
+
+    A detector that fails to build or fit is skipped with its reason in ``errors``; the others go on.
     An unknown detector name (or parameter) raises :class:`~advopenood.errors.UsageError` before any work.
     """
     resolved = resolve_backend(backend)
@@ -702,29 +768,18 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
                 errors[key] = _reason("fit", exc)
                 del dets[key]
             seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - start
+    return DetectorBank(model, dets, keys, errors, resolved, device, seconds)
 
-    scores: dict[str, dict[str, np.ndarray]] = {k: {} for k in dets}
-    for set_name, make_batches in sets.items():
-        if not dets:
-            break
-        parts: dict[str, list[np.ndarray]] = {k: [] for k in dets}
-        for x, _ in tqdm(make_batches(), desc=f"score {set_name}", unit="batch", disable=not progress, leave=False):
-            x = x.to(device)
-            out = forward_outputs(model, x)
-            for key in list(dets):
-                start = time.perf_counter()
-                try:
-                    conf = dets[key].score(model, x, out)
-                    conf = torch.as_tensor(conf).detach().reshape(-1).cpu().double().numpy()
-                    if len(conf) != len(x):
-                        raise ValueError(f"{len(conf)} scores for a batch of {len(x)}")
-                    parts[key].append(conf)
-                except Exception as exc:  # skipped with its reason
-                    errors[key] = _reason(f"scoring {set_name!r}", exc)
-                    del dets[key]
-                    scores.pop(key, None)
-                    parts.pop(key, None)
-                seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - start
-        for key, chunks in parts.items():
-            scores[key][set_name] = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float64)
-    return ScoreResult({k: scores[k] for k in keys if k in scores}, errors, resolved, seconds)
+
+def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset,
+              sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]], *, batch_size: int,
+              device: torch.device, seed: int, params: dict[str, dict] | None = None,
+              progress: bool = True) -> ScoreResult:
+    """Fit (:func:`fit_detectors`) and score every detector in ``names`` with one shared network pass per batch.
+
+    ``sets`` maps a set name to a zero-argument callable yielding ``(x, y)`` batches of [0, 1] images.
+    """
+    bank = fit_detectors(names, backend, model, fit_set, batch_size=batch_size, device=device, seed=seed,
+                         params=params, progress=progress)
+    scores = bank.score(sets, progress)
+    return ScoreResult(scores, bank.errors, bank.backend, bank.seconds, bank)

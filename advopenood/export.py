@@ -50,7 +50,7 @@ def export_set(adv: AdvSet, model: torch.nn.Module, root: Path, dataset: str, ba
 def export_openood(ctx: RunContext) -> list[str]:
     """Export every adversarial set of a run under ``OUT/openood/``; one summary line per set."""
     out = []
-    for adv in ctx.adv_sets.values():
+    for adv in ctx.id_adv_sets.values():
         imglist, total, survive = export_set(adv, ctx.model, ctx.out / "openood", ctx.dataset, ctx.batch_size, ctx.device)
         out.append(f"{adv.set_name}: {imglist} - {survive} of {total} successful adversarial examples "
                    "survive 8-bit rounding")

@@ -200,12 +200,16 @@ class PixelNet(nn.Module):
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1))
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net((x - self.mean) / self.std)
+    def forward(self, x: torch.Tensor, **kwargs: Any):
+        """OpenOOD's forward (``return_feature`` etc. pass through) on [0, 1] pixels."""
+        return self.net((x - self.mean) / self.std, **kwargs)
+
+    def get_fc_layer(self) -> nn.Linear:
+        return self.net.get_fc_layer()
 
 
 class OpenOODPixels(Dataset):
-    """OpenOOD's ID test set through its own preprocessing, with the normalisation undone ([0, 1] pixels)."""
+    """An OpenOOD ID split through its own preprocessing, with the normalisation undone ([0, 1] pixels)."""
 
     def __init__(self, dataset: Dataset, mean: Sequence[float], std: Sequence[float], name: str, fingerprint: str):
         self.dataset, self.name, self.fingerprint = dataset, name, fingerprint
@@ -316,7 +320,8 @@ def _postprocessor(name: str, subfolder: Path, id_data: str):
 
 def _adv_sets(evaluator, args: argparse.Namespace, net: nn.Module, attacks: dict[str, Any], data_root: Path,
               device: torch.device) -> dict[str, AdvSet]:
-    """Adversarial versions of OpenOOD's ID test set, one per attack, from (or into) the attack store."""
+    """Adversarial versions of OpenOOD's ID test set, one per attack, from (or into) the attack store.
+    Detector-adaptive attacks fit their detector on OpenOOD's ID train split."""
     from openood.evaluation_api.datasets import DATA_INFO
     from openood.evaluation_api.preprocessor import default_preprocessing_dict
 
@@ -333,6 +338,14 @@ def _adv_sets(evaluator, args: argparse.Namespace, net: nn.Module, attacks: dict
     store = AdvStore(cache_dir({"cache_dir": args.cache_dir}))
     sets = {}
     for name, attack in attacks.items():
+        if attack.source != "id":
+            raise UsageError(f"attack {name!r} perturbs OOD images, which eval-ood does not support; valid choices: "
+                             "attacks on ID images (names not starting with adaptive_ood_)")
+        if hasattr(attack, "bind"):
+            train = DATA_INFO[args.id_data]["id"]["train"]["imglist_path"]
+            fit = OpenOODPixels(evaluator.dataloader_dict["id"]["train"].dataset, mean, std,
+                                f"openood_{args.id_data}_train", f"{file_sha256(data_root / train)}:crop{size}")
+            attack.bind(model, fit, seed=args.seed, batch_size=args.batch_size, device=device)
         sets[name] = store.generate(data, model, attack, model_hash=weights_hash(model), seed=args.seed, device=device)
         evaluator.add_adv_split(name, DataLoader(AdvSplit(sets[name], mean, std, args.batch_size), batch_size=None),
                                 sets[name])

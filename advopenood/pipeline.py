@@ -26,7 +26,8 @@ from advopenood.errors import UsageError
 from advopenood.models import Classifier, weights_hash
 from advopenood.store import AdvSet, AdvStore, library_versions
 
-ASR_COLUMNS = ["dataset", "arch", "attack", "eps", "n", "clean_acc", "asr", "asr_all", "mean_linf", "mean_l2", "seed"]
+ASR_COLUMNS = ["dataset", "arch", "attack", "eps", "n", "clean_acc", "asr", "asr_all", "mean_linf", "mean_l2", "seed",
+               "source"]
 
 
 def seed_everything(seed: int) -> None:
@@ -65,15 +66,16 @@ def clean_predictions(model: Classifier, ds, batch_size: int, device: torch.devi
 def asr_row(adv: AdvSet, dataset: str, arch: str, seed: int, clean_acc: float) -> dict[str, Any]:
     """One row of asr.csv. ``asr``: share of clean-correct samples whose attack succeeded (adv_pred != y);
     ``asr_all``: share of all samples misclassified after the attack (the paper's Table 3 convention).
-    Norms are means over successful adversarial examples. Percentages."""
+    Norms are means over successful adversarial examples. Percentages. For an OOD->ID set (``source`` not
+    ``"id"``) both are the share of OOD images the attack made the detector accept."""
     r = adv.records
-    correct = (r.clean_pred == r.y).to_numpy()
+    correct = (r.clean_pred == r.y).to_numpy() if adv.source == "id" else np.ones(len(r), dtype=bool)
     success = r.success.to_numpy().astype(bool)
     hit = r[success]
     return {"dataset": dataset, "arch": arch, "attack": adv.set_name, "eps": adv.eps, "n": len(r),
             "clean_acc": clean_acc, "asr": 100.0 * success[correct].mean() if correct.any() else float("nan"),
             "asr_all": 100.0 * success.mean(), "mean_linf": hit.linf.mean() if len(hit) else float("nan"),
-            "mean_l2": hit.l2.mean() if len(hit) else float("nan"), "seed": seed}
+            "mean_l2": hit.l2.mean() if len(hit) else float("nan"), "seed": seed, "source": adv.source}
 
 
 def distributed() -> tuple[int, int]:
@@ -100,21 +102,40 @@ def rank_device(device: str, rank: int) -> torch.device:
     return torch.device(device)
 
 
+def source_set(spec: AttackSpec, id_set, ood_sets: dict[str, Any]) -> tuple[str, Any]:
+    """``(source name, dataset)`` an attack perturbs: the ID test set, or for OOD->ID attacks (class ``source``
+    ``"ood"``) the natural OOD set named by its ``ood_set`` parameter, default the config's first."""
+    if getattr(registry.get("attacks", spec.attack), "source", "id") == "id":
+        return "id", id_set
+    name = spec.params.get("ood_set") or next(iter(ood_sets), None)
+    if name not in ood_sets:
+        raise UsageError(f"attack {spec.set_name!r} perturbs natural OOD images, but ood_set {name!r} is not one of the "
+                         f"run's OOD sets; valid choices: {', '.join(ood_sets) or 'none (add data.ood to the config)'}")
+    return str(name), ood_sets[name]
+
+
 def generate_sets(cfg: dict[str, Any], specs: list[AttackSpec], model: Classifier, id_set, device: torch.device,
-                  *, rank: int = 0, world_size: int = 1, progress: bool = True) -> dict[str, AdvSet]:
+                  *, fit_set, ood_sets: dict[str, Any], rank: int = 0, world_size: int = 1,
+                  progress: bool = True) -> dict[str, AdvSet]:
     """One adversarial set per spec, from the store when it is already there.
 
-    Under torchrun each rank attacks the shards ``i % world_size == rank`` into the shared store; after a
-    barrier rank 0 writes the manifests, and every rank sees the complete sets.
+    Attacks with a ``bind`` method (detector-adaptive attacks) get the model and the fit set, with the run's
+    parameters for their detector. Under torchrun each rank attacks the shards ``i % world_size == rank`` into
+    the shared store; after a barrier rank 0 writes the manifests, and every rank sees the complete sets.
     """
     store = AdvStore(cache_dir(cfg) / "adv", shard_size=int(cfg["shard_size"]))
     model_hash = weights_hash(model)
+    detector_params = {str(k).lower(): v for k, v in (cfg.get("detector_params") or {}).items()}
     sets: dict[str, AdvSet] = {}
     for spec in specs:
         attack = registry.get("attacks", spec.attack)(**spec.params)
-        adv = store.generate(id_set, model, attack, model_hash=model_hash, seed=int(cfg["seed"]), device=device,
+        source, data = source_set(spec, id_set, ood_sets)
+        if hasattr(attack, "bind"):
+            attack.bind(model, fit_set, seed=int(cfg["seed"]), batch_size=int(cfg["batch_size"]), device=device,
+                        detector_params=detector_params.get(attack.detector))
+        adv = store.generate(data, model, attack, model_hash=model_hash, seed=int(cfg["seed"]), device=device,
                              rank=rank, world_size=world_size, progress=progress)
-        adv.set_name = spec.set_name
+        adv.set_name, adv.source = spec.set_name, source
         sets[spec.set_name] = adv
     if world_size > 1:
         import torch.distributed as dist
@@ -144,6 +165,8 @@ def prepare(cfg: dict[str, Any], progress: bool = True) -> tuple[Classifier, Any
     for spec in d.get("ood") or []:
         ds = build_dataset(spec, root, channels, size)
         ood_sets[ds.name] = limit_dataset(ds, d.get("ood_limit", cfg["limit"]), int(cfg["seed"]))
+    for spec in specs:
+        source_set(spec, id_set, ood_sets)
     device = torch.device(cfg["device"])
     model = load_model(cfg, fit_set, device, progress)
     return model, id_set, fit_set, ood_sets, specs
@@ -170,7 +193,8 @@ def run(cfg: dict[str, Any], *, attack_only: bool = False, progress: bool = True
 
     t = time.perf_counter()
     clean = clean_predictions(model, id_set, bs, device, progress)
-    adv_sets = generate_sets(cfg, specs, model, id_set, device, rank=rank, world_size=world_size, progress=progress)
+    adv_sets = generate_sets(cfg, specs, model, id_set, device, fit_set=fit_set, ood_sets=ood_sets, rank=rank,
+                             world_size=world_size, progress=progress)
     timings["attacks"] = time.perf_counter() - t
     dataset, arch = str(cfg["data"].get("dataset") or id_set.name), model.arch
     ctx = RunContext(cfg, out, model, device, seed, dataset, arch, id_set, fit_set, ood_sets, adv_sets, clean,
@@ -213,7 +237,7 @@ def _score(ctx: RunContext, progress: bool) -> None:
     result = score_all(ctx.config["detectors"], ctx.config["detector_backend"], ctx.model, ctx.fit_set, sets,
                        batch_size=bs, device=ctx.device, seed=ctx.seed, params=ctx.config["detector_params"],
                        progress=progress)
-    ctx.scores, ctx.detector_errors, ctx.backend = result.scores, result.errors, result.backend
+    ctx.scores, ctx.detector_errors, ctx.backend, ctx.bank = result.scores, result.errors, result.backend, result.bank
 
 
 def _report(out: Path) -> None:

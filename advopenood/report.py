@@ -1,7 +1,8 @@
 """The readable run report: ``report.md`` and a self-contained ``report.html`` (plots inline as base64).
 
 :func:`write_report` reads whatever a run left in its output folder (``run.json``, ``asr.csv``,
-``ood.csv`` / ``table_ood.md``, ``mead.csv``, ``bintest.csv``, ``gradcam_summary.csv``, ``plots/*.png``);
+``ood.csv`` / ``table_ood.md``, ``table_adaptive.csv``, ``mead.csv``, ``bintest.csv``, ``gradcam_summary.csv``,
+``transfer.csv``, ``plots/*.png``);
 a section whose file is absent is left out. Every table comes with one-sentence readings generated from
 its numbers (``read_*`` functions), e.g. which detectors fall below chance on an attack.
 The report is built once as a list of blocks and rendered twice, to Markdown and to HTML.
@@ -309,13 +310,61 @@ def _ood_section(out_dir: Path, ood: pd.DataFrame | None, used: set[Path]) -> li
         blocks.append(Block("table", ood_matrix(ood, "auroc"), "AUROC (%)"))
         blocks.append(Block("table", ood_matrix(ood, "fpr95"), "FPR95 (%)"))
         blocks.append(Block("ul", read_ood(ood)))
-        errors = ood[ood["error"].fillna("").astype(str) != ""] if "error" in ood else ood.iloc[:0]
+        errors = ood[ood["error"].astype("string").fillna("") != ""] if "error" in ood else ood.iloc[:0]
         if len(errors):
             blocks.append(Block("ul", [f"{name(r['detector'])} on {name(r['ood_set'])}: {r['error']}"
                                        for r in errors.to_dict("records")], "metrics left empty"))
     elif (out_dir / "table_ood.md").is_file():
         blocks.append(Block("md", (out_dir / "table_ood.md").read_text()))
     return blocks + _plots(out_dir, "auroc_heatmap.png", used) + _plots(out_dir, "roc_*.png", used)
+
+
+def read_adaptive(table: pd.DataFrame) -> list[str]:
+    """One reading per detector-adaptive set: its detector's AUROC against the classifier-only baseline."""
+    out = []
+    for r in table.to_dict("records"):
+        if pd.isna(r["auroc_baseline"]):
+            out.append(f"{r['attack']}: {name(r['detector'])} reaches AUROC {r['auroc_adaptive']:.1f} "
+                       "(no classifier-only baseline in this run).")
+        else:
+            out.append(f"{r['attack']}: {name(r['detector'])}'s AUROC goes from {r['auroc_baseline']:.1f} "
+                       f"({name(r['baseline'])}) to {r['auroc_adaptive']:.1f} when the attack adapts to it "
+                       f"({r['delta_auroc']:+.1f} points).")
+    return out
+
+
+def _adaptive_section(table: pd.DataFrame) -> list[Block]:
+    return [Block("h2", "Detector-adaptive attacks"),
+            Block("p", "Each adaptive set attacks one detector through its differentiable score (BPDA where needed); "
+                       "its AUROC/FPR95 (%) sit next to the classifier-only baseline: PGD at the same eps for ID->ID "
+                       "evasion, the clean natural OOD set for OOD->ID."),
+            Block("table", table), Block("ul", read_adaptive(table))]
+
+
+def read_transfer(table: pd.DataFrame) -> list[str]:
+    """Per surrogate and data fraction: the best transfer ASR, and the detector with the best defense accuracy."""
+    out = []
+    for (surrogate, fraction), part in table.groupby(["surrogate", "data_fraction"], sort=False):
+        best = part.loc[part["asr"].idxmax()]
+        line = (f"{surrogate} surrogate, {fmt(fraction)} % of the training data: the best transfer ASR is "
+                f"{best['asr']:.1f} % ({best['attack']})")
+        scored = part.dropna(subset=["defense_acc"])
+        scored = scored[scored["detector"].astype("string").fillna("") != ""]
+        if len(scored):
+            top = scored.loc[scored["improvement"].idxmax()]
+            line += (f"; {name(top['detector'])} adds the most defense accuracy "
+                     f"({top['improvement']:+.1f} points on {top['attack']})")
+        out.append(line + ".")
+    return out
+
+
+def _transfer_section(table: pd.DataFrame) -> list[Block]:
+    return [Block("h2", "Black-box transfer"),
+            Block("p", "Mahmood et al., Beware the Black-Box: adversarial examples crafted on a surrogate (pure: trained "
+                       "on the true labels; mixed: labels queried from the target, rejected queries dropped) and "
+                       "submitted to the target. asr: transfer success rate; defense_acc: share handled correctly "
+                       "(right label or rejected) vs undefended_acc without the detector; percent."),
+            Block("table", table), Block("ul", read_transfer(table))]
 
 
 def _mead_section(mead: pd.DataFrame) -> list[Block]:
@@ -391,6 +440,9 @@ def build_report(out_dir: Path) -> list[Block]:
     ood = _read_csv(out_dir / "ood.csv")
     if ood is not None or (out_dir / "table_ood.md").is_file():
         blocks += _guarded("OOD detection", lambda: _ood_section(out_dir, ood, used))
+    adaptive = _read_csv(out_dir / "table_adaptive.csv")
+    if adaptive is not None and not adaptive.empty:
+        blocks += _guarded("Detector-adaptive attacks", lambda: _adaptive_section(adaptive))
     mead = _read_csv(out_dir / "mead.csv")
     if mead is not None and not mead.empty:
         blocks += _guarded("MEAD worst case", lambda: _mead_section(mead))
@@ -400,6 +452,9 @@ def build_report(out_dir: Path) -> list[Block]:
     gradcam = _read_csv(out_dir / "gradcam_summary.csv")
     if gradcam is not None and not gradcam.empty:
         blocks += _guarded("Grad-CAM attention shift", lambda: _gradcam_section(out_dir, gradcam, used))
+    transfer = _read_csv(out_dir / "transfer.csv")
+    if transfer is not None and not transfer.empty:
+        blocks += _guarded("Black-box transfer", lambda: _transfer_section(transfer))
     rest = _plots(out_dir, "*.png", used)
     if rest:
         blocks += [Block("h2", "Other plots"), *rest]

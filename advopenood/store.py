@@ -75,6 +75,8 @@ class AdvSet:
     shards: list[Path]
     stats: dict[str, Any] = field(default_factory=dict)
     set_name: str = ""
+    #: the attacked images: ``"id"`` (row i = ID test row i) or the natural OOD set's name (OOD->ID attacks)
+    source: str = "id"
     _records: pd.DataFrame | None = None
 
     def __post_init__(self) -> None:
@@ -82,7 +84,8 @@ class AdvSet:
 
     @property
     def records(self) -> pd.DataFrame:
-        """One row per sample: ``index, y, clean_pred, adv_pred, success, linf, l2`` (success = adv_pred != y)."""
+        """One row per sample: ``index, y, clean_pred, adv_pred, success, linf, l2`` (success = adv_pred != y,
+        or the attack's own criterion, :meth:`advopenood.attacks.Attack.succeeded`)."""
         if self._records is None:
             parts = []
             for shard in self.shards:
@@ -140,8 +143,9 @@ class AdvStore:
         self.shard_size = int(shard_size)
 
     def spec(self, model_hash: str, data_identity: dict[str, Any], attack: Attack, seed: int) -> dict[str, Any]:
-        return {"model": model_hash, "data": data_identity, "attack": attack.name, "params": attack.params,
+        spec = {"model": model_hash, "data": data_identity, "attack": attack.name, "params": attack.params,
                 "seed": int(seed), "shard_size": self.shard_size, "versions": library_versions()}
+        return {**spec, "context": attack.context} if attack.context else spec
 
     def path_for(self, attack: Attack, key: str) -> Path:
         return self.root / f"{attack.name}-{key[:16]}"
@@ -208,7 +212,7 @@ class AdvStore:
             "y": y.cpu().numpy(),
             "clean_pred": clean_pred.cpu().numpy(),
             "adv_pred": adv_pred.cpu().numpy(),
-            "success": (adv_pred != y).cpu().numpy(),
+            "success": attack.succeeded(model, x_adv, y, adv_pred).cpu().numpy(),
             "linf": delta.abs().amax(1).float().cpu().numpy(),
             "l2": delta.norm(dim=1).float().cpu().numpy(),
         }

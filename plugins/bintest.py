@@ -27,8 +27,10 @@ Detector variant (Appendix A.1): given a score function ``score_fn(x) -> conf`` 
 in-distribution, OpenOOD's convention) and a threshold at 5 % FPR on clean data (5 % of clean samples fall
 below it, i.e. are detected), the *regular* test draws the boundary point among corners that are not detected
 and counts success as "classified 1 and not detected"; the *inverted* test draws a detected boundary point
-and counts "classified 1 and detected". Passing needs both. Without a detector-aware attack (arriving with the
-adaptive-attacks issue) the attack under test ignores the detector; the criteria are evaluated all the same.
+and counts "classified 1 and detected". Passing needs both. A detector-adaptive attack (``adaptive_<det>``,
+``plugins/adaptive.py``) brings its own detector: the ``bintest`` analysis runs both tests with it, the
+regular test with the attack as it is and the inverted one with :meth:`inverted` (detector term negated).
+Any other attack runs the standard test.
 """
 from __future__ import annotations
 
@@ -299,6 +301,8 @@ def _evaluate_attack(setup: BinarySetup, x_c: torch.Tensor, attack: Attack, *, e
                      test: str, detector: DetectorCheck | None) -> dict[str, Any]:
     """Step 6: run the attack on ``h`` with label 0; success = in the eps-ball, in [0, 1] and classified 1."""
     x = x_c.unsqueeze(0)
+    if test == "inverted" and hasattr(attack, "inverted"):
+        attack = attack.inverted()
     x_adv = attack(setup.binary, x, torch.zeros(1, dtype=torch.long, device=x.device), seed=seed)
     with torch.no_grad(), frozen(setup.binary):
         logits = setup.binary(x_adv)
@@ -450,28 +454,39 @@ class BinarizationTest:
     Keyword parameters (``analysis_params.bintest``): ``n_inner`` (999), ``gap`` (0.05), ``kappa`` (0.999),
     ``n_random`` (400), ``eps`` (only for unbounded attacks such as DeepFool; default 8/255 at 32x32),
     ``limit`` (test the first ``limit`` correctly classified ID rows; the paper uses 512), ``attacks`` (names;
-    default: the run's attacks), ``batch_size``, ``chunk`` (rows loaded at once), ``pass_threshold``,
-    ``inconclusive_above``, ``progress``.
+    default: the run's attacks on ID images), ``batch_size``, ``chunk`` (rows loaded at once), ``pass_threshold``,
+    ``inconclusive_above``, ``detector_fpr`` (the detector variant's threshold: this share of clean samples is
+    detected), ``progress``. Detector-adaptive attacks run the detector variant (regular and inverted tests).
     """
 
     def __init__(self, n_inner: int = 999, gap: float = 0.05, kappa: float = 0.999, n_random: int = 400,
                  eps: float | None = None, limit: int | None = None, attacks: list[str] | str | None = None,
                  batch_size: int = 500, chunk: int = 256, pass_threshold: float = 0.95,
-                 inconclusive_above: float = 0.75, progress: bool = True):
+                 inconclusive_above: float = 0.75, detector_fpr: float = 0.05, progress: bool = True):
         self.n_inner, self.gap, self.kappa, self.n_random = int(n_inner), float(gap), float(kappa), int(n_random)
         self.eps = None if eps is None else float(eps)
         self.limit = None if limit is None else int(limit)
         self.attacks = [a.strip() for a in attacks.split(",") if a.strip()] if isinstance(attacks, str) else attacks
         self.batch_size, self.chunk, self.progress = int(batch_size), int(chunk), bool(progress)
         self.pass_threshold, self.inconclusive_above = float(pass_threshold), float(inconclusive_above)
+        self.detector_fpr = float(detector_fpr)
 
     def _attack(self, ctx: RunContext, name: str) -> Attack:
-        """The run's attack: the parameters its adversarial set was made with, else defaults + ``attack_params``."""
-        cls = get("attacks", name)
+        """The run's attack: the parameters its adversarial set was made with, else defaults + ``attack_params``;
+        a detector-adaptive attack is bound to the run's fit set and detector parameters."""
+        cls = get("attacks", name if name not in ctx.adv_sets else ctx.adv_sets[name].attack)
+        if getattr(cls, "source", "id") != "id":
+            raise UsageError(f"attack {name!r} perturbs OOD images; the binarization test needs an attack on ID "
+                             "images (valid choices: any attack whose name does not start with adaptive_ood_)")
         if name in ctx.adv_sets:
-            return cls(**ctx.adv_sets[name].params)
-        overrides = (ctx.config.get("attack_params") or {}).get(name) or {}
-        return cls(**{**cls.defaults(getattr(ctx.model, "input_size", 32)), **overrides})
+            attack = cls(**ctx.adv_sets[name].params)
+        else:
+            overrides = (ctx.config.get("attack_params") or {}).get(name) or {}
+            attack = cls(**{**cls.defaults(getattr(ctx.model, "input_size", 32)), **overrides})
+        if hasattr(attack, "bind"):
+            attack.bind(ctx.model, ctx.fit_set, seed=ctx.seed, batch_size=ctx.batch_size, device=ctx.device,
+                        detector_params=(ctx.config.get("detector_params") or {}).get(attack.detector))
+        return attack
 
     def _rows(self, ctx: RunContext) -> np.ndarray:
         """Rows of ``ctx.id_set`` to consider: up to the ``limit``-th correctly classified one (all by default)."""
@@ -483,8 +498,19 @@ class BinarizationTest:
             return rows[:correct[self.limit - 1] + 1] if len(correct) >= self.limit else rows
         return rows[:self.limit]
 
+    def _threshold(self, ctx: RunContext, detector: Callable[[torch.Tensor], torch.Tensor],
+                   chunks: list[np.ndarray]) -> float:
+        """The detector variant's threshold: ``detector_fpr`` of the tested rows' clean scores lie below it."""
+        scores = []
+        with torch.no_grad(), frozen(ctx.model):
+            for part in chunks:
+                x, _ = stack(ctx.id_set, part)
+                scores += [detector(x[i:i + self.batch_size].to(ctx.device)).flatten().cpu()
+                           for i in range(0, len(x), self.batch_size)]
+        return threshold_at_fpr(torch.cat(scores), self.detector_fpr)
+
     def __call__(self, ctx: RunContext) -> dict[str, pd.DataFrame]:
-        names = self.attacks or list(ctx.adv_sets) or list(ctx.config.get("attacks") or [])
+        names = self.attacks or list(ctx.id_adv_sets) or list(ctx.config.get("attacks") or [])
         if not names:
             raise UsageError("the binarization test needs an attack; pass --attack NAME (valid choices: "
                              f"{', '.join(get_names('attacks'))})")
@@ -498,20 +524,23 @@ class BinarizationTest:
                                ctx.id_set[0][0].unsqueeze(0))
             parts, n_wrong = [], 0
             chunks = [rows[i:i + self.chunk] for i in range(0, len(rows), self.chunk)]
+            detector = getattr(attack, "detector_score", None)
+            threshold = None if detector is None else self._threshold(ctx, detector, chunks)
             quiet = not (self.progress and getattr(ctx, "progress", True))
             for part in tqdm(chunks, desc=f"bintest {name}", unit="chunk", disable=quiet):
                 x, y = stack(ctx.id_set, part)
                 summary, table = run_bintest(
                     ctx.model, x, y, attack, eps=eps, n_inner=self.n_inner, gap=self.gap, kappa=self.kappa,
                     n_random=self.n_random, seed=ctx.seed, device=ctx.device, indices=part,
-                    batch_size=self.batch_size, attack_name=name)
+                    batch_size=self.batch_size, attack_name=name, detector=detector, detector_threshold=threshold)
                 parts.append(table)
                 n_wrong += summary["n_misclassified"]
             table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(SAMPLE_COLUMNS))
             summaries.append(summary_row(table, attack=name, norm=attack.norm, eps=eps,
                                          n_misclassified=n_wrong, kappa=self.kappa, n_inner=self.n_inner,
                                          gap=self.gap, n_random=self.n_random, pass_threshold=self.pass_threshold,
-                                         inconclusive_above=self.inconclusive_above))
+                                         inconclusive_above=self.inconclusive_above, detector_threshold=threshold))
             tables.append(table.assign(attack=name)[["attack", *SAMPLE_COLUMNS]])
-        return {"bintest.csv": pd.DataFrame(summaries, columns=list(SUMMARY_COLUMNS)),
+        extra = list(dict.fromkeys(k for row in summaries for k in row if k not in SUMMARY_COLUMNS))
+        return {"bintest.csv": pd.DataFrame(summaries, columns=[*SUMMARY_COLUMNS, *extra]),
                 "bintest_samples.csv": pd.concat(tables, ignore_index=True)}

@@ -6,14 +6,24 @@ percentiles become fractions, and the detectors that OpenOOD applies to the penu
 ASH, SCALE, DICE) get the penultimate feature. With ``--detector-backend openood`` the same names run
 OpenOOD's own postprocessor classes instead (``openood_name``); see :mod:`advopenood.detectors`.
 Formulas use ``z`` for the penultimate feature, ``f(x) = W z + b`` for the logits and ``p = softmax(f(x))``.
+
+Every detector also has ``grad_score``: the same confidence as a differentiable function of the input, for
+the detector-adaptive attacks (``plugins/adaptive.py``). Where the detector has a non-differentiable part,
+``grad_score`` uses BPDA (Athalye, Carlini & Wagner, ICML 2018), the forward value unchanged and a surrogate
+in the backward pass; each class's docstring says which (``BPDA:`` line). Selections (the closest class
+mean, the K-th neighbour, the top-k activations, the predicted class's GRAM range) are differentiated
+through the currently selected element, which is the exact gradient almost everywhere.
 """
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from pytorch_ood.detector import ASH as PodASH
 from pytorch_ood.detector import DICE as PodDICE
 from pytorch_ood.detector import GEN as PodGEN
@@ -22,11 +32,24 @@ from pytorch_ood.detector import ODIN as PodODIN
 from pytorch_ood.detector import RMD, EnergyBased, Gram, KLMatching, Mahalanobis, MaxLogit, MaxSoftmax, ReAct, ViM
 from pytorch_ood.detector import SCALE as PodSCALE
 from pytorch_ood.detector import NNGuide as PodNNGuide
+from pytorch_ood.detector.odin import odin_preprocessing
 from torch import Tensor
 
 from advopenood.attacks import frozen
 from advopenood.detectors import Batches, Outputs, Postprocessor, Taps, fc_layer, seeded, vim_dim
 from advopenood.registry import register
+
+
+def with_grad(method: Callable) -> Callable:
+    """A bound pytorch-ood scoring method without its decorators (``@torch.no_grad()`` and pytorch-ood's
+    device mover, which both keep the original as ``__wrapped__``), so the attack differentiates the very
+    code that scores; the caller's tensors are already on the detector's device."""
+    return inspect.unwrap(method.__func__).__get__(method.__self__)
+
+
+def straight_through(value: Tensor, surrogate: Tensor) -> Tensor:
+    """BPDA straight-through: the forward value of ``value``, the gradient of ``surrogate``."""
+    return surrogate + (value - surrogate).detach()
 
 
 def _head(net: nn.Module) -> Callable[[Tensor], Tensor]:
@@ -47,6 +70,8 @@ class MSP(Postprocessor):
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return -MaxSoftmax.score(out.logits)
 
+    grad_score = score
+
 
 @register("detectors", "odin")
 class ODIN(Postprocessor):
@@ -55,6 +80,7 @@ class ODIN(Postprocessor):
     ``x' = x - noise * sign(-grad_x log max_k softmax(f(x)/T)_k)``, ``conf = max_k softmax(f(x')/T)_k``
     with OpenOOD's ``T = 1000``, ``noise = 0.0014`` in pixel units. ``input_std`` (None for our [0, 1]-input
     networks) divides the gradient sign per channel for networks that take normalised inputs, as OpenOOD does.
+    BPDA: the preprocessing step ``x' - x`` is a constant in the backward pass (its sign is piecewise constant).
     """
 
     openood_name = "odin"
@@ -66,6 +92,13 @@ class ODIN(Postprocessor):
                       norm_std=list(self.input_std) if self.input_std else None)
         with frozen(net):
             return -det.predict(x)
+
+    def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        temperature = float(self.params["temperature"])
+        x_hat = odin_preprocessing(net, x.detach(), eps=float(self.params["noise"]), temperature=temperature,
+                                   norm_std=list(self.input_std) if self.input_std else None)
+        logits = net(x + (x_hat - x).detach()) / temperature
+        return logits.softmax(1).max(1).values
 
 
 @register("detectors", "mds")
@@ -85,6 +118,11 @@ class MDS(Postprocessor):
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return -self.det.predict_features(out.features)
 
+    def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        centered = out.features.float()[:, None, :] - self.det.mu[None]
+        distance = torch.einsum("bkd,de,bke->bk", centered, self.det.precision, centered)
+        return -0.5 * distance.min(1).values
+
 
 @register("detectors", "rmds")
 class RMDS(Postprocessor):
@@ -102,6 +140,17 @@ class RMDS(Postprocessor):
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return -self.det.predict_features(out.features)
+
+    def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        return -with_grad(self.det.predict_features)(out.features)
+
+
+def gram_vector(feature: Tensor, p: int) -> Tensor:
+    """Row sums of the ``p``-th order Gram matrix, ``G = sign(S) |S|^(1/p)`` with ``S = rowsum(F^p (F^p)^T)``,
+    as pytorch-ood's ``Gram._gram_vector`` but differentiable (its ``|S|^(1/p)`` has no gradient where S = 0)."""
+    temp = (feature ** p).flatten(2)
+    temp = torch.matmul(temp, temp.transpose(1, 2)).sum(dim=2)
+    return temp.sign() * temp.abs().clamp_min(torch.finfo(temp.dtype).tiny) ** (1 / p)
 
 
 class _TapStage:
@@ -137,6 +186,7 @@ class GRAM(Postprocessor):
     Per tapped layer ``l`` and power ``p``: ``G = rowsum((F^p)(F^p)^T)^(1/p)``; ``delta`` sums how far each
     entry leaves the ``[min, max]`` seen in training for the predicted class; layers are normalised by the
     mean deviation of a held-out 10 % and, as in OpenOOD, ``conf = -sum_l delta_l / E[delta_l] / max_k p_k``.
+    BPDA: none needed; the min/max hinges are piecewise linear and the predicted class is a selection.
     """
 
     openood_name = "gram"
@@ -162,6 +212,18 @@ class GRAM(Postprocessor):
         deviation = self.det.predict_structured(logits, maps)
         return -deviation / logits.softmax(1).max(1).values
 
+    def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        logits, maps = self.taps.forward(x)
+        det, predictions = self.det, logits.argmax(1)
+        deviation = logits.new_zeros(len(logits))
+        for layer, feature in enumerate(maps):
+            layer_dev = logits.new_zeros(len(logits))
+            for pole, p in enumerate(det.num_poles_list):
+                layer_dev = layer_dev + det._deviation(gram_vector(feature, p), det.feature_min[layer][pole][predictions],
+                                                       det.feature_max[layer][pole][predictions])
+            deviation = deviation + layer_dev / det.layer_norm[layer]
+        return -deviation / logits.softmax(1).max(1).values
+
 
 @register("detectors", "ebo")
 class EBO(Postprocessor):
@@ -174,6 +236,8 @@ class EBO(Postprocessor):
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return -EnergyBased.score(out.logits, t=float(self.params["temperature"]))
+
+    grad_score = score
 
 
 @register("detectors", "klm")
@@ -193,6 +257,8 @@ class KLM(Postprocessor):
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return -self.det.predict_logits(out.logits)
 
+    grad_score = score
+
 
 @register("detectors", "mls")
 class MLS(Postprocessor):
@@ -206,6 +272,8 @@ class MLS(Postprocessor):
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return -MaxLogit.score(out.logits)
 
+    grad_score = score
+
 
 @register("detectors", "react")
 class REACT(Postprocessor):
@@ -213,6 +281,7 @@ class REACT(Postprocessor):
 
     ``c`` = the ``percentile``-th percentile (OpenOOD: 90) of the fit set's penultimate activations;
     ``conf = logsumexp(W min(z, c) + b)``.
+    BPDA: the clipping is the identity in the backward pass (straight-through), so clipped units still move.
     """
 
     openood_name = "react"
@@ -224,6 +293,10 @@ class REACT(Postprocessor):
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return -self.det.predict_feature_maps(out.features)
+
+    def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        z = straight_through(out.features.clip(max=self.det.threshold), out.features)
+        return -self.det.detector(self.det.head(z))
 
 
 @register("detectors", "vim")
@@ -246,6 +319,11 @@ class VIM(Postprocessor):
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return -self.det.predict_features(out.features)
 
+    def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        z = out.features.float()
+        residual = ((z - self.det.u) @ self.det.principal_subspace).norm(dim=-1) * self.det.alpha
+        return torch.logsumexp(z @ self.det.w.T + self.det.b, dim=-1) - residual
+
 
 @register("detectors", "knn")
 class KNN(Postprocessor):
@@ -253,6 +331,8 @@ class KNN(Postprocessor):
 
     ``conf = -||z/||z|| - z_(K)||`` over L2-normalised training features, OpenOOD's ``K = 50``
     (OpenOOD uses the squared distance; the order is the same).
+    BPDA: the neighbour search is a constant selection; the gradient is that of the distance to the current
+    K-th neighbour (exact almost everywhere), computed against the normalised training features in torch.
     """
 
     openood_name = "knn"
@@ -260,9 +340,15 @@ class KNN(Postprocessor):
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
         self.det = PodKNN(None, k=int(self.params["K"])).fit_features(outputs.features.float().cpu(), labels)
+        self.bank = F.normalize(outputs.features.float(), dim=1, eps=1e-12)
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return -self.det.predict_features(out.features)
+
+    def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        z = F.normalize(out.features.float(), dim=1, eps=1e-12)
+        distances = torch.cdist(z, self.bank.to(z.device))
+        return -distances.kthvalue(int(self.params["K"]), dim=1).values
 
 
 @register("detectors", "dice")
@@ -284,6 +370,9 @@ class DICE(Postprocessor):
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return -self.det.predict_features(out.features)
 
+    def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        return -with_grad(self.det.predict_features)(out.features)
+
 
 @register("detectors", "ash")
 class ASH(Postprocessor):
@@ -295,9 +384,14 @@ class ASH(Postprocessor):
 
     openood_name = "ash"
 
+    def _det(self, net: nn.Module) -> PodASH:
+        return PodASH(backbone=None, head=_head(net), variant="ash-b", percentile=float(self.params["percentile"]) / 100.0)
+
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
-        det = PodASH(backbone=None, head=_head(net), variant="ash-b", percentile=float(self.params["percentile"]) / 100.0)
-        return -det.predict_feature_maps(out.features[:, :, None, None])
+        return -self._det(net).predict_feature_maps(out.features[:, :, None, None])
+
+    def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        return -with_grad(self._det(net).predict_feature_maps)(out.features[:, :, None, None])
 
 
 @register("detectors", "gen")
@@ -313,6 +407,8 @@ class GEN(Postprocessor):
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return -PodGEN.score(out.logits, gamma=float(self.params["gamma"]), M=int(self.params["M"]))
 
+    grad_score = score
+
 
 def nnguide_bank_size(n: int, alpha: float, batch_size: int, k: int) -> int:
     """Rows in NNGuide's bank as OpenOOD takes them: whole batches until more than ``int(n * alpha)`` rows
@@ -327,6 +423,7 @@ class NNGuide(Postprocessor):
 
     Bank: ``E(z') z'/||z'||`` of the first 1 % of the (shuffled) fit set; ``conf = E(x) * mean of the K = 100
     largest inner products <z/||z||, bank>`` with ``E = logsumexp(f)``.
+    BPDA: the neighbour search is a constant selection; the gradient flows through the K selected inner products.
     """
 
     openood_name = "nnguide"
@@ -343,6 +440,9 @@ class NNGuide(Postprocessor):
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return -self.det.predict_features(out.features)
 
+    def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        return -with_grad(self.det.predict_features)(out.features)
+
 
 @register("detectors", "scale")
 class SCALE(Postprocessor):
@@ -354,6 +454,11 @@ class SCALE(Postprocessor):
 
     openood_name = "scale"
 
+    def _det(self, net: nn.Module) -> PodSCALE:
+        return PodSCALE(backbone=None, head=_head(net), percentile=float(self.params["percentile"]) / 100.0)
+
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
-        det = PodSCALE(backbone=None, head=_head(net), percentile=float(self.params["percentile"]) / 100.0)
-        return -det.predict_feature_maps(out.features[:, :, None, None])
+        return -self._det(net).predict_feature_maps(out.features[:, :, None, None])
+
+    def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        return -with_grad(self._det(net).predict_feature_maps)(out.features[:, :, None, None])

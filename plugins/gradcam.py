@@ -297,19 +297,19 @@ class GradCamAnalysis:
 
     def __call__(self, ctx: RunContext) -> dict[str, pd.DataFrame]:
         n = len(ctx.id_set)
-        for name, adv in ctx.adv_sets.items():
+        for name, adv in ctx.id_adv_sets.items():
             if len(adv) != n:
                 raise ValueError(f"adversarial set {name!r} has {len(adv)} rows but the ID set has {n}")
         rows = _select_rows(n, self.max_samples, ctx.seed)
         bs = self.batch_size or ctx.batch_size
-        parts: dict[str, list[dict[str, np.ndarray]]] = {name: [] for name in ctx.adv_sets}
+        parts: dict[str, list[dict[str, np.ndarray]]] = {name: [] for name in ctx.id_adv_sets}
         with CamExtractor(ctx.model, ctx.device) as cam:
-            batches = [rows[i:i + bs] for i in range(0, len(rows), bs)] if ctx.adv_sets else []
+            batches = [rows[i:i + bs] for i in range(0, len(rows), bs)] if ctx.id_adv_sets else []
             show = self.progress and ctx.progress
             for batch in tqdm(batches, desc="gradcam", unit="batch", leave=False, disable=not show):
                 x, _ = stack(ctx.id_set, batch)
                 clean_maps, clean_pred = cam(x)
-                for name, adv in ctx.adv_sets.items():
+                for name, adv in ctx.id_adv_sets.items():
                     x_adv = adv.load(batch)
                     adv_maps, _ = cam(x_adv, clean_pred)
                     part = {"row": batch, "target": clean_pred}
@@ -318,12 +318,12 @@ class GradCamAnalysis:
                         own_maps, _ = cam(x_adv)
                         part["l2_adv_target"], part["ssim_adv_target"] = _distances(clean_maps, own_maps)
                     parts[name].append(part)
-            frames = [self._frame(name, adv, parts[name]) for name, adv in ctx.adv_sets.items()]
+            frames = [self._frame(name, adv, parts[name]) for name, adv in ctx.id_adv_sets.items()]
             if self.n_examples:
-                for name, frame in zip(ctx.adv_sets, frames):
+                for name, frame in zip(ctx.id_adv_sets, frames):
                     self._plot_examples(ctx, cam, name, frame)
         df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CSV_COLUMNS)
-        for name, frame in zip(ctx.adv_sets, frames):
+        for name, frame in zip(ctx.id_adv_sets, frames):
             save_figure(plot_shift(frame, name, self.l2_threshold, self.ssim_threshold),
                         ctx.plot_dir / f"gradcam_{safe_name(name)}.png")
         summary = summarize(df, self.l2_threshold, self.ssim_threshold) if len(df) else pd.DataFrame()
@@ -347,7 +347,7 @@ class GradCamAnalysis:
         picks = _pick_examples(frame, self.n_examples)
         rows = picks["row"].to_numpy()
         x, _ = stack(ctx.id_set, rows)
-        x_adv = ctx.adv_sets[name].load(rows)
+        x_adv = ctx.id_adv_sets[name].load(rows)
         targets = picks["target"].to_numpy()
         maps, _ = cam(x, targets)
         maps_adv, _ = cam(x_adv, targets)

@@ -13,8 +13,10 @@ Attacks are grouped by (norm, eps). Within a group, for each clean sample ``x_i`
   exact MEAD true-positive rate at every threshold, and the MEAD ROC is the ordinary ROC of the clean
   scores (negatives, every clean sample) against the ``w_i`` (positives): no threshold grid.
 
-Settings: ``mead`` (all attacks of the group) and one per objective (``ce``, ``kl``, ``gini``, ``fr``), each
-itself a worst case over that objective's attacks (e.g. FGSM, BIM and PGD in Linf). An attack's norm and
+Settings: ``mead`` (all attacks of the group) and one per objective (``ce``, ``kl``, ``gini``, ``fr``, and
+``adaptive`` for the detector-adaptive attacks of ``plugins/adaptive.py``), each itself a worst case over that
+objective's attacks (e.g. FGSM, BIM and PGD in Linf), so ``ce`` (classifier-only) and ``adaptive`` sit side by
+side. Only sets made from the ID test images count (OOD->ID sets have no clean ID sample to attach to). An attack's norm and
 objective come from its registry class (``norm`` and ``objective`` attributes); attacks without an
 ``objective`` (the built-in ``fgsm``, ``pgd``, ``mpgd``) count as cross-entropy; unbounded attacks (DeepFool)
 form MEAD's "no eps" group of their norm (eps empty, ``mead`` setting only).
@@ -38,7 +40,7 @@ from advopenood.errors import UsageError
 from advopenood.metrics import NaNScoreError, ood_metrics
 from advopenood.store import AdvSet
 
-SETTINGS = ("mead", "ce", "kl", "gini", "fr")
+SETTINGS = ("mead", "ce", "kl", "gini", "fr", "adaptive")
 MEAD_COLUMNS = ["detector", "backend", "norm", "eps", "setting", "auroc", "fpr95", "n_pos", "n_neg", "mean_successes"]
 SUMMARY_COLUMNS = ["detector", "backend", "norm", "setting", "auroc", "fpr95", "n_groups"]
 NORM_ORDER = ("l1", "l2", "linf")
@@ -193,7 +195,7 @@ class MeadEvaluator:
     """MEAD worst-case AUROC/FPR95 per (norm, eps) group and objective (Granese et al. 2022): mead.csv."""
 
     def __init__(self, settings: list[str] | None = None, detectors: list[str] | None = None):
-        """``settings``: subset of ``mead, ce, kl, gini, fr`` (default all); ``detectors``: subset of the run's
+        """``settings``: subset of ``mead, ce, kl, gini, fr, adaptive`` (default all); ``detectors``: subset of the run's
         detectors (default all scored)."""
         self.settings = list(settings) if settings is not None else list(SETTINGS)
         bad = [s for s in self.settings if s not in SETTINGS]
@@ -202,7 +204,7 @@ class MeadEvaluator:
         self.detectors = [d.lower() for d in detectors] if detectors is not None else None
 
     def __call__(self, ctx: RunContext) -> dict[str, pd.DataFrame]:
-        infos = [set_info(name, adv) for name, adv in ctx.adv_sets.items()]
+        infos = [set_info(name, adv) for name, adv in ctx.id_adv_sets.items()]
         scores = {d: s for d, s in ctx.scores.items() if self.detectors is None or d in self.detectors}
         table = mead_table(scores, infos, ctx.backend, self.settings)
         return {"mead.csv": table, "mead_summary.csv": mead_summary(table)}

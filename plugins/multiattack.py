@@ -220,7 +220,7 @@ class MultiAttackEvaluator:
         self.plots = bool(plots)
 
     def __call__(self, ctx: RunContext) -> dict[str, pd.DataFrame]:
-        sets = [set_info(name, adv) for name, adv in ctx.adv_sets.items()]
+        sets = [set_info(name, adv) for name, adv in ctx.id_adv_sets.items()]
         scores = {d: s for d, s in ctx.scores.items() if self.detectors is None or d in self.detectors}
         curves = sweep_curves(scores, sets, ctx.backend)
         table = multiattack_table(scores, sets, ctx.backend, self.reference, self.alpha, curves)

@@ -3,7 +3,12 @@
 Follows OpenOOD's convention (:mod:`advopenood.metrics`): OOD is the positive class, scores are
 confidences (higher = more ID), and adversarial examples count as OOD. For an attack the positives are the
 adversarial examples whose attack succeeded (``advset.records.success``, i.e. ``adv_pred != y``), the
-project-wide convention; ``n_ood`` records how many there were.
+project-wide convention; ``n_ood`` records how many there were. The perturbed images of an OOD->ID attack
+(``adaptive_ood_<det>``) are all OOD, so all of them are positives.
+
+With detector-adaptive attacks in the run (``plugins/adaptive.py``), ``table_adaptive.{csv,md}`` puts each
+detector's AUROC/FPR95 under its own adaptive attack next to the classifier-only attack: ``pgd`` at the same
+eps for ``adaptive_<det>``, the clean natural OOD set for ``adaptive_ood_<det>``.
 
 Writes ``scores/<detector>.npz`` (atomically) with one float64 array of confidences per set (``id``, each
 natural OOD set, each attack, in sample order) and, per attack, the boolean ``<attack>.success`` mask, so
@@ -21,8 +26,11 @@ import pandas as pd
 from advopenood import io as aio
 from advopenood.context import RunContext
 from advopenood.metrics import ood_metrics
+from advopenood import registry
 from advopenood.registry import register
 
+ADAPTIVE_COLUMNS = ["detector", "attack", "eps", "baseline", "auroc_baseline", "auroc_adaptive", "delta_auroc",
+                    "fpr95_baseline", "fpr95_adaptive", "n_ood"]
 COLUMNS = ["dataset", "arch", "attack", "eps", "detector", "backend", "ood_set", "fpr95", "auroc", "aupr_in",
            "aupr_out", "n_id", "n_ood", "error"]
 METRICS = ("fpr95", "auroc", "aupr_in", "aupr_out")
@@ -58,6 +66,39 @@ def pivot_table(df: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def _baseline(ctx: RunContext, adv, attacks: dict[str, str]) -> str | None:
+    """The classifier-only counterpart of an adaptive set: the natural OOD set it perturbed (OOD->ID), else the
+    ``pgd`` set with the same eps (ID->ID); None when the run has none."""
+    if adv.source != "id":
+        return adv.source
+    for name, other in ctx.id_adv_sets.items():
+        if attacks[name] == "pgd" and other.eps is not None and adv.eps is not None \
+                and math.isclose(float(other.eps), float(adv.eps), rel_tol=1e-6):
+            return name
+    return None
+
+
+def adaptive_table(df: pd.DataFrame, ctx: RunContext) -> pd.DataFrame:
+    """One row per detector-adaptive set and its own detector: AUROC/FPR95 next to the classifier-only baseline."""
+    attacks = {name: adv.attack for name, adv in ctx.adv_sets.items()}
+    rows = []
+    for name, adv in ctx.adv_sets.items():
+        target = getattr(registry.get("attacks", adv.attack), "detector", None)
+        if not target or target not in set(df["detector"]):
+            continue
+        part = df[df["detector"] == target].set_index("ood_set")
+        base = _baseline(ctx, adv, attacks)
+        got = part.loc[name]
+        ref = part.loc[base] if base is not None and base in part.index else None
+        nan = math.nan
+        rows.append({"detector": target, "attack": name, "eps": got["eps"], "baseline": base or "",
+                     "auroc_baseline": nan if ref is None else ref["auroc"], "auroc_adaptive": got["auroc"],
+                     "delta_auroc": nan if ref is None else got["auroc"] - ref["auroc"],
+                     "fpr95_baseline": nan if ref is None else ref["fpr95"], "fpr95_adaptive": got["fpr95"],
+                     "n_ood": got["n_ood"]})
+    return pd.DataFrame(rows, columns=ADAPTIVE_COLUMNS)
+
+
 def _save_scores(path, arrays: dict[str, np.ndarray]) -> None:
     buf = io.BytesIO()
     np.savez(buf, **arrays)
@@ -83,13 +124,17 @@ class OODEvaluator:
         df["n_id"] = df["n_id"].astype("Int64")
         df["n_ood"] = df["n_ood"].astype("Int64")
         table = pivot_table(df)
-        return {"ood.csv": df, "table_ood.csv": table, "table_ood.md": table}
+        out = {"ood.csv": df, "table_ood.csv": table, "table_ood.md": table}
+        adaptive = adaptive_table(df, ctx)
+        if len(adaptive):
+            out.update({"table_adaptive.csv": adaptive, "table_adaptive.md": adaptive})
+        return out
 
     def _targets(self, ctx: RunContext) -> list[tuple[str, float, str, np.ndarray | None]]:
         """``(attack, eps, ood_set, positive mask)`` for every natural OOD set and adversarial set."""
         out: list[tuple[str, float, str, np.ndarray | None]] = [("none", math.nan, name, None) for name in ctx.ood_sets]
         for attack, adv in ctx.adv_sets.items():
-            mask = adv.records["success"].to_numpy(dtype=bool) if self.success_only else None
+            mask = adv.records["success"].to_numpy(dtype=bool) if self.success_only and adv.source == "id" else None
             out.append((attack, math.nan if adv.eps is None else float(adv.eps), attack, mask))
         return out
 

@@ -58,3 +58,11 @@ def test_openood_resnet18_checkpoint_round_trip(tmp_path):
 def test_weights_hash_tracks_weights(cifar_model):
     other = build_model("resnet20", 10)
     assert weights_hash(cifar_model) != weights_hash(other) and len(weights_hash(other)) == 64
+
+
+def test_a_freshly_trained_model_hashes_like_its_cached_copy(tmp_path):
+    """The first run (trains) and a later one (loads) key their adversarial sets by the same weights hash."""
+    from advopenood.demo import demo_model
+
+    first = demo_model(tmp_path, progress=False)
+    assert weights_hash(first) == weights_hash(demo_model(tmp_path, progress=False))

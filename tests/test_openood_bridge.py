@@ -201,3 +201,23 @@ def test_eval_ood_rejects_unknown_postprocessor(openood_tree):
 
     with pytest.raises(UsageError, match="unknown postprocessor 'nope'; valid choices: .*advopenood_msp"):
         eval_ood_main(["--root", str(openood_tree["runs"]), "--postprocessor", "nope"])
+
+
+@needs_openood
+def test_eval_ood_runs_a_detector_adaptive_attack(openood_tree):
+    """adaptive_msp fits its detector on OpenOOD's ID train split and lowers MSP's AUROC below FGSM's."""
+    from advopenood.openood_bridge import eval_ood_main
+
+    t = openood_tree
+    code = eval_ood_main(["--root", str(t["runs"]), "--postprocessor", "msp", "--id-data", "cifar10",
+                          "--batch-size", "32", "--save-csv", "--attack", "fgsm,adaptive_msp", "--eps", "8/255",
+                          "--data-root", str(t["data"]), "--config-root", str(t["configs"]), "--device", "cpu",
+                          "--num-workers", "0", "--cache-dir", str(t["cache"])])
+    assert code == 0
+    table = pd.read_csv(t["runs"] / "ood" / "msp.csv", index_col=0)
+    auroc = {k: float(str(table.loc[k, "AUROC"]).split("\u00b1")[0]) for k in ("fgsm", "adaptive_msp")}
+    assert auroc["adaptive_msp"] < auroc["fgsm"]
+    with pytest.raises(UsageError, match="adaptive_ood_msp"):
+        eval_ood_main(["--root", str(t["runs"]), "--postprocessor", "msp", "--id-data", "cifar10",
+                       "--attack", "adaptive_ood_msp", "--data-root", str(t["data"]), "--config-root",
+                       str(t["configs"]), "--device", "cpu", "--num-workers", "0", "--cache-dir", str(t["cache"])])

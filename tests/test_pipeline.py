@@ -25,7 +25,8 @@ def test_demo_writes_every_output(demo_run):
         assert (demo_run / name).is_file(), name
     asr = pd.read_csv(demo_run / "asr.csv")
     assert list(asr.columns) == ["dataset", "arch", "attack", "eps", "n", "clean_acc", "asr", "asr_all",
-                                 "mean_linf", "mean_l2", "seed"]
+                                 "mean_linf", "mean_l2", "seed", "source"]
+    assert (asr.source == "id").all()
     assert set(asr.attack) == {"fgsm", "pgd", "df", "mpgd"} and (asr.n == 150).all()
     assert asr.clean_acc.iloc[0] > 95
     by = asr.set_index("attack")

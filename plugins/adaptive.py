@@ -1,0 +1,263 @@
+"""Detector-adaptive attacks: PGD on a joint objective, classifier loss + lambda x detector-score loss.
+
+Lorenz et al., "Deciphering the Definition of Adversarial Robustness for Post-Hoc OOD Detectors" (the paper
+behind this project) ends with a roadmap whose level 3 is attacks that adapt to the detector; the recipe is the
+adaptive-attack one of Carlini & Wagner ("Adversarial Examples Are Not Easily Detected", AISec 2017) and
+Tramer, Carlini, Brendel & Madry ("On Adaptive Attacks to Adversarial Example Defenses", NeurIPS 2020).
+
+For a detector with confidence ``c(x)`` (higher = more ID, OpenOOD's convention), standardised on its fit set,
+``s(x) = (c(x) - mean_fit) / std_fit``, and logits ``f``, Linf PGD (foolbox ``LinfPGD``, random start) maximises
+
+* ``adaptive_<det>`` (ID->ID evasion, an ID image ``x`` with label ``y``):
+  ``L(x') = min(max_{j != y} f_j(x') - f_y(x'), kappa) + lambda * s(x')``: misclassify with margin ``kappa``
+  (clipped, so once misclassified the detector term takes over) while looking in-distribution;
+* ``adaptive_ood_<det>`` (OOD->ID, a natural OOD image, clean prediction ``t``):
+  ``L(x') = min(f_t(x') - max_{j != t} f_j(x'), kappa) + lambda * s(x')``: stay confidently classified while
+  the detector accepts it.
+
+``lam`` is a list swept per sample (default ``[0, 1, 4]``; 0 keeps the classifier-only attack among the candidates,
+so the adaptive attack never misclassifies less than PGD): every lambda runs the whole attack, every iterate of
+every run is a candidate, and each sample keeps the candidate that succeeds (ID->ID: misclassified; OOD->ID: confidence at or
+above the detector's 95 %-TPR threshold on its fit set) with the highest confidence, else the one with the
+highest confidence. The detector is the pytorch-ood implementation fitted on the run's fit rows (the same rows
+and parameters as the evaluated detector) and differentiated through its ``grad_score`` (BPDA where the
+detector is not differentiable; see each detector's docstring in ``plugins/detectors.py``); the evaluation then
+scores the examples with the run's backend, OpenOOD's own postprocessors included.
+
+The binarization test's detector variant runs these attacks: the regular test uses them as they are, the
+inverted test uses :meth:`AdaptiveAttack.inverted`, which minimises the detector term instead.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+import eagerpy as ep
+import foolbox as fb
+import numpy as np
+import torch
+import torch.nn as nn
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from advopenood.attacks import Attack, default_eps, foolbox_model
+from advopenood.data import make_loader
+from advopenood.detectors import Postprocessor, fit_detectors, fit_subset, grad_outputs
+from advopenood.errors import UsageError
+from advopenood.registry import register
+from advopenood_plugins.attacks import rel_stepsize
+
+#: The detectors with an adaptive attack: the 16 built-ins (each has ``grad_score``).
+DETECTORS = ("msp", "odin", "mds", "rmds", "gram", "ebo", "klm", "mls", "react", "vim", "knn", "dice", "ash",
+             "gen", "nnguide", "scale")
+#: The detector's fit-set confidences used for standardisation and the acceptance threshold (first rows).
+CALIBRATION_ROWS = 2000
+#: Acceptance threshold: the confidence above which this share of the fit set lies (OpenOOD's TPR 95 %).
+TPR = 0.95
+
+
+def margin_loss(logits: Tensor, target: Tensor, sign: float, kappa: float) -> Tensor:
+    """``min(sign * (f_t - max_{j != t} f_j), kappa)`` per sample: ``sign = -1`` rewards leaving class ``t``
+    (untargeted misclassification), ``sign = +1`` rewards staying in it; clipped at ``kappa`` (Carlini & Wagner)."""
+    other = logits.masked_fill(nn.functional.one_hot(target, logits.shape[1]).bool(), -math.inf).amax(1)
+    own = logits.gather(1, target[:, None])[:, 0]
+    return (sign * (own - other)).clamp(max=kappa)
+
+
+@dataclass
+class DetectorTarget:
+    """A fitted detector as the attack sees it: differentiable confidence, fit-set statistics, threshold."""
+
+    detector: Postprocessor
+    net: nn.Module
+    mean: float
+    std: float
+    threshold: float
+
+    def confidence(self, x: Tensor) -> Tensor:
+        """The detector's confidence of ``x`` (higher = more ID), differentiable in ``x``."""
+        return self.detector.grad_score(self.net, x, grad_outputs(self.net, x, keep_maps=False)).flatten()
+
+    def standardized(self, x: Tensor) -> Tensor:
+        """``(c(x) - mean_fit) / std_fit``."""
+        return (self.confidence(x) - self.mean) / self.std
+
+    @torch.no_grad()
+    def score(self, x: Tensor) -> Tensor:
+        """The confidence without gradients (the binarization test's ``score_fn``)."""
+        return self.confidence(x)
+
+
+def calibrate(detector: Postprocessor, net: nn.Module, fit_set: Dataset, seed: int, batch_size: int,
+              device: torch.device) -> DetectorTarget:
+    """Mean, standard deviation and 95 %-TPR threshold of the confidence on the first
+    :data:`CALIBRATION_ROWS` fit rows (in the detectors' seeded order)."""
+    target = DetectorTarget(detector, net, 0.0, 1.0, -math.inf)
+    conf = []
+    with torch.no_grad():
+        for x, _ in make_loader(fit_subset(fit_set, seed, CALIBRATION_ROWS), batch_size):
+            conf.append(target.confidence(x.to(device)).double().cpu())
+    values = torch.cat(conf).numpy()
+    finite = values[np.isfinite(values)]
+    if len(finite) < 2:
+        raise UsageError(f"detector {detector.name!r} gives no finite confidences on the fit set; "
+                         "it cannot be attacked adaptively")
+    target.mean, target.std = float(finite.mean()), float(max(finite.std(), 1e-12))
+    target.threshold = float(np.quantile(finite, 1.0 - TPR))
+    return target
+
+
+class _Best:
+    """Per-sample best candidate: successful first, then the highest ``sign * confidence``."""
+
+    def __init__(self, x: Tensor):
+        self.x = x.clone()
+        self.success = torch.zeros(len(x), dtype=torch.bool, device=x.device)
+        self.value = torch.full((len(x),), -math.inf, device=x.device)
+
+    def update(self, x: Tensor, success: Tensor, value: Tensor) -> None:
+        better = (success & ~self.success) | ((success == self.success) & (value > self.value))
+        self.x[better] = x.detach()[better]
+        self.success |= success
+        self.value = torch.where(better, value.detach(), self.value)
+
+
+class JointLinfPGD(fb.attacks.LinfPGD):
+    """foolbox's LinfPGD with the joint objective as loss; every iterate it evaluates is a candidate for ``best``."""
+
+    def __init__(self, objective: Callable[[Tensor], tuple[Tensor, Tensor, Tensor]], best: _Best, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.objective, self.best = objective, best
+
+    def get_loss_fn(self, model: fb.Model, labels: ep.Tensor) -> Callable[[ep.Tensor], ep.Tensor]:
+        def loss_fn(inputs: ep.Tensor) -> ep.Tensor:
+            loss, success, value = self.objective(inputs.raw)
+            self.best.update(inputs.raw, success, value)
+            return ep.astensor(loss.sum())
+
+        return loss_fn
+
+
+class AdaptiveAttack(Attack):
+    """Base of ``adaptive_<det>`` / ``adaptive_ood_<det>``: call :meth:`bind` with the ID fit data first
+    (the pipeline does); the detector is fitted on first use."""
+
+    norm = "linf"
+    objective = "adaptive"
+    detector: ClassVar[str] = ""
+    #: ``"id"``: ID->ID evasion; ``"ood"``: OOD->ID
+    source: ClassVar[str] = "id"
+
+    def __init__(self, **params: Any):
+        super().__init__(**params)
+        lam = self.params["lam"]
+        lams = [lam] if isinstance(lam, (int, float)) else list(lam or [])
+        if not lams or any(not isinstance(v, (int, float)) or v < 0 for v in lams):
+            raise UsageError(f"lam {lam!r} for attack {self.name!r}; valid choices: a number >= 0 or a list of them")
+        if float(self.params["kappa"]) <= 0:
+            raise UsageError(f"kappa {self.params['kappa']!r} for attack {self.name!r}; valid choices: a number > 0")
+        self.lams = [float(v) for v in lams]
+        self.sign = 1.0
+        self._bound: dict[str, Any] | None = None
+        self._target: DetectorTarget | None = None
+
+    @classmethod
+    def defaults(cls, input_size: int) -> dict[str, Any]:
+        base = {"eps": default_eps(input_size), "steps": 40, "rel_stepsize": None, "random_start": True,
+                "lam": [0.0, 1.0, 4.0], "kappa": 5.0}
+        return {**base, "ood_set": None} if cls.source == "ood" else base
+
+    def bind(self, net: nn.Module, fit_set: Dataset, *, seed: int, batch_size: int, device: torch.device | str,
+             detector_params: dict[str, Any] | None = None) -> AdaptiveAttack:
+        """Fit data and settings for the detector (the run's ``detector_params.<det>`` and seed, so it is the
+        evaluated detector's fit); recorded in the cache key through :attr:`context`."""
+        params = dict(detector_params or {})
+        self._bound = {"net": net, "fit_set": fit_set, "seed": int(seed), "batch_size": int(batch_size),
+                       "device": torch.device(device), "params": params}
+        self.context = {"fit": fit_set.identity(), "detector": self.detector, "detector_params": params,
+                        "fit_seed": int(seed)}
+        self._target = None
+        return self
+
+    @property
+    def target(self) -> DetectorTarget:
+        """The fitted, calibrated detector (fitted on first use)."""
+        if self._target is None:
+            if self._bound is None:
+                raise UsageError(f"attack {self.name!r} needs the ID fit data to fit detector {self.detector!r}; "
+                                 "call bind(net, fit_set, ...) first (advopenood run does)")
+            b = self._bound
+            bank = fit_detectors([self.detector], "pytorch-ood", b["net"], b["fit_set"], batch_size=b["batch_size"],
+                                 device=b["device"], seed=b["seed"], params={self.detector: b["params"]},
+                                 progress=False)
+            if self.detector not in bank.dets:
+                raise RuntimeError(f"attack {self.name!r}: {bank.errors.get(self.detector, 'detector did not fit')}")
+            self._target = calibrate(bank.dets[self.detector], b["net"], b["fit_set"], b["seed"], b["batch_size"],
+                                     b["device"])
+        return self._target
+
+    def detector_score(self, x: Tensor) -> Tensor:
+        """The attacked detector's confidence (no gradients), e.g. the binarization test's detector."""
+        return self.target.score(x)
+
+    def inverted(self) -> AdaptiveAttack:
+        """The same attack with the detector term negated (seeks detected examples): the inverted binarization test."""
+        twin = copy.copy(self)
+        twin.sign = -self.sign
+        return twin
+
+    def _accepted(self, conf: Tensor) -> Tensor:
+        return conf >= self.target.threshold
+
+    def succeeded(self, model: nn.Module, x_adv: Tensor, y: Tensor, adv_pred: Tensor) -> Tensor:
+        """ID->ID: misclassified; OOD->ID: accepted by the detector (confidence >= its 95 %-TPR threshold)."""
+        if self.source == "id":
+            return adv_pred != y
+        return self._accepted(self.target.score(x_adv).to(adv_pred.device))
+
+    def perturb(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+        target, p = self.target, self.params
+        with torch.no_grad():
+            clean_pred = model(x).argmax(1)
+        labels, margin_sign = (y, -1.0) if self.source == "id" else (clean_pred, 1.0)
+        kappa = float(p["kappa"])
+        best = _Best(x)
+        for lam in self.lams:
+            def objective(x_adv: Tensor, lam: float = lam) -> tuple[Tensor, Tensor, Tensor]:
+                logits = model(x_adv)
+                conf = target.standardized(x_adv)
+                loss = margin_loss(logits, labels, margin_sign, kappa) + lam * self.sign * conf
+                with torch.no_grad():
+                    raw = conf * target.std + target.mean
+                    if self.source == "id":
+                        success = logits.argmax(1) != labels
+                    else:
+                        success = self._accepted(raw) if self.sign > 0 else ~self._accepted(raw)
+                return loss, success, self.sign * raw
+
+            attack = JointLinfPGD(objective, best, rel_stepsize=rel_stepsize(p), steps=int(p["steps"]),
+                                  random_start=bool(p["random_start"]))
+            _, clipped, _ = attack(foolbox_model(model, x.device), x, labels, epsilons=float(p["eps"]))
+            objective(clipped)
+        return best.x
+
+
+def adaptive_attack(detector: str, direction: str = "id") -> type[AdaptiveAttack]:
+    """Register ``adaptive_<detector>`` (direction ``"id"``) or ``adaptive_ood_<detector>`` (``"ood"``) for a
+    registered detector whose class implements ``grad_score`` (a third party's too) and return the class."""
+    if direction not in ("id", "ood"):
+        raise UsageError(f"direction {direction!r} for an adaptive attack; valid choices: id, ood")
+    name = f"adaptive_{detector}" if direction == "id" else f"adaptive_ood_{detector}"
+    what = ("misclassify an ID image while " + detector.upper() + " keeps it in-distribution" if direction == "id"
+            else "make a natural OOD image look in-distribution to " + detector.upper())
+    cls = type(name, (AdaptiveAttack,), {
+        "__doc__": f"Detector-adaptive Linf PGD against {detector.upper()}: {what} (lambda swept per sample).",
+        "__module__": __name__, "detector": detector, "source": direction})
+    return register("attacks", name)(cls)
+
+
+for _detector in DETECTORS:
+    for _direction in ("id", "ood"):
+        adaptive_attack(_detector, _direction)

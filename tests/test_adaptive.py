@@ -1,0 +1,148 @@
+"""Detector-adaptive attacks on the real CIFAR-10 ResNet-20: differentiable scores, the joint attack, reporting."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from advopenood import registry
+from advopenood.config import apply_overrides, load_config
+from advopenood.data import build_dataset, limit_dataset
+from advopenood.detectors import fit_detectors, forward_outputs, grad_outputs
+from advopenood.errors import UsageError
+from advopenood.pipeline import prepare, run
+from advopenood.store import AdvStore
+
+CPU = torch.device("cpu")
+ALL = registry.names("detectors")
+
+
+@pytest.fixture(scope="module")
+def cifar_fit(data_root):
+    ds = build_dataset({"kind": "npz", "path": "cifar10_train_10k.npz", "name": "cifar10_train"}, data_root, 3, 32)
+    return limit_dataset(ds, 1000, 0)
+
+
+def test_every_builtin_detector_has_a_faithful_differentiable_score(cifar_model, cifar_fit, cifar_batch):
+    """grad_score equals score (the detector's own value) and gives finite, non-zero input gradients."""
+    bank = fit_detectors(ALL, "pytorch-ood", cifar_model, cifar_fit, batch_size=256, device=CPU, seed=0,
+                         progress=False)
+    assert not bank.errors and len(bank.dets) == 16
+    x = cifar_batch[0][:16]
+    for name, det in bank.dets.items():
+        ref = det.score(cifar_model, x, forward_outputs(cifar_model, x)).double()
+        xr = x.clone().requires_grad_()
+        conf = det.grad_score(cifar_model, xr, grad_outputs(cifar_model, xr)).double()
+        torch.testing.assert_close(conf.detach(), ref, rtol=1e-4, atol=1e-6, msg=name)
+        (grad,) = torch.autograd.grad(conf.sum(), xr)
+        assert torch.isfinite(grad).all(), name
+        assert (grad.flatten(1).abs().sum(1) > 0).all(), name
+
+
+@pytest.fixture(scope="module")
+def adaptive_run(data_root, session_cache, tmp_path_factory):
+    """PGD and the two adaptive attacks on MDS (64 CIFAR test images, Tiny-ImageNet as OOD)."""
+    cfg, folder = load_config("cifar10_resnet20")
+    cfg["data"]["ood"] = [{"kind": "npz", "path": "tin_test.npz", "name": "tin"}]
+    cfg["data"]["fit_limit"] = 2000
+    cfg["attack_params"] = {"pgd": {"steps": 10},
+                            "adaptive_mds": {"steps": 20, "lam": [1.0, 4.0]},
+                            "adaptive_ood_mds": {"steps": 20, "lam": [1.0, 4.0]}}
+    out = tmp_path_factory.mktemp("adaptive")
+    cfg = apply_overrides(cfg, data_root=str(data_root), limit=64, attack="pgd,adaptive_mds,adaptive_ood_mds",
+                          detectors="mds,msp", evaluator="ood,mead", out=str(out), config_dir=folder)
+    ctx = run(cfg, progress=False)
+    return ctx, out
+
+
+def test_adaptive_attack_drives_mds_auroc_far_below_classifier_only_pgd(adaptive_run):
+    _, out = adaptive_run
+    table = pd.read_csv(out / "table_adaptive.csv").set_index("attack")
+    evade = table.loc["adaptive_mds"]
+    assert evade.detector == "mds" and evade.baseline == "pgd"
+    assert evade.auroc_baseline > 90
+    assert evade.auroc_adaptive < evade.auroc_baseline - 40
+    assert evade.fpr95_adaptive > evade.fpr95_baseline
+    into = table.loc["adaptive_ood_mds"]
+    assert into.baseline == "tin" and into.auroc_adaptive < into.auroc_baseline - 30
+    ood = pd.read_csv(out / "ood.csv")
+    assert set(ood.attack) == {"none", "pgd", "adaptive_mds", "adaptive_ood_mds"}
+    assert (out / "table_adaptive.md").is_file()
+
+
+def test_adaptive_sets_enter_the_mead_worst_case_next_to_classifier_only(adaptive_run):
+    _, out = adaptive_run
+    mead = pd.read_csv(out / "mead.csv")
+    mds = mead[(mead.detector == "mds") & (mead.norm == "linf")].set_index("setting")
+    assert set(mds.index) == {"mead", "ce", "adaptive"}
+    assert mds.loc["adaptive", "auroc"] < mds.loc["ce", "auroc"] - 40
+    assert mds.loc["mead", "auroc"] <= mds.loc["adaptive", "auroc"] + 1e-9
+    assert (mds.n_neg == 64).all()
+
+
+def test_ood_to_id_success_means_the_detector_accepts(adaptive_run):
+    ctx, out = adaptive_run
+    asr = pd.read_csv(out / "asr.csv").set_index("attack")
+    assert asr.loc["adaptive_ood_mds", "source"] == "tin" and asr.loc["adaptive_mds", "source"] == "id"
+    adv = ctx.adv_sets["adaptive_ood_mds"]
+    attack = registry.get("attacks", "adaptive_ood_mds")(**adv.params)
+    attack.bind(ctx.model, ctx.fit_set, seed=ctx.seed, batch_size=ctx.batch_size, device=CPU)
+    assert attack.context == json.loads((adv.path / "spec.json").read_text())["context"]
+    conf = torch.cat([attack.detector_score(x) for x, _ in adv.iter_batches(64)])
+    accepted = (conf >= attack.target.threshold).numpy()
+    np.testing.assert_array_equal(adv.records.success.to_numpy(dtype=bool), accepted)
+    assert asr.loc["adaptive_ood_mds", "asr"] == pytest.approx(100 * accepted.mean())
+    assert accepted.mean() > 0.5
+
+
+def test_cache_key_holds_the_detectors_fit_data(cifar_model, cifar_fit, data_root, tmp_path):
+    store = AdvStore(tmp_path)
+    cls = registry.get("attacks", "adaptive_mds")
+    other = limit_dataset(cifar_fit, 500, 0)
+    data = {"name": "x"}
+    specs = [store.spec("m", data, cls(**cls.defaults(32)).bind(cifar_model, fit, seed=0, batch_size=64, device=CPU), 0)
+             for fit in (cifar_fit, cifar_fit, other)]
+    assert specs[0] == specs[1] and specs[0] != specs[2]
+    assert specs[0]["context"]["detector"] == "mds"
+    pgd = registry.get("attacks", "pgd")
+    assert "context" not in store.spec("m", data, pgd(**pgd.defaults(32)), 0)
+
+
+def test_bad_adaptive_input_is_one_clear_error(cifar_model, cifar_batch, data_root, tmp_path):
+    cls = registry.get("attacks", "adaptive_knn")
+    with pytest.raises(UsageError, match="lam -1.*valid choices"):
+        cls(**{**cls.defaults(32), "lam": -1})
+    with pytest.raises(UsageError, match="kappa 0.*valid choices"):
+        cls(**{**cls.defaults(32), "kappa": 0})
+    with pytest.raises(UsageError, match="needs the ID fit data"):
+        cls(**cls.defaults(32))(cifar_model, *cifar_batch, seed=0)
+    with pytest.raises(UsageError, match="unknown attack 'adaptive_nope'"):
+        registry.get("attacks", "adaptive_nope")
+    cfg, folder = load_config("cifar10_resnet20")
+    cfg["data"]["ood"] = []
+    cfg = apply_overrides(cfg, data_root=str(data_root), limit=8, attack="adaptive_ood_msp", out=str(tmp_path),
+                          config_dir=folder)
+    with pytest.raises(UsageError, match="ood_set None is not one of the run's OOD sets"):
+        prepare(cfg, progress=False)
+
+
+def test_binarization_detector_variant_runs_with_an_adaptive_attack(data_root, session_cache, tmp_path):
+    """Regular and inverted tests both run with adaptive_msp's own detector; the attack passes both."""
+    cfg, folder = load_config("cifar10_resnet20")
+    cfg["data"]["fit_limit"] = 1000
+    cfg["attack_params"] = {"adaptive_msp": {"steps": 20, "lam": [1.0]}}
+    cfg["analysis_params"] = {"bintest": {"n_inner": 199, "n_random": 100, "limit": 3}}
+    cfg = apply_overrides(cfg, data_root=str(data_root), limit=8, attack="adaptive_msp", detectors="",
+                          evaluator="", analysis="bintest", out=str(tmp_path), config_dir=folder)
+    run(cfg, progress=False)
+    summary = pd.read_csv(tmp_path / "bintest.csv").iloc[0]
+    samples = pd.read_csv(tmp_path / "bintest_samples.csv")
+    assert summary.test == "detector" and set(samples.test) == {"regular", "inverted"}
+    assert np.isfinite(summary.detector_threshold)
+    assert summary.asr_regular >= 0.95 and summary.asr_inverted >= 0.95 and bool(summary.passed)
+    hit = samples[samples.attack_success.astype("boolean").fillna(False).astype(bool)]
+    assert not hit[hit.test == "regular"].detected_adv.astype(bool).any()
+    assert hit[hit.test == "inverted"].detected_adv.astype(bool).all()
