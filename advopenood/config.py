@@ -92,14 +92,16 @@ def expand_attacks(cfg: dict[str, Any], input_size: int) -> list[AttackSpec]:
     """Config ``attacks`` (names or ``{name, eps, params, label}``) -> one spec per (attack, eps).
 
     ``attack_params.<name>`` applies to every entry of that attack; an eps list gives one set per eps,
-    named ``<attack>@<eps>``. Parameters are validated by constructing the attack.
+    named ``<attack>@<eps>``. A registered *family* (a class with ``members(cfg) -> [names]``, e.g. ``adaptive``:
+    ``adaptive_<det>`` for each selected detector) stands for its members, each taking the family's
+    ``attack_params`` and the entry's eps and params. Parameters are validated by constructing the attack.
     """
     specs: list[AttackSpec] = []
-    for entry in cfg["attacks"] or []:
-        entry = {"name": entry} if isinstance(entry, str) else dict(entry)
-        name = str(entry.get("name", "")).lower()
+    for entry, family in _entries(cfg):
+        name = entry["name"]
         cls = registry.get("attacks", name)
-        params = {**cls.defaults(input_size), **(cfg["attack_params"].get(name) or {}), **(entry.get("params") or {})}
+        params = {**cls.defaults(input_size), **(cfg["attack_params"].get(family) or {}),
+                  **(cfg["attack_params"].get(name) or {}), **(entry.get("params") or {})}
         eps_list = entry.get("eps", params.get("eps"))
         eps_list = eps_list if isinstance(eps_list, list) else [eps_list]
         for eps in eps_list:
@@ -112,6 +114,24 @@ def expand_attacks(cfg: dict[str, Any], input_size: int) -> list[AttackSpec]:
     if dup:
         raise UsageError(f"attack set {dup[0]!r} appears twice; give entries distinct eps or a 'label'")
     return specs
+
+
+def _entries(cfg: dict[str, Any]) -> list[tuple[dict[str, Any], str | None]]:
+    """Config ``attacks`` as ``(entry, family)`` with lower-case names, families replaced by their members."""
+    out: list[tuple[dict[str, Any], str | None]] = []
+    for entry in cfg["attacks"] or []:
+        entry = {"name": entry} if isinstance(entry, str) else dict(entry)
+        entry["name"] = str(entry.get("name", "")).lower()
+        cls = registry.get("attacks", entry["name"])
+        if not hasattr(cls, "members"):
+            out.append((entry, None))
+            continue
+        members = cls.members(cfg)
+        if not members:
+            raise UsageError(f"attack {entry['name']!r} stands for one attack per selected detector, but none is "
+                             "selected; valid choices: select detectors (--detectors mds,knn) or name the attacks (adaptive_mds)")
+        out += [({**entry, "name": m}, entry["name"]) for m in members]
+    return out
 
 
 def apply_overrides(cfg: dict[str, Any], *, data_root: str | None = None, out: str | None = None,

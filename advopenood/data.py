@@ -60,7 +60,7 @@ class ArrayDataset(Dataset):
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         img = self.x[i]
-        t = torch.from_numpy(np.ascontiguousarray(img))
+        t = torch.tensor(np.asarray(img))  # a copy: IDX arrays are read-only buffers
         t = t.float() / 255.0 if img.dtype == np.uint8 else t.float()
         t = t[None] if t.ndim == 2 else t.permute(2, 0, 1)
         return to_model_input(t[None], self.channels, self.size)[0], int(self.y[i])

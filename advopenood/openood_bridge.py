@@ -280,12 +280,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _attacks(spec: str | None, eps: str | None, input_size: int) -> dict[str, Any]:
-    """Attack objects for ``--attack`` / ``--eps``, by registered name."""
+def _attacks(spec: str | None, eps: str | None, input_size: int, postprocessor: str) -> dict[str, Any]:
+    """Attack objects for ``--attack`` / ``--eps``, by registered name; a family (``adaptive``) stands for its
+    member for the evaluated postprocessor (``adaptive_<postprocessor>``)."""
     from advopenood.config import parse_eps
 
-    attacks = {}
+    names = []
     for name in [s.strip().lower() for s in (spec or "").split(",") if s.strip()]:
+        cls = registry.get("attacks", name)
+        members = cls.members({"detectors": [postprocessor.removeprefix(ADAPTER_PREFIX)]}) \
+            if hasattr(cls, "members") else [name]
+        if not members:
+            raise UsageError(f"attack {name!r} has no member for postprocessor {postprocessor!r}; valid choices: "
+                             "the attacks of a built-in detector, e.g. adaptive_msp")
+        names += members
+    attacks = {}
+    for name in names:
         cls = registry.get("attacks", name)
         params = cls.defaults(input_size)
         if eps is not None and cls.bounded:
@@ -365,7 +375,7 @@ def eval_ood_main(argv: list[str]) -> int:
         raise UsageError(f"postprocessor {args.postprocessor!r} needs a special network; run OpenOOD's scripts/eval_ood.py "
                          f"for it; valid choices here: plain-classifier postprocessors such as msp, odin, mds, knn")
     size = 224 if args.id_data == "imagenet200" else 32
-    attacks = _attacks(args.attack, args.eps, size)
+    attacks = _attacks(args.attack, args.eps, size, args.postprocessor)
     device = torch.device(args.device)
     data_root = Path(args.data_root) if args.data_root else openood_root() / "data"
     config_root = Path(args.config_root) if args.config_root else openood_root() / "configs"

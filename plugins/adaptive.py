@@ -42,11 +42,11 @@ import torch.nn as nn
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from advopenood import registry
 from advopenood.attacks import Attack, default_eps, foolbox_model
 from advopenood.data import make_loader
-from advopenood.detectors import Postprocessor, fit_detectors, fit_subset, grad_outputs
+from advopenood.detectors import Outputs, Postprocessor, fit_detectors, fit_subset, grad_outputs
 from advopenood.errors import UsageError
-from advopenood.registry import register
 from advopenood_plugins.attacks import rel_stepsize
 
 #: The detectors with an adaptive attack: the 16 built-ins (each has ``grad_score``).
@@ -76,13 +76,15 @@ class DetectorTarget:
     std: float
     threshold: float
 
-    def confidence(self, x: Tensor) -> Tensor:
-        """The detector's confidence of ``x`` (higher = more ID), differentiable in ``x``."""
-        return self.detector.grad_score(self.net, x, grad_outputs(self.net, x, keep_maps=False)).flatten()
+    def confidence(self, x: Tensor, out: Outputs | None = None) -> Tensor:
+        """The detector's confidence of ``x`` (higher = more ID), differentiable in ``x``; ``out``: the network's
+        outputs for ``x`` when the caller already has them (with gradients)."""
+        out = grad_outputs(self.net, x, keep_maps=False) if out is None else out
+        return self.detector.grad_score(self.net, x, out).flatten()
 
-    def standardized(self, x: Tensor) -> Tensor:
+    def standardized(self, x: Tensor, out: Outputs | None = None) -> Tensor:
         """``(c(x) - mean_fit) / std_fit``."""
-        return (self.confidence(x) - self.mean) / self.std
+        return (self.confidence(x, out) - self.mean) / self.std
 
     @torch.no_grad()
     def score(self, x: Tensor) -> Tensor:
@@ -226,8 +228,9 @@ class AdaptiveAttack(Attack):
         best = _Best(x)
         for lam in self.lams:
             def objective(x_adv: Tensor, lam: float = lam) -> tuple[Tensor, Tensor, Tensor]:
-                logits = model(x_adv)
-                conf = target.standardized(x_adv)
+                shared = grad_outputs(model, x_adv, keep_maps=False) if model is target.net else None
+                logits = model(x_adv) if shared is None else shared.logits
+                conf = target.standardized(x_adv, shared)
                 loss = margin_loss(logits, labels, margin_sign, kappa) + lam * self.sign * conf
                 with torch.no_grad():
                     raw = conf * target.std + target.mean
@@ -255,8 +258,28 @@ def adaptive_attack(detector: str, direction: str = "id") -> type[AdaptiveAttack
     cls = type(name, (AdaptiveAttack,), {
         "__doc__": f"Detector-adaptive Linf PGD against {detector.upper()}: {what} (lambda swept per sample).",
         "__module__": __name__, "detector": detector, "source": direction})
-    return register("attacks", name)(cls)
+    return registry.register("attacks", name)(cls)
 
+
+class AdaptiveFamily:
+    """``adaptive`` / ``adaptive_ood``: shorthand for ``adaptive[_ood]_<det>`` of every selected detector that has one
+    (``--attack pgd,adaptive --detectors mds,knn`` runs ``pgd``, ``adaptive_mds`` and ``adaptive_knn``)."""
+
+    bounded: ClassVar[bool] = True
+    prefix: ClassVar[str] = "adaptive_"
+
+    @classmethod
+    def members(cls, cfg: dict[str, Any]) -> list[str]:
+        available = set(registry.names("attacks"))
+        return [cls.prefix + d for d in cfg.get("detectors") or [] if cls.prefix + d in available]
+
+
+registry.register("attacks", "adaptive")(type("adaptive", (AdaptiveFamily,), {
+    "__doc__": "One adaptive_<det> (ID->ID evasion) per selected detector: --attack pgd,adaptive --detectors mds,knn.",
+    "__module__": __name__}))
+registry.register("attacks", "adaptive_ood")(type("adaptive_ood", (AdaptiveFamily,), {
+    "__doc__": "One adaptive_ood_<det> (OOD->ID) per selected detector: --attack adaptive_ood --detectors mds,knn.",
+    "__module__": __name__, "prefix": "adaptive_ood_"}))
 
 for _detector in DETECTORS:
     for _direction in ("id", "ood"):

@@ -191,9 +191,10 @@ def _check(cond: bool, message: str) -> None:
 
 
 def _transferable_attacks() -> list[str]:
-    """Registered attacks that perturb ID images without binding to the target or a detector."""
+    """Registered attacks (not families) that perturb ID images without binding to the target or a detector."""
     classes = {n: registry.get("attacks", n) for n in registry.names("attacks")}
-    return [n for n, cls in classes.items() if getattr(cls, "source", "id") == "id" and not hasattr(cls, "bind")]
+    return [n for n, cls in classes.items() if isinstance(cls, type) and issubclass(cls, Attack)
+            and cls.source == "id" and not hasattr(cls, "bind")]
 
 
 def _eval_rows(n: int, limit: int | None, seed: int) -> np.ndarray:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from advopenood import registry
-from advopenood.config import apply_overrides, load_config
+from advopenood.config import apply_overrides, expand_attacks, load_config
 from advopenood.data import build_dataset, limit_dataset
 from advopenood.detectors import fit_detectors, forward_outputs, grad_outputs
 from advopenood.errors import UsageError
@@ -146,3 +146,17 @@ def test_binarization_detector_variant_runs_with_an_adaptive_attack(data_root, s
     hit = samples[samples.attack_success.astype("boolean").fillna(False).astype(bool)]
     assert not hit[hit.test == "regular"].detected_adv.astype(bool).any()
     assert hit[hit.test == "inverted"].detected_adv.astype(bool).all()
+
+
+def test_adaptive_family_stands_for_one_attack_per_selected_detector(data_root, tmp_path):
+    cfg, folder = load_config("cifar10_resnet20")
+    cfg["attack_params"] = {"adaptive": {"steps": 7}, "adaptive_knn": {"steps": 9}}
+    cfg = apply_overrides(cfg, data_root=str(data_root), attack="pgd,adaptive,adaptive_ood", eps="4/255",
+                          detectors="mds,knn", out=str(tmp_path), config_dir=folder)
+    specs = {s.set_name: s for s in expand_attacks(cfg, 32)}
+    assert list(specs) == ["pgd", "adaptive_mds", "adaptive_knn", "adaptive_ood_mds", "adaptive_ood_knn"]
+    assert specs["adaptive_mds"].params["steps"] == 7 and specs["adaptive_knn"].params["steps"] == 9
+    assert {s.params["eps"] for s in specs.values()} == {4 / 255}
+    cfg["detectors"] = []
+    with pytest.raises(UsageError, match="attack 'adaptive' stands for one attack per selected detector"):
+        expand_attacks(cfg, 32)

@@ -205,12 +205,13 @@ def test_eval_ood_rejects_unknown_postprocessor(openood_tree):
 
 @needs_openood
 def test_eval_ood_runs_a_detector_adaptive_attack(openood_tree):
-    """adaptive_msp fits its detector on OpenOOD's ID train split and lowers MSP's AUROC below FGSM's."""
+    """``--attack adaptive`` means adaptive_msp for MSP: fitted on OpenOOD's ID train split, it lowers MSP's
+    AUROC below FGSM's."""
     from advopenood.openood_bridge import eval_ood_main
 
     t = openood_tree
     code = eval_ood_main(["--root", str(t["runs"]), "--postprocessor", "msp", "--id-data", "cifar10",
-                          "--batch-size", "32", "--save-csv", "--attack", "fgsm,adaptive_msp", "--eps", "8/255",
+                          "--batch-size", "32", "--save-csv", "--attack", "fgsm,adaptive", "--eps", "8/255",
                           "--data-root", str(t["data"]), "--config-root", str(t["configs"]), "--device", "cpu",
                           "--num-workers", "0", "--cache-dir", str(t["cache"])])
     assert code == 0
