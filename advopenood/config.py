@@ -97,7 +97,7 @@ def expand_attacks(cfg: dict[str, Any], input_size: int) -> list[AttackSpec]:
     ``attack_params`` and the entry's eps and params. Parameters are validated by constructing the attack.
     """
     specs: list[AttackSpec] = []
-    for entry, family in _entries(cfg):
+    for entry, family in attack_entries(cfg):
         name = entry["name"]
         cls = registry.get("attacks", name)
         params = {**cls.defaults(input_size), **(cfg["attack_params"].get(family) or {}),
@@ -116,7 +116,7 @@ def expand_attacks(cfg: dict[str, Any], input_size: int) -> list[AttackSpec]:
     return specs
 
 
-def _entries(cfg: dict[str, Any]) -> list[tuple[dict[str, Any], str | None]]:
+def attack_entries(cfg: dict[str, Any]) -> list[tuple[dict[str, Any], str | None]]:
     """Config ``attacks`` as ``(entry, family)`` with lower-case names, families replaced by their members."""
     out: list[tuple[dict[str, Any], str | None]] = []
     for entry in cfg["attacks"] or []:
@@ -128,8 +128,10 @@ def _entries(cfg: dict[str, Any]) -> list[tuple[dict[str, Any], str | None]]:
             continue
         members = cls.members(cfg)
         if not members:
-            raise UsageError(f"attack {entry['name']!r} stands for one attack per selected detector, but none is "
-                             "selected; valid choices: select detectors (--detectors mds,knn) or name the attacks (adaptive_mds)")
+            chosen = ", ".join(cfg.get("detectors") or []) or "none"
+            raise UsageError(f"attack {entry['name']!r} stands for one attack per selected detector, but no selected "
+                             f"detector ({chosen}) has one; valid choices: select built-in detectors (--detectors "
+                             "mds,knn) or name the attacks (adaptive_mds)")
         out += [({**entry, "name": m}, entry["name"]) for m in members]
     return out
 

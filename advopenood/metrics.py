@@ -70,6 +70,15 @@ def aupr_out(conf_id: np.ndarray, conf_ood: np.ndarray) -> float:
     return float(skm.auc(recall, precision))
 
 
+def id_threshold(conf_id: np.ndarray, fpr: float = 1.0 - TPR_LEVEL) -> float:
+    """The confidence below which a share ``fpr`` of clean ID samples falls: ``quantile(conf_id, fpr)`` (linear).
+
+    A detector rejects an input when ``conf < threshold``; the default rejects 5 % of clean ID samples, i.e.
+    accepts 95 % (OpenOOD's TPR level, the operating point of FPR95).
+    """
+    return float(np.quantile(np.asarray(conf_id, dtype=np.float64), fpr))
+
+
 def ood_metrics(conf_id: np.ndarray, conf_ood: np.ndarray) -> dict[str, float]:
     """``{fpr95, auroc, aupr_in, aupr_out}`` in percent, as OpenOOD's ``compute_all_metrics`` times 100.
 

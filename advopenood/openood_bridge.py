@@ -283,19 +283,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _attacks(spec: str | None, eps: str | None, input_size: int, postprocessor: str) -> dict[str, Any]:
     """Attack objects for ``--attack`` / ``--eps``, by registered name; a family (``adaptive``) stands for its
     member for the evaluated postprocessor (``adaptive_<postprocessor>``)."""
-    from advopenood.config import parse_eps
+    from advopenood.config import attack_entries, parse_eps
 
-    names = []
-    for name in [s.strip().lower() for s in (spec or "").split(",") if s.strip()]:
-        cls = registry.get("attacks", name)
-        members = cls.members({"detectors": [postprocessor.removeprefix(ADAPTER_PREFIX)]}) \
-            if hasattr(cls, "members") else [name]
-        if not members:
-            raise UsageError(f"attack {name!r} has no member for postprocessor {postprocessor!r}; valid choices: "
-                             "the attacks of a built-in detector, e.g. adaptive_msp")
-        names += members
+    requested = [s.strip().lower() for s in (spec or "").split(",") if s.strip()]
+    entries = attack_entries({"attacks": requested, "detectors": [postprocessor.removeprefix(ADAPTER_PREFIX)]})
     attacks = {}
-    for name in names:
+    for name in [entry["name"] for entry, _ in entries]:
         cls = registry.get("attacks", name)
         params = cls.defaults(input_size)
         if eps is not None and cls.bounded:

@@ -114,25 +114,32 @@ def source_set(spec: AttackSpec, id_set, ood_sets: dict[str, Any]) -> tuple[str,
     return str(name), ood_sets[name]
 
 
+def bind_attack(attack, model: Classifier, fit_set, *, seed: int, batch_size: int, device: torch.device,
+                detector_params: dict[str, Any] | None) -> None:
+    """Give a detector-adaptive attack (one with ``bind``) the model, the fit set, the run's seed and batch size
+    and the run's ``detector_params`` entry for its detector, so it attacks the detector the run evaluates."""
+    if hasattr(attack, "bind"):
+        params = {str(k).lower(): v for k, v in (detector_params or {}).items()}
+        attack.bind(model, fit_set, seed=int(seed), batch_size=int(batch_size), device=device,
+                    detector_params=params.get(attack.detector))
+
+
 def generate_sets(cfg: dict[str, Any], specs: list[AttackSpec], model: Classifier, id_set, device: torch.device,
                   *, fit_set, ood_sets: dict[str, Any], rank: int = 0, world_size: int = 1,
                   progress: bool = True) -> dict[str, AdvSet]:
     """One adversarial set per spec, from the store when it is already there.
 
-    Attacks with a ``bind`` method (detector-adaptive attacks) get the model and the fit set, with the run's
-    parameters for their detector. Under torchrun each rank attacks the shards ``i % world_size == rank`` into
+    Detector-adaptive attacks are bound to the fit set (:func:`bind_attack`). Under torchrun each rank attacks the shards ``i % world_size == rank`` into
     the shared store; after a barrier rank 0 writes the manifests, and every rank sees the complete sets.
     """
     store = AdvStore(cache_dir(cfg) / "adv", shard_size=int(cfg["shard_size"]))
     model_hash = weights_hash(model)
-    detector_params = {str(k).lower(): v for k, v in (cfg.get("detector_params") or {}).items()}
     sets: dict[str, AdvSet] = {}
     for spec in specs:
         attack = registry.get("attacks", spec.attack)(**spec.params)
         source, data = source_set(spec, id_set, ood_sets)
-        if hasattr(attack, "bind"):
-            attack.bind(model, fit_set, seed=int(cfg["seed"]), batch_size=int(cfg["batch_size"]), device=device,
-                        detector_params=detector_params.get(attack.detector))
+        bind_attack(attack, model, fit_set, seed=int(cfg["seed"]), batch_size=int(cfg["batch_size"]), device=device,
+                    detector_params=cfg.get("detector_params"))
         adv = store.generate(data, model, attack, model_hash=model_hash, seed=int(cfg["seed"]), device=device,
                              rank=rank, world_size=world_size, progress=progress)
         adv.set_name, adv.source = spec.set_name, source

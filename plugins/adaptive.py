@@ -47,15 +47,12 @@ from advopenood.attacks import Attack, default_eps, foolbox_model
 from advopenood.data import make_loader
 from advopenood.detectors import Outputs, Postprocessor, fit_detectors, fit_subset, grad_outputs
 from advopenood.errors import UsageError
+from advopenood.metrics import id_threshold
 from advopenood_plugins.attacks import rel_stepsize
+from advopenood_plugins.detectors import BUILTIN_DETECTORS
 
-#: The detectors with an adaptive attack: the 16 built-ins (each has ``grad_score``).
-DETECTORS = ("msp", "odin", "mds", "rmds", "gram", "ebo", "klm", "mls", "react", "vim", "knn", "dice", "ash",
-             "gen", "nnguide", "scale")
 #: The detector's fit-set confidences used for standardisation and the acceptance threshold (first rows).
 CALIBRATION_ROWS = 2000
-#: Acceptance threshold: the confidence above which this share of the fit set lies (OpenOOD's TPR 95 %).
-TPR = 0.95
 
 
 def margin_loss(logits: Tensor, target: Tensor, sign: float, kappa: float) -> Tensor:
@@ -107,7 +104,7 @@ def calibrate(detector: Postprocessor, net: nn.Module, fit_set: Dataset, seed: i
         raise UsageError(f"detector {detector.name!r} gives no finite confidences on the fit set; "
                          "it cannot be attacked adaptively")
     target.mean, target.std = float(finite.mean()), float(max(finite.std(), 1e-12))
-    target.threshold = float(np.quantile(finite, 1.0 - TPR))
+    target.threshold = id_threshold(finite)
     return target
 
 
@@ -216,14 +213,16 @@ class AdaptiveAttack(Attack):
     def succeeded(self, model: nn.Module, x_adv: Tensor, y: Tensor, adv_pred: Tensor) -> Tensor:
         """ID->ID: misclassified; OOD->ID: accepted by the detector (confidence >= its 95 %-TPR threshold)."""
         if self.source == "id":
-            return adv_pred != y
+            return super().succeeded(model, x_adv, y, adv_pred)
         return self._accepted(self.target.score(x_adv).to(adv_pred.device))
 
     def perturb(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
         target, p = self.target, self.params
-        with torch.no_grad():
-            clean_pred = model(x).argmax(1)
-        labels, margin_sign = (y, -1.0) if self.source == "id" else (clean_pred, 1.0)
+        if self.source == "id":
+            labels, margin_sign = y, -1.0
+        else:
+            with torch.no_grad():
+                labels, margin_sign = model(x).argmax(1), 1.0
         kappa = float(p["kappa"])
         best = _Best(x)
         for lam in self.lams:
@@ -281,6 +280,6 @@ registry.register("attacks", "adaptive_ood")(type("adaptive_ood", (AdaptiveFamil
     "__doc__": "One adaptive_ood_<det> (OOD->ID) per selected detector: --attack adaptive_ood --detectors mds,knn.",
     "__module__": __name__, "prefix": "adaptive_ood_"}))
 
-for _detector in DETECTORS:
+for _detector in BUILTIN_DETECTORS:
     for _direction in ("id", "ood"):
         adaptive_attack(_detector, _direction)

@@ -53,6 +53,8 @@ from advopenood.attacks import Attack, default_eps, frozen
 from advopenood.context import RunContext
 from advopenood.data import stack
 from advopenood.errors import UsageError
+from advopenood.metrics import id_threshold
+from advopenood.pipeline import bind_attack
 from advopenood.registry import get, names as get_names, register
 from advopenood.store import derive_seed
 
@@ -234,8 +236,7 @@ class DetectorCheck:
 
 def threshold_at_fpr(clean_scores: np.ndarray | torch.Tensor, fpr: float = 0.05) -> float:
     """The score below which a fraction ``fpr`` of clean (in-distribution) samples falls: detected iff ``conf < t``."""
-    scores = np.asarray(torch.as_tensor(clean_scores).detach().cpu(), dtype=np.float64)
-    return float(np.quantile(scores, fpr))
+    return id_threshold(torch.as_tensor(clean_scores).detach().cpu().numpy(), fpr)
 
 
 def _accepts(test: str, detector: DetectorCheck | None, x: torch.Tensor) -> torch.Tensor:
@@ -483,9 +484,8 @@ class BinarizationTest:
         else:
             overrides = (ctx.config.get("attack_params") or {}).get(name) or {}
             attack = cls(**{**cls.defaults(getattr(ctx.model, "input_size", 32)), **overrides})
-        if hasattr(attack, "bind"):
-            attack.bind(ctx.model, ctx.fit_set, seed=ctx.seed, batch_size=ctx.batch_size, device=ctx.device,
-                        detector_params=(ctx.config.get("detector_params") or {}).get(attack.detector))
+        bind_attack(attack, ctx.model, ctx.fit_set, seed=ctx.seed, batch_size=ctx.batch_size, device=ctx.device,
+                    detector_params=ctx.config.get("detector_params"))
         return attack
 
     def _rows(self, ctx: RunContext) -> np.ndarray:

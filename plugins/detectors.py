@@ -40,6 +40,11 @@ from advopenood.detectors import Batches, Outputs, Postprocessor, Taps, fc_layer
 from advopenood.registry import register
 
 
+#: The 16 built-in detectors in the paper's order (OpenOOD v1.5's post-hoc methods).
+BUILTIN_DETECTORS = ("msp", "odin", "mds", "rmds", "gram", "ebo", "klm", "mls", "react", "vim", "knn", "dice", "ash",
+                     "gen", "nnguide", "scale")
+
+
 def with_grad(method: Callable) -> Callable:
     """A bound pytorch-ood scoring method without its decorators (``@torch.no_grad()`` and pytorch-ood's
     device mover, which both keep the original as ``__wrapped__``), so the attack differentiates the very

@@ -65,7 +65,7 @@ from advopenood.data import Subset, stack
 from advopenood.demo import RECIPE, train_classifier
 from advopenood.detectors import forward_outputs
 from advopenood.errors import UsageError
-from advopenood.metrics import TPR_LEVEL, ood_metrics
+from advopenood.metrics import id_threshold, ood_metrics
 from advopenood.models import ARCHS, Classifier, build_model, weights_hash
 from advopenood.registry import register
 from advopenood.store import AdvStore, canonical_key, derive_seed, library_versions
@@ -77,12 +77,6 @@ DEFAULT_ATTACKS = ("fgsm", "pgd", "mim")
 
 
 # ------------------------------------------------------------------------------------------------ metrics
-
-
-def acceptance_threshold(conf_id: np.ndarray, tpr: float = TPR_LEVEL) -> float:
-    """The confidence at which a share ``tpr`` of clean ID images is accepted: the ``1 - tpr`` quantile of
-    ``conf_id`` (``np.quantile``, linear); an input is rejected when ``conf < threshold``."""
-    return float(np.quantile(np.asarray(conf_id, dtype=np.float64), 1.0 - tpr))
 
 
 def transfer_asr(y: np.ndarray, clean_pred: np.ndarray, adv_pred: np.ndarray) -> float:
@@ -282,7 +276,7 @@ class TransferAnalysis:
         show = self.progress and ctx.progress
         detectors = list(ctx.bank.names) if ctx.bank is not None else []
         query = self._query_detector(detectors)
-        thresholds = {d: acceptance_threshold(ctx.scores[d]["id"]) for d in detectors}
+        thresholds = {d: id_threshold(ctx.scores[d]["id"]) for d in detectors}
         rows = _eval_rows(len(ctx.id_set), self.limit, ctx.seed)
         targets = [("pure", 100.0)] + [("mixed", f) for f in self.fractions]
         out: list[dict[str, Any]] = []

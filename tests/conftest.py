@@ -47,6 +47,15 @@ def cifar_test(data_root: Path):
 
 
 @pytest.fixture(scope="session")
+def pack_set(data_root: Path):
+    """``pack_set(name, file, n)``: the first ``n`` rows (seeded order) of an npz set of the pack at 3 x 32 x 32."""
+    from advopenood.data import build_dataset, limit_dataset
+
+    return lambda name, path, n: limit_dataset(build_dataset({"kind": "npz", "path": path, "name": name}, data_root,
+                                                             3, 32), n, 0)
+
+
+@pytest.fixture(scope="session")
 def cifar_batch(cifar_test):
     """64 real CIFAR-10 test images and labels."""
     from advopenood.data import stack

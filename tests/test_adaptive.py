@@ -10,20 +10,20 @@ import torch
 
 from advopenood import registry
 from advopenood.config import apply_overrides, expand_attacks, load_config
-from advopenood.data import build_dataset, limit_dataset
+from advopenood.data import limit_dataset
 from advopenood.detectors import fit_detectors, forward_outputs, grad_outputs
 from advopenood.errors import UsageError
 from advopenood.pipeline import prepare, run
 from advopenood.store import AdvStore
+from advopenood_plugins.detectors import BUILTIN_DETECTORS
 
 CPU = torch.device("cpu")
-ALL = registry.names("detectors")
+ALL = list(BUILTIN_DETECTORS)
 
 
 @pytest.fixture(scope="module")
-def cifar_fit(data_root):
-    ds = build_dataset({"kind": "npz", "path": "cifar10_train_10k.npz", "name": "cifar10_train"}, data_root, 3, 32)
-    return limit_dataset(ds, 1000, 0)
+def cifar_fit(pack_set):
+    return pack_set("cifar10_train", "cifar10_train_10k.npz", 1000)
 
 
 def test_every_builtin_detector_has_a_faithful_differentiable_score(cifar_model, cifar_fit, cifar_batch):

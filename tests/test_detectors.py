@@ -13,30 +13,26 @@ import torch
 
 from advopenood import registry
 from advopenood.context import CleanRecord, RunContext
-from advopenood.data import build_dataset, limit_dataset, make_loader
+from advopenood.data import limit_dataset, make_loader
 from advopenood.detectors import Postprocessor, create_detector, fit_subset, resolve_backend, score_all, vim_dim
 from advopenood.errors import UsageError
 from advopenood.metrics import ood_metrics
 from advopenood.models import weights_hash
 from advopenood.store import AdvStore
+from advopenood_plugins.detectors import BUILTIN_DETECTORS
 
-ALL = ["msp", "odin", "mds", "rmds", "gram", "ebo", "klm", "mls", "react", "vim", "knn", "dice", "ash", "gen",
-       "nnguide", "scale"]
+ALL = list(BUILTIN_DETECTORS)
 BS = 128
 CPU = torch.device("cpu")
 
 
-def npz(root, name: str, path: str, n: int):
-    return limit_dataset(build_dataset({"kind": "npz", "path": path, "name": name}, root, 3, 32), n, 0)
-
-
 @pytest.fixture(scope="module")
-def bench(data_root, cifar_model, tmp_path_factory):
+def bench(pack_set, cifar_model, tmp_path_factory):
     """Model, data, a PGD set and the shared-pass scores of all 16 detectors (pytorch-ood backend)."""
     model = cifar_model
-    id_set = npz(data_root, "cifar10", "cifar10_test.npz", 256)
-    fit_set = npz(data_root, "train", "cifar10_train_10k.npz", 384)
-    mnist = npz(data_root, "mnist", "mnist_test.npz", 128)
+    id_set = pack_set("cifar10", "cifar10_test.npz", 256)
+    fit_set = pack_set("train", "cifar10_train_10k.npz", 384)
+    mnist = pack_set("mnist", "mnist_test.npz", 128)
     attack = registry.get("attacks", "pgd")(steps=5, rel_stepsize=0.5)
     adv = AdvStore(tmp_path_factory.mktemp("adv"), shard_size=128).generate(
         limit_dataset(id_set, 128, 0), model, attack, model_hash=weights_hash(model), seed=0, device=CPU, progress=False)

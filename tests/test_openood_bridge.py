@@ -14,23 +14,19 @@ import torch
 from PIL import Image
 
 from advopenood import registry
-from advopenood.data import build_dataset, limit_dataset, make_loader
+from advopenood.data import limit_dataset, make_loader
 from advopenood.detectors import OPENOOD_INSTALL, create_detector, fit_subset, openood_importable, score_all
 from advopenood.errors import UsageError
 from advopenood.metrics import ood_metrics
 from advopenood.models import weights_hash
 from advopenood.store import AdvStore
+from advopenood_plugins.detectors import BUILTIN_DETECTORS
 
 HAVE_OPENOOD = openood_importable()[0]
 needs_openood = pytest.mark.skipif(not HAVE_OPENOOD, reason=f"OpenOOD not importable; install it with: {OPENOOD_INSTALL}")
-ALL = ["msp", "odin", "mds", "rmds", "gram", "ebo", "klm", "mls", "react", "vim", "knn", "dice", "ash", "gen",
-       "nnguide", "scale"]
+ALL = list(BUILTIN_DETECTORS)
 BS = 128
 CPU = torch.device("cpu")
-
-
-def npz(root, name: str, path: str, n: int):
-    return limit_dataset(build_dataset({"kind": "npz", "path": path, "name": name}, root, 3, 32), n, 0)
 
 
 @pytest.mark.skipif(HAVE_OPENOOD, reason="OpenOOD is installed here")
@@ -42,11 +38,11 @@ def test_without_openood_eval_ood_says_how_to_install(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def both(data_root, cifar_model, tmp_path_factory):
+def both(pack_set, cifar_model, tmp_path_factory):
     """Scores of all 16 detectors under both backends on the same data (and a PGD set)."""
-    id_set = npz(data_root, "cifar10", "cifar10_test.npz", 256)
-    fit_set = npz(data_root, "train", "cifar10_train_10k.npz", 512)
-    tin, mnist = npz(data_root, "tin", "tin_test.npz", 256), npz(data_root, "mnist", "mnist_test.npz", 128)
+    id_set = pack_set("cifar10", "cifar10_test.npz", 256)
+    fit_set = pack_set("train", "cifar10_train_10k.npz", 512)
+    tin, mnist = pack_set("tin", "tin_test.npz", 256), pack_set("mnist", "mnist_test.npz", 128)
     adv = AdvStore(tmp_path_factory.mktemp("adv"), shard_size=128).generate(
         limit_dataset(id_set, 128, 0), cifar_model, registry.get("attacks", "pgd")(steps=5, rel_stepsize=0.5),
         model_hash=weights_hash(cifar_model), seed=0, device=CPU, progress=False)
@@ -159,16 +155,20 @@ def openood_tree(data_root, tmp_path_factory):
     return {"data": data, "runs": runs, "configs": base / "configs", "cache": base / "cache"}
 
 
+def eval_args(t: dict, postprocessor: str, *extra: str) -> list[str]:
+    """``eval-ood`` arguments for the miniature tree ``t``: one postprocessor, CPU, batches of 32, then ``extra``."""
+    return ["--root", str(t["runs"]), "--postprocessor", postprocessor, "--id-data", "cifar10", "--batch-size", "32",
+            "--data-root", str(t["data"]), "--config-root", str(t["configs"]), "--device", "cpu", "--num-workers", "0",
+            "--cache-dir", str(t["cache"]), *extra]
+
+
 @needs_openood
 @pytest.mark.parametrize("postprocessor", ["msp", "advopenood_mds"])
 def test_eval_ood_adds_adversarial_split(openood_tree, postprocessor):
     from advopenood.openood_bridge import eval_ood_main
 
     t = openood_tree
-    code = eval_ood_main(["--root", str(t["runs"]), "--postprocessor", postprocessor, "--id-data", "cifar10",
-                          "--batch-size", "32", "--save-csv", "--attack", "fgsm", "--eps", "8/255",
-                          "--data-root", str(t["data"]), "--config-root", str(t["configs"]), "--device", "cpu",
-                          "--num-workers", "0", "--cache-dir", str(t["cache"])])
+    code = eval_ood_main(eval_args(t, postprocessor, "--save-csv", "--attack", "fgsm", "--eps", "8/255"))
     assert code == 0
     table = pd.read_csv(t["runs"] / "ood" / f"{postprocessor}.csv", index_col=0)
     assert list(table.index) == ["cifar100", "tin", "nearood", "mnist", "svhn", "texture", "places365", "farood",
@@ -182,10 +182,7 @@ def test_eval_ood_mead_worst_case_through_openood(openood_tree):
     from advopenood.openood_bridge import eval_ood_main
 
     t = openood_tree
-    code = eval_ood_main(["--root", str(t["runs"]), "--postprocessor", "msp", "--id-data", "cifar10",
-                          "--batch-size", "32", "--attack", "fgsm,pgd", "--eps", "8/255", "--mead",
-                          "--data-root", str(t["data"]), "--config-root", str(t["configs"]), "--device", "cpu",
-                          "--num-workers", "0", "--cache-dir", str(t["cache"])])
+    code = eval_ood_main(eval_args(t, "msp", "--attack", "fgsm,pgd", "--eps", "8/255", "--mead"))
     assert code == 0
     files = sorted((t["runs"] / "ood").glob("msp_mead_*.csv"))
     assert files
@@ -210,15 +207,10 @@ def test_eval_ood_runs_a_detector_adaptive_attack(openood_tree):
     from advopenood.openood_bridge import eval_ood_main
 
     t = openood_tree
-    code = eval_ood_main(["--root", str(t["runs"]), "--postprocessor", "msp", "--id-data", "cifar10",
-                          "--batch-size", "32", "--save-csv", "--attack", "fgsm,adaptive", "--eps", "8/255",
-                          "--data-root", str(t["data"]), "--config-root", str(t["configs"]), "--device", "cpu",
-                          "--num-workers", "0", "--cache-dir", str(t["cache"])])
+    code = eval_ood_main(eval_args(t, "msp", "--save-csv", "--attack", "fgsm,adaptive", "--eps", "8/255"))
     assert code == 0
     table = pd.read_csv(t["runs"] / "ood" / "msp.csv", index_col=0)
     auroc = {k: float(str(table.loc[k, "AUROC"]).split("\u00b1")[0]) for k in ("fgsm", "adaptive_msp")}
     assert auroc["adaptive_msp"] < auroc["fgsm"]
     with pytest.raises(UsageError, match="adaptive_ood_msp"):
-        eval_ood_main(["--root", str(t["runs"]), "--postprocessor", "msp", "--id-data", "cifar10",
-                       "--attack", "adaptive_ood_msp", "--data-root", str(t["data"]), "--config-root",
-                       str(t["configs"]), "--device", "cpu", "--num-workers", "0", "--cache-dir", str(t["cache"])])
+        eval_ood_main(eval_args(t, "msp", "--attack", "adaptive_ood_msp"))

@@ -13,9 +13,10 @@ import advopenood_plugins.transfer as transfer
 from advopenood import registry
 from advopenood.config import apply_overrides, load_config
 from advopenood.errors import UsageError
+from advopenood.metrics import id_threshold
 from advopenood.models import build_model
 from advopenood.pipeline import run
-from advopenood_plugins.transfer import (CSV_COLUMNS, TransferAnalysis, acceptance_threshold, defense_accuracy,
+from advopenood_plugins.transfer import (CSV_COLUMNS, TransferAnalysis, defense_accuracy,
                                          fraction_rows, jacobian_augment, transfer_asr)
 
 PARAMS = {"fractions": [50, 100], "epochs": 4, "jacobian_rounds": 1, "attacks": ["fgsm", "mim"], "limit": 64}
@@ -41,7 +42,7 @@ def test_defense_accuracy_adds_rejections_to_correct_predictions():
 
 def test_threshold_accepts_95_percent_of_clean_id():
     conf = np.random.default_rng(0).normal(size=10_000)
-    thr = acceptance_threshold(conf)
+    thr = id_threshold(conf)
     assert np.mean(conf >= thr) == pytest.approx(0.95, abs=1e-3)
 
 
