@@ -179,6 +179,16 @@ def prepare(cfg: dict[str, Any], progress: bool = True) -> tuple[Classifier, Any
     return model, id_set, fit_set, ood_sets, specs
 
 
+def build_plugins(cfg: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``(timing label, plugin)`` for every configured evaluator and analysis, constructed with its parameters
+    before any work, so that a bad parameter stops the run before anything is computed."""
+    plugins = []
+    for kind, section, label in (("evaluators", "evaluator_params", "evaluator"),
+                                 ("analyses", "analysis_params", "analysis")):
+        plugins += [(f"{label}:{name}", registry.get(kind, name)(**(cfg[section].get(name) or {}))) for name in cfg[kind]]
+    return plugins
+
+
 def run(cfg: dict[str, Any], *, attack_only: bool = False, progress: bool = True) -> RunContext:
     """Run the whole pipeline (or only the attack stage) and write every output under ``cfg['out']``.
 
@@ -192,6 +202,7 @@ def run(cfg: dict[str, Any], *, attack_only: bool = False, progress: bool = True
     progress = progress and rank == 0
     cfg = {**cfg, "device": str(rank_device(str(cfg["device"]), rank))}
     model, id_set, fit_set, ood_sets, specs = prepare(cfg, progress)
+    plugins = [] if attack_only else build_plugins(cfg)
     device = torch.device(cfg["device"])
     out = Path(cfg["out"] or Path("runs") / str(cfg["name"])).expanduser()
     out.mkdir(parents=True, exist_ok=True)
@@ -215,13 +226,11 @@ def run(cfg: dict[str, Any], *, attack_only: bool = False, progress: bool = True
         t = time.perf_counter()
         _score(ctx, progress)
         timings["detectors"] = time.perf_counter() - t
-        for kind, section in (("evaluators", "evaluator_params"), ("analyses", "analysis_params")):
-            for name in cfg[kind]:
-                t = time.perf_counter()
-                plugin = registry.get(kind, name)(**(cfg[section].get(name) or {}))
-                for fname, table in plugin(ctx).items():
-                    aio.write_table(out / fname, table)
-                timings[f"{kind[:-1] if kind != 'analyses' else 'analysis'}:{name}"] = time.perf_counter() - t
+        for label, plugin in plugins:
+            t = time.perf_counter()
+            for fname, table in plugin(ctx).items():
+                aio.write_table(out / fname, table)
+            timings[label] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0
     aio.write_json(out / "run.json", run_info(ctx, timings))
     if not attack_only:

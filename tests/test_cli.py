@@ -101,6 +101,14 @@ def bad_cases(tmp_path: Path, data_root: Path) -> dict[str, tuple[list[str], str
         "device": (["run", "--config", cifar, *root, "--device", "tpu"], "'tpu'"),
         "limit": (["run", "--config", cifar, *root, "--limit", "0"], "--limit"),
         "kind": (["list", "widgets"], "'widgets'"),
+        "adaptive family": (["run", "--config", cifar, *root, "--attack", "pgd,adaptive", "--detectors", ""],
+                            "attack 'adaptive' stands for one attack per selected detector"),
+        "ood source": (["run", "--config", _config(tmp_path, **{"data.ood": []}), *root, "--attack", "adaptive_ood_msp"],
+                       "ood_set None is not one of the run's OOD sets"),
+        "adaptive lam": (["run", "--config", _config(tmp_path, attack_params={"adaptive_mds": {"lam": -1}}), *root,
+                          "--attack", "adaptive_mds"], "lam -1"),
+        "transfer": (["run", "--config", _config(tmp_path, analysis_params={"transfer": {"fractions": [150]}}), *root,
+                      "--attack", "fgsm", "--analysis", "transfer"], "fraction 150"),
         "flag": (["run", "--config", cifar, "--bogus"], "--bogus"),
     }
 
