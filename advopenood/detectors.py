@@ -717,6 +717,22 @@ class DetectorBank:
         return {k: scores[k] for k in self.order if k in scores}
 
 
+def check_detectors(names: list[str], params: dict[str, dict] | None) -> dict[str, dict]:
+    """Raise a UsageError for an unknown detector, parameters for an unknown detector, or an unknown parameter of
+    a built-in detector (its ``Postprocessor`` class checks them); returns ``params`` keyed by lower-case name.
+    Cheap, so a run calls it before any work."""
+    params = {str(k).lower(): dict(v or {}) for k, v in (params or {}).items()}
+    for key in [n.strip().lower() for n in names]:
+        obj = registry.get("detectors", key)
+        if inspect.isclass(obj) and issubclass(obj, Postprocessor):
+            obj(**params.get(key, {}))
+    stray = sorted(set(params) - set(registry.names("detectors")))
+    if stray:
+        raise UsageError(f"parameters given for unknown detector {stray[0]!r}; "
+                         f"valid choices: {', '.join(registry.names('detectors'))}")
+    return params
+
+
 def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dataset, *, batch_size: int,
                   device: torch.device, seed: int, params: dict[str, dict] | None = None,
                   progress: bool = True) -> DetectorBank:
@@ -726,14 +742,8 @@ def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dat
     An unknown detector name (or parameter) raises :class:`~advopenood.errors.UsageError` before any work.
     """
     resolved = resolve_backend(backend)
-    params = {str(k).lower(): dict(v or {}) for k, v in (params or {}).items()}
+    params = check_detectors(names, params)
     keys = [n.strip().lower() for n in names]
-    for key in keys:
-        registry.get("detectors", key)
-    stray = sorted(set(params) - set(registry.names("detectors")))
-    if stray:
-        raise UsageError(f"parameters given for unknown detector {stray[0]!r}; "
-                         f"valid choices: {', '.join(registry.names('detectors'))}")
     device = torch.device(device)
     num_classes = fc_layer(model).out_features
     dets: dict[str, Postprocessor] = {}

@@ -22,6 +22,7 @@ from advopenood.config import AttackSpec, cache_dir, expand_attacks
 from advopenood.context import CleanRecord, RunContext
 from advopenood.data import build_dataset, limit_dataset, make_loader
 from advopenood.demo import build_from_config, trained_model
+from advopenood.detectors import check_detectors, score_all
 from advopenood.errors import UsageError
 from advopenood.models import Classifier, weights_hash
 from advopenood.store import AdvSet, AdvStore, library_versions
@@ -174,6 +175,7 @@ def prepare(cfg: dict[str, Any], progress: bool = True) -> tuple[Classifier, Any
         ood_sets[ds.name] = limit_dataset(ds, d.get("ood_limit", cfg["limit"]), int(cfg["seed"]))
     for spec in specs:
         source_set(spec, id_set, ood_sets)
+    check_detectors(cfg["detectors"], cfg["detector_params"])
     device = torch.device(cfg["device"])
     model = load_model(cfg, fit_set, device, progress)
     return model, id_set, fit_set, ood_sets, specs
@@ -242,8 +244,6 @@ def _score(ctx: RunContext, progress: bool) -> None:
     """Detector confidences for ID, natural OOD and every adversarial set (one shared pass per set)."""
     if not ctx.config["detectors"]:
         return
-    from advopenood.detectors import score_all
-
     bs = ctx.batch_size
     sets: dict[str, Callable[[], Any]] = {"id": lambda: make_loader(ctx.id_set, bs)}
     for name, ds in ctx.ood_sets.items():

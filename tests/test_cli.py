@@ -107,6 +107,8 @@ def bad_cases(tmp_path: Path, data_root: Path) -> dict[str, tuple[list[str], str
                        "ood_set None is not one of the run's OOD sets"),
         "adaptive lam": (["run", "--config", _config(tmp_path, attack_params={"adaptive_mds": {"lam": -1}}), *root,
                           "--attack", "adaptive_mds"], "lam -1"),
+        "detector param": (["run", "--config", _config(tmp_path, detector_params={"knn": {"K2": 5}}), *root,
+                            "--attack", "fgsm", "--detectors", "knn"], "'K2'"),
         "transfer": (["run", "--config", _config(tmp_path, analysis_params={"transfer": {"fractions": [150]}}), *root,
                       "--attack", "fgsm", "--analysis", "transfer"], "fraction 150"),
         "flag": (["run", "--config", cifar, "--bogus"], "--bogus"),
