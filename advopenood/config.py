@@ -16,6 +16,7 @@ from advopenood.errors import UsageError
 
 DEFAULTS: dict[str, Any] = {
     "name": "run",
+    "protocol": "strong",
     "seed": 0,
     "device": "cpu",
     "batch_size": 128,

@@ -52,6 +52,8 @@ class RunContext:
     adv_sets: dict[str, AdvSet]
     clean: CleanRecord
     batch_size: int = 128
+    #: the named evaluation protocol (``strong``, ``lorenz2024``, ``mahmood2021``); every CSV carries it
+    protocol: str = "strong"
     rank: int = 0
     progress: bool = True
     backend: str = ""

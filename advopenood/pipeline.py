@@ -218,7 +218,7 @@ def run(cfg: dict[str, Any], *, attack_only: bool = False, progress: bool = True
     timings["attacks"] = time.perf_counter() - t
     dataset, arch = str(cfg["data"].get("dataset") or id_set.name), model.arch
     ctx = RunContext(cfg, out, model, device, seed, dataset, arch, id_set, fit_set, ood_sets, adv_sets, clean,
-                     batch_size=bs, rank=rank, progress=progress)
+                     batch_size=bs, protocol=str(cfg.get("protocol", "strong")), rank=rank, progress=progress)
     if rank != 0:
         return ctx
     asr = pd.DataFrame([asr_row(a, dataset, arch, seed, clean.accuracy) for a in adv_sets.values()], columns=ASR_COLUMNS)
