@@ -66,6 +66,11 @@ class Attack:
         """Default parameters for images of side ``input_size`` (the paper's: 8/255 at 32x32, 4/255 at 224)."""
         raise NotImplementedError
 
+    @classmethod
+    def protocol_defaults(cls, protocol: str, input_size: int) -> dict[str, Any]:
+        """Parameters a named protocol (:mod:`advopenood.protocols`) sets over :meth:`defaults`; none by default."""
+        return {}
+
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Adversarial images for ``(x, y)``; randomness comes from the torch generator seeded by ``__call__``."""
         raise NotImplementedError

@@ -23,6 +23,7 @@ def _run_flags(p: argparse.ArgumentParser, config_required: bool = True) -> None
     p.add_argument("--config", required=config_required, help="YAML path or packaged name (demo, cifar10_resnet20)")
     p.add_argument("--data-root", help="folder holding the config's data files (or OpenOOD's data/ folder)")
     p.add_argument("--out", help="output folder (default runs/<config name>)")
+    p.add_argument("--protocol", help="strong (default, ours) | lorenz2024 | mahmood2021: see README, Protocols")
     p.add_argument("--attack", help="comma-separated attacks, e.g. pgd,fgsm,df,mpgd")
     p.add_argument("--eps", help="budget(s) for bounded attacks, e.g. 8/255 or 0.01,0.03 (a sweep)")
     p.add_argument("--detectors", help="all, or comma-separated detector names")
@@ -69,7 +70,7 @@ def _config(args: argparse.Namespace, **forced) -> dict:
     from advopenood.config import apply_overrides, load_config
 
     cfg, folder = load_config(args.config or "demo")
-    flags = {k: getattr(args, k) for k in ("data_root", "out", "attack", "eps", "detectors", "detector_backend",
+    flags = {k: getattr(args, k) for k in ("data_root", "out", "protocol", "attack", "eps", "detectors", "detector_backend",
                                             "evaluator", "analysis", "limit", "device", "seed", "cache_dir", "shard_size")}
     flags.update({k: v for k, v in forced.items() if v is not None})
     return apply_overrides(cfg, config_dir=folder, **flags)

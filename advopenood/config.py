@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from advopenood import registry
+from advopenood import protocols, registry
 from advopenood.errors import UsageError
 
 DEFAULTS: dict[str, Any] = {
@@ -101,7 +101,8 @@ def expand_attacks(cfg: dict[str, Any], input_size: int) -> list[AttackSpec]:
     for entry, family in attack_entries(cfg):
         name = entry["name"]
         cls = registry.get("attacks", name)
-        params = {**cls.defaults(input_size), **(cfg["attack_params"].get(family) or {}),
+        params = {**cls.defaults(input_size), **cls.protocol_defaults(str(cfg["protocol"]), input_size),
+                  **(cfg["attack_params"].get(family) or {}),
                   **(cfg["attack_params"].get(name) or {}), **(entry.get("params") or {})}
         eps_list = entry.get("eps", params.get("eps"))
         eps_list = eps_list if isinstance(eps_list, list) else [eps_list]
@@ -138,7 +139,7 @@ def attack_entries(cfg: dict[str, Any]) -> list[tuple[dict[str, Any], str | None
 
 
 def apply_overrides(cfg: dict[str, Any], *, data_root: str | None = None, out: str | None = None,
-                    attack: str | None = None, eps: str | None = None, detectors: str | None = None,
+                    protocol: str | None = None, attack: str | None = None, eps: str | None = None, detectors: str | None = None,
                     detector_backend: str | None = None, evaluator: str | None = None, analysis: str | None = None,
                     limit: int | None = None, device: str | None = None, seed: int | None = None,
                     cache_dir: str | None = None, shard_size: int | None = None, config_dir: Path | None = None) -> dict[str, Any]:
@@ -153,7 +154,7 @@ def apply_overrides(cfg: dict[str, Any], *, data_root: str | None = None, out: s
     if eps is not None:
         values = [parse_eps(e) for e in str(eps).split(",") if e.strip()]
         cfg["attacks"] = [_with_eps(a, values) for a in cfg["attacks"]]
-    for key, value in (("detectors", detectors), ("detector_backend", detector_backend), ("limit", limit),
+    for key, value in (("protocol", protocol), ("detectors", detectors), ("detector_backend", detector_backend), ("limit", limit),
                        ("device", device), ("seed", seed), ("cache_dir", cache_dir), ("out", out),
                        ("shard_size", shard_size)):
         if value is not None:
@@ -176,6 +177,7 @@ def _with_eps(entry: Any, values: list[float]) -> Any:
 
 def validate(cfg: dict[str, Any]) -> None:
     """Raise a UsageError for the first bad name or value (attacks are validated by ``expand_attacks``)."""
+    protocols.get(str(cfg["protocol"]))
     if cfg["detector_backend"] not in BACKENDS:
         raise UsageError(f"unknown detector backend {cfg['detector_backend']!r}; valid choices: {', '.join(BACKENDS)}")
     device = str(cfg["device"])

@@ -17,7 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from advopenood import io as aio
-from advopenood import registry
+from advopenood import protocols, registry
 from advopenood.config import AttackSpec, cache_dir, expand_attacks
 from advopenood.context import CleanRecord, RunContext
 from advopenood.data import build_dataset, limit_dataset, make_loader
@@ -28,7 +28,7 @@ from advopenood.models import Classifier, weights_hash
 from advopenood.store import AdvSet, AdvStore, library_versions
 
 ASR_COLUMNS = ["dataset", "arch", "attack", "eps", "n", "clean_acc", "asr", "asr_all", "mean_linf", "mean_l2", "seed",
-               "source"]
+               "source", "protocol"]
 
 
 def seed_everything(seed: int) -> None:
@@ -64,7 +64,7 @@ def clean_predictions(model: Classifier, ds, batch_size: int, device: torch.devi
     return CleanRecord(torch.cat(ys).numpy(), torch.cat(preds).numpy())
 
 
-def asr_row(adv: AdvSet, dataset: str, arch: str, seed: int, clean_acc: float) -> dict[str, Any]:
+def asr_row(adv: AdvSet, dataset: str, arch: str, seed: int, clean_acc: float, protocol: str) -> dict[str, Any]:
     """One row of asr.csv. ``asr``: share of clean-correct samples whose attack succeeded (adv_pred != y);
     ``asr_all``: share of all samples misclassified after the attack (the paper's Table 3 convention).
     Norms are means over successful adversarial examples. Percentages. For an OOD->ID set (``source`` not
@@ -76,7 +76,8 @@ def asr_row(adv: AdvSet, dataset: str, arch: str, seed: int, clean_acc: float) -
     return {"dataset": dataset, "arch": arch, "attack": adv.set_name, "eps": adv.eps, "n": len(r),
             "clean_acc": clean_acc, "asr": 100.0 * success[correct].mean() if correct.any() else float("nan"),
             "asr_all": 100.0 * success.mean(), "mean_linf": hit.linf.mean() if len(hit) else float("nan"),
-            "mean_l2": hit.l2.mean() if len(hit) else float("nan"), "seed": seed, "source": adv.source}
+            "mean_l2": hit.l2.mean() if len(hit) else float("nan"), "seed": seed, "source": adv.source,
+            "protocol": protocol}
 
 
 def distributed() -> tuple[int, int]:
@@ -144,6 +145,7 @@ def generate_sets(cfg: dict[str, Any], specs: list[AttackSpec], model: Classifie
         adv = store.generate(data, model, attack, model_hash=model_hash, seed=int(cfg["seed"]), device=device,
                              rank=rank, world_size=world_size, progress=progress)
         adv.set_name, adv.source = spec.set_name, source
+        adv.quantize = protocols.get(str(cfg["protocol"])).quantize
         sets[spec.set_name] = adv
     if world_size > 1:
         import torch.distributed as dist
@@ -221,7 +223,8 @@ def run(cfg: dict[str, Any], *, attack_only: bool = False, progress: bool = True
                      batch_size=bs, protocol=str(cfg.get("protocol", "strong")), rank=rank, progress=progress)
     if rank != 0:
         return ctx
-    asr = pd.DataFrame([asr_row(a, dataset, arch, seed, clean.accuracy) for a in adv_sets.values()], columns=ASR_COLUMNS)
+    asr = pd.DataFrame([asr_row(a, dataset, arch, seed, clean.accuracy, ctx.protocol) for a in adv_sets.values()],
+                       columns=ASR_COLUMNS)
     aio.write_csv(out / "asr.csv", asr)
 
     if not attack_only:
@@ -269,6 +272,7 @@ def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
     """run.json: config, seed, versions, cache keys, whether attacks were generated or reused, timings."""
     return {
         "config": ctx.config,
+        "protocol": protocols.get(ctx.protocol).as_dict(),
         "seed": ctx.seed,
         "versions": {**library_versions(), "python": sys.version.split()[0], "platform": platform.platform()},
         "model": {"arch": ctx.arch, "weights_sha256": weights_hash(ctx.model)},

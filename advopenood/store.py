@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 from advopenood import io as aio
 from advopenood.attacks import Attack
 from advopenood.data import stack
+from advopenood.protocols import quantize
 
 RECORD_COLUMNS = ("index", "y", "clean_pred", "adv_pred", "success", "linf", "l2")
 
@@ -77,6 +78,8 @@ class AdvSet:
     set_name: str = ""
     #: the attacked images: ``"id"`` (row i = ID test row i) or the natural OOD set's name (OOD->ID attacks)
     source: str = "id"
+    #: how readers see the stored float images (:func:`advopenood.protocols.quantize`): ``none`` or ``uint8_trunc``
+    quantize: str = "none"
     _records: pd.DataFrame | None = None
 
     def __post_init__(self) -> None:
@@ -98,13 +101,14 @@ class AdvSet:
         return len(self.records)
 
     def iter_batches(self, batch_size: int, mask: np.ndarray | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Yield ``(x_adv, y)`` batches in sample order, reading one shard at a time; ``mask`` selects rows."""
+        """Yield ``(x_adv, y)`` batches in sample order, reading one shard at a time; ``mask`` selects rows.
+        Images pass through the set's :attr:`quantize` view."""
         offset = 0
         buf_x: list[torch.Tensor] = []
         buf_y: list[torch.Tensor] = []
         for shard in self.shards:
             with np.load(shard) as d:
-                x, y = torch.from_numpy(d["x_adv"]), torch.from_numpy(d["y"])
+                x, y = quantize(torch.from_numpy(d["x_adv"]), self.quantize), torch.from_numpy(d["y"])
             n = len(y)
             if mask is not None:
                 keep = torch.from_numpy(np.asarray(mask[offset:offset + n], dtype=bool))
@@ -120,7 +124,7 @@ class AdvSet:
             yield torch.cat(buf_x), torch.cat(buf_y)
 
     def load(self, rows: np.ndarray) -> torch.Tensor:
-        """Adversarial images of the given row positions (0-based positions in ``records``)."""
+        """Adversarial images of the given row positions (0-based positions in ``records``), through :attr:`quantize`."""
         rows = np.asarray(rows, dtype=np.int64)
         out, offset = [None] * len(rows), 0
         for shard in self.shards:
@@ -132,7 +136,7 @@ class AdvSet:
                     for h in hit:
                         out[h] = torch.from_numpy(x[rows[h] - offset].copy())
             offset += n
-        return torch.stack(out)
+        return quantize(torch.stack(out), self.quantize)
 
 
 class AdvStore:

@@ -1,9 +1,11 @@
 """The ``ood`` evaluator: FPR95 / AUROC / AUPR of every detector on natural OOD sets and adversarial sets.
 
 Follows OpenOOD's convention (:mod:`advopenood.metrics`): OOD is the positive class, scores are
-confidences (higher = more ID), and adversarial examples count as OOD. For an attack the positives are the
-adversarial examples whose attack succeeded (``advset.records.success``, i.e. ``adv_pred != y``), the
-project-wide convention; ``n_ood`` records how many there were. The perturbed images of an OOD->ID attack
+confidences (higher = more ID), and adversarial examples count as OOD. Which adversarial examples are the
+positives is the protocol's choice (:mod:`advopenood.protocols`), written in the ``positives`` column:
+``successful`` (protocol ``strong``: the examples whose attack succeeded, ``advset.records.success``, i.e.
+``adv_pred != y``) or ``all`` (protocol ``lorenz2024``: "all attacked test images", as the paper's Table 4 is
+computed). ``n_ood`` records how many there were. The perturbed images of an OOD->ID attack
 (``adaptive_ood_<det>``) are all OOD, so all of them are positives.
 
 With detector-adaptive attacks in the run (``plugins/adaptive.py``), ``table_adaptive.{csv,md}`` puts each
@@ -26,13 +28,13 @@ import pandas as pd
 from advopenood import io as aio
 from advopenood.context import RunContext
 from advopenood.metrics import ood_metrics
-from advopenood import registry
+from advopenood import protocols, registry
 from advopenood.registry import register
 
 ADAPTIVE_COLUMNS = ["detector", "attack", "eps", "baseline", "auroc_baseline", "auroc_adaptive", "delta_auroc",
                     "fpr95_baseline", "fpr95_adaptive", "n_ood"]
 COLUMNS = ["dataset", "arch", "attack", "eps", "detector", "backend", "ood_set", "fpr95", "auroc", "aupr_in",
-           "aupr_out", "n_id", "n_ood", "error"]
+           "aupr_out", "n_id", "n_ood", "positives", "protocol", "error"]
 METRICS = ("fpr95", "auroc", "aupr_in", "aupr_out")
 NAN_METRICS = {m: math.nan for m in METRICS}
 
@@ -110,8 +112,15 @@ def _save_scores(path, arrays: dict[str, np.ndarray]) -> None:
 class OODEvaluator:
     """OOD metrics (FPR95, AUROC, AUPR-In/Out) of every detector vs natural OOD and adversarial sets."""
 
-    def __init__(self, success_only: bool = True):
-        self.success_only = bool(success_only)
+    def __init__(self, success_only: bool | None = None):
+        """``success_only``: True = successful adversarial examples are the positives, False = all attacked
+        images; None (default) = the run's protocol decides (``ood_positives``)."""
+        self.success_only = None if success_only is None else bool(success_only)
+
+    def _success_only(self, ctx: RunContext) -> bool:
+        if self.success_only is not None:
+            return self.success_only
+        return protocols.get(ctx.protocol).ood_positives == "successful"
 
     def __call__(self, ctx: RunContext) -> dict[str, pd.DataFrame]:
         rows: list[dict[str, Any]] = []
@@ -133,8 +142,9 @@ class OODEvaluator:
     def _targets(self, ctx: RunContext) -> list[tuple[str, float, str, np.ndarray | None]]:
         """``(attack, eps, ood_set, positive mask)`` for every natural OOD set and adversarial set."""
         out: list[tuple[str, float, str, np.ndarray | None]] = [("none", math.nan, name, None) for name in ctx.ood_sets]
+        success_only = self._success_only(ctx)
         for attack, adv in ctx.adv_sets.items():
-            mask = adv.records["success"].to_numpy(dtype=bool) if self.success_only and adv.source == "id" else None
+            mask = adv.records["success"].to_numpy(dtype=bool) if success_only and adv.source == "id" else None
             out.append((attack, math.nan if adv.eps is None else float(adv.eps), attack, mask))
         return out
 
@@ -143,7 +153,9 @@ class OODEvaluator:
         scores = ctx.scores.get(det)
         rows = []
         for attack, eps, ood_set, mask in self._targets(ctx):
-            row = {**head, "attack": attack, "eps": eps, "ood_set": ood_set}
+            positives = "natural" if attack == "none" else ("all" if mask is None else "successful")
+            row = {**head, "attack": attack, "eps": eps, "ood_set": ood_set, "positives": positives,
+                   "protocol": ctx.protocol}
             if scores is None:
                 n_ood = int(mask.sum()) if mask is not None else len(ctx.ood_sets[ood_set])
                 rows.append({**row, **NAN_METRICS, "n_id": len(ctx.id_set), "n_ood": n_ood,

@@ -1,0 +1,77 @@
+"""Named evaluation protocols: what a run's numbers are computed on, and whose definition they follow.
+
+A protocol fixes the settings that decide what a number means: which adversarial images count as OOD, how
+the images are stored before the detectors see them, and (through each plugin's ``protocol_defaults``)
+the attack and analysis parameters. Every CSV carries the protocol's name in a ``protocol`` column and
+``run.json`` records the protocol with every effective parameter, so a reader can tell a paper's setting
+from ours.
+
+* ``strong`` (default, **ours**): the strongest settings we ship; an adversarial example counts as OOD
+  only when its attack succeeded, and detectors score the float images the attack produced.
+* ``lorenz2024``: Lorenz et al., "Deciphering the Definition of Adversarial Robustness for Post-Hoc OOD
+  Detectors" (Sec. 4, Tables 3 and 4) and its reference code (OpenOOD's
+  ``openood/evaluation_api/attackdataset.py``): "all attacked test images" are written as PNG through
+  ``torchvision.transforms.ToPILImage`` (``x.mul(255).byte()``, i.e. truncation to 8 bits) and read back
+  through OpenOOD's image lists, successful or not, and scored as OOD.
+* ``mahmood2021``: Mahmood et al., "Beware the Black-Box" for the transfer analysis; everything else as
+  ``strong``.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import torch
+
+from advopenood.errors import UsageError
+
+Positives = Literal["successful", "all"]
+Quantize = Literal["none", "uint8_trunc"]
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """The core settings of a named protocol (plugins add their own through ``protocol_defaults``)."""
+
+    name: str
+    #: which adversarial images of an ID->ID attack are OOD positives: ``successful`` ones or ``all`` attacked
+    ood_positives: Positives
+    #: how adversarial images reach the detectors: as stored (float32) or truncated to 8 bits (ToPILImage)
+    quantize: Quantize
+    source: str
+    description: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
+    Protocol("strong", "successful", "none", "ours",
+             "our strongest settings; successful adversarial examples are the OOD positives"),
+    Protocol("lorenz2024", "all", "uint8_trunc",
+             "Lorenz et al. 2024, Sec. 4 and Tables 3-4; reference code openood/evaluation_api/attackdataset.py",
+             "the paper's attacks (foolbox defaults, reference masked PGD); every attacked image, stored as an "
+             "8-bit PNG, is an OOD positive"),
+    Protocol("mahmood2021", "successful", "none",
+             "Mahmood et al. 2021 (Beware the Black-Box) for the transfer analysis; ours elsewhere",
+             "strong, with the transfer analysis' adversary of Mahmood et al.'s CIFAR-10 setting"),
+)}
+
+
+def get(name: str) -> Protocol:
+    """The protocol called ``name``; a UsageError lists the valid names otherwise."""
+    if name not in PROTOCOLS:
+        raise UsageError(f"unknown protocol {name!r}; valid choices: {', '.join(PROTOCOLS)}")
+    return PROTOCOLS[name]
+
+
+def quantize(x: torch.Tensor, mode: Quantize) -> torch.Tensor:
+    """Images as the detectors see them under ``mode``.
+
+    ``uint8_trunc`` reproduces the paper's storage: ``ToPILImage`` turns a float image into bytes with
+    ``pic.mul(255).byte()`` (truncation toward zero, in float32) and ``ToTensor`` reads the PNG back as
+    ``byte / 255``. ``none`` returns ``x`` unchanged.
+    """
+    if mode == "none":
+        return x
+    return x.float().mul(255).to(torch.uint8).to(torch.float32).div(255)
