@@ -9,7 +9,7 @@ import tempfile
 import time
 
 from _common import DATA, REPO
-from advopenood.config import apply_overrides, load_config
+from advopenood.config import apply_overrides, load_config, thaw
 from advopenood.pipeline import run
 
 
@@ -18,10 +18,10 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=500)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        cfg, folder = load_config(str(REPO / "configs" / "cifar10_resnet20.yaml"))
+        cfg = thaw(load_config(str(REPO / "configs" / "cifar10_resnet20.yaml"))[0])
         cfg["attack_params"] = {"pgd": {"steps": 10}}
         cfg = apply_overrides(cfg, data_root=str(DATA), attack="pgd,fgsm", limit=args.limit, cache_dir=tmp,
-                              out=f"{tmp}/out", config_dir=folder)
+                              out=f"{tmp}/out")
         times, work = [], []
         for _ in range(2):
             t = time.perf_counter()

@@ -40,12 +40,9 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
-import sklearn
 import torch
 import torch.nn as nn
 from packaging.version import Version
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
@@ -64,8 +61,15 @@ SUMMARY_COLUMNS = ("attack", "test", "norm", "eps", "n", "n_skipped", "n_misclas
                    "passed", "inconclusive", "kappa", "n_inner", "gap", "n_random")
 SAMPLE_COLUMNS = ("index", "test", "setup_ok", "skip_reason", "train_acc", "boundary_dist", "attack_success",
                   "random_success", "logit_margin_adv", "dist_adv", "detected_adv")
-#: No regularisation: ``C=inf`` from scikit-learn 1.8 on (``penalty`` is deprecated there), ``penalty=None`` before.
-_UNPENALISED: dict[str, Any] = {"C": np.inf} if Version(sklearn.__version__) >= Version("1.8") else {"penalty": None}
+
+
+def _unpenalised() -> dict[str, Any]:
+    """No regularisation: ``C=inf`` from scikit-learn 1.8 on (``penalty`` is deprecated there), ``penalty=None`` before."""
+    import sklearn
+
+    return {"C": np.inf} if Version(sklearn.__version__) >= Version("1.8") else {"penalty": None}
+
+
 #: Slack on the eps-ball membership of attack outputs (float32 rounding of ``x0 + delta``).
 DIST_ATOL = 1e-6
 
@@ -160,7 +164,10 @@ def train_readout(features: np.ndarray, labels: np.ndarray, max_iter: int = 2000
     f = features.astype(np.float64)
     mu, sd = f.mean(0), f.std(0)
     sd[sd < 1e-12] = 1.0
-    clf = LogisticRegression(**_UNPENALISED, class_weight="balanced", max_iter=max_iter, tol=1e-10)
+    from sklearn.exceptions import ConvergenceWarning  # imported here: a second of start-up for every command
+    from sklearn.linear_model import LogisticRegression
+
+    clf = LogisticRegression(**_unpenalised(), class_weight="balanced", max_iter=max_iter, tol=1e-10)
     with warnings.catch_warnings(), threadpool_limits(1):
         warnings.simplefilter("ignore", ConvergenceWarning)
         clf.fit((f - mu) / sd, labels)
@@ -464,10 +471,26 @@ class BinarizationTest:
                  eps: float | None = None, limit: int | None = None, attacks: list[str] | str | None = None,
                  batch_size: int = 500, chunk: int = 256, pass_threshold: float = 0.95,
                  inconclusive_above: float = 0.75, detector_fpr: float = 0.05, progress: bool = True):
+        checks = [(int(n_inner) >= 1, f"n_inner {n_inner!r}; valid choices: an integer >= 1"),
+                  (0.0 < float(gap) < 1.0, f"gap {gap!r}; valid choices: 0 < gap < 1"),
+                  (0.0 < float(kappa) < 1.0, f"kappa {kappa!r}; valid choices: 0 < kappa < 1"),
+                  (int(n_random) >= 1, f"n_random {n_random!r}; valid choices: an integer >= 1"),
+                  (eps is None or 0.0 < float(eps) <= 1.0, f"eps {eps!r}; valid choices: 0 < eps <= 1, or null"),
+                  (limit is None or int(limit) >= 1, f"limit {limit!r}; valid choices: an integer >= 1, or null"),
+                  (int(batch_size) >= 1 and int(chunk) >= 1, "batch_size and chunk; valid choices: integers >= 1"),
+                  (0.0 < float(pass_threshold) <= 1.0, f"pass_threshold {pass_threshold!r}; valid choices: (0, 1]"),
+                  (0.0 <= float(inconclusive_above) <= 1.0,
+                   f"inconclusive_above {inconclusive_above!r}; valid choices: [0, 1]"),
+                  (0.0 < float(detector_fpr) < 1.0, f"detector_fpr {detector_fpr!r}; valid choices: 0 < detector_fpr < 1")]
+        for ok, message in checks:
+            if not ok:
+                raise UsageError(f"analysis bintest: {message}")
         self.n_inner, self.gap, self.kappa, self.n_random = int(n_inner), float(gap), float(kappa), int(n_random)
         self.eps = None if eps is None else float(eps)
         self.limit = None if limit is None else int(limit)
         self.attacks = [a.strip() for a in attacks.split(",") if a.strip()] if isinstance(attacks, str) else attacks
+        for name in self.attacks or []:
+            get("attacks", name)
         self.batch_size, self.chunk, self.progress = int(batch_size), int(chunk), bool(progress)
         self.pass_threshold, self.inconclusive_above = float(pass_threshold), float(inconclusive_above)
         self.detector_fpr = float(detector_fpr)
@@ -483,7 +506,8 @@ class BinarizationTest:
             attack = cls(**ctx.adv_sets[name].params)
         else:
             overrides = (ctx.config.get("attack_params") or {}).get(name) or {}
-            attack = cls(**{**cls.defaults(getattr(ctx.model, "input_size", 32)), **overrides})
+            size = getattr(ctx.model, "input_size", 32)
+            attack = cls(**{**cls.defaults(size), **cls.protocol_defaults(ctx.protocol, size), **overrides})
         bind_attack(attack, ctx.model, ctx.fit_set, seed=ctx.seed, batch_size=ctx.batch_size, device=ctx.device,
                     detector_params=ctx.config.get("detector_params"))
         return attack

@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from advopenood import registry
-from advopenood.config import apply_overrides, expand_attacks, load_config
+from advopenood.config import apply_overrides, expand_attacks, load_config, thaw
 from advopenood.data import limit_dataset
 from advopenood.detectors import fit_detectors, forward_outputs, grad_outputs
 from advopenood.errors import UsageError
-from advopenood.pipeline import prepare, run
+from advopenood.pipeline import run
+from advopenood.preflight import preflight
 from advopenood.store import AdvStore
 from advopenood_plugins.detectors import BUILTIN_DETECTORS
 
@@ -45,7 +46,7 @@ def test_every_builtin_detector_has_a_faithful_differentiable_score(cifar_model,
 @pytest.fixture(scope="module")
 def adaptive_run(data_root, session_cache, tmp_path_factory):
     """PGD and the two adaptive attacks on MDS (64 CIFAR test images, Tiny-ImageNet as OOD)."""
-    cfg, folder = load_config("cifar10_resnet20")
+    cfg = thaw(load_config("cifar10_resnet20")[0])
     cfg["data"]["ood"] = [{"kind": "npz", "path": "tin_test.npz", "name": "tin"}]
     cfg["data"]["fit_limit"] = 2000
     cfg["attack_params"] = {"pgd": {"steps": 10},
@@ -53,7 +54,7 @@ def adaptive_run(data_root, session_cache, tmp_path_factory):
                             "adaptive_ood_mds": {"steps": 20, "lam": [1.0, 4.0]}}
     out = tmp_path_factory.mktemp("adaptive")
     cfg = apply_overrides(cfg, data_root=str(data_root), limit=64, attack="pgd,adaptive_mds,adaptive_ood_mds",
-                          detectors="mds,msp", evaluator="ood,mead", out=str(out), config_dir=folder)
+                          detectors="mds,msp", evaluator="ood,mead", out=str(out))
     ctx = run(cfg, progress=False)
     return ctx, out
 
@@ -121,22 +122,21 @@ def test_bad_adaptive_input_is_one_clear_error(cifar_model, cifar_batch, data_ro
         cls(**cls.defaults(32))(cifar_model, *cifar_batch, seed=0)
     with pytest.raises(UsageError, match="unknown attack 'adaptive_nope'"):
         registry.get("attacks", "adaptive_nope")
-    cfg, folder = load_config("cifar10_resnet20")
+    cfg = thaw(load_config("cifar10_resnet20")[0])
     cfg["data"]["ood"] = []
-    cfg = apply_overrides(cfg, data_root=str(data_root), limit=8, attack="adaptive_ood_msp", out=str(tmp_path),
-                          config_dir=folder)
+    cfg = apply_overrides(cfg, data_root=str(data_root), limit=8, attack="adaptive_ood_msp", out=str(tmp_path))
     with pytest.raises(UsageError, match="ood_set None is not one of the run's OOD sets"):
-        prepare(cfg, progress=False)
+        preflight(cfg)
 
 
 def test_binarization_detector_variant_runs_with_an_adaptive_attack(data_root, session_cache, tmp_path):
     """Regular and inverted tests both run with adaptive_msp's own detector; the attack passes both."""
-    cfg, folder = load_config("cifar10_resnet20")
+    cfg = thaw(load_config("cifar10_resnet20")[0])
     cfg["data"]["fit_limit"] = 1000
     cfg["attack_params"] = {"adaptive_msp": {"steps": 20, "lam": [1.0]}}
     cfg["analysis_params"] = {"bintest": {"n_inner": 199, "n_random": 100, "limit": 3}}
     cfg = apply_overrides(cfg, data_root=str(data_root), limit=8, attack="adaptive_msp", detectors="",
-                          evaluator="", analysis="bintest", out=str(tmp_path), config_dir=folder)
+                          evaluator="", analysis="bintest", out=str(tmp_path))
     run(cfg, progress=False)
     summary = pd.read_csv(tmp_path / "bintest.csv").iloc[0]
     samples = pd.read_csv(tmp_path / "bintest_samples.csv")
@@ -149,10 +149,10 @@ def test_binarization_detector_variant_runs_with_an_adaptive_attack(data_root, s
 
 
 def test_adaptive_family_stands_for_one_attack_per_selected_detector(data_root, tmp_path):
-    cfg, folder = load_config("cifar10_resnet20")
+    cfg = thaw(load_config("cifar10_resnet20")[0])
     cfg["attack_params"] = {"adaptive": {"steps": 7}, "adaptive_knn": {"steps": 9}}
     cfg = apply_overrides(cfg, data_root=str(data_root), attack="pgd,adaptive,adaptive_ood", eps="4/255",
-                          detectors="mds,knn", out=str(tmp_path), config_dir=folder)
+                          detectors="mds,knn", out=str(tmp_path))
     specs = {s.set_name: s for s in expand_attacks(cfg, 32)}
     assert list(specs) == ["pgd", "adaptive_mds", "adaptive_knn", "adaptive_ood_mds", "adaptive_ood_knn"]
     assert specs["adaptive_mds"].params["steps"] == 7 and specs["adaptive_knn"].params["steps"] == 9

@@ -1,0 +1,46 @@
+"""Run-scoped outputs: a run owns its output folder, and its report shows only its own files."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from advopenood import io as aio
+from advopenood.cli import main
+
+
+def _files(folder: Path) -> set[str]:
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_second_run_into_one_folder_leaves_only_its_own_files(tmp_path, session_cache):
+    out = tmp_path / "out"
+    base = ["demo", "--limit", "60", "--attack", "fgsm", "--detectors", "msp,mds", "--out", str(out), "--quiet"]
+    assert main([*base, "--analysis", "gradcam"]) == 0
+    first = _files(out)
+    assert "gradcam.csv" in first and any(f.startswith("plots/gradcam") for f in first)
+    (aio.staging_dir(out)).mkdir()  # what an interrupted run leaves behind
+    (aio.staging_dir(out) / "stale.csv").write_text("x\n")
+    assert main([*base, "--analysis", ""]) == 0
+    second = _files(out)
+    assert "gradcam.csv" not in second and not any("gradcam" in f for f in second)
+    manifest = json.loads((out / "manifest.json").read_text())["files"]
+    assert set(manifest) | {"manifest.json"} == second
+    assert not aio.staging_dir(out).exists()
+    report = (out / "report.md").read_text() + (out / "report.html").read_text()
+    assert "gradcam" not in report.lower()
+    for ref in re.findall(r"\]\(([^)]+\.png)\)", (out / "report.md").read_text()):
+        assert ref in manifest, ref
+
+
+def test_foreign_files_need_overwrite_and_are_kept(tmp_path, session_cache, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me\n")
+    args = ["demo", "--limit", "40", "--attack", "fgsm", "--detectors", "msp", "--analysis", "", "--out", str(out),
+            "--quiet"]
+    assert main(args) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert main([*args, "--overwrite"]) == 0
+    assert (out / "notes.txt").read_text() == "keep me\n" and (out / "ood.csv").is_file()
+    assert "notes.txt" not in json.loads((out / "manifest.json").read_text())["files"]
