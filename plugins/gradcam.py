@@ -60,6 +60,8 @@ TARGET_MEANING = {"prediction": "each map explains its own image's prediction",
 DEFAULT_THRESHOLDS = (0.02, 0.5)
 CSV_COLUMNS = ["index", "attack", "eps", "y", "clean_pred", "adv_pred", "success", "target_rule", "clean_target",
                "adv_target", "l2", "ssim", "regime", "l2_threshold", "ssim_threshold", "threshold_origin", "protocol"]
+#: The columns saying how a row was made, repeated in the summary.
+PROVENANCE = ("target_rule", "l2_threshold", "ssim_threshold", "threshold_origin", "protocol")
 SSIM_MIN_SIDE = 7
 
 
@@ -164,9 +166,6 @@ def threshold_origin(l2_threshold: float, ssim_threshold: float) -> str:
     if (l2_threshold, ssim_threshold) == DEFAULT_THRESHOLDS:
         return "advopenood default (not from the paper)"
     return "config (not from the paper)"
-
-
-PROVENANCE = ("target_rule", "l2_threshold", "ssim_threshold", "threshold_origin", "protocol")
 
 
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
