@@ -374,9 +374,11 @@ def _mead_section(mead: pd.DataFrame) -> list[Block]:
     wide = table.pivot_table(index="detector", columns="group", values="auroc", aggfunc="mean", sort=False)
     wide = wide.reindex(index=list(dict.fromkeys(table["detector"])), columns=list(dict.fromkeys(table["group"])))
     wide.columns.name = None
+    protocol = f" Protocol: {mead['protocol'].iloc[0]}." if "protocol" in mead and len(mead) else ""
     return [Block("h2", "MEAD worst case"),
             Block("p", "AUROC (%) per detector when a clean image counts as detected only if every successful "
-                       "attack on it is detected (Granese et al.); columns: setting, norm, eps."),
+                       "attack on it is detected (Granese et al.); columns: setting, group (norm l1, l2 or linf; "
+                       "patch for patch attacks such as mPGD, kept out of the norm groups), eps." + protocol),
             Block("table", wide, "MEAD AUROC (%)"), Block("ul", read_mead(mead))]
 
 
@@ -398,16 +400,23 @@ def _gradcam_section(out_dir: Path, summary: pd.DataFrame, used: set[Path]) -> l
         table["eps"] = [eps_label(e) for e in table["eps"]]
     keep = [c for c in ("attack", "eps", "subset", "n", "l2_mean", "l2_median", "ssim_mean", "ssim_median",
                         "pct_changed", "pct_moved", "pct_unchanged", "pct_low_l2_low_ssim") if c in table]
+    rules = {"prediction": "each map explains its own image's top prediction (the clean map the clean prediction, "
+                           "the adversarial map the adversarial prediction; the paper's rule)",
+             "clean": "both maps explain the clean prediction (advopenood's variant, not the paper's rule)"}
+    rule = str(summary["target_rule"].iloc[0]) if "target_rule" in summary and len(summary) else ""
+    target = f"; {rules.get(rule, f'target rule {rule}')}" if rule else ""
     thresholds = ""
     if {"l2_threshold", "ssim_threshold"} <= set(summary.columns) and len(summary):
         thresholds = (f" Thresholds: L2 >= {fmt(float(summary['l2_threshold'].iloc[0]))} is high, "
-                      f"SSIM >= {fmt(float(summary['ssim_threshold'].iloc[0]))} is high.")
+                      f"SSIM >= {fmt(float(summary['ssim_threshold'].iloc[0]))} is high; the paper gives no numeric "
+                      "thresholds, these are advopenood's.")
+    protocol = f" Protocol: {summary['protocol'].iloc[0]}." if "protocol" in summary and len(summary) else ""
     blocks = [Block("h2", "Grad-CAM attention shift"),
               Block("p", "Grad-CAM maps of each clean image and its adversarial counterpart on the last convolutional "
-                         "block, both for the clean prediction; L2 is the mean squared difference of the maps (in "
-                         "[0, 1]), SSIM their structural similarity. Regimes (paper, section 4.2): changed = high L2 "
-                         "and low SSIM, moved = high L2 and high SSIM, unchanged = low L2 and high SSIM; shares in "
-                         "percent." + thresholds),
+                         f"block{target}. L2 is the mean squared difference of the maps (in [0, 1]), SSIM their "
+                         "structural similarity. Regimes (paper, section 4.2): changed = high L2 and low SSIM, moved "
+                         "= high L2 and high SSIM, unchanged = low L2 and high SSIM; shares in percent."
+                         + thresholds + protocol),
               Block("table", table[keep]), Block("ul", read_gradcam(summary))]
     for attack in dict.fromkeys(summary["attack"]):
         stem = safe_name(str(attack))

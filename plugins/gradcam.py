@@ -1,17 +1,26 @@
 """Grad-CAM attention shift between clean images and their adversarial counterparts (paper section 4.2).
 
-For every clean image and its adversarial counterpart we compute a Grad-CAM map (pytorch-grad-cam,
-``GradCAM`` on the classifier's last convolutional block), **with the target class fixed to the clean
-prediction for both maps**: the two maps then explain the same decision, so any difference is a change in
-where the network looks for that class, not a change of the explained class. Optionally
-(``also_adv_target=True``) the adversarial map is also computed for the adversarial prediction (each image
-explains its own decision, pytorch-grad-cam's default), reported as ``l2_adv_target`` / ``ssim_adv_target``.
+Lorenz et al., "Deciphering the Definition of Adversarial Robustness for Post-Hoc OOD Detectors", Sec. 4.2:
+"we investigate the Grad-CAM output of benign and attacked images ... we consider two well-known metrics: the
+mean square error distance (L2), and the structural similar index method (SSIM)". For every clean image and its
+adversarial counterpart we compute a Grad-CAM map (pytorch-grad-cam, ``GradCAM`` on the classifier's last
+convolutional block). The explained class (``target``):
 
+* ``prediction`` (default, the paper's): each map explains its own image's top prediction, the clean map the
+  clean prediction and the adversarial map the adversarial prediction, as pytorch-grad-cam does with
+  ``targets=None`` (OpenOOD's ``openood/evaluation_api/attackdataset.py`` calls it with ``targets = None``);
+* ``clean`` (advopenood's variant): both maps explain the clean prediction, so a difference is a change in where
+  the network looks for that one class, not a change of the explained class.
+
+``gradcam.csv`` names the rule (``target_rule``) and each map's class (``clean_target``, ``adv_target``).
 Maps are ReLU'd, upsampled bilinearly to the input size and min-max scaled to [0, 1] per image (by
 pytorch-grad-cam), then compared with :func:`cam_distance`: L2 is the **mean squared** difference (the
 paper's "L2" is a mean-square distance, not a Euclidean norm) and SSIM is scikit-image's
-``structural_similarity`` with ``data_range=1``. Each sample falls into one of the paper's regimes
-(:data:`REGIMES`) by two thresholds.
+``structural_similarity`` with ``data_range=1``.
+
+Each sample falls into one of the paper's regimes (:data:`REGIMES`: high/low L2 crossed with high/low SSIM).
+The paper names the regimes but gives no numeric cut between high and low: the thresholds (default L2 0.02,
+SSIM 0.5) are advopenood's choice, not the paper's, and every output says so (``threshold_origin``).
 """
 from __future__ import annotations
 
@@ -43,7 +52,16 @@ REGIME_MEANING = {
     "low_l2_low_ssim": "low L2, low SSIM: small but unstructured change",
 }
 SUBSETS = ("all", "successful", "unsuccessful")
-CSV_COLUMNS = ["index", "attack", "eps", "y", "clean_pred", "adv_pred", "success", "target", "l2", "ssim", "regime"]
+#: The explained class of each map: ``prediction`` (each image's own top prediction, the paper's) or ``clean``.
+TARGET_RULES = ("prediction", "clean")
+TARGET_MEANING = {"prediction": "each map explains its own image's prediction",
+                  "clean": "both maps explain the clean prediction"}
+#: The regime thresholds are advopenood's, not Lorenz et al.'s (the paper gives no numeric cut).
+DEFAULT_THRESHOLDS = (0.02, 0.5)
+CSV_COLUMNS = ["index", "attack", "eps", "y", "clean_pred", "adv_pred", "success", "target_rule", "clean_target",
+               "adv_target", "l2", "ssim", "regime", "l2_threshold", "ssim_threshold", "threshold_origin", "protocol"]
+#: The columns saying how a row was made, repeated in the summary.
+PROVENANCE = ("target_rule", "l2_threshold", "ssim_threshold", "threshold_origin", "protocol")
 SSIM_MIN_SIDE = 7
 
 
@@ -143,21 +161,28 @@ def _select_rows(n: int, max_samples: int | None, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).permutation(n)[:max_samples])
 
 
-def summarize(df: pd.DataFrame, l2_threshold: float, ssim_threshold: float) -> pd.DataFrame:
-    """Per attack and subset (all / successful / unsuccessful attacks): n, means, medians, regime shares in %."""
+def threshold_origin(l2_threshold: float, ssim_threshold: float) -> str:
+    """Where the regime thresholds come from: advopenood's defaults or the run's config; never the paper."""
+    if (l2_threshold, ssim_threshold) == DEFAULT_THRESHOLDS:
+        return "advopenood default (not from the paper)"
+    return "config (not from the paper)"
+
+
+def summarize(df: pd.DataFrame) -> pd.DataFrame:
+    """Per attack and subset (all / successful / unsuccessful attacks): n, means, medians, regime shares in %,
+    and how the rows were made (target rule, thresholds and their origin, protocol)."""
     rows = []
-    extra = [c for c in ("l2_adv_target", "ssim_adv_target") if c in df.columns]
     for attack, part in df.groupby("attack", sort=False):
         success = part["success"].astype(bool)
         for subset, sel in zip(SUBSETS, (np.ones(len(part), bool), success.to_numpy(), ~success.to_numpy())):
             sub = part[sel]
             row: dict[str, Any] = {"attack": attack, "eps": part["eps"].iloc[0], "subset": subset, "n": len(sub)}
-            for col in ["l2", "ssim", *extra]:
+            for col in ("l2", "ssim"):
                 row[f"{col}_mean"] = float(sub[col].mean()) if len(sub) else float("nan")
                 row[f"{col}_median"] = float(sub[col].median()) if len(sub) else float("nan")
             for regime in REGIMES:
                 row[f"pct_{regime}"] = float(100.0 * np.mean(sub["regime"] == regime)) if len(sub) else float("nan")
-            row["l2_threshold"], row["ssim_threshold"] = l2_threshold, ssim_threshold
+            row.update({k: part[k].iloc[0] for k in PROVENANCE})
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -179,7 +204,8 @@ def _density(x: np.ndarray, y: np.ndarray, bins: int = 60) -> np.ndarray:
 REGIME_COLORS = {"changed": "tab:red", "moved": "tab:orange", "unchanged": "tab:green", "low_l2_low_ssim": "tab:gray"}
 
 
-def plot_shift(df: pd.DataFrame, attack: str, l2_threshold: float, ssim_threshold: float) -> Figure:
+def plot_shift(df: pd.DataFrame, attack: str, l2_threshold: float, ssim_threshold: float,
+               target_rule: str = "prediction") -> Figure:
     """L2-vs-SSIM scatter coloured by density (red dense, blue sparse, as the paper's Figure 1); the regime
     quadrants are shaded and their shares given in the legend; unsuccessful attacks are grey crosses."""
     from matplotlib.patches import Patch
@@ -216,7 +242,8 @@ def plot_shift(df: pd.DataFrame, attack: str, l2_threshold: float, ssim_threshol
     ax.axhline(ssim_threshold, color="k", ls="--", lw=0.8)
     ax.set_xlabel("L2 (mean squared difference of the Grad-CAM maps)")
     ax.set_ylabel("SSIM")
-    ax.set_title(f"Grad-CAM shift under {attack} (n={len(df)}, target: clean prediction)", fontsize=10)
+    ax.set_title(f"Grad-CAM shift under {attack} (n={len(df)}; {TARGET_MEANING[target_rule]})\n"
+                 f"thresholds L2 {l2_threshold:g}, SSIM {ssim_threshold:g}: advopenood's, not the paper's", fontsize=9)
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=8, frameon=False)
     return fig
 
@@ -240,7 +267,7 @@ def _show(ax, img: np.ndarray, cam: np.ndarray | None = None) -> None:
 
 
 def plot_examples(x: np.ndarray, x_adv: np.ndarray, cams: np.ndarray, cams_adv: np.ndarray,
-                  rows: pd.DataFrame, attack: str) -> Figure:
+                  rows: pd.DataFrame, attack: str, target_rule: str = "prediction") -> Figure:
     """Grid with one sample per row: clean image, clean CAM, adversarial image, adversarial CAM (overlaid)."""
     n = len(rows)
     fig = Figure(figsize=(7.2, 1.9 * n + 0.4))
@@ -252,11 +279,11 @@ def plot_examples(x: np.ndarray, x_adv: np.ndarray, cams: np.ndarray, cams_adv: 
         _show(axes[i, 3], x_adv[i], cams_adv[i])
         axes[i, 0].set_ylabel(f"#{int(r['index'])}", fontsize=8)
         axes[i, 0].set_title(f"clean, label {int(r['y'])}, pred {int(r['clean_pred'])}", fontsize=8)
-        axes[i, 1].set_title(f"clean CAM, class {int(r['target'])}", fontsize=8)
+        axes[i, 1].set_title(f"clean CAM, class {int(r['clean_target'])}", fontsize=8)
         axes[i, 2].set_title(f"{attack}, pred {int(r['adv_pred'])}", fontsize=8)
-        axes[i, 3].set_title(f"{attack} CAM, class {int(r['target'])}\nL2 {r['l2']:.3f}, SSIM {r['ssim']:.2f}: "
+        axes[i, 3].set_title(f"{attack} CAM, class {int(r['adv_target'])}\nL2 {r['l2']:.3f}, SSIM {r['ssim']:.2f}: "
                              f"{r['regime']}", fontsize=8)
-    fig.suptitle(f"Grad-CAM, clean vs {attack} (target: clean prediction)", fontsize=10)
+    fig.suptitle(f"Grad-CAM, clean vs {attack} ({TARGET_MEANING[target_rule]})", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -265,16 +292,18 @@ def plot_examples(x: np.ndarray, x_adv: np.ndarray, cams: np.ndarray, cams_adv: 
 class GradCamAnalysis:
     """Grad-CAM attention shift (L2 / SSIM) between clean and adversarial images, with regimes and plots.
 
-    Parameters: ``l2_threshold`` (mean-squared-difference cut between low and high L2),
-    ``ssim_threshold`` (cut between low and high SSIM), ``max_samples`` (seeded subset of the ID rows,
-    ``None`` = all), ``n_examples`` (rows of the example grid, 0 = none), ``also_adv_target`` (also compare
-    with the adversarial map explained for the adversarial prediction), ``batch_size`` (default: the run's),
-    ``progress`` (progress bar; also off when the run is ``--quiet``).
+    Parameters: ``target`` (explained class, :data:`TARGET_RULES`: ``prediction``, the paper's, or ``clean``),
+    ``l2_threshold`` (mean-squared-difference cut between low and high L2), ``ssim_threshold`` (cut between
+    low and high SSIM; both thresholds are advopenood's, not the paper's), ``max_samples`` (seeded subset of the
+    ID rows, ``None`` = all), ``n_examples`` (rows of the example grid, 0 = none), ``batch_size`` (default: the
+    run's), ``progress`` (progress bar; also off when the run is ``--quiet``).
     """
 
-    def __init__(self, l2_threshold: float = 0.02, ssim_threshold: float = 0.5, max_samples: int | None = None,
-                 n_examples: int = 6, also_adv_target: bool = False, batch_size: int | None = None,
-                 progress: bool = True):
+    def __init__(self, target: str = "prediction", l2_threshold: float = DEFAULT_THRESHOLDS[0],
+                 ssim_threshold: float = DEFAULT_THRESHOLDS[1], max_samples: int | None = None, n_examples: int = 6,
+                 batch_size: int | None = None, progress: bool = True):
+        if target not in TARGET_RULES:
+            raise UsageError(f"gradcam target {target!r} is unknown; valid choices: {', '.join(TARGET_RULES)}")
         if not 0.0 < float(l2_threshold) <= 1.0:
             raise UsageError(f"gradcam l2_threshold {l2_threshold!r} is out of range; valid choices: "
                              "0 < l2_threshold <= 1 (mean squared difference of maps in [0, 1])")
@@ -289,9 +318,10 @@ class GradCamAnalysis:
         if batch_size is not None and int(batch_size) < 1:
             raise UsageError(f"gradcam batch_size {batch_size!r} is out of range; valid choices: "
                              "a positive integer or null")
+        self.target = target
         self.l2_threshold, self.ssim_threshold = float(l2_threshold), float(ssim_threshold)
         self.max_samples = None if max_samples is None else int(max_samples)
-        self.n_examples, self.also_adv_target = int(n_examples), bool(also_adv_target)
+        self.n_examples = int(n_examples)
         self.batch_size = None if batch_size is None else int(batch_size)
         self.progress = bool(progress)
 
@@ -311,36 +341,38 @@ class GradCamAnalysis:
                 clean_maps, clean_pred = cam(x)
                 for name, adv in ctx.id_adv_sets.items():
                     x_adv = adv.load(batch)
-                    adv_maps, _ = cam(x_adv, clean_pred)
-                    part = {"row": batch, "target": clean_pred}
+                    if self.target == "prediction":
+                        adv_maps, adv_target = cam(x_adv)
+                    else:
+                        adv_maps, _ = cam(x_adv, clean_pred)
+                        adv_target = clean_pred
+                    part = {"row": batch, "clean_target": clean_pred, "adv_target": adv_target}
                     part["l2"], part["ssim"] = _distances(clean_maps, adv_maps)
-                    if self.also_adv_target:
-                        own_maps, _ = cam(x_adv)
-                        part["l2_adv_target"], part["ssim_adv_target"] = _distances(clean_maps, own_maps)
                     parts[name].append(part)
-            frames = [self._frame(name, adv, parts[name]) for name, adv in ctx.id_adv_sets.items()]
+            frames = [self._frame(ctx, name, adv, parts[name]) for name, adv in ctx.id_adv_sets.items()]
             if self.n_examples:
                 for name, frame in zip(ctx.id_adv_sets, frames):
                     self._plot_examples(ctx, cam, name, frame)
         df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CSV_COLUMNS)
         for name, frame in zip(ctx.id_adv_sets, frames):
-            save_figure(plot_shift(frame, name, self.l2_threshold, self.ssim_threshold),
+            save_figure(plot_shift(frame, name, self.l2_threshold, self.ssim_threshold, self.target),
                         ctx.plot_dir / f"gradcam_{safe_name(name)}.png")
-        summary = summarize(df, self.l2_threshold, self.ssim_threshold) if len(df) else pd.DataFrame()
+        summary = summarize(df) if len(df) else pd.DataFrame()
         return {"gradcam.csv": df.drop(columns=["row"], errors="ignore"), "gradcam_summary.csv": summary}
 
-    def _frame(self, name: str, adv, parts: list[dict[str, np.ndarray]]) -> pd.DataFrame:
+    def _frame(self, ctx: RunContext, name: str, adv, parts: list[dict[str, np.ndarray]]) -> pd.DataFrame:
         cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
         rec = adv.records.iloc[cols["row"]].reset_index(drop=True)
         df = pd.DataFrame({"row": cols["row"], "index": rec["index"].to_numpy(), "attack": name,
                            "eps": np.nan if adv.eps is None else float(adv.eps), "y": rec["y"].to_numpy(),
                            "clean_pred": rec["clean_pred"].to_numpy(), "adv_pred": rec["adv_pred"].to_numpy(),
-                           "success": rec["success"].to_numpy(bool), "target": cols["target"],
+                           "success": rec["success"].to_numpy(bool), "target_rule": self.target,
+                           "clean_target": cols["clean_target"], "adv_target": cols["adv_target"],
                            "l2": cols["l2"], "ssim": cols["ssim"]})
         df["regime"] = classify_regime(df["l2"], df["ssim"], self.l2_threshold, self.ssim_threshold)
-        for k in ("l2_adv_target", "ssim_adv_target"):
-            if k in cols:
-                df[k] = cols[k]
+        df["l2_threshold"], df["ssim_threshold"] = self.l2_threshold, self.ssim_threshold
+        df["threshold_origin"] = threshold_origin(self.l2_threshold, self.ssim_threshold)
+        df["protocol"] = ctx.protocol
         return df
 
     def _plot_examples(self, ctx: RunContext, cam: CamExtractor, name: str, frame: pd.DataFrame) -> None:
@@ -348,8 +380,7 @@ class GradCamAnalysis:
         rows = picks["row"].to_numpy()
         x, _ = stack(ctx.id_set, rows)
         x_adv = ctx.id_adv_sets[name].load(rows)
-        targets = picks["target"].to_numpy()
-        maps, _ = cam(x, targets)
-        maps_adv, _ = cam(x_adv, targets)
-        fig = plot_examples(x.numpy(), x_adv.numpy(), maps, maps_adv, picks, name)
+        maps, _ = cam(x, picks["clean_target"].to_numpy())
+        maps_adv, _ = cam(x_adv, picks["adv_target"].to_numpy())
+        fig = plot_examples(x.numpy(), x_adv.numpy(), maps, maps_adv, picks, name, self.target)
         save_figure(fig, ctx.plot_dir / f"gradcam_examples_{safe_name(name)}.png")

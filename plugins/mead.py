@@ -23,8 +23,9 @@ form MEAD's "no eps" group of their norm (eps empty, ``mead`` setting only).
 
 Outputs: ``mead.csv`` (one row per detector, norm, eps and setting: AUROC and FPR95 in percent, ``n_pos``,
 ``n_neg``, ``mean_successes`` = mean number of successful attacks per clean sample) and
-``mead_summary.csv`` (MEAD's Tables 1-3: per detector, norm and setting the mean over eps groups, and
-``norm = all``, the mean of the per-norm averages; bounded groups only).
+``mead_summary.csv`` (MEAD's Tables 1-3: per detector, group and setting the mean over eps groups, and
+``norm = all``, the mean of the per-norm averages of MEAD's Lp groups l1, l2 and linf; bounded groups only,
+patch groups reported on their own). Both carry the run's ``protocol``.
 """
 from __future__ import annotations
 
@@ -41,19 +42,35 @@ from advopenood.metrics import NaNScoreError, ood_metrics
 from advopenood.store import AdvSet
 
 SETTINGS = ("mead", "ce", "kl", "gini", "fr", "adaptive")
-MEAD_COLUMNS = ["detector", "backend", "norm", "eps", "setting", "auroc", "fpr95", "n_pos", "n_neg", "mean_successes"]
-SUMMARY_COLUMNS = ["detector", "backend", "norm", "setting", "auroc", "fpr95", "n_groups"]
+MEAD_COLUMNS = ["detector", "backend", "norm", "eps", "setting", "auroc", "fpr95", "n_pos", "n_neg", "mean_successes",
+                "protocol"]
+SUMMARY_COLUMNS = ["detector", "backend", "norm", "setting", "auroc", "fpr95", "n_groups", "protocol"]
+#: MEAD's Lp groups (Sec. 5.1.2), the ones ``norm = all`` averages.
 NORM_ORDER = ("l1", "l2", "linf")
+#: The group of patch attacks (perturbation unbounded inside a patch, zero outside).
+PATCH = "patch"
+
+
+def threat_group(cls: type) -> str:
+    """The MEAD group of a registered attack class: its declared ``threat`` attribute if it has one, else
+    ``"patch"`` when its parameters (``defaults``) include ``patch`` (masked PGD), else its ``norm``
+    (default ``linf``)."""
+    threat = getattr(cls, "threat", None)
+    if threat is not None:
+        return str(threat)
+    if "patch" in cls.defaults(32):
+        return PATCH
+    return str(getattr(cls, "norm", "linf"))
 
 
 def attack_kind(cls: type) -> tuple[str, str | None]:
-    """``(norm, objective)`` of a registered attack class.
+    """``(group, objective)`` of a registered attack class.
 
-    ``norm`` defaults to ``linf``; ``objective`` is the class's own, else ``ce`` for eps-bounded attacks
-    (the built-in foolbox FGSM, PGD and masked PGD all maximise cross-entropy) and ``None`` for unbounded
-    (minimal-perturbation) attacks such as DeepFool, which have no objective.
+    ``group`` is :func:`threat_group` (the norm of an Lp attack, ``patch`` for patch attacks); ``objective``
+    is the class's own, else ``ce`` for eps-bounded attacks (the built-in foolbox FGSM, PGD and masked PGD all
+    maximise cross-entropy) and ``None`` for unbounded (minimal-perturbation) attacks such as DeepFool.
     """
-    norm = str(getattr(cls, "norm", "linf"))
+    norm = threat_group(cls)
     objective = getattr(cls, "objective", None)
     if objective is None and getattr(cls, "bounded", True):
         objective = "ce"
@@ -62,8 +79,8 @@ def attack_kind(cls: type) -> tuple[str, str | None]:
 
 @dataclass(frozen=True)
 class SetInfo:
-    """What MEAD needs of one adversarial set: its name, norm, eps (None if unbounded), objective and
-    per-sample success (``adv_pred != y``, row ``i`` = clean sample ``i``)."""
+    """What MEAD needs of one adversarial set: its name, group (``norm``: l1, l2, linf or patch), eps (None if
+    unbounded), objective and per-sample success (``adv_pred != y``, row ``i`` = clean sample ``i``)."""
 
     name: str
     norm: str
@@ -73,7 +90,7 @@ class SetInfo:
 
 
 def set_info(name: str, adv: AdvSet) -> SetInfo:
-    """:class:`SetInfo` of a run's adversarial set, its norm and objective from the attack's registry class."""
+    """:class:`SetInfo` of a run's adversarial set, its group and objective from the attack's registry class."""
     cls = registry.get("attacks", adv.attack)
     norm, objective = attack_kind(cls)
     eps = float(adv.eps) if getattr(cls, "bounded", True) and adv.eps is not None else None
@@ -149,7 +166,7 @@ def detector_groups(scores: Mapping[str, Mapping[str, np.ndarray]], sets: Iterab
 
 
 def mead_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: Iterable[SetInfo], backend: str = "",
-               settings: Iterable[str] = SETTINGS) -> pd.DataFrame:
+               settings: Iterable[str] = SETTINGS, protocol: str = "strong") -> pd.DataFrame:
     """One row per (detector, norm, eps group, setting): the ``mead.csv`` table.
 
     ``scores[detector]`` maps ``"id"`` to the clean confidences and each set name to the set's confidences
@@ -170,21 +187,23 @@ def mead_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: Iterable[Se
             conf = np.stack([np.asarray(by_set[m.name], dtype=np.float64) for m in chosen], axis=1)
             success = np.stack([m.success for m in chosen], axis=1)
             rows.append({"detector": detector, "backend": backend, "norm": norm, "eps": eps, "setting": setting,
-                         **worst_case_metrics(conf_id, conf, success)})
+                         **worst_case_metrics(conf_id, conf, success), "protocol": protocol})
     return pd.DataFrame(rows, columns=MEAD_COLUMNS)
 
 
 def mead_summary(table: pd.DataFrame) -> pd.DataFrame:
     """MEAD's summary (their Tables 1-3): per detector, norm and setting, AUROC and FPR95 averaged over the
-    eps groups of that norm; ``norm = all`` averages the per-norm averages (equal weight per norm).
-    Unbounded ("no eps") groups are reported in ``mead.csv`` only, as MEAD keeps them out of the norm averages."""
+    eps groups of that norm (or of the patch group); ``norm = all`` averages the per-norm averages of MEAD's Lp
+    groups (:data:`NORM_ORDER`, equal weight per norm; patch groups stay out). Unbounded ("no eps") groups are
+    reported in ``mead.csv`` only, as MEAD keeps them out of the norm averages."""
     table = table[table["eps"].notna()]
     if table.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
-    keys = ["detector", "backend", "norm", "setting"]
+    keys = ["detector", "backend", "norm", "setting", "protocol"]
     per_norm = (table.groupby(keys, sort=False, dropna=False)
                 .agg(auroc=("auroc", "mean"), fpr95=("fpr95", "mean"), n_groups=("eps", "size")).reset_index())
-    overall = (per_norm.groupby(["detector", "backend", "setting"], sort=False, dropna=False)
+    lp = per_norm[per_norm["norm"].isin(NORM_ORDER)]
+    overall = (lp.groupby(["detector", "backend", "setting", "protocol"], sort=False, dropna=False)
                .agg(auroc=("auroc", "mean"), fpr95=("fpr95", "mean"), n_groups=("n_groups", "sum")).reset_index())
     overall["norm"] = "all"
     return pd.concat([per_norm, overall[SUMMARY_COLUMNS]], ignore_index=True)[SUMMARY_COLUMNS]
@@ -206,5 +225,5 @@ class MeadEvaluator:
     def __call__(self, ctx: RunContext) -> dict[str, pd.DataFrame]:
         infos = [set_info(name, adv) for name, adv in ctx.id_adv_sets.items()]
         scores = {d: s for d, s in ctx.scores.items() if self.detectors is None or d in self.detectors}
-        table = mead_table(scores, infos, ctx.backend, self.settings)
+        table = mead_table(scores, infos, ctx.backend, self.settings, ctx.protocol)
         return {"mead.csv": table, "mead_summary.csv": mead_summary(table)}

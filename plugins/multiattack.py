@@ -10,26 +10,41 @@ AUROC and FPR95 in percent. Per detector ``h``:
 * ``union``: the per-sample worst case over every set (MultiRobustBench's "union" accuracy; the MEAD worst case
   over all attack types and strengths; see :func:`advopenood_plugins.mead.worst_case_scores`).
 
-Chance-corrected performance replaces accuracy, so that a detector at chance level scores 0 and a perfect one 1:
-``g(h, P) = (AUROC - 50) / 50`` and ``g(h, P) = (95 - FPR95) / 95`` (a random detector has FPR95 = 95 %).
-With a reference ``g*(P)`` (``reference: best``, the best detector of the run on ``P``, MultiRobustBench's
-``acc*(P) = max_h acc(h, P)``; or a detector's name), the competitiveness ratios (their Definition 3.5) are
+Competitiveness ratio (their Definition 3.4, "CR(h; K) = 100 x acc_multi(h, K) / acc*_multi(K)", with
+``acc*_multi(K) = 1 - min_{h*} err_multi(h*; K)`` the best any evaluated model reaches; with the per-attack error
+vector, Definition 3.5, Eqs. 2-3). The detection analogue of the robust accuracy ``acc(h, P)`` is the score
+itself, higher is better and 0 the worst: ``a(h, P) = AUROC / 100`` and ``a(h, P) = (100 - FPR95) / 100``
+(the TNR at 95 % TPR). With ``a*(P) = max_h a(h, P)``, the best evaluated detector on ``P``
+(``reference: best``, the default):
 
-* ``CR_ind-avg(h)   = 100 * mean_P  g(h, P) / g*(P)``  (uniform distribution over the sets),
-* ``CR_ind-worst(h) = 100 * min_P   g(h, P) / g*(P)``,
+* ``CR_ind-avg(h)   = 100 * mean_P  a(h, P) / a*(P)``  (uniform distribution over the sets),
+* ``CR_ind-worst(h) = 100 * min_P   a(h, P) / a*(P)``,
 
-over the sets where the reference beats chance (``g*(P) > 0``; the ratio is undefined otherwise).
-The stability constant (their Definition 3.7, Eq. 4) uses the attack strength ``s(P) = eps / eps_max`` within
-one attack's sweep (``eps_max`` its largest eps), and every set as known (post-hoc detectors are fitted on
-clean data only, so no set is privileged):
+so both lie in [0, 100] (the ratio in [0, 1], times 100 as in the paper). A set where ``a*(P) = 0`` (every
+detector at AUROC 0, or at FPR95 100 %) has no defined ratio and is left out; ``n_sets_cr`` counts the sets used.
 
-* ``L_alpha(h) = max |g(h, P1) - g(h, P2)| / |s(P1) - s(P2)|`` over pairs of sets of the same attack with
+Chance-corrected variant (``cr_cc_ind_avg`` / ``cr_cc_ind_worst``, advopenood's extension, not in
+MultiRobustBench): the same ratios on ``g(h, P) = max(0, (AUROC - 50) / 50)`` or ``max(0, (95 - FPR95) / 95)``
+(0 at chance or below, 1 for a perfect detector; a random detector has FPR95 = 95 %), over the sets where some
+detector beats chance (``g*(P) > 0``, counted in ``n_sets_cr_cc``). Clipping the numerator at chance keeps the
+ratio in [0, 1]: without it a detector below chance on a set where the best barely beats chance divides a
+negative number by one close to 0 (issue 13: about -9000 on the data pack). Near-chance sets still make the ratio noisy:
+read it together with ``n_sets_cr_cc``.
+
+A named detector as ``reference`` replaces ``a*(P)`` by that detector's score (not Definition 3.4; ratios may
+exceed 100); the ``reference`` column says which was used.
+
+The stability constant (their Definition 3.7, Eq. 4) uses the same ``a(h, P)`` as the CR, the attack strength
+``s(P) = eps / eps_max`` within one attack's sweep (``eps_max`` its largest eps), and every set as known
+(post-hoc detectors are fitted on clean data only, so no set is privileged):
+
+* ``L_alpha(h) = max |a(h, P1) - a(h, P2)| / |s(P1) - s(P2)|`` over pairs of sets of the same attack with
   ``|s(P1) - s(P2)| <= alpha``; ``alpha: null`` (default) takes neighbouring eps values of the sweep.
 
-``L = 1`` is a linear fall from perfect to chance over the whole sweep. Outputs: ``multiattack.csv``
-(one row per detector and metric), ``multiattack_curves.csv`` (per detector and set, plus the per-sample
-union of the attacks sharing a norm and eps) and ``plots/eps_sweep_<detector>_<norm>.png``
-(AUROC-vs-eps and FPR95-vs-eps).
+``L = 1`` is a linear fall from AUROC 100 to AUROC 0 over the whole sweep (0.5 from perfect to chance).
+Outputs: ``multiattack.csv`` (one row per detector and metric), ``multiattack_curves.csv`` (per detector and
+set, plus the per-sample union of the attacks sharing a group and eps), both with the run's ``protocol``, and
+``plots/eps_sweep_<detector>_<norm>.png`` (AUROC-vs-eps and FPR95-vs-eps).
 """
 from __future__ import annotations
 
@@ -47,8 +62,9 @@ from advopenood_plugins.mead import SetInfo, detector_groups, set_info, worst_ca
 
 METRICS = ("auroc", "fpr95")
 MULTI_COLUMNS = ["detector", "backend", "metric", "avg", "worst", "worst_set", "union", "cr_ind_avg", "cr_ind_worst",
-                 "stability", "reference", "n_sets"]
-CURVE_COLUMNS = ["detector", "backend", "attack", "norm", "eps", "set", "auroc", "fpr95", "n_pos", "n_neg"]
+                 "n_sets_cr", "cr_cc_ind_avg", "cr_cc_ind_worst", "n_sets_cr_cc", "stability", "reference", "n_sets",
+                 "protocol"]
+CURVE_COLUMNS = ["detector", "backend", "attack", "norm", "eps", "set", "auroc", "fpr95", "n_pos", "n_neg", "protocol"]
 UNION = "union"
 
 
@@ -57,8 +73,19 @@ def attack_label(set_name: str) -> str:
     return set_name.rsplit("@", 1)[0]
 
 
+def detection_accuracy(value: np.ndarray | float, metric: str) -> np.ndarray | float:
+    """MultiRobustBench's ``acc(h, P)`` for a detector: ``AUROC / 100`` or ``(100 - FPR95) / 100`` (TNR at 95 %
+    TPR), from percent to [0, 1], higher is better, 0 the worst."""
+    if metric == "auroc":
+        return np.asarray(value, dtype=np.float64) / 100.0
+    if metric == "fpr95":
+        return (100.0 - np.asarray(value, dtype=np.float64)) / 100.0
+    raise UsageError(f"unknown metric {metric!r}; valid choices: {', '.join(METRICS)}")
+
+
 def chance_corrected(value: np.ndarray | float, metric: str) -> np.ndarray | float:
-    """Map AUROC (chance 50) or FPR95 (chance 95) in percent to 0 at chance and 1 for a perfect detector."""
+    """Map AUROC (chance 50) or FPR95 (chance 95) in percent to 0 at chance and 1 for a perfect detector
+    (negative below chance)."""
     if metric == "auroc":
         return (np.asarray(value, dtype=np.float64) - 50.0) / 50.0
     if metric == "fpr95":
@@ -67,12 +94,16 @@ def chance_corrected(value: np.ndarray | float, metric: str) -> np.ndarray | flo
 
 
 def competitiveness(perf: pd.DataFrame, reference: str = "best") -> pd.DataFrame:
-    """``cr_ind_avg`` and ``cr_ind_worst`` per detector from chance-corrected performance.
+    """MultiRobustBench's ``cr_ind_avg`` and ``cr_ind_worst`` per detector (Definitions 3.4-3.5, Eqs. 2-3):
+    ``100 * mean_P perf(h, P) / perf*(P)`` and ``100 * min_P perf(h, P) / perf*(P)``.
 
-    ``perf`` has one row per detector and one column per set. The reference ``g*(P)`` is the column
-    maximum (``"best"``) or the row of the named detector; sets with ``g*(P) <= 0`` or NaN are left out,
-    as are NaN entries of a detector. A detector with no usable set gets NaN.
+    ``perf`` has one row per detector and one column per set, with non-negative scores (higher is better).
+    ``perf*(P)`` is the column maximum (``"best"``: the ratios lie in [0, 100]) or the named detector's row.
+    Sets with ``perf*(P) <= 0`` or NaN have no defined ratio and are left out, as are NaN entries of a
+    detector; ``n_sets`` counts the sets with a ratio. A detector with no such set gets NaN.
     """
+    if (perf < 0).any().any():
+        raise ValueError("competitiveness needs non-negative scores; clip chance-corrected ones at 0 first")
     if reference == "best":
         ref = perf.max(axis=0, skipna=True)
     elif reference in perf.index:
@@ -83,14 +114,29 @@ def competitiveness(perf: pd.DataFrame, reference: str = "best") -> pd.DataFrame
     usable = ref.index[(ref > 0).to_numpy()]
     ratios = perf[usable].div(ref[usable], axis=1)
     return pd.DataFrame({"cr_ind_avg": 100.0 * ratios.mean(axis=1, skipna=True),
-                         "cr_ind_worst": 100.0 * ratios.min(axis=1, skipna=True)}, index=perf.index)
+                         "cr_ind_worst": 100.0 * ratios.min(axis=1, skipna=True),
+                         "n_sets": ratios.notna().sum(axis=1).astype(int)}, index=perf.index)
+
+
+def competitiveness_table(raw: pd.DataFrame, metric: str, reference: str = "best") -> pd.DataFrame:
+    """MultiRobustBench's CRs on ``a(h, P)`` (:func:`detection_accuracy`) and the chance-corrected extension on
+    ``max(0, g(h, P))`` (:func:`chance_corrected`), from ``raw`` AUROC or FPR95 in percent (one row per detector,
+    one column per set): ``cr_ind_avg``, ``cr_ind_worst``, ``n_sets_cr``, ``cr_cc_ind_avg``, ``cr_cc_ind_worst``,
+    ``n_sets_cr_cc`` (module docstring)."""
+    perf = pd.DataFrame(detection_accuracy(raw.to_numpy(), metric), index=raw.index, columns=raw.columns)
+    cc = pd.DataFrame(np.maximum(chance_corrected(raw.to_numpy(), metric), 0.0), index=raw.index, columns=raw.columns)
+    cr, cr_cc = competitiveness(perf, reference), competitiveness(cc, reference)
+    return pd.DataFrame({"cr_ind_avg": cr["cr_ind_avg"], "cr_ind_worst": cr["cr_ind_worst"], "n_sets_cr": cr["n_sets"],
+                         "cr_cc_ind_avg": cr_cc["cr_ind_avg"], "cr_cc_ind_worst": cr_cc["cr_ind_worst"],
+                         "n_sets_cr_cc": cr_cc["n_sets"]}, index=raw.index)
 
 
 def stability_constant(perf: Mapping[str, float], labels: Mapping[str, str], eps: Mapping[str, float],
                        alpha: float | None = None) -> float:
-    """MultiRobustBench's stability constant ``L_alpha`` of one detector (module docstring).
+    """MultiRobustBench's stability constant ``L_alpha`` of one detector (module docstring, their Eq. 4).
 
-    ``perf``, ``labels`` and ``eps`` map set names to chance-corrected performance, attack label and eps.
+    ``perf``, ``labels`` and ``eps`` map set names to performance (:func:`detection_accuracy`), attack label
+    and eps.
     Pairs are sets of the same label; ``s = eps / eps_max`` of that label; ``alpha=None`` pairs neighbouring
     eps values only. NaN when no pair exists (no sweep) or every pair has a NaN performance.
     """
@@ -116,7 +162,7 @@ def stability_constant(perf: Mapping[str, float], labels: Mapping[str, str], eps
 
 
 def sweep_curves(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list[SetInfo],
-                 backend: str = "") -> pd.DataFrame:
+                 backend: str = "", protocol: str = "strong") -> pd.DataFrame:
     """Per detector and set: AUROC and FPR95 of clean vs successful adversarial samples; plus, per norm and
     eps shared by several attacks, the per-sample union (``attack = "union"``). The ``multiattack_curves.csv``."""
     rows: list[dict[str, Any]] = []
@@ -125,22 +171,24 @@ def sweep_curves(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list[SetI
         for m in members:
             row = worst_case_metrics(conf_id, by_set[m.name], m.success)
             rows.append({"detector": detector, "backend": backend, "attack": attack_label(m.name), "norm": norm,
-                         "eps": eps, "set": m.name, **{k: row[k] for k in ("auroc", "fpr95", "n_pos", "n_neg")}})
+                         "eps": eps, "set": m.name, **{k: row[k] for k in ("auroc", "fpr95", "n_pos", "n_neg")},
+                         "protocol": protocol})
         if len({attack_label(m.name) for m in members}) > 1:
             conf = np.stack([np.asarray(by_set[m.name], dtype=np.float64) for m in members], axis=1)
             row = worst_case_metrics(conf_id, conf, np.stack([m.success for m in members], axis=1))
             rows.append({"detector": detector, "backend": backend, "attack": UNION, "norm": norm, "eps": eps,
                          "set": "+".join(m.name for m in members),
-                         **{k: row[k] for k in ("auroc", "fpr95", "n_pos", "n_neg")}})
+                         **{k: row[k] for k in ("auroc", "fpr95", "n_pos", "n_neg")}, "protocol": protocol})
     return pd.DataFrame(rows, columns=CURVE_COLUMNS)
 
 
 def multiattack_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list[SetInfo], backend: str = "",
                       reference: str = "best", alpha: float | None = None,
-                      curves: pd.DataFrame | None = None) -> pd.DataFrame:
+                      curves: pd.DataFrame | None = None, protocol: str = "strong") -> pd.DataFrame:
     """The ``multiattack.csv`` table: per detector and metric the average, worst and union over the sets, the
-    competitiveness ratios against ``reference`` and the stability constant (module docstring)."""
-    curves = sweep_curves(scores, sets, backend) if curves is None else curves
+    competitiveness ratios against ``reference`` (MultiRobustBench's and the chance-corrected extension) and
+    the stability constant (module docstring)."""
+    curves = sweep_curves(scores, sets, backend, protocol) if curves is None else curves
     per_set = curves[curves["attack"] != UNION]
     if per_set.empty:
         return pd.DataFrame(columns=MULTI_COLUMNS)
@@ -157,18 +205,20 @@ def multiattack_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list
     rows: list[dict[str, Any]] = []
     for metric in METRICS:
         raw = per_set.pivot(index="detector", columns="set", values=metric).reindex(index=detectors, columns=columns)
-        perf = pd.DataFrame(chance_corrected(raw.to_numpy(), metric), index=raw.index, columns=raw.columns)
-        cr = competitiveness(perf, reference)
+        perf = pd.DataFrame(detection_accuracy(raw.to_numpy(), metric), index=raw.index, columns=raw.columns)
+        cr = competitiveness_table(raw, metric, reference)
         for detector in detectors:
             values = raw.loc[detector].dropna()
             worst_set = str(values.idxmin() if metric == "auroc" else values.idxmax()) if len(values) else ""
             rows.append({"detector": detector, "backend": backend, "metric": metric,
                          "avg": float(values.mean()) if len(values) else float("nan"),
                          "worst": float(values[worst_set]) if len(values) else float("nan"), "worst_set": worst_set,
-                         "union": union[detector][metric], "cr_ind_avg": float(cr.loc[detector, "cr_ind_avg"]),
-                         "cr_ind_worst": float(cr.loc[detector, "cr_ind_worst"]),
+                         "union": union[detector][metric],
+                         **{k: float(cr.loc[detector, k]) for k in ("cr_ind_avg", "cr_ind_worst", "cr_cc_ind_avg",
+                                                                     "cr_cc_ind_worst")},
+                         **{k: int(cr.loc[detector, k]) for k in ("n_sets_cr", "n_sets_cr_cc")},
                          "stability": stability_constant(perf.loc[detector].to_dict(), labels, eps, alpha),
-                         "reference": reference, "n_sets": int(len(values))})
+                         "reference": reference, "n_sets": int(len(values)), "protocol": protocol})
     return pd.DataFrame(rows, columns=MULTI_COLUMNS)
 
 
@@ -206,7 +256,8 @@ def plot_sweeps(curves: pd.DataFrame, plot_dir: Any) -> list[str]:
 
 @registry.register("evaluators", "multiattack")
 class MultiAttackEvaluator:
-    """Multi-attack metrics (MultiRobustBench): avg/worst/union, CR_ind-avg/-worst, stability; eps-sweep plots."""
+    """Multi-attack metrics (MultiRobustBench): avg/worst/union, CR_ind-avg/-worst (and the chance-corrected
+    extension), stability; eps-sweep plots."""
 
     def __init__(self, reference: str = "best", alpha: float | None = None, detectors: Iterable[str] | None = None,
                  plots: bool = True):
@@ -222,8 +273,8 @@ class MultiAttackEvaluator:
     def __call__(self, ctx: RunContext) -> dict[str, pd.DataFrame]:
         sets = [set_info(name, adv) for name, adv in ctx.id_adv_sets.items()]
         scores = {d: s for d, s in ctx.scores.items() if self.detectors is None or d in self.detectors}
-        curves = sweep_curves(scores, sets, ctx.backend)
-        table = multiattack_table(scores, sets, ctx.backend, self.reference, self.alpha, curves)
+        curves = sweep_curves(scores, sets, ctx.backend, ctx.protocol)
+        table = multiattack_table(scores, sets, ctx.backend, self.reference, self.alpha, curves, ctx.protocol)
         if self.plots:
             plot_sweeps(curves, ctx.plot_dir)
         return {"multiattack.csv": table, "multiattack_curves.csv": curves}

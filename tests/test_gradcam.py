@@ -15,8 +15,8 @@ from advopenood.data import build_dataset, limit_dataset, stack
 from advopenood.errors import UsageError
 from advopenood.models import weights_hash
 from advopenood.store import AdvStore
-from advopenood_plugins.gradcam import (CSV_COLUMNS, REGIMES, CamExtractor, GradCamAnalysis, cam_distance,
-                                        classify_regime, upsample)
+from advopenood_plugins.gradcam import (CSV_COLUMNS, REGIMES, CamExtractor, GradCamAnalysis,
+                                        cam_distance, classify_regime, upsample)
 
 CPU = torch.device("cpu")
 YY, XX = np.mgrid[0:32, 0:32]
@@ -75,6 +75,9 @@ def test_registered_and_validates_parameters():
         GradCamAnalysis(ssim_threshold=2)
     with pytest.raises(UsageError, match="max_samples"):
         GradCamAnalysis(max_samples=0)
+    with pytest.raises(UsageError, match="'adversarial' is unknown; valid choices: prediction, clean"):
+        GradCamAnalysis(target="adversarial")
+    assert GradCamAnalysis().target == "prediction"  # the paper's rule is the default
 
 
 def test_demo_model_maps_have_input_size_and_lie_in_unit_interval(demo_net):
@@ -101,7 +104,8 @@ def test_demo_model_maps_have_input_size_and_lie_in_unit_interval(demo_net):
 
 @pytest.fixture(scope="module")
 def weak_fgsm_run(cifar_model, data_root, tmp_path_factory):
-    """A real FGSM set at eps 1/255 on 40 CIFAR-10 images (some attacks fail) and its Grad-CAM analysis."""
+    """A real FGSM set at eps 1/255 on 40 CIFAR-10 images (some attacks fail) and its Grad-CAM analysis with each
+    target rule (paper's default, then the clean-target variant), under a named protocol."""
     out = tmp_path_factory.mktemp("gradcam_run")
     ds = limit_dataset(build_dataset({"kind": "npz", "path": "cifar10_test.npz", "name": "cifar10"}, data_root, 3, 32),
                        40, 0)
@@ -113,30 +117,83 @@ def weak_fgsm_run(cifar_model, data_root, tmp_path_factory):
         pred = cifar_model(x).argmax(1).numpy()
     ctx = RunContext(config={}, out=out, model=cifar_model, device=CPU, seed=0, dataset="cifar10", arch="resnet20",
                      id_set=ds, fit_set=ds, ood_sets={}, adv_sets={"fgsm": adv}, clean=CleanRecord(y.numpy(), pred),
-                     batch_size=40, extras={"progress": False})
-    result = GradCamAnalysis(n_examples=3, also_adv_target=True)(ctx)
-    return ctx, adv, result
+                     batch_size=40, protocol="lorenz2024", extras={"progress": False})
+    clean_rule = GradCamAnalysis(target="clean", n_examples=0)(dataclasses.replace(ctx, out=out / "clean_target"))
+    result = GradCamAnalysis(n_examples=3)(ctx)
+    return ctx, adv, result, clean_rule
 
 
 def test_per_sample_table_matches_the_records(weak_fgsm_run):
-    ctx, adv, result = weak_fgsm_run
+    ctx, adv, result, clean_rule = weak_fgsm_run
     df = result["gradcam.csv"]
-    assert list(df.columns[: len(CSV_COLUMNS)]) == CSV_COLUMNS
-    assert {"l2_adv_target", "ssim_adv_target"} <= set(df.columns)
+    assert list(df.columns) == CSV_COLUMNS
     rec = adv.records
     assert len(df) == len(rec) == 40
     for col in ("index", "y", "clean_pred", "adv_pred", "success"):
         np.testing.assert_array_equal(df[col].to_numpy(), rec[col].to_numpy())
-    np.testing.assert_array_equal(df["target"], df["clean_pred"])  # target fixed to the clean prediction
+    # the paper's rule: each map explains its own image's prediction
+    assert set(df["target_rule"]) == {"prediction"} and set(df["protocol"]) == {"lorenz2024"}
+    np.testing.assert_array_equal(df["clean_target"], df["clean_pred"])
+    np.testing.assert_array_equal(df["adv_target"], df["adv_pred"])
+    assert set(df["threshold_origin"]) == {"advopenood default (not from the paper)"}
+    assert set(df["l2_threshold"]) == {0.02} and set(df["ssim_threshold"]) == {0.5}
     assert df["l2"].between(0, 1).all() and df["ssim"].between(-1, 1).all()
     assert set(df["regime"]) <= set(REGIMES)
-    # where the prediction did not move, "own prediction" maps equal the clean-target ones
-    same = df["adv_pred"] == df["clean_pred"]
-    np.testing.assert_allclose(df.loc[same, "l2_adv_target"], df.loc[same, "l2"], atol=1e-6)
+    # the clean-target variant: both maps explain the clean prediction; the two rules agree exactly where the
+    # prediction did not move and differ on the successful attacks
+    other = clean_rule["gradcam.csv"]
+    assert set(other["target_rule"]) == {"clean"}
+    np.testing.assert_array_equal(other["adv_target"], other["clean_pred"])
+    same = (df["adv_pred"] == df["clean_pred"]).to_numpy()
+    np.testing.assert_allclose(other.loc[same, "l2"], df.loc[same, "l2"], atol=1e-6)
+    assert np.abs(other.loc[~same, "l2"].to_numpy() - df.loc[~same, "l2"].to_numpy()).min() > 1e-4
+
+
+def manual_gradcam(model: torch.nn.Module, x: torch.Tensor, target: int) -> np.ndarray:
+    """Grad-CAM by hand (Selvaraju et al. 2017): weights = spatial mean of d logit_target / d A over the last
+    block's output A, map = ReLU(sum_k w_k A_k), min-max scaled, bilinearly upsampled to the input, scaled again
+    (pytorch-grad-cam's order)."""
+    acts = []
+    hook = model.last_block.register_forward_hook(lambda m, i, o: acts.append(o))
+    try:
+        with torch.enable_grad():
+            logits = model(x[None].clone().requires_grad_(True))
+            grad = torch.autograd.grad(logits[0, target], acts[0])[0][0]
+    finally:
+        hook.remove()
+    a = acts[0][0].detach()
+    cam = torch.relu((grad.mean((1, 2))[:, None, None] * a).sum(0)).numpy()
+    cam = cam - cam.min()
+    cam = upsample(cam / (1e-7 + cam.max()), tuple(x.shape[-2:]))
+    cam = cam - cam.min()
+    return cam / (1e-7 + cam.max())
+
+
+def test_adversarial_map_explains_the_adversarial_prediction(weak_fgsm_run, cifar_model):
+    """For successful attacks on the pack's ResNet-20, the adversarial map is the Grad-CAM of the adversarial
+    prediction (the class the model gives the adversarial image), computed here by hand, not of the clean one."""
+    ctx, adv, result, _ = weak_fgsm_run
+    df = result["gradcam.csv"]
+    hits = df[df["success"]].head(4)
+    assert len(hits) >= 2 and (hits["adv_pred"] != hits["y"]).all()
+    rows = hits.index.to_numpy()  # the run covers every row, in order
+    x, _ = stack(ctx.id_set, rows)
+    x_adv = adv.load(rows)
+    cifar_model.eval()
+    with torch.no_grad():
+        adv_pred = cifar_model(x_adv).argmax(1).numpy()
+    np.testing.assert_array_equal(hits["adv_target"], adv_pred)
+    for i, r in enumerate(hits.itertuples()):
+        assert r.adv_target == r.adv_pred != r.clean_pred
+        clean_map = manual_gradcam(cifar_model, x[i], int(r.clean_pred))
+        own = cam_distance(clean_map, manual_gradcam(cifar_model, x_adv[i], int(r.adv_pred)))
+        fixed = cam_distance(clean_map, manual_gradcam(cifar_model, x_adv[i], int(r.clean_pred)))
+        assert r.l2 == pytest.approx(own[0], abs=1e-4) and r.ssim == pytest.approx(own[1], abs=1e-3)
+        assert abs(r.l2 - fixed[0]) > 10 * abs(r.l2 - own[0])
 
 
 def test_unsuccessful_attacks_are_reported_separately(weak_fgsm_run):
-    _, _, result = weak_fgsm_run
+    _, _, result, _ = weak_fgsm_run
     df, summary = result["gradcam.csv"], result["gradcam_summary.csv"]
     n_ok = int(df["success"].sum())
     assert 0 < n_ok < len(df)  # eps 1/255 leaves some images correctly classified
@@ -151,10 +208,12 @@ def test_unsuccessful_attacks_are_reported_separately(weak_fgsm_run):
         assert sum(shares) == pytest.approx(100.0)
     # failed attacks barely move the maps compared with successful ones
     assert rows.loc["unsuccessful", "l2_median"] < rows.loc["successful", "l2_median"]
+    assert (rows["target_rule"] == "prediction").all() and (rows["protocol"] == "lorenz2024").all()
+    assert (rows["threshold_origin"] == "advopenood default (not from the paper)").all()
 
 
 def test_plots_are_written_and_render(weak_fgsm_run):
-    ctx, _, _ = weak_fgsm_run
+    ctx, _, _, _ = weak_fgsm_run
     shift = mpimg.imread(ctx.plot_dir / "gradcam_fgsm.png")
     examples = mpimg.imread(ctx.plot_dir / "gradcam_examples_fgsm.png")
     assert shift.shape[0] > 300 and shift.shape[1] > 300 and shift[..., :3].std() > 0.05
@@ -163,7 +222,7 @@ def test_plots_are_written_and_render(weak_fgsm_run):
 
 
 def test_max_samples_is_a_seeded_subset(weak_fgsm_run, tmp_path):
-    ctx, _, full = weak_fgsm_run
+    ctx, _, full, _ = weak_fgsm_run
     ctx = dataclasses.replace(ctx, out=tmp_path)
     out = {k: GradCamAnalysis(max_samples=10, n_examples=0)(ctx)["gradcam.csv"] for k in range(2)}
     pd.testing.assert_frame_equal(out[0], out[1])

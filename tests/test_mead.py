@@ -22,8 +22,9 @@ from advopenood.errors import UsageError
 from advopenood.models import weights_hash
 from advopenood.store import AdvStore
 from advopenood_plugins import mead_attacks as ma
-from advopenood_plugins.mead import (MEAD_COLUMNS, SETTINGS, SetInfo, attack_kind, mead_summary, mead_table,
-                                     worst_case_metrics, worst_case_scores)
+from advopenood.attacks import Attack
+from advopenood_plugins.mead import (MEAD_COLUMNS, NORM_ORDER, PATCH, SETTINGS, SUMMARY_COLUMNS, SetInfo, attack_kind,
+                                     mead_summary, mead_table, threat_group, worst_case_metrics, worst_case_scores)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -138,6 +139,35 @@ def test_registered_names_norms_and_objectives():
     assert attack_kind(registry.get("attacks", "df")) == ("l2", None)
 
 
+class _DeclaredPatch(Attack):
+    """A patch attack that says so (``threat``) but has no ``patch`` parameter."""
+
+    norm, threat = "linf", "patch"
+
+    @classmethod
+    def defaults(cls, input_size: int) -> dict:
+        return {"eps": 1.0}
+
+
+class _NamedLikeMpgd(Attack):
+    """An Linf attack whose name mentions mpgd: the name must not decide the group."""
+
+    name, norm = "mpgd_linf_lookalike", "linf"
+
+    @classmethod
+    def defaults(cls, input_size: int) -> dict:
+        return {"eps": 8 / 255}
+
+
+@pytest.mark.parametrize("cls, group", [(registry.get("attacks", "mpgd"), PATCH), (_DeclaredPatch, PATCH),
+                                        (_NamedLikeMpgd, "linf"), (registry.get("attacks", "pgd"), "linf"),
+                                        (registry.get("attacks", "df"), "l2"),
+                                        (registry.get("attacks", "mead_pgd_kl_l1"), "l1")])
+def test_threat_group_comes_from_the_declared_class(cls, group):
+    assert threat_group(cls) == group
+    assert attack_kind(cls)[0] == group
+
+
 def test_parameter_validation():
     with pytest.raises(UsageError, match="random_start"):
         registry.get("attacks", "mead_bim_kl_linf")(random_start=False)
@@ -236,8 +266,8 @@ def test_mead_table_settings_and_summary_by_hand():
             SetInfo("df", "l2", None, None, np.array([True, True, True, True]))]
     scores = {"det": {"id": conf_id, "a_ce": np.array([0.5, 0.3, 0.0, 0.65]), "b_ce": np.array([0.85, 0.0, 0.0, 0.0]),
                       "a_kl": np.array([0.0, 0.0, 0.75, 0.0]), "c_ce": np.zeros(4), "df": np.array([1, 1, 1, 0.0])}}
-    table = mead_table(scores, sets, backend="unit")
-    assert list(table.columns) == MEAD_COLUMNS
+    table = mead_table(scores, sets, backend="unit", protocol="lorenz2024")
+    assert list(table.columns) == MEAD_COLUMNS and set(table.protocol) == {"lorenz2024"}
     get = table.set_index(["norm", "eps", "setting"])
     assert get.loc[("linf", 0.03, "ce"), "auroc"] == pytest.approx(100 * 8 / 12)
     assert get.loc[("linf", 0.03, "kl"), "auroc"] == pytest.approx(100 * 2 / 4)  # 0.75 is below 0.9 and 0.8
@@ -246,7 +276,9 @@ def test_mead_table_settings_and_summary_by_hand():
     assert math.isnan(get.loc[("l2", 0.5, "ce"), "auroc"]) and get.loc[("l2", 0.5, "ce"), "n_pos"] == 0
     assert set(table[table.eps.isna()].setting) == {"mead"}
     assert ("linf", 0.03, "gini") not in get.index
-    summary = mead_summary(table).set_index(["norm", "setting"])
+    summary = mead_summary(table)
+    assert list(summary.columns) == SUMMARY_COLUMNS and set(summary.protocol) == {"lorenz2024"}
+    summary = summary.set_index(["norm", "setting"])
     assert summary.loc[("linf", "ce"), "auroc"] == pytest.approx(100 * 8 / 12)
     assert summary.loc[("all", "ce"), "n_groups"] == 2
     assert summary.loc[("all", "mead"), "auroc"] == pytest.approx(
@@ -355,3 +387,46 @@ def test_mead_evaluator_params(mead_run):
     with pytest.raises(UsageError, match="valid choices"):
         registry.get("evaluators", "mead")(settings=["xent"])
     assert isinstance(only, pd.DataFrame)
+
+
+def test_patch_group_stays_out_of_the_norm_averages_by_hand():
+    conf_id = np.array([0.9, 0.8, 0.7, 0.6])
+    sets = [SetInfo("pgd", "linf", 0.03, "ce", np.array([True, True, False, True])),
+            SetInfo("mpgd", PATCH, 1.0, "ce", np.array([True, True, True, True]))]
+    scores = {"det": {"id": conf_id, "pgd": np.array([0.5, 0.3, 0.0, 0.65]), "mpgd": np.array([1.0, 1.0, 1.0, 1.0])}}
+    summary = mead_summary(mead_table(scores, sets)).set_index(["norm", "setting"])
+    assert summary.loc[(PATCH, "mead"), "auroc"] == pytest.approx(0.0)  # every patch example above every clean one
+    # linf alone, the patch left out: positives 0.5 and 0.3 lie below all 4 clean scores, 0.65 below 3 of them
+    assert summary.loc[("all", "mead"), "auroc"] == pytest.approx(100 * 11 / 12)
+    assert summary.loc[("all", "mead"), "n_groups"] == 1
+
+
+@pytest.fixture(scope="module")
+def patch_run(cifar_model, cifar_test, tmp_path_factory):
+    """Real PGD, FGSM and masked-PGD (patch) sets on 32 CIFAR-10 images, under a named protocol."""
+    out = tmp_path_factory.mktemp("mead_patch")
+    attacks = {"pgd": ("pgd", {"steps": 3}), "fgsm": ("fgsm", {}), "mpgd": ("mpgd", {"steps": 3})}
+    ctx = build_context(cifar_model, cifar_test, attacks, out, n=32)
+    ctx.protocol = "lorenz2024"
+    return ctx, registry.get("evaluators", "mead")()(ctx)
+
+
+def test_mead_csv_never_puts_mpgd_in_a_norm_group(patch_run):
+    ctx, outputs = patch_run
+    table, summary = outputs["mead.csv"], outputs["mead_summary.csv"]
+    patch = table[table.norm == PATCH]
+    linf = table[(table.norm == "linf") & (table.setting == "mead")]
+    assert set(patch.eps) == {1.0} and set(patch.setting) == {"mead", "ce"}
+    assert not set(table.norm) & (set(NORM_ORDER) - {"linf"})
+    success = {s: ctx.adv_sets[s].records.success.to_numpy().astype(bool) for s in ctx.adv_sets}
+    # the linf groups hold PGD and FGSM only, the patch group mPGD only: their positives and success counts say so
+    assert success["mpgd"].any()
+    assert (linf.n_pos == (success["pgd"] | success["fgsm"]).sum()).all()
+    assert linf.mean_successes.to_numpy() == pytest.approx((success["pgd"].mean() + success["fgsm"].mean()))
+    assert (patch.n_pos == success["mpgd"].sum()).all()
+    assert patch.mean_successes.to_numpy() == pytest.approx(success["mpgd"].mean())
+    per = summary.set_index(["detector", "norm", "setting"])
+    for detector in ("msp", "mls"):  # the Linf mean is over the 8/255 group alone, and so is "all"
+        assert per.loc[(detector, "linf", "mead"), "n_groups"] == per.loc[(detector, "all", "mead"), "n_groups"] == 1
+        assert per.loc[(detector, "all", "mead"), "auroc"] == pytest.approx(per.loc[(detector, "linf", "mead"), "auroc"])
+    assert set(table.protocol) == set(summary.protocol) == {"lorenz2024"}

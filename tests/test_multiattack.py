@@ -13,31 +13,60 @@ from advopenood.errors import UsageError
 from advopenood.metrics import ood_metrics
 from advopenood_plugins.mead import SetInfo, worst_case_scores
 from advopenood_plugins.multiattack import (CURVE_COLUMNS, MULTI_COLUMNS, attack_label, chance_corrected,
-                                            competitiveness, multiattack_table, stability_constant, sweep_curves)
+                                            competitiveness, competitiveness_table, detection_accuracy,
+                                            multiattack_table, stability_constant, sweep_curves)
+
+CR_COLUMNS = ("cr_ind_avg", "cr_ind_worst", "cr_cc_ind_avg", "cr_cc_ind_worst")
 from test_mead import build_context
 
 
-def test_chance_correction():
+def test_chance_correction_and_detection_accuracy():
     np.testing.assert_allclose(chance_corrected(np.array([50.0, 100.0, 25.0]), "auroc"), [0.0, 1.0, -0.5])
     np.testing.assert_allclose(chance_corrected(np.array([95.0, 0.0]), "fpr95"), [0.0, 1.0])
-    with pytest.raises(UsageError, match="valid choices"):
-        chance_corrected(1.0, "aupr")
+    np.testing.assert_allclose(detection_accuracy(np.array([50.0, 100.0, 0.0]), "auroc"), [0.5, 1.0, 0.0])
+    np.testing.assert_allclose(detection_accuracy(np.array([95.0, 0.0, 100.0]), "fpr95"), [0.05, 1.0, 0.0])
+    for fn in (chance_corrected, detection_accuracy):
+        with pytest.raises(UsageError, match="valid choices"):
+            fn(1.0, "aupr")
 
 
 def test_competitiveness_ratios_by_hand():
-    # chance-corrected performance of three detectors on three sets
-    perf = pd.DataFrame({"p1": [0.8, 0.4, 0.2], "p2": [0.5, 0.5, 0.25], "p3": [-0.1, -0.2, -0.3]},
-                        index=["a", "b", "c"])
-    cr = competitiveness(perf, "best")  # references 0.8, 0.5; p3 has none above chance and is left out
-    assert cr.loc["a", "cr_ind_avg"] == pytest.approx(100 * (1.0 + 1.0) / 2)
-    assert cr.loc["b", "cr_ind_avg"] == pytest.approx(100 * (0.5 + 1.0) / 2)
-    assert cr.loc["b", "cr_ind_worst"] == pytest.approx(50.0)
-    assert cr.loc["c", "cr_ind_worst"] == pytest.approx(25.0)
-    named = competitiveness(perf, "b")  # reference b: 0.4, 0.5
-    assert named.loc["a", "cr_ind_avg"] == pytest.approx(100 * (2.0 + 1.0) / 2)
+    # AUROC (%) of three detectors on four sets; p4: the best barely beats chance and c is far below it
+    auroc = pd.DataFrame({"p1": [90.0, 80.0, 40.0], "p2": [60.0, 75.0, 50.0], "p3": [30.0, 45.0, 20.0],
+                          "p4": [50.5, 50.0, 10.0]}, index=["a", "b", "c"])
+    cr = competitiveness_table(auroc, "auroc")
+    # Definition 3.4 on AUROC / 100: the best per set is 90 (a), 75 (b), 45 (b), 50.5 (a)
+    assert cr.loc["a", "cr_ind_avg"] == pytest.approx(100 * (1 + 60 / 75 + 30 / 45 + 1) / 4)
+    assert cr.loc["a", "cr_ind_worst"] == pytest.approx(100 * 30 / 45)
+    assert cr.loc["b", "cr_ind_avg"] == pytest.approx(100 * (80 / 90 + 1 + 1 + 50 / 50.5) / 4)
+    assert cr.loc["b", "cr_ind_worst"] == pytest.approx(100 * 80 / 90)
+    assert cr.loc["c", "cr_ind_avg"] == pytest.approx(100 * (40 / 90 + 50 / 75 + 20 / 45 + 10 / 50.5) / 4)
+    assert cr.loc["c", "cr_ind_worst"] == pytest.approx(100 * 10 / 50.5)
+    assert (cr.n_sets_cr == 4).all()
+    # chance-corrected, clipped at chance: g = 0.8, 0.6, 0 | 0.2, 0.5, 0 | 0, 0, 0 | 0.01, 0, 0; p3 has no
+    # detector above chance and is left out. Unclipped, c on p4 would be (10 - 50) / 50 / 0.01 = -8000 %.
+    assert cr.loc["a", "cr_cc_ind_avg"] == pytest.approx(100 * (1 + 0.2 / 0.5 + 1) / 3)
+    assert cr.loc["a", "cr_cc_ind_worst"] == pytest.approx(100 * 0.2 / 0.5)
+    assert cr.loc["b", "cr_cc_ind_avg"] == pytest.approx(100 * (0.6 / 0.8 + 1 + 0) / 3)
+    assert cr.loc["b", "cr_cc_ind_worst"] == pytest.approx(0.0)
+    assert cr.loc["c", "cr_cc_ind_avg"] == pytest.approx(0.0) and cr.loc["c", "cr_cc_ind_worst"] == pytest.approx(0.0)
+    assert (cr.n_sets_cr_cc == 3).all()
+    named = competitiveness_table(auroc, "auroc", reference="b")
+    assert named.loc["a", "cr_ind_avg"] == pytest.approx(100 * (90 / 80 + 60 / 75 + 30 / 45 + 50.5 / 50) / 4)
     assert named.loc["b", "cr_ind_worst"] == pytest.approx(100.0)
     with pytest.raises(UsageError, match="valid choices: best, a, b, c"):
-        competitiveness(perf, "zzz")
+        competitiveness_table(auroc, "auroc", reference="zzz")
+
+
+def test_competitiveness_on_fpr95_leaves_out_sets_no_detector_handles():
+    # FPR95 (%): on q2 every detector flags all clean images at 95 % TPR (TNR 0): no ratio is defined there
+    fpr = pd.DataFrame({"q1": [20.0, 60.0], "q2": [100.0, 100.0]}, index=["a", "b"])
+    cr = competitiveness_table(fpr, "fpr95")
+    assert cr.loc["b", "cr_ind_avg"] == pytest.approx(100 * 0.4 / 0.8) and cr.loc["a", "cr_ind_worst"] == 100.0
+    assert cr.loc["b", "cr_cc_ind_worst"] == pytest.approx(100 * (35 / 95) / (75 / 95))
+    assert (cr.n_sets_cr == 1).all() and (cr.n_sets_cr_cc == 1).all()
+    with pytest.raises(ValueError, match="non-negative"):
+        competitiveness(pd.DataFrame({"p": [-0.1, 0.5]}, index=["a", "b"]))
 
 
 def test_stability_constant_by_hand():
@@ -74,6 +103,7 @@ def test_union_and_averages_on_hand_built_scores():
     worst, pos = worst_case_scores(conf, np.stack([s.success for s in sets], 1))
     assert table.loc["auroc", "union"] == pytest.approx(ood_metrics(conf_id, worst[pos])["auroc"])
     assert table.loc["auroc", "cr_ind_avg"] == pytest.approx(100.0)  # the only detector is the best one
+    assert set(table.protocol) == set(curves.protocol) == {"strong"}
     assert table.loc["auroc", "n_sets"] == 3
 
 
@@ -85,7 +115,14 @@ SWEEP = {**{f"fgsm@{k}/255": ("mead_fgsm_ce_linf", {"eps": k / 255}) for k in (1
 def sweep_run(cifar_model, cifar_test, tmp_path_factory):
     out = tmp_path_factory.mktemp("multiattack")
     ctx = build_context(cifar_model, cifar_test, SWEEP, out, n=64)
+    ctx.protocol = "lorenz2024"
     return ctx, registry.get("evaluators", "multiattack")()(ctx)
+
+
+def test_every_competitiveness_ratio_lies_in_0_100_on_the_pack(sweep_run):
+    table = sweep_run[1]["multiattack.csv"]
+    for col in CR_COLUMNS:
+        assert table[col].notna().all() and table[col].between(0.0, 100.0).all(), table[col].tolist()
 
 
 def test_multiattack_evaluator_on_a_real_sweep(sweep_run):
@@ -101,11 +138,20 @@ def test_multiattack_evaluator_on_a_real_sweep(sweep_run):
         assert row.avg == pytest.approx(values.mean())
         assert row.worst == pytest.approx(values.min() if metric == "auroc" else values.max())
         assert row.n_sets == len(values) and row.reference == "best"
-        assert row.cr_ind_worst <= 100.0 + 1e-9 and row.cr_ind_worst <= row.cr_ind_avg + 1e-9
+        assert row.cr_ind_worst <= row.cr_ind_avg + 1e-9 and row.cr_cc_ind_worst <= row.cr_cc_ind_avg + 1e-9
         assert np.isfinite(row.stability) and row.stability >= 0
     # against the per-set best detector, on every set one of the two detectors has ratio 1
     for metric in ("auroc", "fpr95"):
-        assert table[table.metric == metric].cr_ind_avg.max() <= 100.0 + 1e-9
+        part = table[table.metric == metric].set_index("detector")
+        wide = per_set.pivot(index="detector", columns="set", values=metric)
+        acc = pd.DataFrame(detection_accuracy(wide.to_numpy(), metric), index=wide.index, columns=wide.columns)
+        best = acc.max()  # a*(P); 0 where every detector has FPR95 = 100 %
+        assert (part.n_sets_cr == (best > 0).sum()).all() and (best > 0).sum() >= 2
+        assert part.cr_ind_avg.max() <= 100.0 + 1e-9
+        msp = acc.loc["msp"][best > 0] / best[best > 0]
+        assert part.loc["msp", "cr_ind_avg"] == pytest.approx(100 * msp.mean())
+        assert part.loc["msp", "cr_ind_worst"] == pytest.approx(100 * msp.min())
+    assert set(table.protocol) == set(curves.protocol) == {"lorenz2024"}
     # stronger attacks succeed more often: the positive set grows along the PGD sweep
     pgd = per_set[(per_set.attack == "pgd") & (per_set.detector == "msp")].sort_values("eps")
     assert pgd.n_pos.is_monotonic_increasing and pgd.n_pos.iloc[-1] > pgd.n_pos.iloc[0]
