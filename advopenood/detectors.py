@@ -42,6 +42,7 @@ from advopenood import registry
 from advopenood.attacks import frozen
 from advopenood.data import Subset, make_loader
 from advopenood.errors import UsageError
+from advopenood.scorecache import ScoreCache, detector_key
 
 BACKENDS = ("auto", "openood", "pytorch-ood")
 OPENOOD_INSTALL = ("git clone https://github.com/Jingkang50/OpenOOD && pip install -e ./OpenOOD && "
@@ -647,6 +648,8 @@ class ScoreResult:
     backend: str
     seconds: dict[str, float] = field(default_factory=dict)
     bank: DetectorBank | None = None
+    #: detector work done vs read from the store: ``fitted``, ``fits_reused``, ``score_sets_computed``, ``..._reused``
+    work: dict[str, int] = field(default_factory=dict)
 
 
 def _reason(stage: str, exc: BaseException) -> str:
@@ -686,19 +689,22 @@ class DetectorBank:
         """Detectors that are fitted and have not failed, in the requested order."""
         return [k for k in self.order if k in self.dets]
 
-    def score(self, sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]],
-              progress: bool = True) -> dict[str, dict[str, np.ndarray]]:
-        """``scores[detector][set]`` (float64, sample order) for zero-argument callables yielding ``(x, y)``."""
-        scores: dict[str, dict[str, np.ndarray]] = {k: {} for k in self.dets}
+    def score(self, sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]], progress: bool = True,
+              only: Iterable[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
+        """``scores[detector][set]`` (float64, sample order) for zero-argument callables yielding ``(x, y)``;
+        ``only`` restricts the detectors."""
+        chosen = None if only is None else set(only)
+        active = [k for k in self.dets if chosen is None or k in chosen]
+        scores: dict[str, dict[str, np.ndarray]] = {k: {} for k in active}
         for set_name, make_batches in sets.items():
-            if not self.dets:
+            if not active:
                 break
-            parts: dict[str, list[np.ndarray]] = {k: [] for k in self.dets}
+            parts: dict[str, list[np.ndarray]] = {k: [] for k in active}
             for x, _ in tqdm(make_batches(), desc=f"score {set_name}", unit="batch", disable=not progress,
                              leave=False):
                 x = x.to(self.device)
                 out = forward_outputs(self.model, x)
-                for key in list(self.dets):
+                for key in list(active):
                     start = time.perf_counter()
                     try:
                         conf = self.dets[key].score(self.model, x, out)
@@ -709,12 +715,46 @@ class DetectorBank:
                     except Exception as exc:  # skipped with its reason
                         self.errors[key] = _reason(f"scoring {set_name!r}", exc)
                         del self.dets[key]
+                        active.remove(key)
                         scores.pop(key, None)
                         parts.pop(key, None)
                     self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - start
             for key, chunks in parts.items():
                 scores[key][set_name] = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float64)
         return {k: scores[k] for k in self.order if k in scores}
+
+
+class LazyBank(DetectorBank):
+    """A :class:`DetectorBank` whose detectors are fitted on first need: a run whose scores all come from the
+    store fits nothing, and an analysis that scores new sets (``score``, ``dets``) fits them then."""
+
+    def __init__(self, fit: Callable[[list[str]], DetectorBank], order: list[str], errors: dict[str, str],
+                 backend: str, model: nn.Module, device: torch.device):
+        super().__init__(model, {}, order, errors, backend, device, {})
+        self._fit, self._fitted = fit, set()
+
+    def fit(self, names: Iterable[str]) -> None:
+        """Fit the named detectors that are not fitted yet (failures go to ``errors``)."""
+        todo = [k for k in names if k not in self._fitted and k not in self.errors]
+        if todo:
+            bank = self._fit(todo)
+            self._fitted |= set(todo)
+            self.dets.update(bank.dets)
+            self.errors.update(bank.errors)
+            for k, v in bank.seconds.items():
+                self.seconds[k] = self.seconds.get(k, 0.0) + v
+
+    @property
+    def names(self) -> list[str]:
+        return [k for k in self.order if k not in self.errors]
+
+    def fit_all(self) -> None:
+        self.fit(self.order)
+
+    def score(self, sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]], progress: bool = True,
+              only: Iterable[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
+        self.fit(self.order if only is None else list(only))
+        return super().score(sets, progress, only)
 
 
 def check_detectors(names: list[str], params: dict[str, dict] | None) -> dict[str, dict]:
@@ -784,12 +824,67 @@ def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dat
 def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset,
               sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]], *, batch_size: int,
               device: torch.device, seed: int, params: dict[str, dict] | None = None,
-              progress: bool = True) -> ScoreResult:
+              progress: bool = True, cache: ScoreCache | None = None,
+              identities: dict[str, dict[str, Any]] | None = None, model_hash: str = "") -> ScoreResult:
     """Fit (:func:`fit_detectors`) and score every detector in ``names`` with one shared network pass per batch.
 
-    ``sets`` maps a set name to a zero-argument callable yielding ``(x, y)`` batches of [0, 1] images.
+    ``sets`` maps a set name to a zero-argument callable yielding ``(x, y)`` batches of [0, 1] images. With a
+    ``cache`` (and each set's identity in ``identities``), score vectors already in the store are read back,
+    only the detectors with a missing vector are fitted, and only the missing vectors are computed; ``work``
+    counts both. The returned bank (a :class:`LazyBank`) fits the rest when an analysis needs them.
     """
-    bank = fit_detectors(names, backend, model, fit_set, batch_size=batch_size, device=device, seed=seed,
-                         params=params, progress=progress)
-    scores = bank.score(sets, progress)
-    return ScoreResult(scores, bank.errors, bank.backend, bank.seconds, bank)
+    resolved = resolve_backend(backend)
+    params = check_detectors(names, params)
+    keys = [n.strip().lower() for n in names]
+    device = torch.device(device)
+
+    def fit(subset: list[str]) -> DetectorBank:
+        return fit_detectors(subset, resolved, model, fit_set, batch_size=batch_size, device=device, seed=seed,
+                             params=params, progress=progress)
+
+    if cache is None:
+        bank = fit(keys)
+        scores = bank.score(sets, progress)
+        computed = sum(len(v) for v in scores.values())
+        return ScoreResult(scores, bank.errors, bank.backend, bank.seconds, bank,
+                           {"fitted": len(bank.dets), "fits_reused": 0, "score_sets_computed": computed,
+                            "score_sets_reused": 0})
+    identities = identities or {}
+    num_classes = fc_layer(model).out_features
+    errors: dict[str, str] = {}
+    det_keys: dict[str, str] = {}
+    for key in keys:
+        try:
+            det = create_detector(key, resolved, params.get(key), num_classes=num_classes, device=device, seed=seed,
+                                  batch_size=batch_size)
+        except UsageError:
+            raise
+        except Exception as exc:  # a broken detector is skipped, never fatal for the others
+            errors[key] = _reason("construction", exc)
+            continue
+        det_keys[key] = detector_key(model_hash=model_hash, name=key, backend=resolved, detector=det,
+                                     params=det.params, fit_identity=fit_set.identity(), seed=seed,
+                                     batch_size=batch_size)
+    found: dict[str, dict[str, np.ndarray]] = {k: {} for k in det_keys}
+    for key, det_key in det_keys.items():
+        for set_name in sets:
+            cached = cache.load(key, det_key, identities[set_name])
+            if cached is not None:
+                found[key][set_name] = cached
+    reused = sum(len(v) for v in found.values())
+    bank = LazyBank(fit, list(det_keys), errors, resolved, model, device)
+    need = [k for k in det_keys if len(found[k]) < len(sets)]
+    bank.fit(need)
+    computed = 0
+    for set_name, make_batches in sets.items():
+        who = [k for k in need if set_name not in found[k] and k in bank.dets]
+        if not who:
+            continue
+        for key, by_set in bank.score({set_name: make_batches}, progress, only=who).items():
+            found[key][set_name] = by_set[set_name]
+            cache.save(key, det_keys[key], identities[set_name], by_set[set_name])
+            computed += 1
+    scores = {k: found[k] for k in keys if k in det_keys and k not in bank.errors}
+    return ScoreResult(scores, bank.errors, resolved, bank.seconds, bank,
+                       {"fitted": len([k for k in need if k not in bank.errors]), "fits_reused": len(det_keys) - len(need),
+                        "score_sets_computed": computed, "score_sets_reused": reused})

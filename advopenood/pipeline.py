@@ -27,6 +27,7 @@ from advopenood.detectors import score_all
 from advopenood.errors import UsageError
 from advopenood.models import Classifier, weights_hash
 from advopenood.preflight import checkpoint_path, output_dir, preflight
+from advopenood.scorecache import ScoreCache
 from advopenood.store import AdvSet, AdvStore, library_versions
 
 ASR_COLUMNS = ["dataset", "arch", "attack", "eps", "n", "clean_acc", "asr", "asr_all", "mean_linf", "mean_l2", "seed",
@@ -193,7 +194,8 @@ def build_plugins(cfg: Mapping[str, Any]) -> list[tuple[str, Any]]:
     plugins = []
     for kind, section, label in (("evaluators", "evaluator_params", "evaluator"),
                                  ("analyses", "analysis_params", "analysis")):
-        plugins += [(f"{label}:{name}", registry.get(kind, name)(**thaw(cfg[section].get(name) or {}))) for name in cfg[kind]]
+        plugins += [(f"{label}:{name}", registry.create(kind, name, **thaw(cfg[section].get(name) or {})))
+                    for name in cfg[kind]]
     return plugins
 
 
@@ -260,19 +262,25 @@ def run(cfg: Mapping[str, Any], *, attack_only: bool = False, progress: bool = T
 
 
 def _score(ctx: RunContext, progress: bool) -> None:
-    """Detector confidences for ID, natural OOD and every adversarial set (one shared pass per set)."""
+    """Detector confidences for ID, natural OOD and every adversarial set (one shared pass per set); score
+    vectors already in the store (``<cache>/scores``) are read back instead of computed."""
     if not ctx.config["detectors"]:
         return
     bs, workers = ctx.batch_size, int(ctx.config["num_workers"])
     sets: dict[str, Callable[[], Any]] = {"id": lambda: make_loader(ctx.id_set, bs, workers)}
+    identities: dict[str, dict[str, Any]] = {"id": ctx.id_set.identity()}
     for name, ds in ctx.ood_sets.items():
         sets[name] = lambda ds=ds: make_loader(ds, bs, workers)
+        identities[name] = ds.identity()
     for name, adv in ctx.adv_sets.items():
         sets[name] = lambda adv=adv: adv.iter_batches(bs)
-    result = score_all(ctx.config["detectors"], ctx.config["detector_backend"], ctx.model, ctx.fit_set, sets,
-                       batch_size=bs, device=ctx.device, seed=ctx.seed, params=ctx.config["detector_params"],
-                       progress=progress)
+        identities[name] = {"adv": adv.key, "quantize": adv.quantize}
+    result = score_all(list(ctx.config["detectors"]), ctx.config["detector_backend"], ctx.model, ctx.fit_set, sets,
+                       batch_size=bs, device=ctx.device, seed=ctx.seed, params=thaw(ctx.config["detector_params"]),
+                       progress=progress, cache=ScoreCache(cache_dir(ctx.config) / "scores"), identities=identities,
+                       model_hash=weights_hash(ctx.model))
     ctx.scores, ctx.detector_errors, ctx.backend, ctx.bank = result.scores, result.errors, result.backend, result.bank
+    ctx.extras["detector_work"] = result.work
 
 
 def _report(out: Path) -> None:
@@ -299,6 +307,7 @@ def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
                     for name, a in ctx.adv_sets.items()},
         "attack_work": {"shards_generated": sum(a.stats.get("generated", 0) for a in ctx.adv_sets.values()),
                         "shards_reused": sum(a.stats.get("reused", 0) for a in ctx.adv_sets.values())},
+        "detector_work": ctx.extras.get("detector_work", {}),
         "detector_backend": ctx.backend,
         "detector_errors": ctx.detector_errors,
         "timings_s": timings,

@@ -122,3 +122,25 @@ def parse_names(kind: str, spec: str | list[str] | None, default: list[str] | No
         get(kind, str(item))
         out.append(str(item).strip().lower())
     return out
+
+
+def create(kind: str, name: str, **params: Any) -> Any:
+    """Build the plugin ``name`` of ``kind`` with ``params``: an unknown parameter is a one-line UsageError naming
+    the valid ones (read from the constructor's signature), raised before the plugin runs any code."""
+    obj = get(kind, name)
+    try:
+        signature = inspect.signature(obj)
+    except (TypeError, ValueError):  # a builtin or extension object: let it check its own arguments
+        return obj(**params)
+    fields = signature.parameters.values()
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in fields):
+        valid = [p.name for p in fields if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                          inspect.Parameter.KEYWORD_ONLY)]
+        unknown = sorted(set(params) - set(valid))
+        if unknown:
+            singular = kind[:-1] if kind != "analyses" else "analysis"
+            close = difflib.get_close_matches(unknown[0], valid, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ";"
+            raise UsageError(f"unknown parameter {unknown[0]!r} for {singular} {name!r}{hint} valid choices: "
+                             f"{', '.join(valid) or '(none)'}")
+    return obj(**params)

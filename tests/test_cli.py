@@ -176,6 +176,8 @@ BAD_CASES: dict[str, tuple] = {
                                   "--detectors", "knn"], "'K2'"),
     "transfer": (lambda t: ["run", "--config", _config(t, analysis_params={"transfer": {"fractions": [150]}}),
                             "--attack", "fgsm", "--analysis", "transfer"], "fraction 150"),
+    "analysis param": (lambda t: ["run", "--config", _config(t, analysis_params={"gradcam": {"treshold": 2}}), "--attack",
+                                  "fgsm", "--analysis", "gradcam"], "unknown parameter 'treshold' for analysis 'gradcam'"),
     "bintest gap": (lambda t: ["run", "--config", _config(t, analysis_params={"bintest": {"gap": 2}}), "--attack", "fgsm",
                                "--analysis", "bintest"], "analysis bintest: gap 2"),
     "flag": (lambda t: ["run", "--config", CIFAR, "--bogus"], "--bogus"),

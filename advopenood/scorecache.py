@@ -1,0 +1,79 @@
+"""Detector work in the content-addressed store, like attack work.
+
+Each (detector, set) score vector is stored as ``<cache>/scores/<detector>-<key>/<set key>.npy`` with a
+SHA-256 sidecar, written by atomic rename. The detector key hashes everything that decides the scores: the
+model weights, the detector's registry name, its effective parameters and resolved backend, the source
+files of its class and of the detector machinery, the fit data (identity, rows, seed), the batch size and
+the library versions. The set key hashes what the images are: a dataset's identity (file fingerprint and
+rows) or an adversarial set's store key and the view its readers get (``quantize``). A re-run of the same
+config fits nothing and runs no network pass for detectors; a changed parameter recomputes that detector only.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import io
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from advopenood import io as aio
+from advopenood.store import canonical_key, library_versions
+
+
+def _source_sha(obj: Any) -> str:
+    """SHA-256 of the file that defines ``obj`` (its class for an instance); ``""`` when there is none."""
+    target = obj if inspect.isclass(obj) or inspect.ismodule(obj) else type(obj)
+    try:
+        path = inspect.getsourcefile(target)
+    except TypeError:
+        return ""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else ""
+
+
+def detector_key(*, model_hash: str, name: str, backend: str, detector: Any, params: Mapping[str, Any],
+                 fit_identity: Mapping[str, Any], seed: int, batch_size: int) -> str:
+    """The key of one fitted detector's scores (see the module docstring)."""
+    import advopenood.detectors as machinery
+
+    inner = getattr(detector, "inner", detector)
+    return canonical_key({"model": model_hash, "detector": name, "backend": backend, "params": dict(params),
+                          "code": [_source_sha(inner), _source_sha(machinery)], "fit": dict(fit_identity),
+                          "seed": int(seed), "batch_size": int(batch_size), "versions": library_versions()})
+
+
+def set_key(identity: Mapping[str, Any]) -> str:
+    """The key of a set of images from its identity (a dataset's, or an adversarial set's key and view)."""
+    return canonical_key(dict(identity))[:32]
+
+
+class ScoreCache:
+    """Score vectors under ``root``: :meth:`load` returns None for a missing or corrupt entry."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def path(self, name: str, det_key: str, identity: Mapping[str, Any]) -> Path:
+        return self.root / f"{name}-{det_key[:24]}" / f"{set_key(identity)}.npy"
+
+    def load(self, name: str, det_key: str, identity: Mapping[str, Any]) -> np.ndarray | None:
+        path = self.path(name, det_key, identity)
+        sidecar = path.with_name(path.name + ".sha256")
+        if not path.is_file() or not sidecar.is_file():
+            return None
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != sidecar.read_text().strip():
+            warnings.warn(f"advopenood: score file {path} does not match its checksum; recomputing it", stacklevel=2)
+            return None
+        return np.load(io.BytesIO(data))
+
+    def save(self, name: str, det_key: str, identity: Mapping[str, Any], scores: np.ndarray) -> None:
+        path = self.path(name, det_key, identity)
+        buf = io.BytesIO()
+        np.save(buf, np.asarray(scores, dtype=np.float64))
+        data = buf.getvalue()
+        aio.atomic_write(path, lambda f: f.write(data))
+        aio.write_text(path.with_name(path.name + ".sha256"), hashlib.sha256(data).hexdigest() + "\n")

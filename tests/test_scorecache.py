@@ -1,0 +1,69 @@
+"""Detector work in the store: a re-run fits and scores nothing, a changed parameter recomputes one detector."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from advopenood.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(tmp_path: Path, cache: Path, out: str, knn_k: int) -> dict:
+    cfg = yaml.safe_load((REPO / "configs" / "cifar10_resnet20.yaml").read_text())
+    cfg["data"]["ood"] = cfg["data"]["ood"][:2]
+    cfg["data"]["fit_limit"] = 1000
+    cfg["detector_params"] = {"knn": {"K": knn_k}}
+    path = tmp_path / f"cfg_{knn_k}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["run", "--config", str(path), "--data-root", str(REPO.parent / "shared" / "data"), "--limit", "40",
+                 "--attack", "fgsm", "--detectors", "msp,mds,knn", "--evaluator", "ood", "--out", str(tmp_path / out),
+                 "--cache-dir", str(cache), "--quiet"]) == 0
+    return json.loads((tmp_path / out / "run.json").read_text())["detector_work"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, data_root) -> tuple[Path, list[dict]]:
+    tmp = tmp_path_factory.mktemp("scorecache")
+    cache = tmp / "cache"
+    work = [_run(tmp, cache, "first", 50), _run(tmp, cache, "second", 50), _run(tmp, cache, "third", 7)]
+    return tmp, work
+
+
+def test_first_run_computes_every_score_set(runs):
+    _, (first, _, _) = runs
+    # 3 detectors x (id, tin, mnist, fgsm)
+    assert first == {"fitted": 3, "fits_reused": 0, "score_sets_computed": 12, "score_sets_reused": 0}
+
+
+def test_identical_rerun_fits_nothing_and_gives_identical_results(runs):
+    tmp, (_, second, _) = runs
+    assert second == {"fitted": 0, "fits_reused": 3, "score_sets_computed": 0, "score_sets_reused": 12}
+    assert (tmp / "first" / "ood.csv").read_text() == (tmp / "second" / "ood.csv").read_text()
+    for det in ("msp", "mds", "knn"):
+        a, b = np.load(tmp / "first" / "scores" / f"{det}.npz"), np.load(tmp / "second" / "scores" / f"{det}.npz")
+        assert all(np.array_equal(a[k], b[k]) for k in a.files)
+
+
+def test_changed_parameter_recomputes_only_that_detector(runs):
+    tmp, (_, _, third) = runs
+    assert third == {"fitted": 1, "fits_reused": 2, "score_sets_computed": 4, "score_sets_reused": 8}
+    a, b = np.load(tmp / "first" / "scores" / "knn.npz"), np.load(tmp / "third" / "scores" / "knn.npz")
+    assert not np.array_equal(a["id"], b["id"])
+    a, b = np.load(tmp / "first" / "scores" / "mds.npz"), np.load(tmp / "third" / "scores" / "mds.npz")
+    assert np.array_equal(a["id"], b["id"])
+
+
+def test_corrupt_score_file_is_recomputed(runs):
+    tmp, _ = runs
+    cache = tmp / "cache" / "scores"
+    victim = sorted(cache.glob("msp-*/*.npy"))[0]
+    victim.write_bytes(victim.read_bytes()[:-8] + b"\0" * 8)
+    with pytest.warns(UserWarning, match="does not match its checksum"):
+        work = _run(tmp, tmp / "cache", "fourth", 7)
+    assert work["score_sets_computed"] == 1 and work["fitted"] == 1
+    assert (tmp / "fourth" / "ood.csv").read_text() == (tmp / "third" / "ood.csv").read_text()
