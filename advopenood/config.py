@@ -447,6 +447,11 @@ def validate(raw: Mapping[str, Any], *, source: str = "config", folder: Path | N
     data = model.model_dump(mode="python")
     data["attacks"] = [a if isinstance(a, str) else {k: v for k, v in a.items() if v not in (None, {})}
                        for a in data["attacks"]]
+    section = data["data"]  # data entries keep only the keys given or defaulted, so readers' .get(key, default) works
+    for key in ("id", "fit"):
+        if section[key] is not None:
+            section[key] = {k: v for k, v in section[key].items() if v is not None}
+    section["ood"] = [{k: v for k, v in spec.items() if v is not None} for spec in section["ood"]]
     data["detectors"] = registry.parse_names("detectors", list(data["detectors"]))
     data["evaluators"] = registry.parse_names("evaluators", list(data["evaluators"]))
     data["analyses"] = registry.parse_names("analyses", list(data["analyses"]))
