@@ -379,7 +379,9 @@ def _transfer_section(table: pd.DataFrame) -> list[Block]:
                        "classifies correctly when clean, as in the paper. asr: transfer success rate; "
                        "undefended_acc = 100 - asr; defense_acc: share handled correctly (right label or rejected); "
                        "percent."),
-            Block("table", table), Block("ul", read_transfer(table))]
+            Block("table", table.drop(columns=["deviations"], errors="ignore")), Block("ul", read_transfer(table)),
+            *[Block("p", f"Deviations from the paper's adversary: {text}.") for text in
+              (table["deviations"].dropna().astype(str).unique() if "deviations" in table else []) if text]]
 
 
 def _mead_section(mead: pd.DataFrame) -> list[Block]:

@@ -16,7 +16,7 @@ from advopenood.errors import UsageError
 from advopenood.metrics import id_threshold
 from advopenood.models import build_model
 from advopenood.pipeline import run
-from advopenood.report import read_transfer
+from advopenood.report import _transfer_section, read_transfer
 from advopenood_plugins.transfer import (CSV_COLUMNS, PROTOCOL_SETTINGS, CWCNN, TransferAnalysis, clean_correct,
                                          defense_accuracy, detection_metrics, fraction_rows, jacobian_augment,
                                          transfer_asr)
@@ -312,3 +312,16 @@ def test_mahmood2021_protocol_uses_the_papers_adversary_and_names_its_deviations
     assert "adversary data 2000 training images (paper 50000, Table 3)" in deviations
     surrogate = next((tmp_path / "cache" / "surrogates").glob("*.pt"))
     CWCNN(10, 3, 32).load_state_dict(torch.load(surrogate, weights_only=True)["state_dict"])  # Table 4's network
+
+
+@pytest.mark.parametrize("protocol, deviations, says", [
+    ("strong", np.nan, ["the adversary is ours (protocol strong)", "not comparable"]),
+    ("mahmood2021", "epochs=1 (paper 100)", ["Mahmood et al.'s CIFAR-10 one", "Deviations from the paper's adversary: "
+                                                                              "epochs=1 (paper 100)."]),
+])
+def test_report_section_names_whose_adversary_it_is(protocol, deviations, says):
+    table = _table([("pure", 100, "fgsm", 10.0, "msp", 95.0, 90.0, 5.0, 50)]).assign(protocol=protocol,
+                                                                                     deviations=deviations)
+    text = " ".join(str(b.content) for b in _transfer_section(table) if b.kind == "p")
+    assert all(s in text for s in says)
+    assert "deviations" not in next(b.content for b in _transfer_section(table) if b.kind == "table").columns
