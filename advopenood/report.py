@@ -342,29 +342,46 @@ def _adaptive_section(table: pd.DataFrame) -> list[Block]:
 
 
 def read_transfer(table: pd.DataFrame) -> list[str]:
-    """Per surrogate and data fraction: the best transfer ASR, and the detector with the best defense accuracy."""
+    """Per surrogate and data fraction: the attack with the highest transfer ASR (or that none fools the target),
+    and the detector that adds the most defense accuracy (or that none adds any), on ``n`` clean-correct rows."""
     out = []
     for (surrogate, fraction), part in table.groupby(["surrogate", "data_fraction"], sort=False):
-        best = part.loc[part["asr"].idxmax()]
-        line = (f"{surrogate} surrogate, {fmt(fraction)} % of the training data: the best transfer ASR is "
-                f"{best['asr']:.1f} % ({best['attack']})")
-        scored = part.dropna(subset=["defense_acc"])
+        line = (f"{surrogate} surrogate, {fmt(fraction)} % of the training data "
+                f"({int(part['n'].max())} clean-correct test images): ")
+        asr = part.dropna(subset=["asr"])
+        if asr.empty:
+            out.append(line + "nothing to attack.")
+            continue
+        best = asr.loc[asr["asr"].idxmax()]
+        line += (f"the highest transfer ASR is {best['asr']:.1f} % ({best['attack']})" if best["asr"] > 0
+                 else "no transferred example fools the target")
+        scored = part.dropna(subset=["improvement"])
         scored = scored[scored["detector"].astype("string").fillna("") != ""]
         if len(scored):
             top = scored.loc[scored["improvement"].idxmax()]
-            line += (f"; {name(top['detector'])} adds the most defense accuracy "
-                     f"({top['improvement']:+.1f} points on {top['attack']})")
+            line += (f"; {name(top['detector'])} adds the most defense accuracy, {top['improvement']:+.1f} points on "
+                     f"{top['attack']} ({top['undefended_acc']:.1f} % -> {top['defense_acc']:.1f} %)"
+                     if top["improvement"] > 0 else "; no detector adds defense accuracy")
         out.append(line + ".")
     return out
 
 
 def _transfer_section(table: pd.DataFrame) -> list[Block]:
+    protocols = set(table["protocol"].astype(str)) if "protocol" in table else {"strong"}
+    adversary = ("the adversary is Mahmood et al.'s CIFAR-10 one (protocol mahmood2021); the deviations column "
+                 "lists where it differs from the paper's" if protocols == {"mahmood2021"} else
+                 "the adversary is ours (protocol " + ", ".join(sorted(protocols)) + "), weaker than the paper's; "
+                 "its numbers are not comparable with the paper's")
     return [Block("h2", "Black-box transfer"),
             Block("p", "Mahmood et al., Beware the Black-Box: adversarial examples crafted on a surrogate (pure: trained "
                        "on the true labels; mixed: labels queried from the target, rejected queries dropped) and "
-                       "submitted to the target. asr: transfer success rate; defense_acc: share handled correctly "
-                       "(right label or rejected) vs undefended_acc without the detector; percent."),
-            Block("table", table), Block("ul", read_transfer(table))]
+                       "submitted to the target; " + adversary + ". Every metric is on the n test images the target "
+                       "classifies correctly when clean, as in the paper. asr: transfer success rate; "
+                       "undefended_acc = 100 - asr; defense_acc: share handled correctly (right label or rejected); "
+                       "percent."),
+            Block("table", table.drop(columns=["deviations"], errors="ignore")), Block("ul", read_transfer(table)),
+            *[Block("p", f"Deviations from the paper's adversary: {text}.") for text in
+              (table["deviations"].dropna().astype(str).unique() if "deviations" in table else []) if text]]
 
 
 def _mead_section(mead: pd.DataFrame) -> list[Block]:
