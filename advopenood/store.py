@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -50,7 +51,8 @@ def library_versions() -> dict[str, str]:
 
 def canonical_key(spec: dict[str, Any]) -> str:
     """SHA-256 of the spec as canonical JSON (sorted keys, no whitespace)."""
-    blob = json.dumps(spec, sort_keys=True, separators=(",", ":"), default=str)
+    blob = json.dumps(spec, sort_keys=True, separators=(",", ":"),
+                      default=lambda o: dict(o) if isinstance(o, Mapping) else str(o))
     return hashlib.sha256(blob.encode()).hexdigest()
 
 

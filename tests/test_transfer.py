@@ -11,7 +11,7 @@ import torch
 
 import advopenood_plugins.transfer as transfer
 from advopenood import registry
-from advopenood.config import apply_overrides, load_config
+from advopenood.config import apply_overrides, load_config, thaw
 from advopenood.errors import UsageError
 from advopenood.metrics import id_threshold
 from advopenood.models import build_model
@@ -195,12 +195,12 @@ def test_read_transfer_sentences_follow_the_numbers(rows, expected):
 
 
 def _config(out: Path, data_root: Path, params: dict) -> dict:
-    cfg, folder = load_config("cifar10_resnet20")
+    cfg = thaw(load_config("cifar10_resnet20")[0])
     cfg["data"]["ood"] = []
     cfg["data"]["fit_limit"] = 2000
     cfg["evaluators"] = []
     cfg["analysis_params"] = {"transfer": params}
-    return apply_overrides(cfg, config_dir=folder, data_root=str(data_root), attack="fgsm", detectors="msp,mds",
+    return apply_overrides(cfg, data_root=str(data_root), attack="fgsm", detectors="msp,mds",
                            analysis="transfer", limit=64, out=str(out))
 
 
