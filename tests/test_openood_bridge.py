@@ -312,6 +312,24 @@ def test_eval_ood_mead_on_a_trained_model_where_attacks_fail(openood_tree, runs,
 
 
 @needs_openood
+def test_eval_ood_split_where_every_attack_failed(openood_tree, runs, tmp_path):
+    """FGSM at eps 1e-4 on four correctly classified images (seed 1) flips none: the split is scored with n 0 and
+    blank metrics, left out of ``advood``, and MEAD has no positives; neither OpenOOD nor MEAD crashes."""
+    from advopenood.openood_bridge import eval_ood_main
+
+    t, cache = openood_tree, tmp_path / "cache"
+    args = eval_args(t, runs, "msp", "--attack", "fgsm", "--eps", "1/10000", "--limit", "4", "--seed", "1", "--mead",
+                     "--save-csv")
+    assert eval_ood_main([*args, "--cache-dir", str(cache)]) == 0
+    assert _records(_stored(cache, "fgsm")).success.sum() == 0
+    table = pd.read_csv(runs / "ood" / "msp.csv", index_col=0, keep_default_na=False)
+    assert _value(table.loc["fgsm", "n"]) == 0 and _value(table.loc["fgsm", "asr"]) == 0
+    assert table.loc[["fgsm", "advood"], ["FPR@95", "AUROC", "AUPR_IN", "AUPR_OUT"]].eq("").all().all()
+    mead = pd.read_csv(runs / "ood" / "msp_mead_s0.csv").set_index("setting").loc["mead"]
+    assert mead.n_pos == 0 and np.isnan(mead.auroc)
+
+
+@needs_openood
 @pytest.mark.parametrize("name, cls", [("advopenood_msp", "AdvOpenOODMSPPostprocessor"),
                                        ("advopenood_mds", "AdvOpenOODMDSPostprocessor"),
                                        ("msp", "BasePostprocessor"), ("mds", "MDSPostprocessor")])
