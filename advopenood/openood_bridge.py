@@ -148,6 +148,7 @@ def config_lookup(original: Callable[[str, str, str], Any]) -> Callable[[str, st
     from openood.utils.config import Config, merge_configs
 
     def get_postprocessor(config_root: str, postprocessor_name: str, id_data_name: str):
+        """OpenOOD's lookup, our configs where ``config_root`` has none (see :func:`config_lookup`)."""
         if (Path(config_root) / "postprocessors" / f"{postprocessor_name}.yml").is_file():
             return original(config_root, postprocessor_name, id_data_name)
         if postprocessor_name.startswith(ADAPTER_PREFIX):
@@ -162,7 +163,6 @@ def config_lookup(original: Callable[[str, str, str], Any]) -> Callable[[str, st
         return postprocessor
 
     get_postprocessor.advopenood_original = original
-    get_postprocessor.__doc__ = config_lookup.__doc__
     return get_postprocessor
 
 
@@ -273,14 +273,12 @@ def register_with_openood() -> list[str]:
     """
     require_openood()
     import openood.evaluation_api as api
-    from openood.evaluation_api.postprocessor import postprocessors
-
     import openood.evaluation_api.evaluator as evaluator_module
     import openood.evaluation_api.postprocessor as postprocessor_module
 
     added = []
     for name in registry.names("detectors"):
-        postprocessors[ADAPTER_PREFIX + name] = openood_adapter(name)
+        postprocessor_module.postprocessors[ADAPTER_PREFIX + name] = openood_adapter(name)
         added.append(ADAPTER_PREFIX + name)
     api.AdvEvaluator = adv_evaluator_class()
     original = getattr(postprocessor_module.get_postprocessor, "advopenood_original",

@@ -22,22 +22,16 @@ from PIL import Image
 
 from advopenood import registry
 from advopenood.data import limit_dataset, make_loader
-from advopenood.detectors import (
-    OPENOOD_INSTALL,
-    create_detector,
-    cuda_redirect,
-    fit_subset,
-    openood_importable,
-    score_all,
-)
+from advopenood.detectors import create_detector, cuda_redirect, fit_subset, openood_importable, score_all
 from advopenood.errors import UsageError
 from advopenood.metrics import ood_metrics
 from advopenood.models import weights_hash
+from advopenood.openood_bridge import README_SECTION
 from advopenood.store import AdvStore
 from advopenood_plugins.detectors import BUILTIN_DETECTORS
 
-HAVE_OPENOOD = openood_importable()[0]
-needs_openood = pytest.mark.skipif(not HAVE_OPENOOD, reason=f"OpenOOD not importable; install it with: {OPENOOD_INSTALL}")
+HAVE_OPENOOD, WHY_NOT = openood_importable()
+needs_openood = pytest.mark.skipif(not HAVE_OPENOOD, reason=f"OpenOOD not importable ({WHY_NOT}); see {README_SECTION}")
 ALL = list(BUILTIN_DETECTORS)
 BS = 128
 CPU = torch.device("cpu")
