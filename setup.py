@@ -34,8 +34,10 @@ setup(
     ],
     extras_require={
         # OpenOOD is not on PyPI: install it from its repository first
-        # (git clone https://github.com/Jingkang50/OpenOOD && pip install -e OpenOOD),
-        # then `pip install advopenood[openood]` adds the few packages its postprocessors import.
+        # (git clone https://github.com/Jingkang50/OpenOOD && pip install --no-deps -e OpenOOD),
+        # then `pip install advopenood[openood]` adds the few packages its postprocessors import
+        # (libmr first needs `pip install Cython && pip install --no-build-isolation libmr`; under NumPy 2
+        # imgaug needs the three-line patch in README.md, "Installing OpenOOD (and the imgaug patch for NumPy 2)").
         "openood": ["faiss-cpu", "statsmodels", "libmr", "diffdist", "timm", "imgaug", "gdown"],
         "test": ["pytest>=7", "setuptools>=64", "wheel"],
     },

@@ -2,30 +2,37 @@
 
 * :func:`register_with_openood` adds every registered advopenood detector to OpenOOD's postprocessor map
   (``openood.evaluation_api.postprocessor.postprocessors``) as ``advopenood_<name>`` (an OpenOOD
-  ``BasePostprocessor`` running the pytorch-ood backend), and :class:`AdvEvaluator` to
-  ``openood.evaluation_api``.
+  ``BasePostprocessor`` running the pytorch-ood backend), :class:`AdvEvaluator` to ``openood.evaluation_api``,
+  and our configs to OpenOOD's config lookup (``get_postprocessor``), so ``Evaluator(postprocessor_name=...)``
+  works by name for ``advopenood_<name>`` and for OpenOOD's 16 post-hoc detectors without a download.
 * ``AdvEvaluator`` is OpenOOD's ``Evaluator`` with an ``adv`` OOD split injected into its data-loader and
   score tables, so ``eval_ood()`` scores adversarial sets next to near- and far-OOD (rows per attack and an
-  ``advood`` mean, as ``nearood`` / ``farood``). Adversarial images stay float-exact (no PNG round trip).
+  ``advood`` mean, as ``nearood`` / ``farood``; each attack row also has ``n``, its successful adversarial
+  examples, and ``asr``). Adversarial images stay float-exact (no PNG round trip).
 * :func:`eval_ood_main` is ``advopenood eval-ood``: the flags and behaviour of OpenOOD's
   ``scripts/eval_ood.py`` (``--root`` with ``s*/best.ckpt`` runs, ``--postprocessor``, ``--id-data``,
   ``--batch-size``, ``--save-csv``, ``--save-score``, ``--fsood``) plus ``--attack`` and ``--eps``, which add
-  one adversarial split per attack, made from OpenOOD's own ID test loader by advopenood's attack store.
-  As everywhere in advopenood, an attack's OOD samples are its successful adversarial examples.
+  one adversarial split per attack, made from OpenOOD's own ID test loader by advopenood's attack store
+  (``<cache>/adv/``, the layout of ``run`` and ``attack``). As everywhere in advopenood, an attack's OOD
+  samples are its successful adversarial examples. Every CSV it writes has a ``protocol`` column.
 
-OpenOOD is imported lazily; without it every entry point raises a UsageError saying how to install it.
+OpenOOD is imported lazily; when it is missing or does not import, every entry point raises a UsageError
+pointing at the README's OpenOOD installation section.
 """
 from __future__ import annotations
 
 import argparse
 import collections.abc
+import importlib
+import importlib.util
 import os
 import pickle
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from glob import glob
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -36,16 +43,10 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from advopenood import io as aio
 from advopenood import registry
 from advopenood.data import file_sha256, limit_dataset
-from advopenood.detectors import (
-    OPENOOD_INSTALL,
-    create_detector,
-    cuda_redirect,
-    make_openood_postprocessor,
-    openood_config,
-    openood_importable,
-)
+from advopenood.detectors import OPENOOD_INSTALL, create_detector, cuda_redirect, openood_importable
 from advopenood.errors import UsageError
 from advopenood.models import weights_hash
+from advopenood.pipeline import asr_row
 from advopenood.store import AdvSet, AdvStore
 
 ADAPTER_PREFIX = "advopenood_"
@@ -53,13 +54,27 @@ ID_DATA = ("cifar10", "cifar100", "imagenet200")
 NUM_CLASSES = {"cifar10": 10, "cifar100": 100, "imagenet200": 200}
 #: Postprocessors whose OpenOOD script builds a special network; eval-ood runs only plain classifiers.
 SPECIAL_NETS = ("conf_branch", "godin", "rotpred", "cider", "reweightood", "npos", "palm", "t2fnorm")
+#: Where the README explains installing OpenOOD, and the imgaug patch it needs under NumPy 2.
+README_SECTION = "README.md, section 'Installing OpenOOD (and the imgaug patch for NumPy 2)'"
+#: The protocol every eval-ood output is labelled with unless another is passed.
+DEFAULT_PROTOCOL = "strong"
+
+
+def openood_installed() -> bool:
+    """Whether an ``openood`` package is installed at all (importable or not)."""
+    return importlib.util.find_spec("openood") is not None
 
 
 def require_openood() -> None:
-    """Raise a UsageError naming the import problem and the install command when OpenOOD is missing."""
+    """Raise a UsageError when OpenOOD does not import: how to install it when it is missing, else the import
+    problem and the README section that fixes it (the imgaug patch under NumPy 2)."""
     ok, why = openood_importable()
-    if not ok:
-        raise UsageError(f"this needs OpenOOD, which does not import ({why}); install it with: {OPENOOD_INSTALL}")
+    if ok:
+        return
+    if not openood_installed():
+        raise UsageError(f"this needs OpenOOD, which is not installed; install it with: {OPENOOD_INSTALL} "
+                         f"(see {README_SECTION})")
+    raise UsageError(f"OpenOOD is installed but does not import ({why}); see {README_SECTION}")
 
 
 def openood_root() -> Path:
@@ -116,6 +131,41 @@ def adapter_instance(name: str, dataset: str, args: dict[str, Any] | None = None
                                          "postprocessor_args": dict(args or {})}, "dataset": {"name": dataset}}))
 
 
+def shipped_config(name: str) -> Path | None:
+    """Our copy of OpenOOD's ``configs/postprocessors/<name>.yml`` (one of the 16 post-hoc detectors), else None."""
+    path = Path(str(resources.files("advopenood.configs") / "openood" / f"{name}.yml"))
+    return path if path.is_file() else None
+
+
+def config_lookup(original: Callable[[str, str, str], Any]) -> Callable[[str, str, str], Any]:
+    """OpenOOD's ``get_postprocessor(config_root, postprocessor_name, id_data_name)`` that knows our configs.
+
+    A YAML in ``<config_root>/postprocessors/`` wins, as in OpenOOD; otherwise ``advopenood_<name>`` is our
+    adapter and one of OpenOOD's 16 post-hoc detectors is built from our copy of its YAML, exactly as OpenOOD
+    builds it from the downloaded one. Any other name goes to OpenOOD's own lookup (which downloads).
+    """
+    from openood.evaluation_api.postprocessor import postprocessors
+    from openood.utils.config import Config, merge_configs
+
+    def get_postprocessor(config_root: str, postprocessor_name: str, id_data_name: str):
+        """OpenOOD's lookup, our configs where ``config_root`` has none (see :func:`config_lookup`)."""
+        if (Path(config_root) / "postprocessors" / f"{postprocessor_name}.yml").is_file():
+            return original(config_root, postprocessor_name, id_data_name)
+        if postprocessor_name.startswith(ADAPTER_PREFIX):
+            return adapter_instance(postprocessor_name[len(ADAPTER_PREFIX):], id_data_name)
+        path = shipped_config(postprocessor_name)
+        if path is None:
+            return original(config_root, postprocessor_name, id_data_name)
+        config = merge_configs(Config(str(path)), Config(**{"dataset": {"name": id_data_name}}))
+        postprocessor = postprocessors[postprocessor_name](config)
+        postprocessor.APS_mode = config.postprocessor.APS_mode
+        postprocessor.hyperparam_search_done = False
+        return postprocessor
+
+    get_postprocessor.advopenood_original = original
+    return get_postprocessor
+
+
 @lru_cache(maxsize=1)
 def adv_evaluator_class() -> type:
     """OpenOOD's ``Evaluator`` with an ``adv`` OOD split (see the module docstring)."""
@@ -125,8 +175,9 @@ def adv_evaluator_class() -> type:
         """OpenOOD's Evaluator that also scores adversarial sets (the ``adv`` split) next to near/far OOD."""
 
         def add_adv_split(self, name: str, loader: Any, adv: AdvSet | None = None) -> None:
-            """Inject one adversarial set (a loader of ``{'data', 'label'}`` batches, normalised as the ID data);
-            ``adv`` (its store entry) enables :meth:`eval_mead`."""
+            """Inject one adversarial set (a loader of ``{'data', 'label'}`` batches of its successful examples in
+            sample order, normalised as the ID data); ``adv`` (its store entry) gives the row's ``asr`` and
+            enables :meth:`eval_mead`."""
             self.dataloader_dict["ood"].setdefault("adv", {})[name] = loader
             if adv is not None:
                 self.__dict__.setdefault("adv_sets", {})[name] = adv
@@ -134,6 +185,9 @@ def adv_evaluator_class() -> type:
             self.metrics["ood"] = self.metrics["fsood"] = None
 
         def eval_ood(self, fsood: bool = False, progress: bool = True):
+            """OpenOOD's table plus one row per adversarial split and their ``advood`` mean; columns ``n`` (the
+            split's successful adversarial examples, its OOD samples) and ``asr`` (as asr.csv: percent of the
+            clean-correct attacked images misclassified) are filled for the adversarial splits."""
             task = "fsood" if fsood else "ood"
             fresh = self.metrics[task] is None
             metrics = super().eval_ood(fsood=fsood, progress=progress)
@@ -141,27 +195,53 @@ def adv_evaluator_class() -> type:
             if not fresh or not adv:
                 return metrics
             id_list = self._id_scores(fsood)
-            adv_metrics = self._eval_ood(id_list, ood_split="adv", progress=progress)
-            adv_metrics[:, -1] = self.metrics["csid_acc" if fsood else "id_acc"]
-            extra = pd.DataFrame(adv_metrics, index=list(adv) + ["advood"], columns=metrics.columns)
-            self.metrics[task] = pd.concat([metrics, extra])
+            rows = pd.DataFrame([self._adv_row(id_list, name, progress) for name in adv], index=list(adv),
+                                columns=[*metrics.columns, "n", "asr"])
+            rows.loc["advood"] = rows[metrics.columns].mean()  # NaN rows (no successful example) left out
+            rows["ACC"] = self.metrics["csid_acc" if fsood else "id_acc"]
+            self.metrics[task] = pd.concat([metrics, rows])
             with pd.option_context("display.max_rows", None, "display.max_columns", None,
                                    "display.float_format", "{:,.2f}".format):
-                print(extra)
+                print(rows)
             return self.metrics[task]
 
-        def eval_mead(self) -> pd.DataFrame:
-            """advopenood's ``mead`` evaluator on the adversarial splits (after :meth:`eval_ood`): the worst case
-            over every successful attack per (norm, eps) group and objective, clean ID test images as negatives."""
-            from advopenood_plugins.mead import mead_table, set_info
+        def _adv_row(self, id_list: list[np.ndarray], name: str, progress: bool) -> list[float]:
+            """FPR@95, AUROC, AUPR_IN, AUPR_OUT (percent), ACC (filled by the caller), n and asr of one split;
+            the metrics are NaN for a split without successful adversarial examples."""
+            from openood.evaluators.metrics import compute_all_metrics
 
+            adv = self.__dict__.get("adv_sets", {}).get(name)
+            scores = self.scores["ood"]["adv"]
+            if scores[name] is None:
+                if adv is not None and not adv.records["success"].any():
+                    scores[name] = [np.zeros(0, dtype=int), np.zeros(0, dtype=np.float32), np.zeros(0, dtype=int)]
+                else:
+                    scores[name] = list(self.postprocessor.inference(
+                        self.net, self.dataloader_dict["ood"]["adv"][name], progress))
+            pred, conf, _ = scores[name]
+            asr = asr_row(adv, self.id_name, "", 0, float("nan"))["asr"] if adv is not None else float("nan")
+            if not len(conf):
+                return [np.nan] * 5 + [0.0, asr]
+            label = np.concatenate([id_list[2], -np.ones(len(conf), dtype=int)])
+            metrics = compute_all_metrics(np.concatenate([id_list[1], conf]), label, np.concatenate([id_list[0], pred]))
+            return [100.0 * m for m in metrics[:4]] + [np.nan, float(len(conf)), asr]
+
+        def eval_mead(self, protocol: str = DEFAULT_PROTOCOL) -> pd.DataFrame:
+            """advopenood's ``mead`` evaluator (through the registry) on the adversarial splits, after
+            :meth:`eval_ood`: the worst case over every successful attack per (norm, eps) group and objective,
+            clean ID test images as negatives; a ``protocol`` column labels the table."""
+            mead = importlib.import_module(registry.get("evaluators", "mead").__module__)
             adv_sets = self.__dict__.get("adv_sets", {})
-            if not adv_sets or any(self.scores["ood"]["adv"].get(n) is None for n in adv_sets):
-                raise UsageError("eval_mead needs adversarial splits added with their AdvSet and scored by eval_ood")
+            scored = self.scores["ood"].get("adv", {})
+            if not adv_sets or any(scored.get(n) is None for n in adv_sets):
+                raise UsageError("eval_mead needs adversarial splits added with their AdvSet (add_adv_split) and "
+                                 "scored by eval_ood; valid order: add_adv_split, eval_ood, eval_mead")
             conf = {"id": self.scores["id"]["test"][1]}
-            conf.update({n: self.scores["ood"]["adv"][n][1] for n in adv_sets})
-            sets = [set_info(n, a) for n, a in adv_sets.items()]
-            return mead_table({type(self.postprocessor).__name__: conf}, sets, backend="openood")
+            conf.update({n: per_sample(scored[n][1], a, n) for n, a in adv_sets.items()})
+            sets = [mead.set_info(n, a) for n, a in adv_sets.items()]
+            table = mead.mead_table({type(self.postprocessor).__name__: conf}, sets, backend="openood")
+            table["protocol"] = protocol
+            return table
 
         def _id_scores(self, fsood: bool) -> list[np.ndarray]:
             """The ID (plus covariate-shifted ID under ``fsood``) predictions, confidences and labels."""
@@ -173,20 +253,37 @@ def adv_evaluator_class() -> type:
     return AdvEvaluator
 
 
+def per_sample(conf: np.ndarray, adv: AdvSet, name: str) -> np.ndarray:
+    """Confidences of a split's successful examples (sample order) spread over all its samples, NaN where the
+    attack failed: the row layout MEAD's success masks use."""
+    success = adv.records["success"].to_numpy().astype(bool)
+    if len(conf) != success.sum():
+        raise UsageError(f"adversarial split {name!r} has {len(conf)} scores but {int(success.sum())} successful "
+                         "examples; valid: a loader of exactly its successful examples in sample order (AdvSplit)")
+    full = np.full(len(success), np.nan)
+    full[success] = conf
+    return full
+
+
 def register_with_openood() -> list[str]:
-    """Put advopenood's detectors into OpenOOD's postprocessor map and ``AdvEvaluator`` into its evaluation API.
+    """Put advopenood's detectors into OpenOOD's postprocessor map, ``AdvEvaluator`` into its evaluation API and
+    our configs into its config lookup (:func:`config_lookup`; calling this again does not stack lookups).
 
     Returns the added postprocessor keys (``advopenood_<name>``).
     """
     require_openood()
     import openood.evaluation_api as api
-    from openood.evaluation_api.postprocessor import postprocessors
+    import openood.evaluation_api.evaluator as evaluator_module
+    import openood.evaluation_api.postprocessor as postprocessor_module
 
     added = []
     for name in registry.names("detectors"):
-        postprocessors[ADAPTER_PREFIX + name] = openood_adapter(name)
+        postprocessor_module.postprocessors[ADAPTER_PREFIX + name] = openood_adapter(name)
         added.append(ADAPTER_PREFIX + name)
     api.AdvEvaluator = adv_evaluator_class()
+    original = getattr(postprocessor_module.get_postprocessor, "advopenood_original",
+                       postprocessor_module.get_postprocessor)
+    evaluator_module.get_postprocessor = postprocessor_module.get_postprocessor = config_lookup(original)
     return added
 
 
@@ -306,19 +403,14 @@ def _network(id_data: str, checkpoint: Path, device: torch.device) -> nn.Module:
     return net.to(device).eval()
 
 
-def _postprocessor(name: str, subfolder: Path, id_data: str):
-    """A pickled postprocessor of this run, ours for advopenood_<name>, our YAML copy for the 16, else None."""
+def _postprocessor(name: str, subfolder: Path):
+    """The pickled postprocessor of this run, else None (the Evaluator then looks ``name`` up, our configs first
+    where ``--config-root`` has none: :func:`config_lookup`)."""
     saved = subfolder / "postprocessors" / f"{name}.pkl"
-    if saved.is_file():
-        with open(saved, "rb") as f:
-            return pickle.load(f)
-    if name.startswith(ADAPTER_PREFIX):
-        return adapter_instance(name[len(ADAPTER_PREFIX):], id_data)
-    try:
-        openood_config(name)
-    except UsageError:
+    if not saved.is_file():
         return None
-    return make_openood_postprocessor(name, {}, NUM_CLASSES[id_data])
+    with open(saved, "rb") as f:
+        return pickle.load(f)
 
 
 def _adv_sets(evaluator, args: argparse.Namespace, net: nn.Module, attacks: dict[str, Any], data_root: Path,
@@ -338,7 +430,7 @@ def _adv_sets(evaluator, args: argparse.Namespace, net: nn.Module, attacks: dict
                            f":crop{size}")
     data = limit_dataset(pixels, args.limit, args.seed)
     model = PixelNet(net, mean, std, NUM_CLASSES[args.id_data]).to(device).eval()
-    store = AdvStore(cache_dir({"cache_dir": args.cache_dir}))
+    store = AdvStore(cache_dir({"cache_dir": args.cache_dir}) / "adv")
     sets = {}
     for name, attack in attacks.items():
         if attack.source != "id":
@@ -381,7 +473,7 @@ def eval_ood_main(argv: list[str]) -> int:
     with cuda_redirect(device):
         for sub in map(Path, subfolders):
             net = _network(args.id_data, sub / "best.ckpt", device)
-            postprocessor = _postprocessor(name, sub, args.id_data)
+            postprocessor = _postprocessor(name, sub)
             evaluator = adv_evaluator_class()(
                 net, id_name=args.id_data, data_root=str(data_root), config_root=str(config_root), preprocessor=None,
                 postprocessor_name=name, postprocessor=postprocessor, batch_size=args.batch_size, shuffle=False,
@@ -403,21 +495,27 @@ def eval_ood_main(argv: list[str]) -> int:
             metrics = evaluator.eval_ood(fsood=args.fsood)
             all_metrics.append(metrics.to_numpy())
             if args.mead:
-                mead = evaluator.eval_mead()
+                mead = evaluator.eval_mead(protocol=DEFAULT_PROTOCOL)
                 print(mead.to_string(index=False))
                 aio.write_csv(root / ("fsood" if args.fsood else "ood") / f"{name}_mead_{sub.name}.csv", mead)
             if args.save_score:
                 scores_file.parent.mkdir(parents=True, exist_ok=True)
                 with open(scores_file, "wb") as f:
                     pickle.dump(evaluator.scores, f, pickle.HIGHEST_PROTOCOL)
-    stacked = np.stack(all_metrics)
-    mean, std = stacked.mean(0), stacked.std(0)
-    df = pd.DataFrame([[f"{m:.2f} \u00b1 {s:.2f}" for m, s in zip(mr, sr)] for mr, sr in zip(mean, std)],
-                      index=metrics.index, columns=metrics.columns)
+    df = summary_table(all_metrics, metrics.index, metrics.columns, DEFAULT_PROTOCOL)
     if args.save_csv:
-        out = root / ("fsood" if args.fsood else "ood")
-        out.mkdir(parents=True, exist_ok=True)
-        df.to_csv(out / f"{name}.csv")
+        aio.write_text(root / ("fsood" if args.fsood else "ood") / f"{name}.csv", df.to_csv())
     else:
         print(df)
     return 0
+
+
+def summary_table(runs: list[np.ndarray], index: Sequence[str], columns: Sequence[str], protocol: str) -> pd.DataFrame:
+    """OpenOOD's ``mean \u00b1 std`` over training runs, a blank cell where a column does not apply (``n`` and
+    ``asr`` outside the adversarial rows, metrics of a split without successful examples), and ``protocol``."""
+    stacked = np.stack(runs).astype(float)
+    mean, std = stacked.mean(0), stacked.std(0)
+    df = pd.DataFrame([["" if np.isnan(m) else f"{m:.2f} \u00b1 {s:.2f}" for m, s in zip(mr, sr)]
+                       for mr, sr in zip(mean, std)], index=index, columns=columns)
+    df["protocol"] = protocol
+    return df

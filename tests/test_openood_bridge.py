@@ -2,10 +2,17 @@
 
 * both backends give AUROCs within 1 point for every detector on the same real CIFAR-10 data (ResNet-20);
 * OpenOOD's own setup/postprocess on the network equals our shared pass through ``CachedNet`` (1e-5);
-* ``register_with_openood`` fills OpenOOD's postprocessor map; ``advopenood eval-ood`` runs OpenOOD's
-  evaluation with an adversarial split on a miniature OpenOOD data folder built from the data pack.
+* ``register_with_openood`` fills OpenOOD's postprocessor map and its config lookup (``Evaluator`` by name, no
+  download); ``advopenood eval-ood`` runs OpenOOD's evaluation with adversarial splits on a miniature OpenOOD data
+  folder built from the data pack, with the pack's trained ResNet-18, on which some attacks fail (MEAD, n, asr);
+* the README's CPU snippet runs as written; a missing or broken OpenOOD gets the right one-line message.
 """
 from __future__ import annotations
+
+import pickle
+import re
+import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,18 +22,22 @@ from PIL import Image
 
 from advopenood import registry
 from advopenood.data import limit_dataset, make_loader
-from advopenood.detectors import OPENOOD_INSTALL, create_detector, fit_subset, openood_importable, score_all
+from advopenood.detectors import create_detector, cuda_redirect, fit_subset, openood_importable, score_all
 from advopenood.errors import UsageError
 from advopenood.metrics import ood_metrics
 from advopenood.models import weights_hash
+from advopenood.openood_bridge import README_SECTION
 from advopenood.store import AdvStore
 from advopenood_plugins.detectors import BUILTIN_DETECTORS
 
-HAVE_OPENOOD = openood_importable()[0]
-needs_openood = pytest.mark.skipif(not HAVE_OPENOOD, reason=f"OpenOOD not importable; install it with: {OPENOOD_INSTALL}")
+HAVE_OPENOOD, WHY_NOT = openood_importable()
+needs_openood = pytest.mark.skipif(not HAVE_OPENOOD, reason=f"OpenOOD not importable ({WHY_NOT}); see {README_SECTION}")
 ALL = list(BUILTIN_DETECTORS)
 BS = 128
 CPU = torch.device("cpu")
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 @pytest.mark.skipif(HAVE_OPENOOD, reason="OpenOOD is installed here")
@@ -35,6 +46,26 @@ def test_without_openood_eval_ood_says_how_to_install(tmp_path):
 
     with pytest.raises(UsageError, match=r"pip install -e \./OpenOOD"):
         eval_ood_main(["--root", str(tmp_path)])
+
+
+@pytest.mark.parametrize("installed, present, absent", [
+    (True, ["OpenOOD is installed but does not import", "np.sctypes"], ["pip install"]),
+    (False, ["not installed", r"pip install -e ./OpenOOD"], ["np.sctypes"]),
+])
+def test_require_openood_points_at_the_readme_section(monkeypatch, installed, present, absent):
+    """A broken OpenOOD (imgaug under NumPy 2) is sent to the README's patch, not told to reinstall; a missing one
+    gets the install command. The section named exists in the README."""
+    from advopenood import openood_bridge as bridge
+
+    monkeypatch.setattr(bridge, "openood_importable", lambda: (False, "AttributeError: `np.sctypes` was removed"))
+    monkeypatch.setattr(bridge, "openood_installed", lambda: installed)
+    with pytest.raises(UsageError) as err:
+        bridge.require_openood()
+    message = str(err.value)
+    assert "\n" not in message and bridge.README_SECTION in message
+    assert all(p in message for p in present) and not any(a in message for a in absent)
+    title = re.search(r"section '(.+)'", bridge.README_SECTION).group(1)
+    assert re.search(rf"^#+ {re.escape(title)}$", README.read_text(), re.M)
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +136,15 @@ def test_register_with_openood_fills_its_postprocessor_map():
 
     from advopenood.openood_bridge import adapter_instance, register_with_openood
 
+    import openood.evaluation_api.evaluator as evaluator_module
+    import openood.evaluation_api.postprocessor as postprocessor_module
+
+    register_with_openood()
     added = register_with_openood()
     assert {f"advopenood_{n}" for n in ALL} <= set(added) <= set(postprocessors)
+    lookup = evaluator_module.get_postprocessor
+    assert lookup is postprocessor_module.get_postprocessor and lookup.__module__ == "advopenood.openood_bridge"
+    assert not hasattr(lookup.advopenood_original, "advopenood_original"), "registering twice stacked the lookups"
     assert issubclass(postprocessors["advopenood_knn"], BasePostprocessor)
     assert hasattr(api, "AdvEvaluator")
     odin = adapter_instance("odin", "cifar10", {"temperature": 10})
@@ -121,9 +159,24 @@ def _write_images(folder, rel: str, x: np.ndarray, labels, lines: list[str]) -> 
         lines.append(f"{rel}/{i:04d}.png {label}")
 
 
+def openood_checkpoint(data_root) -> dict[str, torch.Tensor]:
+    """The pack's trained ResNet-18 (``ResNet18_32x32``, [0, 1] inputs) with OpenOOD's CIFAR-10 normalisation
+    folded into ``conv1`` / ``bn1``, so it sees OpenOOD's normalised images as the pack's pixels (exact but for
+    the zero padding at the border: 84.6 % vs 86.0 % on the first 500 test images)."""
+    from openood.evaluation_api.preprocessor import default_preprocessing_dict
+
+    mean, std = (torch.tensor(v) for v in default_preprocessing_dict["cifar10"]["normalization"])
+    state = torch.load(data_root / "resnet18_32x32_cifar10.pt", map_location="cpu")
+    weight = state["conv1.weight"]
+    state["conv1.weight"] = weight * std.view(1, 3, 1, 1)
+    state["bn1.running_mean"] = state["bn1.running_mean"] - (weight * mean.view(1, 3, 1, 1)).sum((1, 2, 3))
+    return state
+
+
 @pytest.fixture(scope="module")
 def openood_tree(data_root, tmp_path_factory):
-    """A miniature OpenOOD data folder (cifar10 benchmark) and a runs folder s0/best.ckpt (ResNet18_32x32)."""
+    """A miniature OpenOOD data folder (cifar10 benchmark: 40 train, 32 test, 16 per OOD set) and the pack's
+    trained ResNet-18 as an OpenOOD checkpoint."""
     from openood.networks import ResNet18_32x32
 
     base = tmp_path_factory.mktemp("openood")
@@ -147,70 +200,206 @@ def openood_tree(data_root, tmp_path_factory):
         lines: list[str] = []
         _write_images(data / "images_classic", rel, x, y, lines)
         (lists / f"{list_name}.txt").write_text("\n".join(lines) + "\n")
-    runs = base / "runs"
-    (runs / "s0").mkdir(parents=True)
-    torch.manual_seed(0)
-    torch.save(ResNet18_32x32(num_classes=10).state_dict(), runs / "s0" / "best.ckpt")
+    checkpoint = base / "best.ckpt"
+    state = openood_checkpoint(data_root)
+    ResNet18_32x32(num_classes=10).load_state_dict(state)
+    torch.save(state, checkpoint)
     (base / "configs").mkdir()
-    return {"data": data, "runs": runs, "configs": base / "configs", "cache": base / "cache"}
+    return {"data": data, "checkpoint": checkpoint, "configs": base / "configs", "cache": base / "cache"}
 
 
-def eval_args(t: dict, postprocessor: str, *extra: str) -> list[str]:
-    """``eval-ood`` arguments for the miniature tree ``t``: one postprocessor, CPU, batches of 32, then ``extra``."""
-    return ["--root", str(t["runs"]), "--postprocessor", postprocessor, "--id-data", "cifar10", "--batch-size", "32",
+@pytest.fixture
+def runs(openood_tree, tmp_path) -> Path:
+    """A fresh OpenOOD results folder ``s0/best.ckpt`` (its own saved scores, postprocessors and CSVs)."""
+    (tmp_path / "runs" / "s0").mkdir(parents=True)
+    (tmp_path / "runs" / "s0" / "best.ckpt").symlink_to(openood_tree["checkpoint"])
+    return tmp_path / "runs"
+
+
+def eval_args(t: dict, runs: Path, postprocessor: str, *extra: str) -> list[str]:
+    """``eval-ood`` arguments for the miniature tree ``t`` and ``runs``: one postprocessor, CPU, batches of 32,
+    then ``extra``."""
+    return ["--root", str(runs), "--postprocessor", postprocessor, "--id-data", "cifar10", "--batch-size", "32",
             "--data-root", str(t["data"]), "--config-root", str(t["configs"]), "--device", "cpu", "--num-workers", "0",
             "--cache-dir", str(t["cache"]), *extra]
 
 
+def _value(cell) -> float:
+    """The mean of an eval-ood CSV cell ``"m \u00b1 s"``."""
+    return float(str(cell).split("\u00b1")[0])
+
+
+def _stored(cache: Path, attack: str) -> Path:
+    """The one stored set of ``attack`` under the store layout ``<cache>/adv/<attack>-<key>``."""
+    paths = sorted((cache / "adv").glob(f"{attack}-*/manifest.json"))
+    assert len(paths) == 1, paths
+    return paths[0].parent
+
+
+def _records(path: Path) -> pd.DataFrame:
+    parts = []
+    for shard in sorted(path.glob("shard_*.npz")):
+        with np.load(shard) as d:
+            parts.append(pd.DataFrame({c: d[c] for c in ("y", "clean_pred", "success")}))
+    return pd.concat(parts, ignore_index=True)
+
+
+@pytest.fixture
+def no_download(monkeypatch):
+    """Fail any attempt of OpenOOD to download a config (``urllib.request.urlretrieve``)."""
+    def refuse(url, *args, **kwargs):
+        raise AssertionError(f"OpenOOD tried to download {url}")
+
+    monkeypatch.setattr(urllib.request, "urlretrieve", refuse)
+
+
 @needs_openood
 @pytest.mark.parametrize("postprocessor", ["msp", "advopenood_mds"])
-def test_eval_ood_adds_adversarial_split(openood_tree, postprocessor):
+def test_eval_ood_adds_adversarial_splits_with_n_and_asr(openood_tree, runs, no_download, postprocessor):
     from advopenood.openood_bridge import eval_ood_main
 
     t = openood_tree
-    code = eval_ood_main(eval_args(t, postprocessor, "--save-csv", "--attack", "fgsm", "--eps", "8/255"))
+    code = eval_ood_main(eval_args(t, runs, postprocessor, "--save-csv", "--attack", "fgsm", "--eps", "1/255"))
     assert code == 0
-    table = pd.read_csv(t["runs"] / "ood" / f"{postprocessor}.csv", index_col=0)
+    table = pd.read_csv(runs / "ood" / f"{postprocessor}.csv", index_col=0, keep_default_na=False)
     assert list(table.index) == ["cifar100", "tin", "nearood", "mnist", "svhn", "texture", "places365", "farood",
                                  "fgsm", "advood"]
-    assert list(table.columns) == ["FPR@95", "AUROC", "AUPR_IN", "AUPR_OUT", "ACC"]
-    assert all("\u00b1" in str(v) for v in table.loc["fgsm"])
+    assert list(table.columns) == ["FPR@95", "AUROC", "AUPR_IN", "AUPR_OUT", "ACC", "n", "asr", "protocol"]
+    assert set(table.protocol) == {"strong"}
+    assert all("\u00b1" in str(v) for v in table.loc["fgsm"].drop("protocol"))
+    assert table.loc[["tin", "farood", "advood"], ["n", "asr"]].eq("").all().all()
+    records = _records(_stored(t["cache"], "fgsm"))
+    correct = records.y == records.clean_pred
+    assert 0 < records.success.sum() < len(records), "the trained model should resist FGSM at 1/255 on some images"
+    assert _value(table.loc["fgsm", "n"]) == records.success.sum()
+    assert _value(table.loc["fgsm", "asr"]) == pytest.approx(100 * records.success[correct].mean(), abs=0.005)
+    assert 0 <= _value(table.loc["fgsm", "AUROC"]) <= 100
+    assert not list(t["cache"].glob("fgsm-*")), "eval-ood must use the store layout <cache>/adv/"
 
 
 @needs_openood
-def test_eval_ood_mead_worst_case_through_openood(openood_tree):
+def test_eval_ood_mead_on_a_trained_model_where_attacks_fail(openood_tree, runs, tmp_path, no_download):
+    """MEAD through OpenOOD with FGSM failing on some images: the worst case equals one computed by hand from the
+    saved OpenOOD scores and the stored success masks, and ``--save-csv`` still writes the table."""
     from advopenood.openood_bridge import eval_ood_main
 
-    t = openood_tree
-    code = eval_ood_main(eval_args(t, "msp", "--attack", "fgsm,pgd", "--eps", "8/255", "--mead"))
-    assert code == 0
-    files = sorted((t["runs"] / "ood").glob("msp_mead_*.csv"))
-    assert files
-    mead = pd.read_csv(files[0])
-    assert set(mead.setting) == {"mead", "ce"} and set(mead.norm) == {"linf"}
+    t, cache = openood_tree, tmp_path / "cache"
+    args = eval_args(t, runs, "msp", "--attack", "fgsm,pgd", "--eps", "1/255", "--mead", "--save-csv", "--save-score")
+    assert eval_ood_main([*args, "--cache-dir", str(cache)]) == 0
+    success = {a: _records(_stored(cache, a)).success.to_numpy(bool) for a in ("fgsm", "pgd")}
+    assert not success["fgsm"].all()
+    table = pd.read_csv(runs / "ood" / "msp.csv", index_col=0, keep_default_na=False)
+    assert {"fgsm", "pgd", "advood"} <= set(table.index) and set(table.protocol) == {"strong"}
+    mead = pd.read_csv(runs / "ood" / "msp_mead_s0.csv")
+    assert set(mead.setting) == {"mead", "ce"} and set(mead.norm) == {"linf"} and set(mead.protocol) == {"strong"}
+    with open(runs / "s0" / "scores" / "msp.pkl", "rb") as f:
+        scores = pickle.load(f)
+    conf = np.full((len(success["fgsm"]), 2), -np.inf)
+    for j, a in enumerate(("fgsm", "pgd")):
+        conf[success[a], j] = scores["ood"]["adv"][a][1]
+    positive = success["fgsm"] | success["pgd"]
+    expected = ood_metrics(scores["id"]["test"][1], conf.max(1)[positive])
     row = mead.set_index("setting").loc["mead"]
-    assert row.backend == "openood" and row.n_pos > 0 and 0 <= row.auroc <= 100 and row.mean_successes >= 1
+    assert row.backend == "openood" and row.n_pos == positive.sum() and row.n_neg == 32
+    assert row.auroc == pytest.approx(expected["auroc"], abs=1e-3) and row.fpr95 == pytest.approx(expected["fpr95"], abs=1e-3)
+    assert row.mean_successes == pytest.approx((success["fgsm"].astype(int) + success["pgd"]).mean())
 
 
 @needs_openood
-def test_eval_ood_rejects_unknown_postprocessor(openood_tree):
+def test_eval_ood_split_where_every_attack_failed(openood_tree, runs, tmp_path):
+    """FGSM at eps 1e-4 on four correctly classified images (seed 1) flips none: the split is scored with n 0 and
+    blank metrics, left out of ``advood``, and MEAD has no positives; neither OpenOOD nor MEAD crashes."""
+    from advopenood.openood_bridge import eval_ood_main
+
+    t, cache = openood_tree, tmp_path / "cache"
+    args = eval_args(t, runs, "msp", "--attack", "fgsm", "--eps", "1/10000", "--limit", "4", "--seed", "1", "--mead",
+                     "--save-csv")
+    assert eval_ood_main([*args, "--cache-dir", str(cache)]) == 0
+    assert _records(_stored(cache, "fgsm")).success.sum() == 0
+    table = pd.read_csv(runs / "ood" / "msp.csv", index_col=0, keep_default_na=False)
+    assert _value(table.loc["fgsm", "n"]) == 0 and _value(table.loc["fgsm", "asr"]) == 0
+    assert table.loc[["fgsm", "advood"], ["FPR@95", "AUROC", "AUPR_IN", "AUPR_OUT"]].eq("").all().all()
+    mead = pd.read_csv(runs / "ood" / "msp_mead_s0.csv").set_index("setting").loc["mead"]
+    assert mead.n_pos == 0 and np.isnan(mead.auroc)
+
+
+@needs_openood
+@pytest.mark.parametrize("name, cls", [("advopenood_msp", "AdvOpenOODMSPPostprocessor"),
+                                       ("advopenood_mds", "AdvOpenOODMDSPostprocessor"),
+                                       ("msp", "BasePostprocessor"), ("mds", "MDSPostprocessor")])
+def test_evaluator_by_name_uses_our_configs_without_download(openood_tree, tmp_path, no_download, name, cls):
+    from openood.evaluation_api import Evaluator
+    from openood.networks import ResNet18_32x32
+
+    from advopenood.openood_bridge import register_with_openood
+
+    register_with_openood()
+    net = ResNet18_32x32(num_classes=10)
+    net.load_state_dict(torch.load(openood_tree["checkpoint"], map_location="cpu"))
+    with cuda_redirect(CPU):
+        evaluator = Evaluator(net.eval(), id_name="cifar10", data_root=str(openood_tree["data"]),
+                              config_root=str(tmp_path / "configs"), postprocessor_name=name, batch_size=32,
+                              num_workers=0)
+        metrics = evaluator.eval_ood()
+    assert type(evaluator.postprocessor).__name__ == cls
+    assert not (tmp_path / "configs").exists(), "nothing may be written into config_root"
+    assert 0 <= metrics.loc["farood", "AUROC"] <= 100 and evaluator.metrics["id_acc"] > 70
+
+
+@needs_openood
+def test_evaluator_by_name_prefers_the_config_root_yaml(openood_tree, tmp_path, no_download):
+    """A YAML in ``<config_root>/postprocessors/`` still wins over our copy, as in OpenOOD."""
+    import openood.evaluation_api.postprocessor as postprocessor_module
+
+    from advopenood.openood_bridge import register_with_openood
+
+    register_with_openood()
+    (tmp_path / "postprocessors").mkdir()
+    (tmp_path / "postprocessors" / "ebo.yml").write_text(
+        "postprocessor:\n  name: ebo\n  APS_mode: False\n  postprocessor_args:\n    temperature: 7\n")
+    assert postprocessor_module.get_postprocessor(str(tmp_path), "ebo", "cifar10").temperature == 7
+    assert postprocessor_module.get_postprocessor(str(tmp_path / "none"), "ebo", "cifar10").temperature == 1
+
+
+def readme_snippet(marker: str) -> str:
+    """The Python block of README.md that follows the line holding ``marker``."""
+    text = README.read_text()
+    return re.search(re.escape(marker) + r".*?```python\n(.*?)```", text, re.S).group(1)
+
+
+@needs_openood
+def test_readme_cpu_snippet_runs(openood_tree, tmp_path, monkeypatch, no_download):
+    """The README's 'OpenOOD's Evaluator on the CPU' snippet, as written, in a folder laid out as it assumes."""
+    results = tmp_path / "results" / "cifar10_resnet18_32x32_base_e100_lr0.1_default" / "s0"
+    results.mkdir(parents=True)
+    (results / "best.ckpt").symlink_to(openood_tree["checkpoint"])
+    (tmp_path / "data").symlink_to(openood_tree["data"])
+    monkeypatch.chdir(tmp_path)
+    original_cuda, scope = torch.Tensor.cuda, {}
+    exec(compile(readme_snippet("<!-- cpu-snippet -->"), "README.md", "exec"), scope)
+    assert scope["metrics"].loc["farood", "AUROC"] > 50 and scope["evaluator"].metrics["id_acc"] > 70
+    assert torch.Tensor.cuda is original_cuda and not (tmp_path / "configs").exists()
+
+
+@needs_openood
+def test_eval_ood_rejects_unknown_postprocessor(openood_tree, runs):
     from advopenood.openood_bridge import eval_ood_main
 
     with pytest.raises(UsageError, match="unknown postprocessor 'nope'; valid choices: .*advopenood_msp"):
-        eval_ood_main(["--root", str(openood_tree["runs"]), "--postprocessor", "nope"])
+        eval_ood_main(["--root", str(runs), "--postprocessor", "nope"])
 
 
 @needs_openood
-def test_eval_ood_runs_a_detector_adaptive_attack(openood_tree):
+def test_eval_ood_runs_a_detector_adaptive_attack(openood_tree, runs):
     """``--attack adaptive`` means adaptive_msp for MSP: fitted on OpenOOD's ID train split, it lowers MSP's
     AUROC below FGSM's."""
     from advopenood.openood_bridge import eval_ood_main
 
     t = openood_tree
-    code = eval_ood_main(eval_args(t, "msp", "--save-csv", "--attack", "fgsm,adaptive", "--eps", "8/255"))
+    code = eval_ood_main(eval_args(t, runs, "msp", "--save-csv", "--attack", "fgsm,adaptive", "--eps", "8/255"))
     assert code == 0
-    table = pd.read_csv(t["runs"] / "ood" / "msp.csv", index_col=0)
-    auroc = {k: float(str(table.loc[k, "AUROC"]).split("\u00b1")[0]) for k in ("fgsm", "adaptive_msp")}
+    table = pd.read_csv(runs / "ood" / "msp.csv", index_col=0)
+    auroc = {k: _value(table.loc[k, "AUROC"]) for k in ("fgsm", "adaptive_msp")}
     assert auroc["adaptive_msp"] < auroc["fgsm"]
     with pytest.raises(UsageError, match="adaptive_ood_msp"):
-        eval_ood_main(eval_args(t, "msp", "--attack", "adaptive_ood_msp"))
+        eval_ood_main(eval_args(t, runs, "msp", "--attack", "adaptive_ood_msp"))
