@@ -345,15 +345,10 @@ def _update(d: dict, u: dict) -> dict:
     return d
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are UsageErrors (one line, exit code 2 from the CLI)."""
-
-    def error(self, message: str) -> None:
-        raise UsageError(f"eval-ood: {message}")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="advopenood eval-ood",
+    from advopenood.cli import OneLineParser
+
+    p = OneLineParser(prog="advopenood eval-ood",
                 description="OpenOOD's scripts/eval_ood.py with adversarial splits (--attack, --eps).")
     p.add_argument("--root", required=True, help="folder of training runs s*/best.ckpt (as OpenOOD's script)")
     p.add_argument("--postprocessor", default="msp",
@@ -372,7 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="attack only the first N images of a seeded permutation of the ID test set")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--num-workers", type=int, default=8)
+    p.add_argument("--num-workers", type=int, default=min(8, os.cpu_count() or 1),
+                   help="data-loading workers (default: OpenOOD's 8, at most the number of cores)")
     p.add_argument("--cache-dir", help="attack store (default $ADVOPENOOD_CACHE or ~/.cache/advopenood)")
     return p
 
