@@ -19,11 +19,12 @@ from ours.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal
 
 from advopenood.errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
 
 Positives = Literal["successful", "all"]
 Quantize = Literal["none", "uint8_trunc"]
@@ -74,4 +75,6 @@ def quantize(x: torch.Tensor, mode: Quantize) -> torch.Tensor:
     """
     if mode == "none":
         return x
+    import torch
+
     return x.float().mul(255).to(torch.uint8).to(torch.float32).div(255)
