@@ -246,6 +246,8 @@ def run(cfg: Mapping[str, Any], *, attack_only: bool = False, progress: bool = T
         for label, plugin in plugins:
             t = time.perf_counter()
             for fname, table in plugin(ctx).items():
+                if fname.endswith(".csv") and "protocol" not in table.columns:  # every CSV says how it was made
+                    table = table.assign(protocol=ctx.protocol)
                 aio.write_table(out / fname, table)
             timings[label] = time.perf_counter() - t
     if export_png:
