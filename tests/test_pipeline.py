@@ -8,6 +8,9 @@ import pandas as pd
 import pytest
 
 from advopenood.cli import main
+from advopenood.data import build_dataset, limit_dataset
+from advopenood.demo import DEMO_MODEL, build_from_config, train_classifier
+from advopenood.errors import UsageError
 from advopenood.plots import pick_examples
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,6 +66,18 @@ def test_example_grid_rows_are_clean_correct(demo_run):
         assert not set(picks["index"]) & set(wrong["index"])
         assert (demo_run / "plots" / f"gradcam_examples_{attack}.png").is_file()
     assert pick_examples(wrong, 6).empty
+
+
+def test_demo_config_trains_the_demo_model(demo_run):
+    info = json.loads((demo_run / "run.json").read_text())
+    assert {k: info["config"]["model"][k] for k in DEMO_MODEL} == DEMO_MODEL
+
+
+def test_negative_mixup_is_a_usage_error():
+    digits = limit_dataset(build_dataset({"kind": "demo", "name": "digits", "split": "train"}, None, 1, 16), 8, 0)
+    with pytest.raises(UsageError, match="mixup"):
+        train_classifier(build_from_config(DEMO_MODEL, None, "cpu"), digits, {**DEMO_MODEL["train"], "mixup": -1},
+                         0, progress=False)
 
 
 def test_run_json_records_seed_versions_and_keys(demo_run):
