@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 from advopenood.errors import UsageError
 
 DATASET_KINDS = ("npz", "idx", "openood", "torchvision", "demo")
-DEMO_SETS = ("digits", "textures", "noise")
+DEMO_SETS = ("digits", "textures", "blobs", "inverted", "noise")
 TORCHVISION_SETS = ("CIFAR10", "CIFAR100", "MNIST", "FashionMNIST", "SVHN")
 
 
@@ -164,7 +164,8 @@ def _demo_digits(split: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _demo_textures(n: int = 400) -> tuple[np.ndarray, np.ndarray]:
-    """Random 16x16 crops of scikit-image's bundled grey textures and photos (far-OOD for digits)."""
+    """Random 128x128 crops of scikit-image's bundled grey textures and photos, block-averaged to 16x16
+    (far-OOD for digits: texture fills the frame)."""
     import skimage.data as sd
 
     sources = [sd.brick(), sd.grass(), sd.gravel(), sd.camera(), sd.text(), sd.moon()]
@@ -172,9 +173,22 @@ def _demo_textures(n: int = 400) -> tuple[np.ndarray, np.ndarray]:
     crops = []
     for i in range(n):
         img = sources[i % len(sources)]
-        r, c = rng.integers(0, img.shape[0] - 32), rng.integers(0, img.shape[1] - 32)
-        crops.append(img[r:r + 32:2, c:c + 32:2])
-    return np.stack(crops).astype(np.uint8), np.full(n, -1, dtype=np.int64)
+        r, c = rng.integers(0, img.shape[0] - 128), rng.integers(0, img.shape[1] - 128)
+        crops.append(img[r:r + 128, c:c + 128].reshape(16, 8, 16, 8).mean(axis=(1, 3)))
+    return np.stack(crops).round().astype(np.uint8), np.full(n, -1, dtype=np.int64)
+
+
+def _demo_blobs(n: int = 400) -> tuple[np.ndarray, np.ndarray]:
+    """Smooth random blobs: uniform 4x4 noise upsampled (bilinear) to 16x16 grey."""
+    coarse = torch.from_numpy(np.random.default_rng(3).random((n, 1, 4, 4), dtype=np.float32))
+    fine = F.interpolate(coarse, size=(16, 16), mode="bilinear", align_corners=False)[:, 0]
+    return (fine.numpy() * 255).round().astype(np.uint8), np.full(n, -1, dtype=np.int64)
+
+
+def _demo_inverted() -> tuple[np.ndarray, np.ndarray]:
+    """The digits' test split with black and white swapped (light background, dark strokes)."""
+    x, _ = _demo_digits("test")
+    return 255 - x, np.full(len(x), -1, dtype=np.int64)
 
 
 def _demo_noise(n: int = 400) -> tuple[np.ndarray, np.ndarray]:
@@ -211,6 +225,8 @@ def build_dataset(spec: dict[str, Any], root: Path | None, channels: int, size: 
         makers: dict[str, Callable[[], tuple[np.ndarray, np.ndarray]]] = {
             "digits": lambda: _demo_digits(spec.get("split", "test")),
             "textures": _demo_textures,
+            "blobs": _demo_blobs,
+            "inverted": _demo_inverted,
             "noise": _demo_noise,
         }
         which = spec.get("name", "digits")

@@ -6,6 +6,9 @@
   ``scores/<detector>.npz`` (the ``ood`` evaluator's per-sample confidences; the adversarial positives are
   the successful attacks, ``<attack>.success``).
 
+:func:`pick_examples` chooses the rows of an example grid (clean image next to its adversarial version): only
+images the model classifies correctly when clean, so that every row shows an attack that changed a right answer.
+
 Conventions follow :mod:`advopenood.metrics` (OpenOOD): OOD/adversarial is the positive class, the decision
 score is ``-conf``; the ROC's x axis is the share of ID samples flagged as OOD, the y axis the share of OOD
 samples detected.
@@ -62,6 +65,24 @@ def ood_matrix(ood: pd.DataFrame, metric: str = "auroc") -> pd.DataFrame:
     table.index.name, table.columns.name = "detector", None
     table.attrs["n_natural"] = len(natural)
     return table
+
+
+def pick_examples(df: pd.DataFrame, k: int) -> pd.DataFrame:
+    """Up to ``k`` rows of ``df`` (columns ``y``, ``clean_pred``, ``success``, ``l2``) for an example grid.
+
+    Only clean-correct rows (``clean_pred == y``) qualify: a misclassified clean image "succeeds" under any
+    attack without showing one. Among them the successful attacks, else all, spread over the ``l2`` range from
+    largest to smallest. Empty when no row is clean-correct or ``k`` is 0.
+    """
+    pool = df[df["clean_pred"].to_numpy() == df["y"].to_numpy()]
+    success = pool["success"].to_numpy(bool)
+    if success.any():
+        pool = pool[success]
+    if k <= 0 or pool.empty:
+        return pool.iloc[:0]
+    pool = pool.sort_values("l2", ascending=False, kind="stable")
+    picks = np.unique(np.linspace(0, len(pool) - 1, num=min(k, len(pool))).round().astype(int))
+    return pool.iloc[picks]
 
 
 def plot_auroc_heatmap(ood: pd.DataFrame) -> Figure:

@@ -93,26 +93,54 @@ def _pct(value: float) -> str:
 
 # ------------------------------------------------------------------------------------------------- readings
 
+def _ranked(labels: list[str], which: str) -> str:
+    """``"A is the strongest attack"`` or, on a tie, ``"A and B are the strongest attacks"``."""
+    if len(labels) == 1:
+        return f"{labels[0]} is the {which} attack"
+    return f"{_join(labels)} are the {which} attacks"
+
+
 def read_asr(asr: pd.DataFrame) -> list[str]:
-    """Clean accuracy, and the strongest and weakest attack by ASR."""
+    """Clean accuracy, and the strongest and weakest attack by ASR (ties named together)."""
     out = []
     acc = asr["clean_acc"].dropna()
     if len(acc):
         n = int(asr["n"].iloc[0])
         out.append(f"The classifier's clean accuracy is {_pct(float(acc.iloc[0]))} on {n} ID images.")
-    rows = asr.dropna(subset=["asr"]).sort_values("asr", ascending=False, kind="stable")
-    labels = [name(a) for a in rows["attack"]]
+    rows = asr.dropna(subset=["asr"])
+    labels, values = [name(a) for a in rows["attack"]], [float(v) for v in rows["asr"]]
     if len(rows) == 1:
-        out.append(f"{labels[0]} succeeds on {_pct(rows['asr'].iloc[0])} of the correctly classified images.")
+        out.append(f"{labels[0]} succeeds on {_pct(values[0])} of the correctly classified images.")
     elif len(rows) > 1:
-        out.append(f"{labels[0]} is the strongest attack (ASR {_pct(rows['asr'].iloc[0])} of correctly classified "
-                   f"images) and {labels[-1]} the weakest ({_pct(rows['asr'].iloc[-1])}).")
+        hi, lo = max(values), min(values)
+        if hi == lo:
+            out.append(f"Every attack ({_join(labels)}) succeeds on {_pct(hi)} of the correctly classified images.")
+        else:
+            top = [a for a, v in zip(labels, values) if v == hi]
+            bottom = [a for a, v in zip(labels, values) if v == lo]
+            out.append(f"{_ranked(top, 'strongest')} (ASR {_pct(hi)} of correctly classified images) and "
+                       f"{_ranked(bottom, 'weakest')} ({_pct(lo)}).")
     return out
 
 
+def compare_natural_adversarial(nat: float, adv: float) -> str:
+    """The sentence comparing mean AUROC on natural OOD sets (``nat``) with that under attack (``adv``); its
+    verb and reading follow the sign of the difference (as shown, to one decimal)."""
+    nat_s, adv_s = f"{nat:.1f}", f"{adv:.1f}"
+    if nat_s == adv_s:
+        return (f"Averaged over detectors, AUROC is {nat_s} both on natural OOD sets and under attack: the attacks "
+                "are as hard to detect as natural OOD.")
+    if adv < nat:
+        return (f"Averaged over detectors, AUROC falls from {nat_s} on natural OOD sets to {adv_s} under attack: "
+                "adversarial examples evade the detectors more than natural OOD does.")
+    return (f"Averaged over detectors, AUROC rises from {nat_s} on natural OOD sets to {adv_s} under attack: here "
+            "the detectors flag adversarial examples more readily than natural OOD.")
+
+
 def read_ood(ood: pd.DataFrame) -> list[str]:
-    """Per attack: which detectors fall below chance (AUROC < 50), or the best and worst; natural sets: the
-    best and worst detector by mean AUROC; and the mean AUROC drop from natural to adversarial sets."""
+    """Natural sets: the best and worst detector by mean AUROC and any below chance; per attack: which
+    detectors fall below chance (AUROC < 50), or the best and worst; and the mean AUROC from natural OOD sets
+    to adversarial sets (:func:`compare_natural_adversarial`)."""
     table = ood_matrix(ood, "auroc")
     if table.empty:
         return []
@@ -121,10 +149,18 @@ def read_ood(ood: pd.DataFrame) -> list[str]:
     out = []
     if natural.shape[1]:
         mean = natural.mean(axis=1, skipna=False).dropna()
-        if len(mean):
+        sets = ", ".join(map(str, natural.columns))
+        if len(mean) == 1:
+            out.append(f"On natural OOD sets ({sets}), {name(mean.index[0])} reaches a mean AUROC of {mean.iloc[0]:.1f}.")
+        elif len(mean):
             best, worst = mean.idxmax(), mean.idxmin()
-            out.append(f"On natural OOD sets ({', '.join(map(str, natural.columns))}), {name(best)} is the best "
-                       f"detector (mean AUROC {mean[best]:.1f}) and {name(worst)} the worst ({mean[worst]:.1f}).")
+            out.append(f"On natural OOD sets ({sets}), {name(best)} is the best detector (mean AUROC {mean[best]:.1f}) "
+                       f"and {name(worst)} the worst ({mean[worst]:.1f}).")
+        below = [name(d) for d in mean.index if mean[d] < CHANCE]
+        if below:
+            verb = "scores" if len(below) == 1 else "score"
+            out.append(f"{_join(below)} {verb} below chance on natural OOD (mean AUROC < 50): OOD images look more "
+                       "in-distribution to them than ID images.")
     for col in attacks.columns:
         scores = attacks[col].dropna()
         if not len(scores):
@@ -145,9 +181,7 @@ def read_ood(ood: pd.DataFrame) -> list[str]:
     if natural.shape[1] and attacks.shape[1]:
         nat, adv = natural.stack().mean(), attacks.stack().mean()
         if not (math.isnan(nat) or math.isnan(adv)):
-            direction = "drops" if adv < nat else "rises"
-            out.append(f"Averaged over detectors, AUROC {direction} from {nat:.1f} on natural OOD sets to {adv:.1f} "
-                       "on adversarial sets.")
+            out.append(compare_natural_adversarial(float(nat), float(adv)))
     return out
 
 

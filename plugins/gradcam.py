@@ -40,7 +40,7 @@ from advopenood.data import stack
 from advopenood.errors import UsageError
 from advopenood.io import save_figure
 from advopenood.models import Classifier
-from advopenood.plots import safe_name
+from advopenood.plots import pick_examples, safe_name
 from advopenood.registry import register
 
 #: The paper's three regimes plus the corner it argues cannot occur (reported so shares sum to 100 %).
@@ -248,14 +248,6 @@ def plot_shift(df: pd.DataFrame, attack: str, l2_threshold: float, ssim_threshol
     return fig
 
 
-def _pick_examples(df: pd.DataFrame, k: int) -> pd.DataFrame:
-    """``k`` samples spread over the L2 range of the successful attacks (all samples if none succeeded)."""
-    pool = df[df["success"].astype(bool)] if df["success"].any() else df
-    pool = pool.sort_values("l2", ascending=False, kind="stable")
-    picks = np.unique(np.linspace(0, len(pool) - 1, num=min(k, len(pool))).round().astype(int))
-    return pool.iloc[picks]
-
-
 def _show(ax, img: np.ndarray, cam: np.ndarray | None = None) -> None:
     img = np.transpose(img, (1, 2, 0))
     ax.imshow(img[..., 0] if img.shape[-1] == 1 else img, cmap="gray" if img.shape[-1] == 1 else None,
@@ -376,7 +368,9 @@ class GradCamAnalysis:
         return df
 
     def _plot_examples(self, ctx: RunContext, cam: CamExtractor, name: str, frame: pd.DataFrame) -> None:
-        picks = _pick_examples(frame, self.n_examples)
+        picks = pick_examples(frame, self.n_examples)
+        if picks.empty:
+            return
         rows = picks["row"].to_numpy()
         x, _ = stack(ctx.id_set, rows)
         x_adv = ctx.id_adv_sets[name].load(rows)

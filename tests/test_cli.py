@@ -60,8 +60,8 @@ def test_third_party_detector_is_listed_and_runs(plugin_path, tmp_path, session_
 
     ood = pd.read_csv(out / "ood.csv")
     rows = ood[ood.detector == "negentropy"]
-    assert set(rows.ood_set) >= {"fgsm", "textures", "noise"} and rows.auroc.notna().all()
-    assert rows[rows.ood_set == "noise"].auroc.iloc[0] > 50
+    assert set(rows.ood_set) >= {"fgsm", "textures", "blobs"} and rows.auroc.notna().all()
+    assert rows[rows.ood_set == "blobs"].auroc.iloc[0] > 50
 
 
 def _config(tmp_path: Path, **changes) -> str:

@@ -70,13 +70,24 @@ def test_torchvision_missing_files_is_a_usage_error(tmp_path):
         build_dataset({"kind": "torchvision", "dataset": "MNIST", "name": "mnist"}, tmp_path, 1, 28)
 
 
-def test_demo_sets_need_nothing_but_the_install():
+def test_demo_digits_need_nothing_but_the_install():
     train = build_dataset({"kind": "demo", "name": "digits", "split": "train"}, None, 1, 16)
     test = build_dataset({"kind": "demo", "name": "digits", "split": "test"}, None, 1, 16)
     assert len(train) + len(test) == 1797 and train[0][0].shape == (1, 16, 16)
-    for name in ("textures", "noise"):
-        ds = build_dataset({"kind": "demo", "name": name}, None, 1, 16)
-        assert len(ds) == 400 and ds[0][1] == -1
+
+
+@pytest.mark.parametrize("name, n", [("textures", 400), ("blobs", 400), ("inverted", 540), ("noise", 400)])
+def test_demo_ood_sets_need_nothing_but_the_install(name, n):
+    ds = build_dataset({"kind": "demo", "name": name}, None, 1, 16)
+    x, y = stack(ds)
+    assert len(ds) == n and x.shape[1:] == (1, 16, 16) and (y == -1).all()
+    assert 0 <= x.min() < x.max() <= 1 and x.std() > 0.05
+
+
+def test_inverted_demo_set_is_the_test_digits_dark_on_light():
+    digits, _ = stack(build_dataset({"kind": "demo", "name": "digits", "split": "test"}, None, 1, 8))
+    inverted, _ = stack(build_dataset({"kind": "demo", "name": "inverted"}, None, 1, 8))
+    assert torch.allclose(inverted, 1 - digits, atol=1e-6)
 
 
 def test_float_images_outside_unit_range_are_rejected(tmp_path):

@@ -8,6 +8,10 @@ import pandas as pd
 import pytest
 
 from advopenood.cli import main
+from advopenood.data import build_dataset, limit_dataset
+from advopenood.demo import DEMO_MODEL, build_from_config, train_classifier
+from advopenood.errors import UsageError
+from advopenood.plots import pick_examples
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,10 +35,49 @@ def test_demo_writes_every_output(demo_run):
     assert asr.clean_acc.iloc[0] > 95
     by = asr.set_index("attack")
     assert by.loc["df", "asr"] == 100 and by.loc["pgd", "asr"] >= by.loc["fgsm", "asr"]
-    assert by.loc["pgd", "mean_linf"] <= 8 / 255 + 1e-6
+    assert by.loc["pgd", "mean_linf"] <= 16 / 255 + 1e-6
     ood = pd.read_csv(demo_run / "ood.csv")
-    assert set(ood.ood_set) >= {"textures", "noise", "fgsm", "pgd", "df", "mpgd"}
+    assert set(ood.ood_set) >= {"textures", "blobs", "inverted", "fgsm", "pgd", "df", "mpgd"}
     assert ood.detector.nunique() == 16
+
+
+@pytest.mark.parametrize("ood_set", ["textures", "blobs", "inverted"])
+def test_demo_detects_natural_ood(demo_run, ood_set):
+    ood = pd.read_csv(demo_run / "ood.csv")
+    auroc = ood[(ood.attack == "none") & (ood.ood_set == ood_set)].set_index("detector").auroc
+    assert len(auroc) == 16 and (auroc > 80).sum() >= 12, auroc.sort_values().to_dict()
+    assert (auroc[["msp", "mls", "odin", "gen", "knn", "mds", "vim"]] > 80).all(), auroc.to_dict()
+
+
+def test_pgd_defeats_the_demos_logit_detectors(demo_run):
+    ood = pd.read_csv(demo_run / "ood.csv")
+    auroc = ood[ood.attack == "pgd"].set_index("detector").auroc
+    assert (auroc[["msp", "mls", "ebo", "odin", "gen"]] < 50).all(), auroc.to_dict()
+    assert (auroc[["mds", "gram"]] > 80).all(), auroc.to_dict()
+
+
+def test_example_grid_rows_are_clean_correct(demo_run):
+    cams = pd.read_csv(demo_run / "gradcam.csv")
+    wrong = cams[cams.clean_pred != cams.y]
+    assert len(wrong) and wrong.success.all()  # misclassified clean images count as successful attacks
+    for attack, frame in cams.groupby("attack"):
+        picks = pick_examples(frame, 6)
+        assert len(picks) == 6 and (picks.clean_pred == picks.y).all() and picks.success.all(), attack
+        assert not set(picks["index"]) & set(wrong["index"])
+        assert (demo_run / "plots" / f"gradcam_examples_{attack}.png").is_file()
+    assert pick_examples(wrong, 6).empty
+
+
+def test_demo_config_trains_the_demo_model(demo_run):
+    info = json.loads((demo_run / "run.json").read_text())
+    assert {k: info["config"]["model"][k] for k in DEMO_MODEL} == DEMO_MODEL
+
+
+def test_negative_mixup_is_a_usage_error():
+    digits = limit_dataset(build_dataset({"kind": "demo", "name": "digits", "split": "train"}, None, 1, 16), 8, 0)
+    with pytest.raises(UsageError, match="mixup"):
+        train_classifier(build_from_config(DEMO_MODEL, None, "cpu"), digits, {**DEMO_MODEL["train"], "mixup": -1},
+                         0, progress=False)
 
 
 def test_run_json_records_seed_versions_and_keys(demo_run):

@@ -19,7 +19,8 @@ from advopenood.context import CleanRecord, RunContext
 from advopenood.data import build_dataset, limit_dataset, make_loader, stack
 from advopenood.models import weights_hash
 from advopenood.plots import make_plots, ood_matrix, plot_roc, roc_sets
-from advopenood.report import build_report, eps_label, read_bintest, read_gradcam, read_ood, write_report
+from advopenood.report import (build_report, compare_natural_adversarial, eps_label, read_asr, read_bintest,
+                               read_gradcam, read_ood, write_report)
 from advopenood.store import AdvStore, library_versions
 
 CPU = torch.device("cpu")
@@ -131,8 +132,11 @@ def test_report_has_every_section_and_readings_match_the_numbers(tiny_run):
             named = re.match(r"- (.*) falls? below chance", line).group(1)
             assert sorted(re.split(r", | and ", named)) == below
     asr = pd.read_csv(out / "asr.csv")
-    strongest = asr.loc[asr["asr"].idxmax(), "attack"].upper()
-    assert f"{strongest} is the strongest attack" in md
+    strongest = [a.upper() for a in asr.loc[asr["asr"] == asr["asr"].max(), "attack"]]
+    if len(strongest) == 1:
+        assert f"{strongest[0]} is the strongest attack" in md
+    else:
+        assert f"{', '.join(strongest[:-1])} and {strongest[-1]} are the strongest attacks" in md
     summary = pd.read_csv(out / "gradcam_summary.csv")
     pgd = summary[(summary["attack"] == "pgd") & (summary["subset"] == "successful")].iloc[0]
     assert f"Under PGD, Grad-CAM attention changed (high L2, low SSIM) for {pgd['pct_changed']:.1f} %" in md
@@ -192,7 +196,8 @@ def test_readings_on_hand_made_tables():
         "On natural OOD sets (texture), KNN is the best detector (mean AUROC 90.0) and MLS the worst (70.0).",
         "MSP and MLS fall below chance (AUROC < 50) on PGD; the best is KNN (AUROC 60.0).",
         "No detector falls below chance on DF; the best is KNN (AUROC 75.0) and the worst MSP (55.0).",
-        "Averaged over detectors, AUROC drops from 80.0 on natural OOD sets to 55.0 on adversarial sets."]
+        "Averaged over detectors, AUROC falls from 80.0 on natural OOD sets to 55.0 under attack: adversarial "
+        "examples evade the detectors more than natural OOD does."]
     bintest = pd.DataFrame({"attack": ["pgd", "fgsm", "df"], "eps": 8 / 255, "asr": [0.99, 0.4, 0.97],
                             "random_asr": [0.1, 0.2, 0.8], "passed": [True, False, False],
                             "inconclusive": [False, False, True]})
@@ -208,6 +213,53 @@ def test_readings_on_hand_made_tables():
         "Under DF, Grad-CAM attention changed (high L2, low SSIM) for 10.0 % of 10 successful attacks, moved with "
         "its structure kept for 20.0 % and stayed unchanged for 70.0 % (median L2 0.004, median SSIM 0.93)."]
     assert [eps_label(e) for e in (8 / 255, 4 / 255, 0.05, 1.0, np.nan)] == ["8/255", "4/255", "0.05", "1", ""]
+
+
+def _ood_table(natural: list[float], adversarial: list[float]) -> pd.DataFrame:
+    """An ``ood.csv`` with detectors MSP, MLS, KNN on one natural set (``texture``) and PGD."""
+    return pd.DataFrame({"dataset": "digits", "arch": "democnn", "backend": "builtin",
+                         "attack": ["none"] * 3 + ["pgd"] * 3, "ood_set": ["texture"] * 3 + ["pgd"] * 3,
+                         "detector": ["msp", "mls", "knn"] * 2, "auroc": natural + adversarial})
+
+
+@pytest.mark.parametrize("natural, adversarial, verb, reading", [
+    ([90.0, 85.0, 95.0], [20.0, 30.0, 70.0], "falls from 90.0 on natural OOD sets to 40.0 under attack",
+     "evade the detectors more"),
+    ([40.0, 35.0, 90.0], [80.0, 85.0, 95.0], "rises from 55.0 on natural OOD sets to 86.7 under attack",
+     "flag adversarial examples more readily"),
+    ([60.0, 60.0, 60.0], [60.0, 60.0, 60.0], "is 60.0 both on natural OOD sets and under attack", "as hard to detect"),
+])
+def test_natural_vs_adversarial_sentence_follows_the_numbers(natural, adversarial, verb, reading):
+    last = read_ood(_ood_table(natural, adversarial))[-1]
+    assert last.startswith(f"Averaged over detectors, AUROC {verb}") and reading in last
+    nat, adv = np.mean(natural), np.mean(adversarial)
+    assert compare_natural_adversarial(nat, adv) == last
+    for other in {"falls", "rises", "both"} - {verb.split()[0], verb.split()[2]}:
+        assert f"AUROC {other} " not in last
+
+
+@pytest.mark.parametrize("natural, expected", [
+    ([90.0, 85.0, 95.0], None),
+    ([40.0, 85.0, 95.0], "MSP scores below chance on natural OOD"),
+    ([40.0, 30.0, 95.0], "MSP and MLS score below chance on natural OOD"),
+])
+def test_natural_below_chance_is_named(natural, expected):
+    lines = read_ood(_ood_table(natural, [50.0, 50.0, 50.0]))
+    below = [s for s in lines if "below chance on natural OOD" in s]
+    assert below == ([] if expected is None else [next(s for s in below if s.startswith(expected))])
+
+
+@pytest.mark.parametrize("asrs, expected", [
+    ({"fgsm": 80.0, "pgd": 99.0, "df": 100.0}, "DF is the strongest attack (ASR 100.0 % of correctly classified "
+                                              "images) and FGSM is the weakest attack (80.0 %)."),
+    ({"fgsm": 80.0, "pgd": 100.0, "df": 100.0}, "PGD and DF are the strongest attacks (ASR 100.0 % of correctly "
+                                               "classified images) and FGSM is the weakest attack (80.0 %)."),
+    ({"pgd": 100.0, "df": 100.0}, "Every attack (PGD and DF) succeeds on 100.0 % of the correctly classified images."),
+    ({"pgd": 97.5}, "PGD succeeds on 97.5 % of the correctly classified images."),
+])
+def test_asr_sentence_follows_the_numbers(asrs, expected):
+    asr = pd.DataFrame({"attack": list(asrs), "asr": list(asrs.values()), "n": 60, "clean_acc": 98.0})
+    assert read_asr(asr) == ["The classifier's clean accuracy is 98.0 % on 60 ID images.", expected]
 
 
 def test_roc_plot_takes_arrays():
