@@ -68,6 +68,8 @@ class TrainSpec(_Strict):
     epochs: int = Field(30, ge=1)
     lr: float = Field(0.01, gt=0)
     batch: int = Field(64, ge=1)
+    #: mixup's Beta parameter (Zhang et al. 2018); 0 trains without mixup
+    mixup: float = Field(0.0, ge=0)
 
 
 class ModelSpec(_Strict):
