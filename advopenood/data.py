@@ -7,6 +7,7 @@ content-addressed store (name, source fingerprint, length), so a changed file gi
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
@@ -197,10 +198,19 @@ def _demo_noise(n: int = 400) -> tuple[np.ndarray, np.ndarray]:
     return rng.integers(0, 256, size=(n, 16, 16), dtype=np.uint8), np.full(n, -1, dtype=np.int64)
 
 
+def dataset_name(spec: Mapping[str, Any]) -> str:
+    """The name a data entry's set gets in outputs: ``name`` (a demo set: ``name_as``, else the set's name, with
+    the split for the digits), else the stem of its file or image list, else its kind."""
+    if spec.get("kind") == "demo":
+        which = str(spec.get("name") or "digits")
+        return str(spec.get("name_as") or (which if which != "digits" else f"digits_{spec.get('split', 'test')}"))
+    return str(spec.get("name") or Path(str(spec.get("path", spec.get("imglist", spec.get("kind")))))).stem)
+
+
 def build_dataset(spec: dict[str, Any], root: Path | None, channels: int, size: int) -> Dataset:
     """Build one dataset from a config entry (``kind`` is one of :data:`DATASET_KINDS`)."""
     kind = spec.get("kind")
-    name = spec.get("name") or Path(str(spec.get("path", spec.get("imglist", kind)))).stem
+    name = dataset_name(spec)
     if kind == "npz":
         path = _resolve(spec["path"], root)
         if not path.is_file():
@@ -234,8 +244,7 @@ def build_dataset(spec: dict[str, Any], root: Path | None, channels: int, size: 
             raise UsageError(f"unknown demo dataset {which!r}; valid choices: {', '.join(DEMO_SETS)}")
         x, y = makers[which]()
         fp = hashlib.sha256(x.tobytes() + y.tobytes()).hexdigest()
-        label = which if which != "digits" else f"digits_{spec.get('split', 'test')}"
-        return ArrayDataset(x, y, spec.get("name_as", label), fp, channels, size)
+        return ArrayDataset(x, y, name, fp, channels, size)
     raise UsageError(f"unknown dataset kind {kind!r} in {spec}; valid choices: {', '.join(DATASET_KINDS)}")
 
 

@@ -188,22 +188,15 @@ def check_runtime(cfg: Mapping[str, Any]) -> None:
 def check_plugins(cfg: Mapping[str, Any], attack_only: bool = False) -> None:
     """Every attack, detector, evaluator and analysis builds with its parameters; OOD->ID attacks have a source."""
     from advopenood.config import expand_attacks
+    from advopenood.data import dataset_name
     from advopenood.detectors import check_detectors
     from advopenood.pipeline import build_plugins, check_sources
 
     specs = expand_attacks(cfg, int(cfg["model"]["input_size"]))
-    check_sources(specs, [spec_name(s) for s in cfg["data"].get("ood") or []])
+    check_sources(specs, [dataset_name(s) for s in cfg["data"].get("ood") or []])
     check_detectors(list(cfg["detectors"]), cfg["detector_params"])
     if not attack_only:
         build_plugins(cfg)
-
-
-def spec_name(spec: Mapping[str, Any]) -> str:
-    """The name a data entry gets in outputs: ``name``, else its file's stem, else its kind."""
-    if spec.get("kind") == "demo":
-        which = str(spec.get("name") or "digits")
-        return str(spec.get("name_as") or (which if which != "digits" else f"digits_{spec.get('split', 'test')}"))
-    return str(spec.get("name") or Path(str(spec.get("path", spec.get("imglist", spec.get("kind"))))).stem)
 
 
 def preflight(cfg: Mapping[str, Any], *, overwrite: bool = False, attack_only: bool = False) -> None:
