@@ -204,7 +204,8 @@ def dataset_name(spec: Mapping[str, Any]) -> str:
     if spec.get("kind") == "demo":
         which = str(spec.get("name") or "digits")
         return str(spec.get("name_as") or (which if which != "digits" else f"digits_{spec.get('split', 'test')}"))
-    return str(spec.get("name") or Path(str(spec.get("path", spec.get("imglist", spec.get("kind")))))).stem)
+    source = spec.get("path", spec.get("imglist", spec.get("kind")))
+    return str(spec.get("name") or Path(str(source)).stem)
 
 
 def build_dataset(spec: dict[str, Any], root: Path | None, channels: int, size: int) -> Dataset:

@@ -52,6 +52,7 @@ def export_openood(ctx: RunContext) -> list[str]:
     out = []
     for adv in ctx.id_adv_sets.values():
         imglist, total, survive = export_set(adv, ctx.model, ctx.out / "openood", ctx.dataset, ctx.batch_size, ctx.device)
-        out.append(f"{adv.set_name}: {imglist} - {survive} of {total} successful adversarial examples "
+        where = imglist.relative_to(ctx.out).as_posix()  # ctx.out is the staging folder until the run ends
+        out.append(f"{adv.set_name}: OUT/{where} - {survive} of {total} successful adversarial examples "
                    "survive 8-bit rounding")
     return out

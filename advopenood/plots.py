@@ -18,15 +18,14 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
-from matplotlib.colors import TwoSlopeNorm
-from matplotlib.figure import Figure
-from sklearn.metrics import auc, roc_curve
-
 from advopenood.io import save_figure
+
+if TYPE_CHECKING:  # matplotlib and scikit-learn load on first plot: seconds that every command would pay
+    from matplotlib.figure import Figure
 
 PLOT_DIR = "plots"
 
@@ -89,6 +88,9 @@ def plot_auroc_heatmap(ood: pd.DataFrame) -> Figure:
     """Heatmap of AUROC (%) per detector and set; 50 (chance) is white, below red, above green."""
     table = ood_matrix(ood, "auroc")
     n_rows, n_cols = table.shape
+    from matplotlib.colors import TwoSlopeNorm
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(max(4.5, 1.0 * n_cols + 2.5), max(2.5, 0.42 * n_rows + 1.6)))
     ax = fig.subplots()
     values = table.to_numpy(dtype=float)
@@ -121,6 +123,9 @@ def plot_roc(conf_id: np.ndarray, conf_ood: Mapping[str, np.ndarray], detector: 
     solid, natural OOD sets dashed. The legend gives each curve's AUROC in percent.
     """
     adversarial = set(adversarial)
+    from matplotlib.figure import Figure
+    from sklearn.metrics import auc, roc_curve
+
     fig = Figure(figsize=(5.6, 5.0))
     ax = fig.subplots()
     conf_id = np.asarray(conf_id, dtype=float)

@@ -24,15 +24,12 @@ SSIM 0.5) are advopenood's choice, not the paper's, and every output says so (``
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from matplotlib.figure import Figure
-from scipy.ndimage import gaussian_filter
-from skimage.metrics import structural_similarity
 from tqdm.auto import tqdm
 
 from advopenood.context import RunContext
@@ -42,6 +39,9 @@ from advopenood.io import save_figure
 from advopenood.models import Classifier
 from advopenood.plots import pick_examples, safe_name
 from advopenood.registry import register
+
+if TYPE_CHECKING:  # matplotlib loads on the first figure
+    from matplotlib.figure import Figure
 
 #: The paper's three regimes plus the corner it argues cannot occur (reported so shares sum to 100 %).
 REGIMES = ("changed", "moved", "unchanged", "low_l2_low_ssim")
@@ -86,6 +86,8 @@ def cam_distance(map_a: np.ndarray, map_b: np.ndarray) -> tuple[float, float]:
     if min(a.shape) < SSIM_MIN_SIDE:
         raise ValueError(f"maps of {a.shape[0]}x{a.shape[1]} are too small for SSIM's 7x7 window; "
                          "upsample them to the input size first")
+    from skimage.metrics import structural_similarity
+
     l2 = float(np.mean((a - b) ** 2))
     ssim = float(structural_similarity(a, b, data_range=1.0))
     return l2, ssim
@@ -193,6 +195,8 @@ def _density(x: np.ndarray, y: np.ndarray, bins: int = 60) -> np.ndarray:
         return np.ones(len(x))
     xr = (0.0, max(float(x.max()), 1e-6) * 1.001)
     yr = (min(float(y.min()), 0.0), 1.0001)
+    from scipy.ndimage import gaussian_filter
+
     hist, xe, ye = np.histogram2d(x, y, bins=bins, range=(xr, yr))
     hist = gaussian_filter(hist, sigma=1.5)
     ix = np.clip(np.searchsorted(xe, x, side="right") - 1, 0, bins - 1)
@@ -209,6 +213,8 @@ def plot_shift(df: pd.DataFrame, attack: str, l2_threshold: float, ssim_threshol
     """L2-vs-SSIM scatter coloured by density (red dense, blue sparse, as the paper's Figure 1); the regime
     quadrants are shaded and their shares given in the legend; unsuccessful attacks are grey crosses."""
     from matplotlib.patches import Patch
+
+    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.4, 5.6))
     ax = fig.subplots()
@@ -262,6 +268,8 @@ def plot_examples(x: np.ndarray, x_adv: np.ndarray, cams: np.ndarray, cams_adv: 
                   rows: pd.DataFrame, attack: str, target_rule: str = "prediction") -> Figure:
     """Grid with one sample per row: clean image, clean CAM, adversarial image, adversarial CAM (overlaid)."""
     n = len(rows)
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(7.2, 1.9 * n + 0.4))
     axes = fig.subplots(n, 4, squeeze=False)
     for i, (_, r) in enumerate(rows.iterrows()):

@@ -29,7 +29,7 @@ def test_demo_writes_every_output(demo_run):
         assert (demo_run / name).is_file(), name
     asr = pd.read_csv(demo_run / "asr.csv")
     assert list(asr.columns) == ["dataset", "arch", "attack", "eps", "n", "clean_acc", "asr", "asr_all",
-                                 "mean_linf", "mean_l2", "seed", "source"]
+                                 "mean_linf", "mean_l2", "seed", "source", "protocol"]
     assert (asr.source == "id").all()
     assert set(asr.attack) == {"fgsm", "pgd", "df", "mpgd"} and (asr.n == 150).all()
     assert asr.clean_acc.iloc[0] > 95
