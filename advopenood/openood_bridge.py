@@ -219,7 +219,8 @@ def adv_evaluator_class() -> type:
                     scores[name] = list(self.postprocessor.inference(
                         self.net, self.dataloader_dict["ood"]["adv"][name], progress))
             pred, conf, _ = scores[name]
-            asr = asr_row(adv, self.id_name, "", 0, float("nan"), DEFAULT_PROTOCOL)["asr"] if adv is not None else float("nan")
+            nan = float("nan")
+            asr = asr_row(adv, self.id_name, "", 0, nan, DEFAULT_PROTOCOL)["asr"] if adv is not None else nan
             if not len(conf):
                 return [np.nan] * 5 + [0.0, asr]
             label = np.concatenate([id_list[2], -np.ones(len(conf), dtype=int)])
