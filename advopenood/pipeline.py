@@ -182,7 +182,7 @@ def prepare(cfg: Mapping[str, Any], progress: bool = True) -> tuple[Classifier, 
     ood_sets = {}
     for spec in d.get("ood") or []:
         ds = build_dataset(spec, root, channels, size)
-        ood_sets[ds.name] = limit_dataset(ds, d.get("ood_limit", cfg["limit"]), int(cfg["seed"]))
+        ood_sets[ds.name] = limit_dataset(ds, d.get("ood_limit") or cfg["limit"], int(cfg["seed"]))
     device = torch.device(cfg["device"])
     model = load_model(cfg, fit_set, device, progress)
     return model, id_set, fit_set, ood_sets, specs
