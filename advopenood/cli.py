@@ -1,43 +1,37 @@
-"""``advopenood`` command line: run, attack, demo, bintest, list, export, eval-ood.
+"""``advopenood`` command line: run, attack, demo, bintest, list, eval-ood.
 
 Bad input exits with code 2 and one line naming the bad value and the valid choices, no traceback.
 """
 from __future__ import annotations
 
-import argparse
-import sys
-from typing import Sequence
+import os
 
-from advopenood import __version__, registry
-from advopenood.errors import UsageError
+# Idle OpenMP threads sleep instead of spinning (set before torch loads): on a loaded machine a spinning pool
+# makes a run several times slower. The user's own setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+from typing import Callable, Sequence  # noqa: E402
+
+from advopenood import __version__, registry  # noqa: E402
+from advopenood.errors import UsageError  # noqa: E402
+
+COMMANDS = {
+    "run": "attacks, detectors, evaluators and analyses of a config; writes CSVs, plots and a report",
+    "attack": "generate (or reuse) the adversarial sets of a config and write asr.csv only",
+    "demo": "the embedded demo (no download, about 20 s): every stage on built-in data",
+    "bintest": "binarization test of attacks (Zimmermann et al.): is the attack strong enough?",
+    "list": "registered plugins of a kind (attacks, detectors, evaluators, analyses), one line each",
+    "eval-ood": "OpenOOD's scripts/eval_ood.py with adversarial splits (needs OpenOOD)",
+}
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a bad flag in one line (exit 2) instead of usage + error."""
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line (a UsageError, exit 2) instead of usage + error."""
 
     def error(self, message: str) -> None:
-        raise UsageError(message)
-
-
-def _run_flags(p: argparse.ArgumentParser, config_required: bool = True) -> None:
-    p.add_argument("--config", required=config_required, help="YAML path or packaged name (demo, cifar10_resnet20)")
-    p.add_argument("--data-root", help="folder holding the config's data files (or OpenOOD's data/ folder)")
-    p.add_argument("--out", help="output folder (default runs/<config name>)")
-    p.add_argument("--protocol", help="strong (default, ours) | lorenz2024 | mahmood2021: see README, Protocols")
-    p.add_argument("--attack", help="comma-separated attacks, e.g. pgd,fgsm,df,mpgd")
-    p.add_argument("--eps", help="budget(s) for bounded attacks, e.g. 8/255 or 0.01,0.03 (a sweep)")
-    p.add_argument("--detectors", help="all, or comma-separated detector names")
-    p.add_argument("--detector-backend", help="auto | openood | pytorch-ood")
-    p.add_argument("--evaluator", help="comma-separated evaluators (default: ood)")
-    p.add_argument("--analysis", help="comma-separated analyses, e.g. gradcam,bintest")
-    p.add_argument("--limit", type=_positive_int, help="evaluate the first N images of a seeded permutation of the ID set")
-    p.add_argument("--device", help="cpu | cuda | cuda:N")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--shard-size", type=_positive_int, help="images per stored shard (default 256)")
-    p.add_argument("--cache-dir", help="attack store and model cache (default $ADVOPENOOD_CACHE or ~/.cache/advopenood)")
-    p.add_argument("--export-png", action="store_true",
-                   help="also export adversarial sets as PNG + OpenOOD image lists under OUT/openood/")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+        raise UsageError(f"{self.prog}: {message}")
 
 
 def _positive_int(text: str) -> int:
@@ -50,28 +44,83 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _cores(text: str) -> int:
+    value = _positive_int(text) if text != "0" else 0
+    cores = os.cpu_count() or 1
+    if value > cores:
+        raise argparse.ArgumentTypeError(f"{value} exceeds the {cores} cores of this machine; valid choices: 0..{cores}")
+    return value
+
+
+def _common_flags(p: argparse.ArgumentParser, config_required: bool) -> None:
+    from advopenood.config import packaged_configs
+
+    p.add_argument("--config", required=config_required,
+                   help=f"YAML path or packaged name: {', '.join(packaged_configs())}")
+    p.add_argument("--data-root", help="folder the config's data files and checkpoint are relative to "
+                                       "(for OpenOOD data, its data/ folder)")
+    p.add_argument("--out", help="output folder (default runs/<config name>); it holds only this run's files")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into an output folder that holds files advopenood did not write (they are kept)")
+    p.add_argument("--protocol", help="strong (default, ours) | lorenz2024 | mahmood2021; see README, 'Protocols'")
+    p.add_argument("--limit", type=_positive_int,
+                   help="evaluate the first N images of a seeded permutation of each test set (ID and natural OOD)")
+    p.add_argument("--device", help="cpu | cuda | cuda:N")
+    p.add_argument("--seed", type=int, help="seed of every random choice (default 0); written into every result")
+    p.add_argument("--cache-dir", help="attack store and model cache (default $ADVOPENOOD_CACHE or ~/.cache/advopenood)")
+    p.add_argument("--num-workers", type=_cores, help="data-loading worker processes (default 0; at most the cores)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _attack_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--attack", help="comma-separated attacks, e.g. pgd,fgsm,df,mpgd (advopenood list attacks)")
+    p.add_argument("--eps", help="budget(s) for bounded attacks, e.g. 8/255 or 0.01,0.03 (a sweep)")
+    p.add_argument("--shard-size", type=_positive_int, help="images per stored shard (default 256)")
+    p.add_argument("--export-png", action="store_true",
+                   help="also export adversarial sets as PNG + OpenOOD image lists under OUT/openood/")
+
+
+def _detection_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--detectors", help="all, or comma-separated detector names (advopenood list detectors)")
+    p.add_argument("--detector-backend", help="auto | openood | pytorch-ood")
+    p.add_argument("--evaluator", help="comma-separated evaluators (default: ood)")
+    p.add_argument("--analysis", help="comma-separated analyses, e.g. gradcam,bintest")
+
+
+SUBCOMMAND_FLAGS: dict[str, list[Callable[[argparse.ArgumentParser], None]]] = {
+    "run": [lambda p: _common_flags(p, True), _attack_flags, _detection_flags],
+    "attack": [lambda p: _common_flags(p, True), _attack_flags],
+    "demo": [lambda p: _common_flags(p, False), _attack_flags, _detection_flags],
+    "bintest": [lambda p: _common_flags(p, True), _attack_flags],
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="advopenood", description="Adversarial robustness of OpenOOD's post-hoc OOD detectors.")
+    """The top-level parser; each subcommand has its own parser with only its own flags."""
+    parser = OneLineParser(prog="advopenood", description="Adversarial robustness of OpenOOD's post-hoc OOD detectors.",
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"advopenood {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    _run_flags(sub.add_parser("run", help="attacks + detectors + evaluators + analyses"))
-    _run_flags(sub.add_parser("attack", help="generate (or reuse) adversarial sets only, and write asr.csv"))
-    demo = sub.add_parser("demo", help="the embedded demo: digits vs textures/noise, small CNN, every stage")
-    _run_flags(demo, config_required=False)
-    bintest = sub.add_parser("bintest", help="binarization test of an attack (same as run --analysis bintest)")
-    _run_flags(bintest)
-    lister = sub.add_parser("list", help="registered plugins with one-line descriptions")
-    lister.add_argument("kind", help=" | ".join(registry.KINDS))
-    sub.add_parser("eval-ood", help="OpenOOD's scripts/eval_ood.py with --attack/--eps (needs OpenOOD)", add_help=False)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    for name, help_text in COMMANDS.items():
+        if name == "eval-ood":
+            sub.add_parser(name, help=help_text, add_help=False)
+            continue
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == "list":
+            p.add_argument("kind", help=" | ".join(registry.KINDS))
+        for add in SUBCOMMAND_FLAGS.get(name, []):
+            add(p)
     return parser
 
 
-def _config(args: argparse.Namespace, **forced) -> dict:
+def _config(args: argparse.Namespace, **forced):
+    """The validated config of a subcommand's flags (``forced`` values replace flags)."""
     from advopenood.config import apply_overrides, load_config
 
     cfg, folder = load_config(args.config or "demo")
-    flags = {k: getattr(args, k) for k in ("data_root", "out", "protocol", "attack", "eps", "detectors", "detector_backend",
-                                            "evaluator", "analysis", "limit", "device", "seed", "cache_dir", "shard_size")}
+    names = ("data_root", "out", "protocol", "attack", "eps", "detectors", "detector_backend", "evaluator", "analysis",
+             "limit", "device", "seed", "cache_dir", "shard_size", "num_workers")
+    flags = {k: getattr(args, k, None) for k in names}
     flags.update({k: v for k, v in forced.items() if v is not None})
     return apply_overrides(cfg, config_dir=folder, **flags)
 
@@ -93,7 +142,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from advopenood.openood_bridge import eval_ood_main
 
             return eval_ood_main(argv[1:])
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        if not argv:
+            parser.print_help()
+            return 0
+        args = parser.parse_args(argv)
         if args.command == "list":
             return cmd_list(args.kind)
         from advopenood import pipeline
@@ -101,12 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         forced = {"bintest": {"analysis": "bintest", "evaluator": "", "detectors": ""},
                   "attack": {"analysis": "", "evaluator": "", "detectors": ""}}.get(args.command, {})
         cfg = _config(args, **forced)
-        ctx = pipeline.run(cfg, attack_only=args.command == "attack", progress=not args.quiet)
-        if args.export_png:
-            from advopenood.export import export_openood
-
-            for line in export_openood(ctx):
-                print(line)
+        ctx = pipeline.run(cfg, attack_only=args.command == "attack", progress=not args.quiet,
+                           overwrite=args.overwrite, export_png=args.export_png)
+        for line in ctx.extras.get("export", []):
+            print(line)
         if ctx.rank == 0:
             print(f"advopenood: wrote {ctx.out}")
         return 0

@@ -1,75 +1,30 @@
-"""Run configuration: YAML files (a path, or the name of a config shipped with the package) plus CLI overrides."""
+"""Run configuration: a typed schema (pydantic) over YAML files and CLI overrides.
+
+Every key at every level is declared in :class:`RunConfig`; an unknown key, a wrong type or an out-of-range
+value is refused with one line naming its full path, the closest valid key or the valid choices, and its
+YAML line and column. The validated config is a read-only mapping (:class:`Config`): the rest of the code
+reads it and never mutates it, and ``run.json`` records it in full. Plugin parameters
+(``attack_params.<name>`` and the like) are checked by constructing the plugins (:mod:`advopenood.preflight`).
+"""
 from __future__ import annotations
 
-import copy
+import difflib
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from advopenood import protocols, registry
 from advopenood.errors import UsageError
 
-DEFAULTS: dict[str, Any] = {
-    "name": "run",
-    "protocol": "strong",
-    "seed": 0,
-    "device": "cpu",
-    "batch_size": 128,
-    "shard_size": 256,
-    "limit": None,
-    "out": None,
-    "cache_dir": None,
-    "model": {"num_classes": 10, "in_channels": 3, "input_size": 32, "checkpoint": None},
-    "data": {"root": None, "fit_limit": None, "ood": []},
-    "attacks": ["fgsm", "pgd", "df", "mpgd"],
-    "attack_params": {},
-    "detectors": "all",
-    "detector_backend": "auto",
-    "detector_params": {},
-    "evaluators": ["ood"],
-    "evaluator_params": {},
-    "analyses": [],
-    "analysis_params": {},
-}
 BACKENDS = ("auto", "openood", "pytorch-ood")
-DEVICES = ("cpu", "cuda")
-
-
-def packaged_configs() -> list[str]:
-    """Names of the configs shipped inside the package (``advopenood.configs``)."""
-    return sorted(p.name[:-5] for p in resources.files("advopenood.configs").iterdir() if p.name.endswith(".yaml"))
-
-
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in over.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
-
-
-def load_config(spec: str) -> tuple[dict[str, Any], Path | None]:
-    """Read a YAML config from a path or a packaged name (``demo``, ``cifar10_resnet20``); returns (config, its folder)."""
-    path = Path(spec).expanduser()
-    if path.is_file():
-        text, folder = path.read_text(), path.parent.resolve()
-    else:
-        name = Path(spec).name.removesuffix(".yaml")
-        packaged = resources.files("advopenood.configs") / f"{name}.yaml"
-        if not packaged.is_file():
-            raise UsageError(f"config {spec!r} not found; valid choices: a YAML path or one of {', '.join(packaged_configs())}")
-        text, folder = packaged.read_text(), Path(str(packaged)).parent
-    try:
-        raw = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise UsageError(f"config {spec!r} is not valid YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(raw, dict):
-        raise UsageError(f"config {spec!r} must be a YAML mapping, not {type(raw).__name__}")
-    return _merge(DEFAULTS, raw), folder
+DEVICE_PATTERN = r"^(cpu|cuda(:\d+)?)$"
 
 
 def parse_eps(text: str | float) -> float:
@@ -78,6 +33,471 @@ def parse_eps(text: str | float) -> float:
         return float(Fraction(str(text).strip())) if "/" in str(text) else float(text)
     except (ValueError, ZeroDivisionError):
         raise UsageError(f"eps {text!r} is not a number; valid choices: a float in (0, 1] or a fraction like 8/255") from None
+
+
+def _eps_value(value: Any) -> Any:
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        try:
+            return parse_eps(value)
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None
+    return value
+
+
+def _names(value: Any) -> Any:
+    """``"a,b"`` or ``["a", "b"]`` -> lower-case names; an empty string selects none."""
+    if isinstance(value, str):
+        value = [v for v in value.split(",") if v.strip()]
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v).strip().lower() for v in value)
+    return value
+
+
+Eps = Annotated[float, BeforeValidator(_eps_value)]
+Names = Annotated[tuple[str, ...], BeforeValidator(_names)]
+Params = dict[str, dict[str, Any]]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TrainSpec(_Strict):
+    """``model.train``: train the architecture on the fit set on first use (cached by recipe and data)."""
+
+    epochs: int = Field(30, ge=1)
+    lr: float = Field(0.01, gt=0)
+    batch: int = Field(64, ge=1)
+
+
+class ModelSpec(_Strict):
+    """``model``: architecture, classes, input layout, normalisation, and a checkpoint or a training recipe."""
+
+    arch: str
+    num_classes: int = Field(10, ge=2)
+    in_channels: Literal[1, 3] = 3
+    input_size: int = Field(32, ge=8)
+    checkpoint: str | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[Annotated[float, Field(gt=0)], ...] | None = None
+    train: TrainSpec | None = None
+
+    @field_validator("arch")
+    @classmethod
+    def _known_arch(cls, value: str) -> str:
+        from advopenood.models import ARCHS
+
+        if value not in ARCHS:
+            raise ValueError(_choice_message("architecture", value, list(ARCHS)))
+        return value
+
+    @model_validator(mode="after")
+    def _channels(self) -> "ModelSpec":
+        for key in ("mean", "std"):
+            value = getattr(self, key)
+            if value is not None and len(value) != self.in_channels:
+                raise ValueError(f"{key} has {len(value)} values but in_channels is {self.in_channels}")
+        return self
+
+
+class _DataSpec(_Strict):
+    name: str | None = None
+
+
+class NpzSpec(_DataSpec):
+    """An ``.npz`` file holding ``x`` (uint8, NHWC or NHW) and ``y`` (int labels)."""
+
+    kind: Literal["npz"]
+    path: str
+
+
+class IdxSpec(_DataSpec):
+    """MNIST-style IDX image and label files."""
+
+    kind: Literal["idx"]
+    images: str
+    labels: str
+
+
+class OpenOODSpec(_DataSpec):
+    """An OpenOOD image list under the data root (``benchmark_imglist/...``) and its image folder."""
+
+    kind: Literal["openood"]
+    imglist: str
+    images: str = "images_classic"
+
+
+class TorchvisionSpec(_DataSpec):
+    """A torchvision dataset by name, read from the data root."""
+
+    kind: Literal["torchvision"]
+    dataset: str | None = None
+    split: str | None = None
+    download: bool = False
+
+
+class DemoSpec(_DataSpec):
+    """A data set embedded in the installed packages (the demo's)."""
+
+    kind: Literal["demo"]
+    split: Literal["train", "test"] = "test"
+    name_as: str | None = None
+
+
+DataSpec = Annotated[Union[NpzSpec, IdxSpec, OpenOODSpec, TorchvisionSpec, DemoSpec], Field(discriminator="kind")]
+DATA_KINDS = ("npz", "idx", "openood", "torchvision", "demo")
+
+
+class DataSection(_Strict):
+    """``data``: the ID test set, the fit (training) set, natural OOD sets, and the folder they are under."""
+
+    root: str | None = None
+    dataset: str | None = None
+    id: DataSpec
+    fit: DataSpec | None = None
+    fit_limit: int | None = Field(None, ge=1)
+    ood_limit: int | None = Field(None, ge=1)
+    ood: tuple[DataSpec, ...] = ()
+
+
+class AttackEntry(_Strict):
+    """One entry of ``attacks``: a name, optional eps (a list gives a sweep), parameters and an output label."""
+
+    name: str
+    eps: Eps | tuple[Eps, ...] | None = None
+    params: dict[str, Any] = {}
+    label: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _lower(cls, value: str) -> str:
+        return value.strip().lower()
+
+
+class RunConfig(_Strict):
+    """A whole run. Every key is listed here; anything else is an error."""
+
+    name: str = "run"
+    protocol: str = "strong"
+    seed: int = Field(0, ge=0)
+    device: str = Field("cpu", pattern=DEVICE_PATTERN)
+    batch_size: int = Field(128, ge=1)
+    shard_size: int = Field(256, ge=1)
+    num_workers: int = Field(0, ge=0)
+    limit: int | None = Field(None, ge=1)
+    out: str | None = None
+    cache_dir: str | None = None
+    model: ModelSpec
+    data: DataSection
+    attacks: tuple[Union[str, AttackEntry], ...] = ("fgsm", "pgd", "df", "mpgd")
+    attack_params: Params = {}
+    detectors: Names = ("all",)
+    detector_backend: Literal[BACKENDS] = "auto"  # type: ignore[valid-type]
+    detector_params: Params = {}
+    evaluators: Names = ("ood",)
+    evaluator_params: Params = {}
+    analyses: Names = ()
+    analysis_params: Params = {}
+
+    @field_validator("protocol")
+    @classmethod
+    def _known_protocol(cls, value: str) -> str:
+        if value not in protocols.PROTOCOLS:
+            raise ValueError(_choice_message("protocol", value, list(protocols.PROTOCOLS)))
+        return value
+
+    @field_validator("num_workers")
+    @classmethod
+    def _workers(cls, value: int) -> int:
+        cores = os.cpu_count() or 1
+        if value > cores:
+            raise ValueError(f"num_workers {value} exceeds the {cores} cores of this machine; valid choices: 0..{cores}")
+        return value
+
+
+def _choice_message(what: str, value: str, valid: list[str]) -> str:
+    """``unknown <what> 'x'; did you mean 'y'? valid choices: ...`` (the hint only when one is close)."""
+    close = difflib.get_close_matches(value, valid, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ";"
+    return f"unknown {what} {value!r}{hint} valid choices: {', '.join(valid)}"
+
+
+# --- the validated, read-only config -------------------------------------------------------------------------
+
+
+def freeze(value: Any) -> Any:
+    """Mappings -> :class:`Frozen`, lists -> tuples, recursively."""
+    if isinstance(value, Mapping):
+        return Frozen(value)
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """The inverse of :func:`freeze`: plain dicts and lists (for JSON, YAML and overrides)."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [thaw(v) for v in value]
+    return value
+
+
+class Frozen(Mapping):
+    """A read-only mapping; nested mappings and sequences are read-only too."""
+
+    def __init__(self, data: Mapping[str, Any] = ()):
+        self._data = {k: freeze(v) for k, v in dict(data).items()}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"Frozen({self._data!r})"
+
+
+class Config(Frozen):
+    """A validated run config, read-only. ``source`` names the YAML it came from; ``folder`` is that file's folder."""
+
+    def __init__(self, data: Mapping[str, Any], source: str = "", folder: Path | None = None,
+                 positions: Mapping[tuple, tuple[int, int]] | None = None):
+        super().__init__(data)
+        self.source, self.folder, self.positions = source, folder, dict(positions or {})
+
+
+# --- YAML with positions ---------------------------------------------------------------------------------------
+
+
+def _positions(node: yaml.Node, path: tuple = ()) -> Iterator[tuple[tuple, tuple[int, int]]]:
+    """``(path, (line, column))`` of every key and list item of a composed YAML document, 1-based."""
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            sub = path + (key.value,)
+            yield sub, (key.start_mark.line + 1, key.start_mark.column + 1)
+            yield from _positions(value, sub)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            yield path + (i,), (item.start_mark.line + 1, item.start_mark.column + 1)
+            yield from _positions(item, path + (i,))
+
+
+def _read_yaml(text: str, label: str) -> tuple[dict[str, Any], dict[tuple, tuple[int, int]]]:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UsageError(f"config {label} is not valid YAML{where}: {problem}") from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"config {label} must be a YAML mapping of keys (name, model, data, ...), "
+                         f"not {type(raw).__name__}")
+    return raw, dict(_positions(node)) if node is not None else {}
+
+
+def packaged_configs() -> list[str]:
+    """Names of the configs shipped inside the package (``advopenood.configs``)."""
+    return sorted(p.name[:-5] for p in resources.files("advopenood.configs").iterdir() if p.name.endswith(".yaml"))
+
+
+def load_config(spec: str) -> tuple[Config, Path | None]:
+    """Read and validate a YAML config from a path or a packaged name (``demo``, ``cifar10_resnet20``).
+
+    A relative ``data.root`` is taken relative to the config file's folder. Returns (config, its folder).
+    """
+    path = Path(spec).expanduser()
+    if path.is_file():
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"config {spec!r} cannot be read: {exc}") from None
+        folder, label = path.parent.resolve(), path.name
+    else:
+        name = Path(spec).name.removesuffix(".yaml")
+        packaged = resources.files("advopenood.configs") / f"{name}.yaml"
+        if not packaged.is_file():
+            raise UsageError(f"config {spec!r} not found; valid choices: a YAML path or one of "
+                             f"{', '.join(packaged_configs())}")
+        text, folder, label = packaged.read_text(), Path(str(packaged)).parent, f"{name}.yaml"
+    raw, positions = _read_yaml(text, label)
+    root = (raw.get("data") or {}).get("root") if isinstance(raw.get("data"), dict) else None
+    if isinstance(root, str) and not Path(root).expanduser().is_absolute():
+        raw["data"]["root"] = str((folder / root).resolve())
+    return validate(raw, source=label, folder=folder, positions=positions), folder
+
+
+# --- validation --------------------------------------------------------------------------------------------------
+
+
+def _unwrap(tp: Any) -> Any:
+    while get_origin(tp) is Annotated:
+        tp = get_args(tp)[0]
+    return tp
+
+
+def _step(tp: Any, item: Any) -> Any:
+    """The type at ``item`` below ``tp`` (a field, a list item, a dict value, or a union member by tag/name)."""
+    tp = _unwrap(tp)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        field = tp.model_fields.get(str(item))
+        return field.annotation if field is not None else None
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (list, tuple) and isinstance(item, int):
+        return args[0]
+    if origin is dict:
+        return args[1]
+    if origin is Union or str(origin) == "types.UnionType":
+        for arg in args:
+            arg = _unwrap(arg)
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                kind = arg.model_fields.get("kind")
+                if arg.__name__ == item or (kind is not None and item in get_args(kind.annotation)):
+                    return arg
+        for arg in args:
+            found = _step(arg, item)
+            if found is not None:
+                return found
+    return None
+
+
+def _clean_loc(raw: Any, loc: tuple) -> tuple:
+    """A pydantic error location without union tags and member names: the path as the user wrote it."""
+    out, node = [], raw
+    for i, item in enumerate(loc):
+        if isinstance(node, dict) and item in node:
+            node = node[item]
+            out.append(item)
+        elif isinstance(node, list) and isinstance(item, int) and item < len(node):
+            node = node[item]
+            out.append(item)
+        elif i == len(loc) - 1 or not isinstance(node, (dict, list)) or isinstance(item, int):
+            out.append(item)
+    return tuple(out)
+
+
+def _dotted(loc: tuple) -> str:
+    text = ""
+    for item in loc:
+        text += f"[{item}]" if isinstance(item, int) else (f".{item}" if text else str(item))
+    return text
+
+
+def _where(loc: tuple, source: str, positions: Mapping[tuple, tuple[int, int]]) -> str:
+    """`` (file line L, column C)`` of ``loc`` or its closest ancestor written in the file, else ``""``."""
+    for n in range(len(loc), 0, -1):
+        if loc[:n] in positions:
+            line, col = positions[loc[:n]]
+            return f" ({source} line {line}, column {col})"
+    return ""
+
+
+def _error_line(err: dict[str, Any], raw: dict[str, Any], source: str,
+                positions: Mapping[tuple, tuple[int, int]]) -> str:
+    loc = _clean_loc(raw, tuple(err["loc"]))
+    where = _where(loc, source, positions)
+    path = _dotted(loc)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parent: Any = RunConfig
+        for item in err["loc"][:-1]:
+            parent = _step(parent, item) if parent is not None else None
+        parent = _unwrap(parent)
+        valid = list(parent.model_fields) if isinstance(parent, type) and issubclass(parent, BaseModel) else []
+        close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
+        prefix = _dotted(loc[:-1])
+        hint = f"; did you mean {prefix + '.' if prefix else ''}{close[0]}?" if close else ""
+        return f"unknown key {path}{hint}{where}; valid keys here: {', '.join(valid)}"
+    if kind == "missing":
+        return f"missing key {path}{where}"
+    if kind == "union_tag_not_found":
+        return f"{path} has no 'kind'{where}; valid choices: {', '.join(DATA_KINDS)}"
+    if kind == "union_tag_invalid":
+        return f"{path}.kind {err['ctx'].get('tag')!r} is not a data kind{where}; valid choices: {', '.join(DATA_KINDS)}"
+    message = str(err["msg"]).removeprefix("Value error, ")
+    if kind == "literal_error":
+        message = f"{err['input']!r} is not valid; valid choices: {err['ctx']['expected']}"
+    elif kind == "string_pattern_mismatch" and loc == ("device",):
+        message = f"{err['input']!r} is not a device; valid choices: cpu, cuda, cuda:N"
+    elif "input" in err and not isinstance(err["input"], (dict, list)) and kind != "value_error":
+        message = f"{message} (got {err['input']!r})"
+    return f"{path}: {message}{where}"
+
+
+def validate(raw: Mapping[str, Any], *, source: str = "config", folder: Path | None = None,
+             positions: Mapping[tuple, tuple[int, int]] | None = None) -> Config:
+    """Validate a raw config mapping into a read-only :class:`Config` (plugin names checked against the registry).
+
+    The first problem raises a UsageError of one line: its key path, what is wrong, the valid keys or
+    choices, and the YAML line and column when the key came from a file.
+    """
+    raw = thaw(raw)
+    positions = positions or {}
+    try:
+        model = RunConfig.model_validate(raw)
+    except ValidationError as exc:
+        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")  # a typo explains the rest
+        raise UsageError(_error_line(errors[0], raw, source, positions)) from None
+    data = model.model_dump(mode="python")
+    data["attacks"] = [a if isinstance(a, str) else {k: v for k, v in a.items() if v not in (None, {})}
+                       for a in data["attacks"]]
+    data["detectors"] = registry.parse_names("detectors", list(data["detectors"]))
+    data["evaluators"] = registry.parse_names("evaluators", list(data["evaluators"]))
+    data["analyses"] = registry.parse_names("analyses", list(data["analyses"]))
+    for section, kind in (("attack_params", "attacks"), ("detector_params", "detectors"),
+                          ("evaluator_params", "evaluators"), ("analysis_params", "analyses")):
+        data[section] = {str(k).lower(): v for k, v in data[section].items()}
+        for name in data[section]:
+            if name not in registry.entries(kind):
+                where = _where((section, name), source, positions)
+                singular = kind[:-1] if kind != "analyses" else "analysis"
+                raise UsageError(f"{section}.{name}{where}: " + _choice_message(singular, name, registry.names(kind)))
+    return Config(data, source=source, folder=folder, positions=positions)
+
+
+def apply_overrides(cfg: Mapping[str, Any], *, data_root: str | None = None, out: str | None = None,
+                    protocol: str | None = None, attack: str | None = None, eps: str | None = None,
+                    detectors: str | None = None, detector_backend: str | None = None, evaluator: str | None = None,
+                    analysis: str | None = None, limit: int | None = None, device: str | None = None,
+                    seed: int | None = None, cache_dir: str | None = None, shard_size: int | None = None,
+                    num_workers: int | None = None, config_dir: Path | None = None) -> Config:
+    """Apply CLI flags to a config and validate the result (a new :class:`Config`; ``cfg`` is not changed)."""
+    raw = thaw(cfg)
+    if data_root is not None:
+        raw["data"]["root"] = str(Path(data_root).expanduser().resolve())
+    elif raw["data"].get("root") and config_dir is not None and not Path(raw["data"]["root"]).is_absolute():
+        raw["data"]["root"] = str((config_dir / raw["data"]["root"]).resolve())
+    if attack is not None:
+        raw["attacks"] = [a.strip().lower() for a in attack.split(",") if a.strip()]
+    if eps is not None:
+        values = [parse_eps(e) for e in str(eps).split(",") if e.strip()]
+        raw["attacks"] = [_with_eps(a, values) for a in raw["attacks"]]
+    for key, value in (("protocol", protocol), ("detectors", detectors), ("detector_backend", detector_backend),
+                       ("limit", limit), ("device", device), ("seed", seed), ("cache_dir", cache_dir), ("out", out),
+                       ("shard_size", shard_size), ("num_workers", num_workers), ("evaluators", evaluator),
+                       ("analyses", analysis)):
+        if value is not None:
+            raw[key] = value
+    if isinstance(cfg, Config):
+        return validate(raw, source=cfg.source, folder=cfg.folder, positions=cfg.positions)
+    return validate(raw)
+
+
+def _with_eps(entry: Any, values: list[float]) -> Any:
+    """Give a bounded attack entry the CLI's eps (DeepFool and other minimal attacks keep eps=None)."""
+    entry = {"name": entry} if isinstance(entry, str) else dict(entry)
+    if getattr(registry.get("attacks", entry["name"]), "bounded", True):
+        entry["eps"] = values if len(values) > 1 else values[0]
+    return entry
+
+
+# --- attack specs ------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -89,27 +509,30 @@ class AttackSpec:
     params: dict[str, Any]
 
 
-def expand_attacks(cfg: dict[str, Any], input_size: int) -> list[AttackSpec]:
+def expand_attacks(cfg: Mapping[str, Any], input_size: int) -> list[AttackSpec]:
     """Config ``attacks`` (names or ``{name, eps, params, label}``) -> one spec per (attack, eps).
 
-    ``attack_params.<name>`` applies to every entry of that attack; an eps list gives one set per eps,
-    named ``<attack>@<eps>``. A registered *family* (a class with ``members(cfg) -> [names]``, e.g. ``adaptive``:
-    ``adaptive_<det>`` for each selected detector) stands for its members, each taking the family's
-    ``attack_params`` and the entry's eps and params. Parameters are validated by constructing the attack.
+    Parameters, lowest precedence first: the attack's ``defaults``, the protocol's ``protocol_defaults``,
+    ``attack_params.<family>``, ``attack_params.<name>``, the entry's ``params``; an eps list gives one set per
+    eps, named ``<attack>@<eps>``. A registered *family* (a class with ``members(cfg) -> [names]``, e.g.
+    ``adaptive``: ``adaptive_<det>`` for each selected detector) stands for its members, each taking the
+    family's ``attack_params`` and the entry's eps and params. Parameters are validated by constructing the attack.
     """
     specs: list[AttackSpec] = []
+    attack_params = cfg.get("attack_params") or {}
     for entry, family in attack_entries(cfg):
         name = entry["name"]
         cls = registry.get("attacks", name)
-        params = {**cls.defaults(input_size), **cls.protocol_defaults(str(cfg["protocol"]), input_size),
-                  **(cfg["attack_params"].get(family) or {}),
-                  **(cfg["attack_params"].get(name) or {}), **(entry.get("params") or {})}
-        eps_list = entry.get("eps", params.get("eps"))
-        eps_list = eps_list if isinstance(eps_list, list) else [eps_list]
+        params = {**cls.defaults(input_size), **cls.protocol_defaults(str(cfg.get("protocol", "strong")), input_size),
+                  **thaw(attack_params.get(family) or {}), **thaw(attack_params.get(name) or {}),
+                  **thaw(entry.get("params") or {})}
+        eps_list = entry.get("eps")
+        eps_list = params.get("eps") if eps_list is None else eps_list
+        eps_list = list(eps_list) if isinstance(eps_list, (list, tuple)) else [eps_list]
         for eps in eps_list:
             full = {**params, "eps": None if eps is None else parse_eps(eps)}
             cls(**full)
-            label = entry.get("label", name)
+            label = entry.get("label") or name
             specs.append(AttackSpec(f"{label}@{full['eps']:.4g}" if len(eps_list) > 1 else label, name, full))
     names = [s.set_name for s in specs]
     dup = sorted({n for n in names if names.count(n) > 1})
@@ -118,11 +541,11 @@ def expand_attacks(cfg: dict[str, Any], input_size: int) -> list[AttackSpec]:
     return specs
 
 
-def attack_entries(cfg: dict[str, Any]) -> list[tuple[dict[str, Any], str | None]]:
+def attack_entries(cfg: Mapping[str, Any]) -> list[tuple[dict[str, Any], str | None]]:
     """Config ``attacks`` as ``(entry, family)`` with lower-case names, families replaced by their members."""
     out: list[tuple[dict[str, Any], str | None]] = []
-    for entry in cfg["attacks"] or []:
-        entry = {"name": entry} if isinstance(entry, str) else dict(entry)
+    for entry in cfg.get("attacks") or []:
+        entry = {"name": entry} if isinstance(entry, str) else thaw(entry)
         entry["name"] = str(entry.get("name", "")).lower()
         cls = registry.get("attacks", entry["name"])
         if not hasattr(cls, "members"):
@@ -138,63 +561,6 @@ def attack_entries(cfg: dict[str, Any]) -> list[tuple[dict[str, Any], str | None
     return out
 
 
-def apply_overrides(cfg: dict[str, Any], *, data_root: str | None = None, out: str | None = None,
-                    protocol: str | None = None, attack: str | None = None, eps: str | None = None, detectors: str | None = None,
-                    detector_backend: str | None = None, evaluator: str | None = None, analysis: str | None = None,
-                    limit: int | None = None, device: str | None = None, seed: int | None = None,
-                    cache_dir: str | None = None, shard_size: int | None = None, config_dir: Path | None = None) -> dict[str, Any]:
-    """Apply CLI flags to a loaded config and validate every name and value before any work starts."""
-    cfg = copy.deepcopy(cfg)
-    if data_root is not None:
-        cfg["data"]["root"] = str(Path(data_root).expanduser().resolve())
-    elif cfg["data"].get("root") and config_dir is not None and not Path(cfg["data"]["root"]).is_absolute():
-        cfg["data"]["root"] = str((config_dir / cfg["data"]["root"]).resolve())
-    if attack is not None:
-        cfg["attacks"] = [a.strip().lower() for a in attack.split(",") if a.strip()]
-    if eps is not None:
-        values = [parse_eps(e) for e in str(eps).split(",") if e.strip()]
-        cfg["attacks"] = [_with_eps(a, values) for a in cfg["attacks"]]
-    for key, value in (("protocol", protocol), ("detectors", detectors), ("detector_backend", detector_backend), ("limit", limit),
-                       ("device", device), ("seed", seed), ("cache_dir", cache_dir), ("out", out),
-                       ("shard_size", shard_size)):
-        if value is not None:
-            cfg[key] = value
-    if evaluator is not None:
-        cfg["evaluators"] = [e.strip() for e in evaluator.split(",") if e.strip()]
-    if analysis is not None:
-        cfg["analyses"] = [a.strip() for a in analysis.split(",") if a.strip()]
-    validate(cfg)
-    return cfg
-
-
-def _with_eps(entry: Any, values: list[float]) -> Any:
-    """Give a bounded attack entry the CLI's eps (DeepFool and other minimal attacks keep eps=None)."""
-    entry = {"name": entry} if isinstance(entry, str) else dict(entry)
-    if getattr(registry.get("attacks", entry["name"]), "bounded", True):
-        entry["eps"] = values if len(values) > 1 else values[0]
-    return entry
-
-
-def validate(cfg: dict[str, Any]) -> None:
-    """Raise a UsageError for the first bad name or value (attacks are validated by ``expand_attacks``)."""
-    protocols.get(str(cfg["protocol"]))
-    if cfg["detector_backend"] not in BACKENDS:
-        raise UsageError(f"unknown detector backend {cfg['detector_backend']!r}; valid choices: {', '.join(BACKENDS)}")
-    device = str(cfg["device"])
-    if device.split(":")[0] not in DEVICES:
-        raise UsageError(f"unknown device {device!r}; valid choices: {', '.join(DEVICES)}")
-    if device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise UsageError(f"device {device!r} is not available on this machine; valid choices: cpu")
-    if cfg["limit"] is not None and int(cfg["limit"]) <= 0:
-        raise UsageError(f"limit {cfg['limit']!r} must be a positive number of images")
-    cfg["detectors"] = registry.parse_names("detectors", cfg["detectors"]) if cfg["detectors"] else []
-    cfg["evaluators"] = registry.parse_names("evaluators", cfg["evaluators"])
-    cfg["analyses"] = registry.parse_names("analyses", cfg["analyses"])
-
-
-def cache_dir(cfg: dict[str, Any]) -> Path:
-    """Where adversarial sets and trained demo models live: config, then $ADVOPENOOD_CACHE, then ~/.cache/advopenood."""
+def cache_dir(cfg: Mapping[str, Any]) -> Path:
+    """Where adversarial sets and trained models live: config, then $ADVOPENOOD_CACHE, then ~/.cache/advopenood."""
     return Path(cfg.get("cache_dir") or os.environ.get("ADVOPENOOD_CACHE") or "~/.cache/advopenood").expanduser()

@@ -1,10 +1,13 @@
 """Atomic writes: every file appears whole or not at all (temporary file in the same folder + ``os.replace``)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import stat
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable, IO
 
@@ -85,8 +88,62 @@ def markdown_table(df: pd.DataFrame, floatfmt: str = "{:.2f}") -> str:
 
 
 def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return dict(obj)
     if hasattr(obj, "tolist"):
         return obj.tolist()
     if isinstance(obj, Path):
         return str(obj)
     return str(obj)
+
+
+MANIFEST = "manifest.json"
+
+
+def staging_dir(out: Path) -> Path:
+    """The folder a run writes into before its files replace the previous run's: ``.<out>.partial`` beside it."""
+    out = Path(out)
+    return out.parent / f".{out.name}.partial"
+
+
+def begin_output(out: Path) -> Path:
+    """A fresh, empty staging folder for ``out`` (a stale one of an interrupted run is removed first)."""
+    stage = staging_dir(out)
+    if stage.exists():
+        shutil.rmtree(stage)
+    stage.mkdir(parents=True)
+    return stage
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+
+
+def commit_output(stage: Path, out: Path) -> list[str]:
+    """Move a finished run's files from ``stage`` into ``out``; returns their relative paths.
+
+    First the files that the previous run's ``manifest.json`` lists are removed (and folders they leave
+    empty), then each new file is moved in with ``os.replace``, and ``manifest.json`` (this run's file list
+    and their SHA-256) is written last. Files advopenood did not write (allowed with ``--overwrite``) stay.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    old = out / MANIFEST
+    if old.is_file():
+        for rel in json.loads(old.read_text()).get("files", {}):
+            target = out / rel
+            target.unlink(missing_ok=True)
+            for parent in target.parents:
+                if parent == out or not parent.is_dir() or any(parent.iterdir()):
+                    break
+                parent.rmdir()
+    files = _files(stage)
+    digests = {}
+    for rel in files:
+        src, dst = stage / rel, out / rel
+        digests[rel] = hashlib.sha256(src.read_bytes()).hexdigest()
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src, dst)
+    write_json(old, {"files": digests})
+    shutil.rmtree(stage, ignore_errors=True)
+    return files

@@ -10,7 +10,13 @@ unchanged; NaN confidences have no order and raise :class:`NaNScoreError`.
 from __future__ import annotations
 
 import numpy as np
-from sklearn import metrics as skm
+
+
+def _skm():
+    """``sklearn.metrics``, imported on first use (about a second), so that config checks stay fast."""
+    from sklearn import metrics
+
+    return metrics
 
 TPR_LEVEL = 0.95
 
@@ -45,29 +51,29 @@ def fpr_at_tpr95(conf_id: np.ndarray, conf_ood: np.ndarray) -> float:
     ``auc_and_fpr_recall``; Liang et al. 2018, "Enhancing the Reliability of OOD Image Detection").
     """
     conf, label = _prepare(conf_id, conf_ood)
-    fpr, tpr, _ = skm.roc_curve(label, -conf)
+    fpr, tpr, _ = _skm().roc_curve(label, -conf)
     return float(fpr[np.argmax(tpr >= TPR_LEVEL)])
 
 
 def auroc(conf_id: np.ndarray, conf_ood: np.ndarray) -> float:
     """AUROC in [0, 1]: trapezoidal area under ``roc_curve(is_ood, -conf)``, OOD positive (Hendrycks & Gimpel 2017)."""
     conf, label = _prepare(conf_id, conf_ood)
-    fpr, tpr, _ = skm.roc_curve(label, -conf)
-    return float(skm.auc(fpr, tpr))
+    fpr, tpr, _ = _skm().roc_curve(label, -conf)
+    return float(_skm().auc(fpr, tpr))
 
 
 def aupr_in(conf_id: np.ndarray, conf_ood: np.ndarray) -> float:
     """AUPR-In in [0, 1]: trapezoidal area under ``precision_recall_curve(is_id, conf)``, ID positive."""
     conf, label = _prepare(conf_id, conf_ood)
-    precision, recall, _ = skm.precision_recall_curve(1 - label, conf)
-    return float(skm.auc(recall, precision))
+    precision, recall, _ = _skm().precision_recall_curve(1 - label, conf)
+    return float(_skm().auc(recall, precision))
 
 
 def aupr_out(conf_id: np.ndarray, conf_ood: np.ndarray) -> float:
     """AUPR-Out in [0, 1]: trapezoidal area under ``precision_recall_curve(is_ood, -conf)``, OOD positive."""
     conf, label = _prepare(conf_id, conf_ood)
-    precision, recall, _ = skm.precision_recall_curve(label, -conf)
-    return float(skm.auc(recall, precision))
+    precision, recall, _ = _skm().precision_recall_curve(label, -conf)
+    return float(_skm().auc(recall, precision))
 
 
 def id_threshold(conf_id: np.ndarray, fpr: float = 1.0 - TPR_LEVEL) -> float:

@@ -271,7 +271,14 @@ def build_model(arch: str, num_classes: int, checkpoint: str | Path | None = Non
         path = Path(checkpoint)
         if not path.is_file():
             raise UsageError(f"checkpoint {str(path)!r} not found")
-        state = _clean_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        try:
+            loaded = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # any unpickling or format error: the file is not a safe state dict
+            first = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else ""
+            raise UsageError(f"checkpoint {str(path)!r} cannot be loaded as a state dict (torch.load with weights_only=True "
+                             f"raised {type(exc).__name__}: {first}); valid choices: a file saved with "
+                             "torch.save(model.state_dict(), path)") from None
+        state = _clean_state_dict(loaded)
         expected = {k: v for k, v in backbone.state_dict().items() if not k.endswith("num_batches_tracked")}
         state = {k: v for k, v in state.items() if not k.endswith("num_batches_tracked")}
         bad = sorted(set(expected) ^ set(state))

@@ -9,6 +9,7 @@ import platform
 import sys
 import time
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import numpy as np
@@ -18,13 +19,14 @@ from tqdm.auto import tqdm
 
 from advopenood import io as aio
 from advopenood import protocols, registry
-from advopenood.config import AttackSpec, cache_dir, expand_attacks
+from advopenood.config import AttackSpec, Config, cache_dir, expand_attacks, thaw, validate
 from advopenood.context import CleanRecord, RunContext
 from advopenood.data import build_dataset, limit_dataset, make_loader
 from advopenood.demo import build_from_config, trained_model
-from advopenood.detectors import check_detectors, score_all
+from advopenood.detectors import score_all
 from advopenood.errors import UsageError
 from advopenood.models import Classifier, weights_hash
+from advopenood.preflight import checkpoint_path, output_dir, preflight
 from advopenood.store import AdvSet, AdvStore, library_versions
 
 ASR_COLUMNS = ["dataset", "arch", "attack", "eps", "n", "clean_acc", "asr", "asr_all", "mean_linf", "mean_l2", "seed",
@@ -40,25 +42,22 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def load_model(cfg: dict[str, Any], fit_set, device: torch.device, progress: bool = True) -> Classifier:
+def load_model(cfg: Mapping[str, Any], fit_set, device: torch.device, progress: bool = True) -> Classifier:
     """The configured classifier: a checkpoint (relative to the data root), or, with ``model.train``, the
     architecture trained on the fit set on first use and cached."""
     m = cfg["model"]
-    if m.get("train") is not None and not m.get("checkpoint"):
+    ckpt = checkpoint_path(cfg)
+    if m.get("train") is not None and ckpt is None:
         return trained_model(m, fit_set, cache_dir(cfg), seed=int(cfg["seed"]), device=device, progress=progress)
-    ckpt = m.get("checkpoint")
-    if ckpt:
-        root = cfg["data"].get("root")
-        path = Path(ckpt).expanduser()
-        ckpt = path if path.is_absolute() or not root else Path(root) / path
     return build_from_config(m, ckpt, device)
 
 
-def clean_predictions(model: Classifier, ds, batch_size: int, device: torch.device, progress: bool) -> CleanRecord:
+def clean_predictions(model: Classifier, ds, batch_size: int, device: torch.device, progress: bool,
+                      workers: int = 0) -> CleanRecord:
     """Clean-ID labels and predictions, one batched pass."""
     ys, preds = [], []
     with torch.no_grad():
-        for x, y in tqdm(make_loader(ds, batch_size), desc="clean pass", disable=not progress, leave=False):
+        for x, y in tqdm(make_loader(ds, batch_size, workers), desc="clean pass", disable=not progress, leave=False):
             preds.append(model(x.to(device)).argmax(1).cpu())
             ys.append(y)
     return CleanRecord(torch.cat(ys).numpy(), torch.cat(preds).numpy())
@@ -104,16 +103,28 @@ def rank_device(device: str, rank: int) -> torch.device:
     return torch.device(device)
 
 
-def source_set(spec: AttackSpec, id_set, ood_sets: dict[str, Any]) -> tuple[str, Any]:
-    """``(source name, dataset)`` an attack perturbs: the ID test set, or for OOD->ID attacks (class ``source``
+def source_name(spec: AttackSpec, ood_names: list[str]) -> str:
+    """The images an attack perturbs: ``"id"`` (the ID test set), or for OOD->ID attacks (class ``source``
     ``"ood"``) the natural OOD set named by its ``ood_set`` parameter, default the config's first."""
     if getattr(registry.get("attacks", spec.attack), "source", "id") == "id":
-        return "id", id_set
-    name = spec.params.get("ood_set") or next(iter(ood_sets), None)
-    if name not in ood_sets:
+        return "id"
+    name = spec.params.get("ood_set") or next(iter(ood_names), None)
+    if name not in ood_names:
         raise UsageError(f"attack {spec.set_name!r} perturbs natural OOD images, but ood_set {name!r} is not one of the "
-                         f"run's OOD sets; valid choices: {', '.join(ood_sets) or 'none (add data.ood to the config)'}")
-    return str(name), ood_sets[name]
+                         f"run's OOD sets; valid choices: {', '.join(ood_names) or 'none (add data.ood to the config)'}")
+    return str(name)
+
+
+def check_sources(specs: list[AttackSpec], ood_names: list[str]) -> None:
+    """Every OOD->ID attack names one of the run's natural OOD sets."""
+    for spec in specs:
+        source_name(spec, ood_names)
+
+
+def source_set(spec: AttackSpec, id_set, ood_sets: dict[str, Any]) -> tuple[str, Any]:
+    """``(source name, dataset)`` an attack perturbs (:func:`source_name`)."""
+    name = source_name(spec, list(ood_sets))
+    return (name, id_set) if name == "id" else (name, ood_sets[name])
 
 
 def bind_attack(attack, model: Classifier, fit_set, *, seed: int, batch_size: int, device: torch.device,
@@ -126,7 +137,7 @@ def bind_attack(attack, model: Classifier, fit_set, *, seed: int, batch_size: in
                     detector_params=params.get(attack.detector))
 
 
-def generate_sets(cfg: dict[str, Any], specs: list[AttackSpec], model: Classifier, id_set, device: torch.device,
+def generate_sets(cfg: Mapping[str, Any], specs: list[AttackSpec], model: Classifier, id_set, device: torch.device,
                   *, fit_set, ood_sets: dict[str, Any], rank: int = 0, world_size: int = 1,
                   progress: bool = True) -> dict[str, AdvSet]:
     """One adversarial set per spec, from the store when it is already there.
@@ -158,69 +169,68 @@ def generate_sets(cfg: dict[str, Any], specs: list[AttackSpec], model: Classifie
     return sets
 
 
-def prepare(cfg: dict[str, Any], progress: bool = True) -> tuple[Classifier, Any, Any, dict[str, Any], list[AttackSpec]]:
-    """Model, ID test set (limited), fit set and natural OOD sets, and the attack specs; validates all of it."""
+def prepare(cfg: Mapping[str, Any], progress: bool = True) -> tuple[Classifier, Any, Any, dict[str, Any], list[AttackSpec]]:
+    """Model, ID test set (limited), fit set and natural OOD sets, and the attack specs (checked by the preflight)."""
     m, d = cfg["model"], cfg["data"]
     size, channels = int(m["input_size"]), int(m["in_channels"])
     specs = expand_attacks(cfg, size)
     root = Path(d["root"]) if d.get("root") else None
-    if root is not None and not root.is_dir():
-        raise UsageError(f"data root {str(root)!r} is not a folder; pass --data-root DIR holding the config's data files")
-    if "id" not in d:
-        raise UsageError("config has no data.id entry; valid kinds: npz, openood, torchvision, demo")
     id_set = limit_dataset(build_dataset(d["id"], root, channels, size), cfg["limit"], int(cfg["seed"]))
-    fit_set = build_dataset(d.get("fit", d["id"]), root, channels, size)
+    fit_set = build_dataset(d.get("fit") or d["id"], root, channels, size)
     fit_set = limit_dataset(fit_set, d.get("fit_limit"), int(cfg["seed"]))
     ood_sets = {}
     for spec in d.get("ood") or []:
         ds = build_dataset(spec, root, channels, size)
         ood_sets[ds.name] = limit_dataset(ds, d.get("ood_limit", cfg["limit"]), int(cfg["seed"]))
-    for spec in specs:
-        source_set(spec, id_set, ood_sets)
-    check_detectors(cfg["detectors"], cfg["detector_params"])
     device = torch.device(cfg["device"])
     model = load_model(cfg, fit_set, device, progress)
     return model, id_set, fit_set, ood_sets, specs
 
 
-def build_plugins(cfg: dict[str, Any]) -> list[tuple[str, Any]]:
+def build_plugins(cfg: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """``(timing label, plugin)`` for every configured evaluator and analysis, constructed with its parameters
     before any work, so that a bad parameter stops the run before anything is computed."""
     plugins = []
     for kind, section, label in (("evaluators", "evaluator_params", "evaluator"),
                                  ("analyses", "analysis_params", "analysis")):
-        plugins += [(f"{label}:{name}", registry.get(kind, name)(**(cfg[section].get(name) or {}))) for name in cfg[kind]]
+        plugins += [(f"{label}:{name}", registry.get(kind, name)(**thaw(cfg[section].get(name) or {}))) for name in cfg[kind]]
     return plugins
 
 
-def run(cfg: dict[str, Any], *, attack_only: bool = False, progress: bool = True) -> RunContext:
-    """Run the whole pipeline (or only the attack stage) and write every output under ``cfg['out']``.
+def run(cfg: Mapping[str, Any], *, attack_only: bool = False, progress: bool = True, overwrite: bool = False,
+        export_png: bool = False) -> RunContext:
+    """Run the whole pipeline (or only the attack stage) and write every output under the output folder.
 
+    The preflight (:func:`advopenood.preflight.preflight`) runs first; nothing is written when it fails. Outputs
+    go to a staging folder beside the output folder and replace the previous run's files (those its
+    ``manifest.json`` lists) at the end, so the folder only ever shows one run's files.
     Under ``torchrun`` every rank shares the attack stage; rank 0 alone scores, evaluates and writes outputs.
     """
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
+    cfg = cfg if isinstance(cfg, Config) else validate(cfg)
+    preflight(cfg, overwrite=overwrite, attack_only=attack_only)
     seed = int(cfg["seed"])
     seed_everything(seed)
     rank, world_size = distributed()
     progress = progress and rank == 0
-    cfg = {**cfg, "device": str(rank_device(str(cfg["device"]), rank))}
+    cfg = Config({**cfg, "device": str(rank_device(str(cfg["device"]), rank))}, cfg.source, cfg.folder, cfg.positions)
     model, id_set, fit_set, ood_sets, specs = prepare(cfg, progress)
     plugins = [] if attack_only else build_plugins(cfg)
     device = torch.device(cfg["device"])
-    out = Path(cfg["out"] or Path("runs") / str(cfg["name"])).expanduser()
-    out.mkdir(parents=True, exist_ok=True)
+    final = output_dir(cfg)
+    out = aio.begin_output(final) if rank == 0 else final
     bs = int(cfg["batch_size"])
     timings["setup"] = time.perf_counter() - t0
 
     t = time.perf_counter()
-    clean = clean_predictions(model, id_set, bs, device, progress)
+    clean = clean_predictions(model, id_set, bs, device, progress, int(cfg["num_workers"]))
     adv_sets = generate_sets(cfg, specs, model, id_set, device, fit_set=fit_set, ood_sets=ood_sets, rank=rank,
                              world_size=world_size, progress=progress)
     timings["attacks"] = time.perf_counter() - t
     dataset, arch = str(cfg["data"].get("dataset") or id_set.name), model.arch
     ctx = RunContext(cfg, out, model, device, seed, dataset, arch, id_set, fit_set, ood_sets, adv_sets, clean,
-                     batch_size=bs, protocol=str(cfg.get("protocol", "strong")), rank=rank, progress=progress)
+                     batch_size=bs, protocol=str(cfg["protocol"]), rank=rank, progress=progress)
     if rank != 0:
         return ctx
     asr = pd.DataFrame([asr_row(a, dataset, arch, seed, clean.accuracy, ctx.protocol) for a in adv_sets.values()],
@@ -236,10 +246,16 @@ def run(cfg: dict[str, Any], *, attack_only: bool = False, progress: bool = True
             for fname, table in plugin(ctx).items():
                 aio.write_table(out / fname, table)
             timings[label] = time.perf_counter() - t
+    if export_png:
+        from advopenood.export import export_openood
+
+        ctx.extras["export"] = export_openood(ctx)
     timings["total"] = time.perf_counter() - t0
     aio.write_json(out / "run.json", run_info(ctx, timings))
     if not attack_only:
         _report(out)
+    aio.commit_output(out, final)
+    ctx.out = final
     return ctx
 
 
@@ -247,10 +263,10 @@ def _score(ctx: RunContext, progress: bool) -> None:
     """Detector confidences for ID, natural OOD and every adversarial set (one shared pass per set)."""
     if not ctx.config["detectors"]:
         return
-    bs = ctx.batch_size
-    sets: dict[str, Callable[[], Any]] = {"id": lambda: make_loader(ctx.id_set, bs)}
+    bs, workers = ctx.batch_size, int(ctx.config["num_workers"])
+    sets: dict[str, Callable[[], Any]] = {"id": lambda: make_loader(ctx.id_set, bs, workers)}
     for name, ds in ctx.ood_sets.items():
-        sets[name] = lambda ds=ds: make_loader(ds, bs)
+        sets[name] = lambda ds=ds: make_loader(ds, bs, workers)
     for name, adv in ctx.adv_sets.items():
         sets[name] = lambda adv=adv: adv.iter_batches(bs)
     result = score_all(ctx.config["detectors"], ctx.config["detector_backend"], ctx.model, ctx.fit_set, sets,
@@ -271,7 +287,7 @@ def _report(out: Path) -> None:
 def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
     """run.json: config, seed, versions, cache keys, whether attacks were generated or reused, timings."""
     return {
-        "config": ctx.config,
+        "config": thaw(ctx.config),
         "protocol": protocols.get(ctx.protocol).as_dict(),
         "seed": ctx.seed,
         "versions": {**library_versions(), "python": sys.version.split()[0], "platform": platform.platform()},

@@ -16,6 +16,7 @@ The built-in plugins in ``plugins/`` are found the same way, through this packag
 """
 from __future__ import annotations
 
+import difflib
 import inspect
 import warnings
 from dataclasses import dataclass
@@ -103,7 +104,9 @@ def get(kind: str, name: str) -> Any:
     key = name.strip().lower()
     if key not in table:
         singular = kind[:-1] if kind != "analyses" else "analysis"
-        raise UsageError(f"unknown {singular} {name!r}; valid choices: {', '.join(table) or '(none installed)'}")
+        close = difflib.get_close_matches(key, list(table), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ";"
+        raise UsageError(f"unknown {singular} {name!r}{hint} valid choices: {', '.join(table) or '(none installed)'}")
     return table[key].obj
 
 

@@ -19,25 +19,28 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from pytorch_ood.detector import ASH as PodASH
-from pytorch_ood.detector import DICE as PodDICE
-from pytorch_ood.detector import GEN as PodGEN
-from pytorch_ood.detector import KNN as PodKNN
-from pytorch_ood.detector import ODIN as PodODIN
-from pytorch_ood.detector import RMD, EnergyBased, Gram, KLMatching, Mahalanobis, MaxLogit, MaxSoftmax, ReAct, ViM
-from pytorch_ood.detector import SCALE as PodSCALE
-from pytorch_ood.detector import NNGuide as PodNNGuide
-from pytorch_ood.detector.odin import odin_preprocessing
 from torch import Tensor
 
 from advopenood.attacks import frozen
 from advopenood.detectors import Batches, Outputs, Postprocessor, Taps, fc_layer, seeded, vim_dim
 from advopenood.registry import register
+
+if TYPE_CHECKING:
+    from pytorch_ood.detector import ASH as PodASH
+    from pytorch_ood.detector import SCALE as PodSCALE
+
+
+def _pod() -> Any:
+    """``pytorch_ood.detector``, imported on first use (it pulls in torchvision's model zoo: seconds), so that
+    listing and validating detectors stays fast."""
+    import pytorch_ood.detector
+
+    return pytorch_ood.detector
 
 
 #: The 16 built-in detectors in the paper's order (OpenOOD v1.5's post-hoc methods).
@@ -73,7 +76,7 @@ class MSP(Postprocessor):
     openood_name = "msp"
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
-        return -MaxSoftmax.score(out.logits)
+        return -_pod().MaxSoftmax.score(out.logits)
 
     grad_score = score
 
@@ -93,15 +96,15 @@ class ODIN(Postprocessor):
     input_std: tuple[float, ...] | None = None
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
-        det = PodODIN(net, eps=float(self.params["noise"]), temperature=float(self.params["temperature"]),
+        det = _pod().ODIN(net, eps=float(self.params["noise"]), temperature=float(self.params["temperature"]),
                       norm_std=list(self.input_std) if self.input_std else None)
         with frozen(net):
             return -det.predict(x)
 
     def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         temperature = float(self.params["temperature"])
-        x_hat = odin_preprocessing(net, x.detach(), eps=float(self.params["noise"]), temperature=temperature,
-                                   norm_std=list(self.input_std) if self.input_std else None)
+        x_hat = _pod().odin.odin_preprocessing(net, x.detach(), eps=float(self.params["noise"]), temperature=temperature,
+                                               norm_std=list(self.input_std) if self.input_std else None)
         logits = net(x + (x_hat - x).detach()) / temperature
         return logits.softmax(1).max(1).values
 
@@ -118,7 +121,7 @@ class MDS(Postprocessor):
     requires_fit = True
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
-        self.det = Mahalanobis(None).fit_features(outputs.features.float(), labels.to(outputs.features.device))
+        self.det = _pod().Mahalanobis(None).fit_features(outputs.features.float(), labels.to(outputs.features.device))
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return -self.det.predict_features(out.features)
@@ -141,7 +144,7 @@ class RMDS(Postprocessor):
     requires_fit = True
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
-        self.det = RMD(None).fit_features(outputs.features.float(), labels.to(outputs.features.device))
+        self.det = _pod().RMD(None).fit_features(outputs.features.float(), labels.to(outputs.features.device))
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return -self.det.predict_features(out.features)
@@ -203,7 +206,7 @@ class GRAM(Postprocessor):
         x0, _ = next(iter(batches()))
         n_maps = len(self.taps(x0[:1].to(self.device))[1])
         state: dict[str, Any] = {}
-        self.det = Gram(head=lambda _: state["logits"], feature_layers=[_TapStage(self.taps, state, i)
+        self.det = _pod().Gram(head=lambda _: state["logits"], feature_layers=[_TapStage(self.taps, state, i)
                                                                         for i in range(n_maps)],
                         num_classes=outputs.logits.shape[1], num_poles_list=list(self.params["powers"]))
         self.det.to(self.device)
@@ -240,7 +243,7 @@ class EBO(Postprocessor):
     openood_name = "ebo"
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
-        return -EnergyBased.score(out.logits, t=float(self.params["temperature"]))
+        return -_pod().EnergyBased.score(out.logits, t=float(self.params["temperature"]))
 
     grad_score = score
 
@@ -257,7 +260,7 @@ class KLM(Postprocessor):
     requires_fit = True
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
-        self.det = KLMatching(None).fit_logits(outputs.logits, labels.to(outputs.logits.device))
+        self.det = _pod().KLMatching(None).fit_logits(outputs.logits, labels.to(outputs.logits.device))
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return -self.det.predict_logits(out.logits)
@@ -275,7 +278,7 @@ class MLS(Postprocessor):
     openood_name = "mls"
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
-        return -MaxLogit.score(out.logits)
+        return -_pod().MaxLogit.score(out.logits)
 
     grad_score = score
 
@@ -293,7 +296,7 @@ class REACT(Postprocessor):
     requires_fit = True
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
-        self.det = ReAct(backbone=None, head=_head(net), percentile=float(self.params["percentile"]) / 100.0)
+        self.det = _pod().ReAct(backbone=None, head=_head(net), percentile=float(self.params["percentile"]) / 100.0)
         self.det.fit_feature_maps(outputs.features, labels)
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
@@ -318,7 +321,7 @@ class VIM(Postprocessor):
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
         fc = fc_layer(net)
-        self.det = ViM(None, d=vim_dim(self.params["dim"], fc.in_features), w=fc.weight, b=fc.bias)
+        self.det = _pod().ViM(None, d=vim_dim(self.params["dim"], fc.in_features), w=fc.weight, b=fc.bias)
         self.det.fit_features(outputs.features, labels)
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
@@ -344,7 +347,7 @@ class KNN(Postprocessor):
     requires_fit = True
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
-        self.det = PodKNN(None, k=int(self.params["K"])).fit_features(outputs.features.float().cpu(), labels)
+        self.det = _pod().KNN(None, k=int(self.params["K"])).fit_features(outputs.features.float().cpu(), labels)
         self.bank = F.normalize(outputs.features.float(), dim=1, eps=1e-12)
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
@@ -369,7 +372,7 @@ class DICE(Postprocessor):
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
         fc = fc_layer(net)
-        self.det = PodDICE(None, w=fc.weight, b=fc.bias, p=float(self.params["p"]) / 100.0)
+        self.det = _pod().DICE(None, w=fc.weight, b=fc.bias, p=float(self.params["p"]) / 100.0)
         self.det.fit_features(outputs.features, labels.to(outputs.features.device))
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
@@ -390,7 +393,7 @@ class ASH(Postprocessor):
     openood_name = "ash"
 
     def _det(self, net: nn.Module) -> PodASH:
-        return PodASH(backbone=None, head=_head(net), variant="ash-b", percentile=float(self.params["percentile"]) / 100.0)
+        return _pod().ASH(backbone=None, head=_head(net), variant="ash-b", percentile=float(self.params["percentile"]) / 100.0)
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return -self._det(net).predict_feature_maps(out.features[:, :, None, None])
@@ -410,7 +413,7 @@ class GEN(Postprocessor):
     openood_name = "gen"
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
-        return -PodGEN.score(out.logits, gamma=float(self.params["gamma"]), M=int(self.params["M"]))
+        return -_pod().GEN.score(out.logits, gamma=float(self.params["gamma"]), M=int(self.params["M"]))
 
     grad_score = score
 
@@ -439,7 +442,7 @@ class NNGuide(Postprocessor):
         return nnguide_bank_size(n, float(self.params["alpha"]), self.batch_size, int(self.params["K"]))
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
-        self.det = PodNNGuide(None, head=fc_layer(net), k=int(self.params["K"]))
+        self.det = _pod().NNGuide(None, head=fc_layer(net), k=int(self.params["K"]))
         self.det.fit_features(outputs.features, labels)
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
@@ -460,7 +463,7 @@ class SCALE(Postprocessor):
     openood_name = "scale"
 
     def _det(self, net: nn.Module) -> PodSCALE:
-        return PodSCALE(backbone=None, head=_head(net), percentile=float(self.params["percentile"]) / 100.0)
+        return _pod().SCALE(backbone=None, head=_head(net), percentile=float(self.params["percentile"]) / 100.0)
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return -self._det(net).predict_feature_maps(out.features[:, :, None, None])

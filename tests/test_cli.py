@@ -1,18 +1,24 @@
 """The CLI: `list`, a third-party plugin found through its entry point, and the bad-input matrix."""
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
-from advopenood.cli import main
+from advopenood.cli import COMMANDS, build_parser, main
+from advopenood.config import packaged_configs
 
 REPO = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("ADVOPENOOD_TEST_DATA", REPO.parent / "shared" / "data"))
 
 
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -59,76 +65,206 @@ def test_third_party_detector_is_listed_and_runs(plugin_path, tmp_path, session_
 
 
 def _config(tmp_path: Path, **changes) -> str:
+    """The CIFAR-10 ResNet-20 config with dotted keys changed (``None`` removes a key), written to a new file."""
     cfg = yaml.safe_load((REPO / "configs" / "cifar10_resnet20.yaml").read_text())
+    cfg["data"]["root"] = str(DATA)
     for dotted, value in changes.items():
         node = cfg
         *parents, leaf = dotted.split(".")
         for key in parents:
             node = node[key]
-        node[leaf] = value
+        if value is None:
+            node.pop(leaf)
+        else:
+            node[leaf] = value
     path = tmp_path / f"cfg{len(list(tmp_path.glob('cfg*.yaml')))}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return str(path)
 
 
-def bad_cases(tmp_path: Path, data_root: Path) -> dict[str, tuple[list[str], str]]:
-    np.savez(tmp_path / "float.npz", x=np.linspace(-1, 2, 4 * 32 * 32 * 3, dtype=np.float32).reshape(4, 32, 32, 3),
-             y=np.zeros(4, dtype=np.int64))
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    cifar = str(REPO / "configs" / "cifar10_resnet20.yaml")
-    root = ["--data-root", str(data_root)]
-    return {
-        "attack": (["run", "--config", cifar, *root, "--attack", "cw"], "'cw'"),
-        "eps zero": (["run", "--config", cifar, *root, "--eps", "0"], "eps 0.0"),
-        "eps big": (["run", "--config", cifar, *root, "--eps", "2"], "eps 2.0"),
-        "eps text": (["run", "--config", cifar, *root, "--eps", "eight"], "'eight'"),
-        "config": (["run", "--config", "nosuch"], "'nosuch'"),
-        "data root": (["run", "--config", cifar, "--data-root", str(empty)], "cifar10_test.npz"),
-        "no folder": (["run", "--config", cifar, "--data-root", str(tmp_path / "nope")], "nope"),
-        "range": (["run", "--config", _config(tmp_path, **{"data.id": {"kind": "npz", "path": str(tmp_path / "float.npz"),
-                                                                      "name": "f"}}), *root], "outside [0, 1]"),
-        "checkpoint": (["run", "--config", _config(tmp_path, **{"model.arch": "resnet18_32x32"}), *root],
-                       "does not match architecture 'resnet18_32x32'"),
-        "dataset kind": (["run", "--config", _config(tmp_path, **{"data.id": {"kind": "zip", "path": "x"}}), *root],
-                         "'zip'"),
-        "demo set": (["run", "--config", _config(tmp_path, **{"data.id": {"kind": "demo", "name": "letters"}}), *root],
-                     "'letters'"),
-        "detector": (["run", "--config", cifar, *root, "--detectors", "msp,foo"], "'foo'"),
-        "evaluator": (["run", "--config", cifar, *root, "--evaluator", "bar"], "'bar'"),
-        "analysis": (["run", "--config", cifar, *root, "--analysis", "baz"], "'baz'"),
-        "backend": (["run", "--config", cifar, *root, "--detector-backend", "sklearn"], "'sklearn'"),
-        "device": (["run", "--config", cifar, *root, "--device", "tpu"], "'tpu'"),
-        "limit": (["run", "--config", cifar, *root, "--limit", "0"], "--limit"),
-        "kind": (["list", "widgets"], "'widgets'"),
-        "adaptive family": (["run", "--config", cifar, *root, "--attack", "pgd,adaptive", "--detectors", ""],
-                            "attack 'adaptive' stands for one attack per selected detector"),
-        "ood source": (["run", "--config", _config(tmp_path, **{"data.ood": []}), *root, "--attack", "adaptive_ood_msp"],
-                       "ood_set None is not one of the run's OOD sets"),
-        "adaptive lam": (["run", "--config", _config(tmp_path, attack_params={"adaptive_mds": {"lam": -1}}), *root,
-                          "--attack", "adaptive_mds"], "lam -1"),
-        "detector param": (["run", "--config", _config(tmp_path, detector_params={"knn": {"K2": 5}}), *root,
-                            "--attack", "fgsm", "--detectors", "knn"], "'K2'"),
-        "transfer": (["run", "--config", _config(tmp_path, analysis_params={"transfer": {"fractions": [150]}}), *root,
-                      "--attack", "fgsm", "--analysis", "transfer"], "fraction 150"),
-        "flag": (["run", "--config", cifar, "--bogus"], "--bogus"),
-    }
+def _text_config(tmp_path: Path, old: str, new: str) -> str:
+    """The CIFAR-10 ResNet-20 config file with one piece of its text replaced (keeps YAML lines and columns)."""
+    text = (REPO / "configs" / "cifar10_resnet20.yaml").read_text().replace("root: ../../shared/data", f"root: {DATA}")
+    assert old in text
+    path = tmp_path / "edited.yaml"
+    path.write_text(text.replace(old, new))
+    return str(path)
 
 
-def test_bad_input_matrix_exits_2_with_one_line(tmp_path, data_root, capsys):
-    for name, (args, fragment) in bad_cases(tmp_path, data_root).items():
-        out = tmp_path / f"out_{name.replace(' ', '_')}"
-        rc = main([*args, "--out", str(out)] if args[0] == "run" and "--bogus" not in args else args)
-        err = capsys.readouterr().err.strip().splitlines()
-        assert rc == 2, name
-        assert len(err) == 1 and err[0].startswith("advopenood: error:"), (name, err)
-        assert fragment in err[0], (name, err[0])
-        assert not (out / "asr.csv").exists() and not (out / "ood.csv").exists(), name
+def _file(tmp_path: Path, name: str, make) -> Path:
+    path = tmp_path / name
+    make(path)
+    return path
+
+
+def _state_dict_of(arch: str) -> dict:
+    from advopenood.models import build_model
+
+    return build_model(arch, 10).backbone.state_dict()
+
+
+CIFAR = str(REPO / "configs" / "cifar10_resnet20.yaml")
+ROOT = ["--data-root", str(DATA)]
+
+#: name -> (make arguments from tmp_path, fragment the one error line must contain)
+BAD_CASES: dict[str, tuple] = {
+    "unknown key top": (lambda t: ["run", "--config", _text_config(t, "detectors: all", "detecters: all")],
+                        "unknown key detecters; did you mean detectors? (edited.yaml line 27, column 1)"),
+    "unknown key nested": (lambda t: ["run", "--config", _text_config(t, "checkpoint:", "chekpoint:")],
+                           "unknown key model.chekpoint; did you mean model.checkpoint? (edited.yaml line 10, column 3)"),
+    "unknown key in list": (lambda t: ["run", "--config", _config(t, **{"data.ood": [{"kind": "npz", "pth": "x.npz"}]})],
+                            "unknown key data.ood[0].pth; did you mean data.ood[0].path?"),
+    "wrong type": (lambda t: ["run", "--config", _text_config(t, "num_classes: 10", "num_classes: ten")],
+                   "model.num_classes: Input should be a valid integer"),
+    "bad yaml": (lambda t: ["run", "--config", _text_config(t, "seed: 0", "seed: [0")], "is not valid YAML at line"),
+    "yaml not a mapping": (lambda t: ["run", "--config", str(_file(t, "list.yaml", lambda p: p.write_text("- a\n")))],
+                           "must be a YAML mapping"),
+    "unknown protocol": (lambda t: ["run", "--config", CIFAR, *ROOT, "--protocol", "lorenz"],
+                         "unknown protocol 'lorenz'; did you mean 'lorenz2024'?"),
+    "unknown arch": (lambda t: ["run", "--config", _config(t, **{"model.arch": "resnet21"})],
+                     "model.arch: unknown architecture 'resnet21'; did you mean 'resnet20'?"),
+    "attack": (lambda t: ["run", "--config", CIFAR, *ROOT, "--attack", "pgdd"], "unknown attack 'pgdd'; did you mean 'pgd'?"),
+    "attack params name": (lambda t: ["run", "--config", _config(t, attack_params={"pgdd": {"steps": 3}})],
+                           "attack_params.pgdd"),
+    "eps zero": (lambda t: ["run", "--config", CIFAR, *ROOT, "--eps", "0"], "eps 0.0"),
+    "eps big": (lambda t: ["run", "--config", CIFAR, *ROOT, "--eps", "2"], "eps 2.0"),
+    "eps text": (lambda t: ["run", "--config", CIFAR, *ROOT, "--eps", "eight"], "'eight'"),
+    "config": (lambda t: ["run", "--config", "nosuch"], "'nosuch'"),
+    "data root": (lambda t: ["run", "--config", CIFAR, "--data-root", str(_file(t, "empty", Path.mkdir))],
+                  "cifar10_test.npz"),
+    "no folder": (lambda t: ["run", "--config", CIFAR, "--data-root", str(t / "nope")], "nope"),
+    "missing data file": (lambda t: ["run", "--config", _config(t, **{"data.ood": [{"kind": "npz", "path": "gone.npz"}]})],
+                          "gone.npz' not found"),
+    "nchw npz": (lambda t: ["run", "--config", _config(t, **{"data.id": {"kind": "npz", "name": "c", "path": str(_file(
+        t, "nchw.npz", lambda p: np.savez(p, x=np.zeros((4, 3, 32, 32), np.uint8), y=np.zeros(4, np.int64))))}})],
+        "x has shape (4, 3, 32, 32), which is channels-first (NCHW)"),
+    "float range": (lambda t: ["run", "--config", _config(t, **{"data.id": {"kind": "npz", "name": "f", "path": str(_file(
+        t, "float.npz", lambda p: np.savez(p, x=np.linspace(-1, 2, 4 * 32 * 32 * 3, dtype=np.float32).reshape(4, 32, 32, 3),
+                                           y=np.zeros(4, np.int64))))}})], "outside [0, 1]"),
+    "corrupt checkpoint": (lambda t: ["run", "--config", _config(t, **{"model.checkpoint": str(_file(
+        t, "bad.pt", lambda p: p.write_bytes(b"not a checkpoint")))})], "cannot be loaded"),
+    "pickled checkpoint": (lambda t: ["run", "--config", _config(t, **{"model.checkpoint": str(_file(
+        t, "obj.pt", lambda p: __import__("torch").save({"net": object()}, p)))})], "cannot be loaded"),
+    "mismatched checkpoint": (lambda t: ["run", "--config", _config(t, **{"model.arch": "resnet18_32x32"})],
+                              "does not match architecture 'resnet18_32x32'"),
+    "dataset kind": (lambda t: ["run", "--config", _config(t, **{"data.id": {"kind": "zip", "path": "x"}})],
+                     "data.id.kind 'zip' is not a data kind"),
+    "demo set": (lambda t: ["run", "--config", _config(t, **{"data.id": {"kind": "demo", "name": "letters"}})],
+                 "'letters'"),
+    "detector": (lambda t: ["run", "--config", CIFAR, *ROOT, "--detectors", "msp,foo"], "'foo'"),
+    "evaluator": (lambda t: ["run", "--config", CIFAR, *ROOT, "--evaluator", "bar"], "'bar'"),
+    "analysis": (lambda t: ["run", "--config", CIFAR, *ROOT, "--analysis", "baz"], "'baz'"),
+    "backend": (lambda t: ["run", "--config", CIFAR, *ROOT, "--detector-backend", "sklearn"], "'sklearn'"),
+    "device": (lambda t: ["run", "--config", CIFAR, *ROOT, "--device", "tpu"], "'tpu'"),
+    "limit": (lambda t: ["run", "--config", CIFAR, *ROOT, "--limit", "0"], "--limit"),
+    "num workers": (lambda t: ["run", "--config", CIFAR, *ROOT, "--num-workers", "999"], "cores"),
+    "kind": (lambda t: ["list", "widgets"], "'widgets'"),
+    "out is a file": (lambda t: ["run", "--config", CIFAR, *ROOT, "--out", str(_file(t, "f.txt", lambda p: p.write_text("x")))],
+                      "is a file"),
+    "out read-only": (lambda t: ["run", "--config", CIFAR, *ROOT, "--out", str(_file(t, "ro", lambda p: (p.mkdir(),
+                                                                                                      p.chmod(0o555))) / "o")],
+                      "is not writable"),
+    "out foreign files": (lambda t: ["run", "--config", CIFAR, *ROOT, "--out", str(_file(t, "mine", lambda p: (
+        p.mkdir(), (p / "thesis.tex").write_text("x"))))], "holds files advopenood did not write (e.g. 'thesis.tex')"),
+    "adaptive family": (lambda t: ["run", "--config", CIFAR, *ROOT, "--attack", "pgd,adaptive", "--detectors", ""],
+                        "attack 'adaptive' stands for one attack per selected detector"),
+    "ood source": (lambda t: ["run", "--config", _config(t, **{"data.ood": []}), "--attack", "adaptive_ood_msp"],
+                   "ood_set None is not one of the run's OOD sets"),
+    "adaptive lam": (lambda t: ["run", "--config", _config(t, attack_params={"adaptive_mds": {"lam": -1}}),
+                                "--attack", "adaptive_mds"], "lam -1"),
+    "detector param": (lambda t: ["run", "--config", _config(t, detector_params={"knn": {"K2": 5}}), "--attack", "fgsm",
+                                  "--detectors", "knn"], "'K2'"),
+    "transfer": (lambda t: ["run", "--config", _config(t, analysis_params={"transfer": {"fractions": [150]}}),
+                            "--attack", "fgsm", "--analysis", "transfer"], "fraction 150"),
+    "flag": (lambda t: ["run", "--config", CIFAR, "--bogus"], "--bogus"),
+    "flag of another subcommand": (lambda t: ["attack", "--config", CIFAR, "--detectors", "msp"], "--detectors"),
+}
+
+
+def _tree(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
+
+
+@pytest.mark.parametrize("name", list(BAD_CASES))
+def test_bad_input_exits_2_with_one_line_quickly_writing_nothing(name, tmp_path, capsys, monkeypatch, data_root):
+    make, fragment = BAD_CASES[name]
+    args = make(tmp_path)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ADVOPENOOD_CACHE", str(cache))
+    if args[0] == "run" and "--out" not in args and "--bogus" not in args:
+        args += ["--out", str(tmp_path / "out")]
+    before = _tree(tmp_path)
+    t0 = time.perf_counter()
+    rc = main(args)
+    elapsed = time.perf_counter() - t0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1 and err[0].startswith("advopenood: error:"), err
+    assert fragment in err[0], err[0]
+    assert elapsed < 5.0, f"{elapsed:.1f} s"
+    assert _tree(tmp_path) == before, "the failed run wrote files"
+
+
+def test_unavailable_backend_is_refused_before_work(tmp_path, capsys, data_root):
+    if importlib.util.find_spec("openood") is not None:
+        pytest.skip("OpenOOD is installed here, so its backend is available")
+    rc = main(["run", "--config", CIFAR, *ROOT, "--detector-backend", "openood", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "needs OpenOOD, which is not installed" in err[0]
+    assert not (tmp_path / "o").exists()
 
 
 def test_bad_input_from_the_shell_has_no_traceback():
-    done = run_cli("run", "--config", "demo", "--attack", "pgd,cw")
+    done = run_cli("run", "--config", "demo", "--attack", "pgd,cw2")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "advopenood: error: unknown attack 'cw'; valid choices: " + done.stderr.split("valid choices: ")[1].strip()]
+        "advopenood: error: unknown attack 'cw2'; valid choices: " + done.stderr.split("valid choices: ")[1].strip()]
     assert "Traceback" not in done.stderr
+
+
+def test_corrupt_checkpoint_from_the_shell_has_no_traceback(tmp_path, data_root):
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"\x80\x02not a pickle")
+    done = run_cli("run", "--config", _config(tmp_path, **{"model.checkpoint": str(bad)}), "--out", str(tmp_path / "o"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "cannot be loaded" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv", [[], ["--help"]])
+def test_bare_command_and_help_list_every_subcommand(argv):
+    done = run_cli(*argv)
+    assert done.returncode == 0
+    for command in COMMANDS:
+        assert any(line.split()[:1] == [command] for line in done.stdout.splitlines()), command
+
+
+@pytest.mark.parametrize("command", ["run", "attack", "demo", "bintest", "list"])
+def test_each_subcommand_has_its_own_help(command):
+    done = run_cli(command, "--help")
+    assert done.returncode == 0 and done.stdout.startswith(f"usage: advopenood {command}")
+    has_detectors = "--detectors" in done.stdout
+    assert has_detectors == (command in ("run", "demo"))
+
+
+def _parser_flags(command: str) -> set[str]:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    parser = sub.choices[command]
+    return {s for a in parser._actions for s in a.option_strings if s.startswith("--") and s != "--help"}
+
+
+def test_readme_flag_table_matches_the_run_parser():
+    readme = (REPO / "README.md").read_text()
+    table = readme.split("| flag | meaning |", 1)[1].split("\n\n", 1)[0]
+    documented = {flag for row in table.splitlines() if row.startswith("| `")
+                  for flag in re.findall(r"--[a-z][a-z-]*", re.split(r"(?<!\\)\|", row)[1])}
+    assert documented == _parser_flags("run")
+    configs = re.findall(r"`([a-z0-9_]+)`", table.split("`--config`", 1)[1].splitlines()[0])
+    assert set(configs) >= set(packaged_configs())
+
+
+def test_cli_sets_passive_openmp_unless_the_user_chose():
+    code = "import os, advopenood.cli; print(os.environ['OMP_WAIT_POLICY'])"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env).stdout.strip() == "PASSIVE"
+    env["OMP_WAIT_POLICY"] = "ACTIVE"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env).stdout.strip() == "ACTIVE"

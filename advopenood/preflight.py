@@ -1,0 +1,218 @@
+"""Checks that run before any model, data or attack work: a run that cannot be right does not start.
+
+:func:`preflight` takes a validated :class:`advopenood.config.Config` and raises a one-line
+:class:`~advopenood.errors.UsageError` (exit 2 in the CLI) for the first problem it finds, writing nothing:
+the device, the detector backend, the output and cache folders, every data file (present, readable, the
+right dtype and layout, read from the file headers only), the checkpoint (loadable with
+``weights_only=True`` and matching the architecture), and every plugin name and parameter (by constructing
+the plugins). Cheap checks come first, so most bad inputs fail before torch is imported.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import stat
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from advopenood.errors import UsageError
+from advopenood.io import MANIFEST
+
+
+def output_dir(cfg: Mapping[str, Any]) -> Path:
+    """The run's output folder: ``out``, else ``runs/<name>``."""
+    return Path(cfg.get("out") or Path("runs") / str(cfg["name"])).expanduser()
+
+
+def _writable(folder: Path) -> bool:
+    """Writable by us, and (for root, who may write anywhere) not marked read-only by its mode bits."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return False
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        return bool(folder.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    return True
+
+
+def check_folder(path: Path, what: str) -> None:
+    """``path`` is a folder or can be created as one, and we can write there."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{what} {str(path)!r} is a file; valid choices: a folder that exists or can be created")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"{what} {str(path)!r} cannot be created: {str(existing)!r} is a file")
+    if not _writable(existing):
+        raise UsageError(f"{what} {str(path)!r} is not writable (folder {str(existing)!r} is read-only); "
+                         "valid choices: a writable folder")
+
+
+def check_output(path: Path, overwrite: bool) -> None:
+    """The output folder is ours to write: new, empty, a previous run's (it has our manifest), or ``overwrite``."""
+    check_folder(path, "output folder")
+    check_folder(path.parent, "folder of the output folder")
+    if not path.is_dir() or overwrite or (path / MANIFEST).is_file():
+        return
+    foreign = sorted(p.name for p in path.iterdir() if not p.name.startswith("."))
+    if foreign:
+        raise UsageError(f"output folder {str(path)!r} holds files advopenood did not write (e.g. {foreign[0]!r}); "
+                         "valid choices: a new or empty folder, a previous run's folder, or --overwrite")
+
+
+def _npy_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Shape and dtype of each array in an ``.npz`` file, from the headers (no array is loaded)."""
+    out = {}
+    with zipfile.ZipFile(path) as zf:
+        for name in zf.namelist():
+            if not name.endswith(".npy"):
+                continue
+            with zf.open(name) as f:
+                version = np.lib.format.read_magic(f)
+                reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                shape, _, dtype = reader(f)
+            out[name[:-4]] = (shape, dtype)
+    return out
+
+
+def check_npz(path: Path, channels: int) -> None:
+    """An image ``.npz``: ``x`` uint8 ``(N, H, W)`` or ``(N, H, W, C)`` with C in {1, 3}, ``y`` ``(N,)`` integers."""
+    if not path.is_file():
+        raise UsageError(f"data file {str(path)!r} not found; pass --data-root DIR holding the config's data files")
+    try:
+        heads = _npy_headers(path)
+    except (OSError, zipfile.BadZipFile, ValueError) as exc:
+        raise UsageError(f"data file {str(path)!r} is not a readable .npz ({type(exc).__name__}: {exc})") from None
+    if "x" not in heads:
+        raise UsageError(f"data file {str(path)!r} has no array 'x' (found {', '.join(heads) or 'none'}); "
+                         "valid layout: x uint8 (N, H, W[, C]) and y (N,)")
+    shape, dtype = heads["x"]
+    expected = (f"expected x uint8 (or float in [0, 1]) of shape (N, H, W) or (N, H, W, C) with C in 1, 3 "
+                f"(model in_channels {channels})")
+    if dtype != np.uint8 and dtype.kind != "f":
+        raise UsageError(f"data file {str(path)!r}: x has dtype {dtype}; {expected}")
+    if len(shape) == 4 and shape[1] in (1, 3) and shape[3] not in (1, 3):
+        raise UsageError(f"data file {str(path)!r}: x has shape {shape}, which is channels-first (NCHW); {expected}, "
+                         f"e.g. {(shape[0], shape[2], shape[3], shape[1])}")
+    if len(shape) not in (3, 4) or (len(shape) == 4 and shape[3] not in (1, 3)):
+        raise UsageError(f"data file {str(path)!r}: x has shape {shape}; {expected}")
+    if dtype.kind == "f":
+        with np.load(path) as d:
+            lo, hi = float(np.min(d["x"])), float(np.max(d["x"]))
+        if lo < 0.0 or hi > 1.0:
+            raise UsageError(f"data file {str(path)!r}: float images outside [0, 1] (min {lo:.3g}, max {hi:.3g}); {expected}")
+    if "y" in heads:
+        y_shape, y_dtype = heads["y"]
+        if y_shape != (shape[0],) or y_dtype.kind not in "iu":
+            raise UsageError(f"data file {str(path)!r}: y has shape {y_shape} and dtype {y_dtype}; "
+                             f"expected integer labels of shape ({shape[0]},)")
+
+
+def _resolve(path: str, root: Path | None) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() or root is None else root / p
+
+
+def check_data(cfg: Mapping[str, Any]) -> None:
+    """Every data file the config names is present and has the right layout."""
+    data = cfg["data"]
+    root = Path(data["root"]) if data.get("root") else None
+    if root is not None and not root.is_dir():
+        raise UsageError(f"data root {str(root)!r} is not a folder; pass --data-root DIR holding the config's data files")
+    channels = int(cfg["model"]["in_channels"])
+    specs = [("data.id", data["id"])] + ([("data.fit", data["fit"])] if data.get("fit") else [])
+    specs += [(f"data.ood[{i}]", s) for i, s in enumerate(data.get("ood") or [])]
+    for _, spec in specs:
+        kind = spec["kind"]
+        if kind == "npz":
+            check_npz(_resolve(spec["path"], root), channels)
+        elif kind == "idx":
+            for key in ("images", "labels"):
+                path = _resolve(spec[key], root)
+                if not path.is_file() or not os.access(path, os.R_OK):
+                    raise UsageError(f"IDX file {str(path)!r} not found or unreadable; pass --data-root DIR holding it")
+        elif kind == "openood":
+            if root is None:
+                raise UsageError("an openood data entry needs data.root (or --data-root): OpenOOD's data/ folder")
+            for path in (root / spec["imglist"], root / spec["images"]):
+                if not path.exists():
+                    raise UsageError(f"OpenOOD path {str(path)!r} not found; an OpenOOD data root holds "
+                                     "benchmark_imglist/<benchmark>/*.txt and images_classic/ or images_largescale/")
+
+
+def checkpoint_path(cfg: Mapping[str, Any]) -> Path | None:
+    """The configured checkpoint, relative to the data root when relative; None when the model is trained."""
+    ckpt = cfg["model"].get("checkpoint")
+    if not ckpt:
+        return None
+    root = cfg["data"].get("root")
+    path = Path(ckpt).expanduser()
+    return path if path.is_absolute() or not root else Path(root) / path
+
+
+def check_model(cfg: Mapping[str, Any]) -> None:
+    """A checkpoint loads with ``weights_only=True`` into the architecture (or a training recipe is given)."""
+    m = cfg["model"]
+    path = checkpoint_path(cfg)
+    if path is None:
+        if m.get("train") is None:
+            raise UsageError("model has neither checkpoint nor train; valid choices: model.checkpoint: FILE "
+                             "(relative to the data root) or model.train: {epochs, lr, batch}")
+        return
+    from advopenood.models import build_model
+
+    build_model(str(m["arch"]), int(m["num_classes"]), path, input_size=int(m["input_size"]),
+                in_channels=int(m["in_channels"]))
+
+
+def check_runtime(cfg: Mapping[str, Any]) -> None:
+    """The device exists and an explicitly chosen detector backend is installed."""
+    device = str(cfg["device"])
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError(f"device {device!r} is not available on this machine; valid choices: cpu")
+    if cfg["detectors"] and cfg["detector_backend"] == "openood":
+        if importlib.util.find_spec("openood") is None:
+            raise UsageError("detector backend 'openood' needs OpenOOD, which is not installed (see README, "
+                             "'OpenOOD bridge'); valid choices: --detector-backend pytorch-ood or auto")
+        from advopenood.detectors import resolve_backend
+
+        resolve_backend("openood")
+
+
+def check_plugins(cfg: Mapping[str, Any], attack_only: bool = False) -> None:
+    """Every attack, detector, evaluator and analysis builds with its parameters; OOD->ID attacks have a source."""
+    from advopenood.config import expand_attacks
+    from advopenood.detectors import check_detectors
+    from advopenood.pipeline import build_plugins, check_sources
+
+    specs = expand_attacks(cfg, int(cfg["model"]["input_size"]))
+    check_sources(specs, [spec_name(s) for s in cfg["data"].get("ood") or []])
+    check_detectors(list(cfg["detectors"]), cfg["detector_params"])
+    if not attack_only:
+        build_plugins(cfg)
+
+
+def spec_name(spec: Mapping[str, Any]) -> str:
+    """The name a data entry gets in outputs: ``name``, else its file's stem, else its kind."""
+    if spec.get("kind") == "demo":
+        which = str(spec.get("name") or "digits")
+        return str(spec.get("name_as") or (which if which != "digits" else f"digits_{spec.get('split', 'test')}"))
+    return str(spec.get("name") or Path(str(spec.get("path", spec.get("imglist", spec.get("kind"))))).stem)
+
+
+def preflight(cfg: Mapping[str, Any], *, overwrite: bool = False, attack_only: bool = False) -> None:
+    """All checks, cheapest first; the first failure raises a one-line UsageError and nothing is written."""
+    from advopenood.config import cache_dir
+
+    check_output(output_dir(cfg), overwrite)
+    check_folder(cache_dir(cfg), "cache folder")
+    check_data(cfg)
+    check_runtime(cfg)
+    check_model(cfg)
+    check_plugins(cfg, attack_only)
