@@ -41,7 +41,8 @@ REFERENCE_BATCH = 200
 def command(model: str, limit: int, out: Path, device: str) -> list[str]:
     """The ``advopenood run`` command line of one model."""
     return ["advopenood", "run", "--config", f"cifar10_{model}", "--protocol", "lorenz2024", "--data-root", str(DATA),
-            "--limit", str(limit), "--shard-size", str(REFERENCE_BATCH), "--out", str(out), "--device", device]
+            "--limit", str(limit), "--shard-size", str(REFERENCE_BATCH), "--out", str(out), "--device", device,
+            "--overwrite"]
 
 
 def paper_cells() -> pd.DataFrame:
@@ -73,7 +74,7 @@ def compare(model: str, out: Path) -> pd.DataFrame:
     auroc = df.metric == "auroc"
     df["same_side_50"] = pd.Series(pd.NA, index=df.index, dtype="boolean")
     df.loc[auroc, "same_side_50"] = (df.ours[auroc] >= 50) == (df.paper[auroc] >= 50)
-    return df
+    return df[["model", "table", "detector", "attack", "metric", "ours", "paper", "diff", "same_side_50", "n"]]
 
 
 def summary(df: pd.DataFrame) -> str:
