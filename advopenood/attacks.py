@@ -1,8 +1,9 @@
 """Base class for attack plugins, and the foolbox plumbing they share.
 
-An attack plugin is a class registered under ``advopenood.attacks``: ``defaults(input_size)`` gives the
-paper's parameters for an input size, the constructor takes (and validates) parameters, and calling it
-on ``(model, x, y, seed)`` returns adversarial images in [0, 1]. The model is a
+An attack plugin is a class registered under ``advopenood.attacks``: ``defaults(input_size)`` gives its
+parameters for an input size under the default protocol (``strong``, ours), ``protocol_defaults(protocol,
+input_size)`` what a named protocol (e.g. ``lorenz2024``) sets over them, the constructor takes (and
+validates) parameters, and calling it on ``(model, x, y, seed)`` returns adversarial images in [0, 1]. The model is a
 :class:`advopenood.models.Classifier`, which normalises internally, so attacks work in pixel space.
 """
 from __future__ import annotations
@@ -38,6 +39,10 @@ class Attack:
 
     name: ClassVar[str] = ""
     norm: ClassVar[str] = "linf"
+    #: the threat model evaluators group attacks by (MEAD): ``linf``, ``l2``, ``l1`` or ``patch``; a class that
+    #: does not set it (nor inherits an explicit one) gets its ``norm``
+    threat: ClassVar[str] = "linf"
+    _explicit_threat: ClassVar[bool] = False
     #: False for minimal-perturbation attacks (DeepFool) whose ``eps`` is not a budget.
     bounded: ClassVar[bool] = True
     #: the images attacked: ``"id"`` (the ID test set) or ``"ood"`` (a natural OOD set: OOD->ID attacks,
@@ -45,6 +50,13 @@ class Attack:
     source: ClassVar[str] = "id"
     #: what the attack was fitted on besides its parameters (e.g. a detector's fit data); part of the cache key
     context: dict[str, Any] = {}
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        if "threat" in cls.__dict__:
+            cls._explicit_threat = True
+        elif not getattr(cls, "_explicit_threat", False):
+            cls.threat = cls.norm
 
     def __init__(self, **params: Any):
         valid = self.defaults(32)
@@ -63,12 +75,16 @@ class Attack:
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:
-        """Default parameters for images of side ``input_size`` (the paper's: 8/255 at 32x32, 4/255 at 224)."""
+        """Default parameters (protocol ``strong``) for images of side ``input_size``; every valid key appears."""
         raise NotImplementedError
 
     @classmethod
     def protocol_defaults(cls, protocol: str, input_size: int) -> dict[str, Any]:
-        """Parameters a named protocol (:mod:`advopenood.protocols`) sets over :meth:`defaults`; none by default."""
+        """Parameters a named protocol (:mod:`advopenood.protocols`) sets over :meth:`defaults`; none by default.
+
+        The effective parameters are ``{**defaults(size), **protocol_defaults(protocol, size), **user params}``,
+        so an attack that ignores protocols keeps its defaults under every protocol.
+        """
         return {}
 
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -88,7 +104,7 @@ class Attack:
 
 
 def default_eps(input_size: int) -> float:
-    """The paper's budget: 8/255 for CIFAR-size inputs, 4/255 for ImageNet-size inputs."""
+    """Lorenz et al.'s budget (Sec. 4.1): "8/255 for CIFAR-10/100 and 4/255 for the ImageNet" (by input side)."""
     return 8 / 255 if input_size <= 64 else 4 / 255
 
 

@@ -1,81 +1,126 @@
-"""Reproduce the CIFAR-10 column of Lorenz et al. (Tables 3 and 4) on the benchmark pack, and compare.
+"""Reproduce the CIFAR-10 column of Lorenz et al. (Tables 3 and 4) under protocol ``lorenz2024``, and compare.
 
-Runs the full pipeline (4 attacks, 16 detectors, natural OOD sets) with ``configs/cifar10_resnet20.yaml`` on a
-stated subset and writes ``OUT/compare_asr.csv`` and ``OUT/compare_ood.csv`` next to the run's outputs.
-Our model is a ResNet-20 at 87.2 % clean accuracy on a JPEG copy of CIFAR-10, not the paper's ResNet-18 at
-95.3 %, so numbers differ; the qualitative picture is what should agree.
+For each model it runs
 
-Run: ``python benchmarks/reproduce_cifar10.py --limit 1000 --out runs/reproduce_cifar10``.
+    advopenood run --config cifar10_<model> --protocol lorenz2024 --data-root ../shared/data --limit N
+        --shard-size 200 --out OUT/<model>
+
+(4 attacks, 16 detectors, natural OOD sets), then compares every cell with the paper's values in
+``benchmarks/lorenz2024_cifar10.csv`` (extracted from the paper's text; see benchmarks/README.md). The shard
+size 200 makes each shard one of the reference code's loader batches (``--batch-size 200``), so the reference
+masked PGD draws one patch position per 200 consecutive images as the paper's code does.
+
+Writes ``OUT/compare.csv`` (one row per model x cell: ``ours``, ``paper``, ``diff`` = ours - paper, and for
+AUROC ``same_side_50``: both >= 50 or both < 50) and ``OUT/compare.md``, and ends with a ``SUMMARY`` line.
+``resnet18`` is the pack's ResNet-18 (OpenOOD ResNet18_32x32, the paper's CIFAR-10 architecture; 85.3 %
+clean accuracy on the JPEG test copy vs the paper's 95.32 %), ``resnet20`` the pack's ResNet-20 (87.2 %).
+
+Run: ``python benchmarks/reproduce_cifar10.py --limit 1000 --models resnet20,resnet18``.
 """
 from __future__ import annotations
 
 import argparse
+import shlex
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pandas as pd
 
 from _common import DATA, REPO
 from advopenood import io as aio
-from advopenood.config import apply_overrides, load_config
 from advopenood.io import markdown_table
-from advopenood.pipeline import run
 
-#: Table 3, CIFAR-10 / ResNet-18: ASR in percent.
-PAPER_ASR = {"pgd": 99.88, "fgsm": 59.21, "df": 100.0, "mpgd": 68.06}
-#: Table 4, CIFAR-10 / ResNet-18: (FPR95, AUROC) in percent per detector and attack.
-PAPER_OOD = {
-    "scale": {"pgd": (99.67, 34.53), "fgsm": (85.74, 77.5), "df": (67.07, 81.73), "mpgd": (88.5, 70.69)},
-    "nnguide": {"pgd": (99.39, 30.29), "fgsm": (93.1, 53.01), "df": (92.08, 63.25), "mpgd": (92.94, 58.9)},
-    "gen": {"pgd": (99.51, 41.75), "fgsm": (70.14, 81.29), "df": (44.32, 85.98), "mpgd": (83.65, 74.35)},
-    "ash": {"pgd": (99.67, 31.23), "fgsm": (86.94, 70.6), "df": (77.1, 74.62), "mpgd": (90.75, 64.35)},
-    "dice": {"pgd": (96.65, 36.09), "fgsm": (75.86, 72.65), "df": (68.84, 73.44), "mpgd": (89.46, 66.25)},
-    "knn": {"pgd": (64.91, 69.18), "fgsm": (61.23, 82.08), "df": (38.78, 85.84), "mpgd": (76.02, 75.02)},
-    "vim": {"pgd": (92.45, 56.83), "fgsm": (54.89, 84.43), "df": (43.92, 84.92), "mpgd": (80.7, 74.35)},
-    "klm": {"pgd": (91.43, 60.91), "fgsm": (96.9, 66.02), "df": (80.84, 71.64), "mpgd": (97.52, 62.26)},
-    "mls": {"pgd": (99.58, 39.65), "fgsm": (75.61, 80.97), "df": (51.12, 84.89), "mpgd": (85.11, 73.78)},
-    "react": {"pgd": (98.84, 45.19), "fgsm": (79.55, 79.84), "df": (54.8, 84.16), "mpgd": (85.32, 73.19)},
-    "gram": {"pgd": (99.82, 22.5), "fgsm": (94.77, 56.54), "df": (88.14, 60.87), "mpgd": (93.21, 55.56)},
-    "rmds": {"pgd": (49.03, 82.7), "fgsm": (68.03, 80.66), "df": (43.26, 85.75), "mpgd": (77.05, 75.84)},
-    "ebo": {"pgd": (99.58, 39.61), "fgsm": (75.62, 81.04), "df": (51.23, 84.71), "mpgd": (85.11, 73.8)},
-    "mds": {"pgd": (47.81, 84.48), "fgsm": (64.24, 79.22), "df": (54.04, 79.6), "mpgd": (78.25, 69.86)},
-    "odin": {"pgd": (99.73, 33.25), "fgsm": (73.56, 83.16), "df": (60.16, 83.99), "mpgd": (86.49, 74.11)},
-    "msp": {"pgd": (99.34, 43.62), "fgsm": (67.16, 81.14), "df": (39.78, 86.85), "mpgd": (82.76, 74.68)},
-}
+PAPER = REPO / "benchmarks" / "lorenz2024_cifar10.csv"
+MODELS = ("resnet20", "resnet18")
+#: the reference code's loader batch (``scripts/attack_ood.py --batch-size``, default 200)
+REFERENCE_BATCH = 200
 
 
-def compare(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Side-by-side tables of our ASR / FPR95 / AUROC and the paper's."""
+def command(model: str, limit: int, out: Path, device: str) -> list[str]:
+    """The ``advopenood run`` command line of one model."""
+    return ["advopenood", "run", "--config", f"cifar10_{model}", "--protocol", "lorenz2024", "--data-root", str(DATA),
+            "--limit", str(limit), "--shard-size", str(REFERENCE_BATCH), "--out", str(out), "--device", device,
+            "--overwrite"]
+
+
+def paper_cells() -> pd.DataFrame:
+    """The paper's CIFAR-10 cells: ``table, detector, attack, metric, paper``."""
+    paper = pd.read_csv(PAPER, keep_default_na=False)
+    return paper.assign(paper=paper.value.astype(float))[["table", "detector", "attack", "metric", "paper"]]
+
+
+def our_cells(out: Path) -> pd.DataFrame:
+    """Our cells from a run folder, in the paper's layout (Table 3: clean accuracy and ``asr_all``)."""
     asr = pd.read_csv(out / "asr.csv")
-    asr_cmp = pd.DataFrame({"attack": asr.attack, "asr_all_ours": asr.asr_all, "asr_ours": asr.asr,
-                            "asr_paper": asr.attack.map(PAPER_ASR)})
+    rows = [{"table": 3, "detector": "", "attack": "none", "metric": "clean_acc", "ours": asr.clean_acc.iloc[0],
+             "n": asr.n.iloc[0]}]
+    rows += [{"table": 3, "detector": "", "attack": r.attack, "metric": "asr_all", "ours": r.asr_all, "n": r.n}
+             for r in asr.itertuples()]
     ood = pd.read_csv(out / "ood.csv")
-    adv = ood[ood.attack != "none"]
-    rows = []
-    for r in adv.itertuples():
-        paper = PAPER_OOD.get(r.detector, {}).get(r.attack, (float("nan"), float("nan")))
-        rows.append({"detector": r.detector, "attack": r.attack, "fpr95_ours": r.fpr95, "fpr95_paper": paper[0],
-                     "auroc_ours": r.auroc, "auroc_paper": paper[1]})
-    return asr_cmp, pd.DataFrame(rows)
+    for r in ood[ood.attack != "none"].itertuples():
+        rows += [{"table": 4, "detector": r.detector, "attack": r.attack, "metric": m, "ours": getattr(r, m),
+                  "n": r.n_ood} for m in ("fpr95", "auroc")]
+    return pd.DataFrame(rows)
+
+
+def compare(model: str, out: Path) -> pd.DataFrame:
+    """One row per cell the paper reports: ours, paper, difference, and for AUROC whether both sit on the
+    same side of 50."""
+    df = paper_cells().merge(our_cells(out), on=["table", "detector", "attack", "metric"], how="left")
+    df.insert(0, "model", model)
+    df["diff"] = df.ours - df.paper
+    auroc = df.metric == "auroc"
+    df["same_side_50"] = pd.Series(pd.NA, index=df.index, dtype="boolean")
+    df.loc[auroc, "same_side_50"] = (df.ours[auroc] >= 50) == (df.paper[auroc] >= 50)
+    return df[["model", "table", "detector", "attack", "metric", "ours", "paper", "diff", "same_side_50", "n"]]
+
+
+def summary(df: pd.DataFrame) -> str:
+    """One clause per model: clean accuracy, ASR differences, AUROC side agreement and the cells that disagree."""
+    parts = []
+    for model, d in df.groupby("model", sort=False):
+        t3 = d[d.table == 3].set_index("attack")
+        asr = ", ".join(f"{a} {t3.ours[a]:.1f} vs {t3.paper[a]:.2f}" for a in ("pgd", "fgsm", "df", "mpgd"))
+        au = d[d.metric == "auroc"]
+        other = au[~au.same_side_50.astype(bool)]
+        parts.append(f"{model} (n={int(t3.n['none'])}, clean {t3.ours['none']:.1f} vs 95.32): ASR {asr}; "
+                     f"AUROC same side of 50 in {int(au.same_side_50.sum())}/{len(au)} cells, "
+                     f"mean |diff| {au['diff'].abs().mean():.1f}; other side: "
+                     + (", ".join(f"{r.detector}/{r.attack}" for r in other.itertuples()) or "none"))
+    return "SUMMARY lorenz2024 vs paper: " + " | ".join(parts)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--limit", type=int, default=1000)
+    parser.add_argument("--models", default="resnet20,resnet18", help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument("--out", default="runs/reproduce_cifar10")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--compare-only", action="store_true", help="compare existing runs under --out")
     args = parser.parse_args()
-    cfg, folder = load_config(str(REPO / "configs" / "cifar10_resnet20.yaml"))
-    cfg = apply_overrides(cfg, data_root=str(DATA), limit=args.limit, out=args.out, device=args.device,
-                          config_dir=folder)
-    run(cfg)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    bad = [m for m in models if m not in MODELS]
+    if bad:
+        parser.error(f"unknown model {bad[0]!r}; valid choices: {', '.join(MODELS)}")
     out = Path(args.out)
-    asr_cmp, ood_cmp = compare(out)
-    aio.write_csv(out / "compare_asr.csv", asr_cmp)
-    aio.write_csv(out / "compare_ood.csv", ood_cmp)
-    print(markdown_table(asr_cmp))
-    print(markdown_table(ood_cmp))
-    below = sorted(set(ood_cmp[(ood_cmp.attack == "pgd") & (ood_cmp.auroc_ours < 50)].detector))
-    print(f"SUMMARY reproduction ({args.limit} images): detectors below chance on PGD: {', '.join(below) or 'none'}")
+    tables = []
+    for model in models:
+        run_out = out / model
+        if not args.compare_only:
+            cmd = command(model, args.limit, run_out, args.device)
+            print("$", shlex.join(cmd), flush=True)
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "advopenood.cli", *cmd[1:]], check=True)
+            print(f"{model}: {time.perf_counter() - start:.0f} s", flush=True)
+        tables.append(compare(model, run_out))
+    df = pd.concat(tables, ignore_index=True)
+    aio.write_csv(out / "compare.csv", df)
+    text = markdown_table(df.drop(columns=["table"]))
+    aio.write_text(out / "compare.md", text + "\n")
+    print(text)
+    print(summary(df))
 
 
 if __name__ == "__main__":
