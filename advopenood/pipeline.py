@@ -8,8 +8,8 @@ from __future__ import annotations
 import platform
 import sys
 import time
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
