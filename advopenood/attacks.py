@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 
 from advopenood.errors import UsageError
+from advopenood.registry import check_types
 
 
 @contextlib.contextmanager
@@ -64,6 +65,7 @@ class Attack:
         if unknown:
             raise UsageError(f"unknown parameter {unknown[0]!r} for attack {self.name!r}; "
                              f"valid choices: {', '.join(sorted(valid))}")
+        check_types(f"attack {self.name!r}", {k: v for k, v in params.items() if k != "eps"}, valid)
         self.params = {**valid, **params}
         eps = self.params.get("eps")
         limit = 1.0 if self.norm == "linf" else math.inf

@@ -538,7 +538,7 @@ def expand_attacks(cfg: Mapping[str, Any], input_size: int) -> list[AttackSpec]:
         eps_list = list(eps_list) if isinstance(eps_list, (list, tuple)) else [eps_list]
         for eps in eps_list:
             full = {**params, "eps": None if eps is None else parse_eps(eps)}
-            cls(**full)
+            registry.create("attacks", name, **full)
             label = entry.get("label") or name
             specs.append(AttackSpec(f"{label}@{full['eps']:.4g}" if len(eps_list) > 1 else label, name, full))
     names = [s.set_name for s in specs]

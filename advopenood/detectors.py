@@ -249,6 +249,7 @@ class Postprocessor:
         if fit_size is not None and (not str(fit_size).isdigit() or int(fit_size) < 1):
             raise UsageError(f"{FIT_SIZE} {fit_size!r} for detector {self.name!r} is out of range; "
                              "valid choices: a positive whole number, or null for the whole fit set")
+        registry.check_types(f"detector {self.name!r}", {k: v for k, v in params.items() if k != FIT_SIZE}, valid)
         self.params = {**valid, **params}
 
     @property

@@ -143,4 +143,29 @@ def create(kind: str, name: str, **params: Any) -> Any:
             hint = f"; did you mean {close[0]!r}?" if close else ";"
             raise UsageError(f"unknown parameter {unknown[0]!r} for {singular} {name!r}{hint} valid choices: "
                              f"{', '.join(valid) or '(none)'}")
-    return obj(**params)
+        defaults = {p.name: p.default for p in fields if p.default is not inspect.Parameter.empty}
+        check_types(f"{kind[:-1] if kind != 'analyses' else 'analysis'} {name!r}", params, defaults)
+    try:
+        return obj(**params)
+    except (TypeError, ValueError) as exc:  # a constructor's own conversion of a bad value, e.g. int("ten")
+        raise UsageError(f"bad parameters for {kind[:-1] if kind != 'analyses' else 'analysis'} {name!r}: {exc}") from None
+
+
+def check_types(what: str, params: dict[str, Any], defaults: dict[str, Any]) -> None:
+    """Each scalar parameter has the type of its declared default (an int where a float is declared); parameters
+    whose default is None or a sequence are left to the plugin (a sequence parameter often takes one value too).
+    A UsageError names the first mismatch and the expected type."""
+    for key, value in params.items():
+        default = defaults.get(key)
+        if default is None or value is None or isinstance(default, (list, tuple, dict)):
+            continue
+        expected: tuple[type, ...]
+        if isinstance(default, bool):
+            expected = (bool,)
+        elif isinstance(default, (int, float)):
+            expected = (int, float) if isinstance(default, float) else (int,)
+        else:
+            expected = (type(default),)
+        if not isinstance(value, expected) or (isinstance(value, bool) and not isinstance(default, bool)):
+            names = " or ".join(t.__name__ for t in expected)
+            raise UsageError(f"parameter {key} of {what} is {value!r}; valid choices: {names} (default {default!r})")
