@@ -316,7 +316,7 @@ class Postprocessor:
 
     def postprocess(self, net: nn.Module, data: Tensor) -> tuple[Tensor, Tensor]:
         """OpenOOD's ``postprocess``: ``(pred, conf)`` for one batch, with this detector's own pass."""
-        out = forward_outputs(net, data)
+        out = forward_outputs(net, data, taps=self.needs_taps)
         return out.logits.argmax(1), self.score(net, data, out)
 
     def inference(self, net: nn.Module, data_loader: Iterable, progress: bool = True):
