@@ -63,33 +63,40 @@ Batches = Callable[[], Iterable[tuple[Tensor, Tensor]]]
 @dataclass
 class Outputs:
     """One network pass over a batch: logits ``B x K``, penultimate features ``B x D`` and, where the network
-    exposes it, the last block's maps ``B x C x H x W`` (``None`` for fit-set outputs, which are not kept)."""
+    exposes it, the last block's maps ``B x C x H x W`` (``None`` for fit-set outputs, which are not kept) and,
+    when a detector asks for them (``needs_taps``), every ``nn.Conv2d`` / ``nn.ReLU`` output (:class:`Taps`)."""
 
     logits: Tensor
     features: Tensor
     maps: Tensor | None = None
+    taps: list[Tensor] | None = None
 
     def rows(self, index: Tensor | slice) -> Outputs:
-        return Outputs(self.logits[index], self.features[index], None if self.maps is None else self.maps[index])
+        return Outputs(self.logits[index], self.features[index], None if self.maps is None else self.maps[index],
+                       None if self.taps is None else [t[index] for t in self.taps])
 
 
-def grad_outputs(net: nn.Module, x: Tensor, keep_maps: bool = True) -> Outputs:
-    """Logits, penultimate features and last-block maps of ``x`` in one pass, with gradients.
+def grad_outputs(net: nn.Module, x: Tensor, keep_maps: bool = True, taps: bool = False) -> Outputs:
+    """Logits, penultimate features and last-block maps of ``x`` in one pass, with gradients; with ``taps``,
+    also every tapped map (:class:`Taps`, recorded by forward hooks during the same pass).
 
     Uses :meth:`advopenood.models.Classifier.forward_all` when the network has it, and OpenOOD's dialect
     ``net(x, return_feature=True)`` otherwise (e.g. an OpenOOD network inside OpenOOD's ``Evaluator``).
     """
-    if hasattr(net, "forward_all"):
-        logits, features, maps = net.forward_all(x)
-        return Outputs(logits, features, maps[-1] if keep_maps else None)
-    logits, features = net(x, return_feature=True)
-    return Outputs(logits, features.flatten(1))
+    with Taps(net).recording() if taps else contextlib.nullcontext([]) as tapped:
+        if hasattr(net, "forward_all"):
+            logits, features, maps = net.forward_all(x)
+            last = maps[-1] if keep_maps else None
+        else:
+            logits, features = net(x, return_feature=True)
+            features, last = features.flatten(1), None
+    return Outputs(logits, features, last, tapped if taps else None)
 
 
 @torch.no_grad()
-def forward_outputs(net: nn.Module, x: Tensor, keep_maps: bool = True) -> Outputs:
+def forward_outputs(net: nn.Module, x: Tensor, keep_maps: bool = True, taps: bool = False) -> Outputs:
     """:func:`grad_outputs` without gradients: the shared pass."""
-    return grad_outputs(net, x, keep_maps)
+    return grad_outputs(net, x, keep_maps, taps)
 
 
 def fc_layer(net: nn.Module) -> nn.Linear:
@@ -154,16 +161,22 @@ class Taps:
 
     def forward(self, x: Tensor) -> tuple[Tensor, list[Tensor]]:
         """Logits and the tapped maps, differentiable (``__call__`` is the same without gradients)."""
+        with self.recording() as maps:
+            logits = self.net(x)
+        return logits, maps
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[list[Tensor]]:
+        """Hooks on every tapped layer for the duration; the list fills with their outputs in call order."""
+        if not self.layers:
+            raise ValueError("the network has no nn.Conv2d or nn.ReLU layers for GRAM to read")
         maps: list[Tensor] = []
         handles = [m.register_forward_hook(lambda _m, _i, out: maps.append(out)) for m in self.layers]
         try:
-            logits = self.net(x)
+            yield maps
         finally:
             for h in handles:
                 h.remove()
-        if not maps:
-            raise ValueError("the network has no nn.Conv2d or nn.ReLU layers for GRAM to read")
-        return logits, maps
 
 
 @contextlib.contextmanager
@@ -231,6 +244,8 @@ class Postprocessor:
     requires_fit: ClassVar[bool] = False
     #: needs input gradients or intermediate maps: scored with its own network pass
     own_pass: ClassVar[bool] = False
+    #: reads every tapped map (``Outputs.taps``); the shared pass records them only when such a detector scores
+    needs_taps: ClassVar[bool] = False
     #: fits from the shared fit pass's outputs (False: only from ``batches``, its own pass)
     shared_fit: ClassVar[bool] = True
     #: run settings, overridden per instance by ``score_all`` (and ``setup``)
@@ -302,7 +317,7 @@ class Postprocessor:
 
     def postprocess(self, net: nn.Module, data: Tensor) -> tuple[Tensor, Tensor]:
         """OpenOOD's ``postprocess``: ``(pred, conf)`` for one batch, with this detector's own pass."""
-        out = forward_outputs(net, data)
+        out = forward_outputs(net, data, taps=self.needs_taps)
         return out.logits.argmax(1), self.score(net, data, out)
 
     def inference(self, net: nn.Module, data_loader: Iterable, progress: bool = True):
@@ -696,6 +711,7 @@ class DetectorBank:
         ``only`` restricts the detectors."""
         chosen = None if only is None else set(only)
         active = [k for k in self.dets if chosen is None or k in chosen]
+        taps = any(getattr(self.dets[k], "needs_taps", False) for k in active)
         scores: dict[str, dict[str, np.ndarray]] = {k: {} for k in active}
         for set_name, make_batches in sets.items():
             if not active:
@@ -704,7 +720,7 @@ class DetectorBank:
             for x, _ in tqdm(make_batches(), desc=f"score {set_name}", unit="batch", disable=not progress,
                              leave=False):
                 x = x.to(self.device)
-                out = forward_outputs(self.model, x)
+                out = forward_outputs(self.model, x, taps=taps)
                 for key in list(active):
                     start = time.perf_counter()
                     try:

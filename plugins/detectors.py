@@ -153,14 +153,6 @@ class RMDS(Postprocessor):
         return -with_grad(self.det.predict_features)(out.features)
 
 
-def gram_vector(feature: Tensor, p: int) -> Tensor:
-    """Row sums of the ``p``-th order Gram matrix, ``G = sign(S) |S|^(1/p)`` with ``S = rowsum(F^p (F^p)^T)``,
-    as pytorch-ood's ``Gram._gram_vector`` but differentiable (its ``|S|^(1/p)`` has no gradient where S = 0)."""
-    temp = (feature ** p).flatten(2)
-    temp = torch.matmul(temp, temp.transpose(1, 2)).sum(dim=2)
-    return temp.sign() * temp.abs().clamp_min(torch.finfo(temp.dtype).tiny) ** (1 / p)
-
-
 class _TapStage:
     """Stage ``index`` of a tapped pass in the sequential form pytorch-ood's ``Gram`` expects: stage 0 runs
     the network once and records every tapped map; later stages return the recorded maps in order."""
@@ -187,19 +179,45 @@ class _Stream:
         return self.n_batches
 
 
+def gram_deviation(maps: list[Tensor], predictions: Tensor, powers: list[int], mins: Tensor, maxs: Tensor,
+                   layer_of: Tensor, layer_norm: Tensor) -> Tensor:
+    """GRAM's total deviation of a batch (Sastry & Oore, ICML 2020), all layers and powers at once.
+
+    Per tapped map ``F_l`` (``C_l x HW``) and power ``p``: ``S = rowsum(F^p (F^p)^T) = F^p colsum(F^p)``
+    (the ``C_l x C_l`` Gram matrix is never formed) and ``G = sign(S) |S|^(1/p)``; the ``B x P x sum_l C_l``
+    statistics, against the predicted class's bounds ``mins``/``maxs`` (``K x P x sum_l C_l``), give
+    ``delta_l = sum_{p, c in l} relu(min - G) / |min + 1e-6| + relu(G - max) / |max + 1e-6|`` and
+    ``Delta = sum_l delta_l / E[delta_l]`` (``layer_of`` maps each column to its layer, ``layer_norm`` is
+    ``E[delta_l]``). Differentiable (``|S|`` is clamped to the smallest positive float before the root).
+    """
+    exponents = torch.as_tensor(powers, dtype=maps[0].dtype, device=maps[0].device)
+    stats = []
+    for feature in maps:
+        flat = feature.flatten(2)[:, None] ** exponents[None, :, None, None]  # B x P x C x HW
+        rowsum = (flat * flat.sum(2, keepdim=True)).sum(3)  # B x P x C
+        stats.append(rowsum.sign() * rowsum.abs().clamp_min(torch.finfo(rowsum.dtype).tiny)
+                     ** (1 / exponents[None, :, None]))
+    g = torch.cat(stats, 2)
+    lo, hi = mins[predictions], maxs[predictions]
+    per_entry = (F.relu(lo - g) / (lo + 1e-6).abs() + F.relu(g - hi) / (hi + 1e-6).abs()).sum(1)  # B x sum_l C_l
+    per_layer = per_entry.new_zeros(len(g), len(layer_norm)).index_add_(1, layer_of, per_entry)
+    return (per_layer / layer_norm).sum(1)
+
+
 @register("detectors", "gram")
 class GRAM(Postprocessor):
-    """GRAM, Gram-matrix deviations (Sastry & Oore, ICML 2020); own pass over every conv/ReLU output.
+    """GRAM, Gram-matrix deviations (Sastry & Oore, ICML 2020), scored from the shared pass's tapped maps.
 
     Per tapped layer ``l`` and power ``p``: ``G = rowsum((F^p)(F^p)^T)^(1/p)``; ``delta`` sums how far each
     entry leaves the ``[min, max]`` seen in training for the predicted class; layers are normalised by the
-    mean deviation of a held-out 10 % and, as in OpenOOD, ``conf = -sum_l delta_l / E[delta_l] / max_k p_k``.
+    mean deviation of a held-out 10 % and, as in OpenOOD, ``conf = -sum_l delta_l / E[delta_l] / max_k p_k``
+    (:func:`gram_deviation`). Fitting is pytorch-ood's ``Gram.fit`` (seeded held-out split).
     BPDA: none needed; the min/max hinges are piecewise linear and the predicted class is a selection.
     """
 
     openood_name = "gram"
     requires_fit = True
-    own_pass = True
+    needs_taps = True
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
         self.taps = Taps(net)
@@ -214,23 +232,27 @@ class GRAM(Postprocessor):
         moved = lambda: ((x.to(device), y) for x, y in batches())
         with seeded(self.seed):
             self.det.fit(_Stream(moved, math.ceil(len(labels) / max(1, len(x0)))))
+        det = self.det
+        self.powers = list(det.num_poles_list)
+        self.mins = torch.cat([torch.stack(layer, 1) for layer in det.feature_min], 2).to(device)
+        self.maxs = torch.cat([torch.stack(layer, 1) for layer in det.feature_max], 2).to(device)
+        self.layer_of = torch.cat([torch.full((layer[0].shape[1],), i, dtype=torch.long)
+                                   for i, layer in enumerate(det.feature_min)]).to(device)
+        self.layer_norm = det.layer_norm.to(device)
+
+    def _confidence(self, logits: Tensor, maps: list[Tensor]) -> Tensor:
+        deviation = gram_deviation(maps, logits.argmax(1), self.powers, self.mins, self.maxs, self.layer_of,
+                                   self.layer_norm)
+        return -deviation / logits.softmax(1).max(1).values
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
-        logits, maps = self.taps(x)
-        deviation = self.det.predict_structured(logits, maps)
-        return -deviation / logits.softmax(1).max(1).values
+        if out.taps is None:
+            logits, maps = self.taps(x)
+            return self._confidence(logits, maps)
+        return self._confidence(out.logits, out.taps)
 
     def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
-        logits, maps = self.taps.forward(x)
-        det, predictions = self.det, logits.argmax(1)
-        deviation = logits.new_zeros(len(logits))
-        for layer, feature in enumerate(maps):
-            layer_dev = logits.new_zeros(len(logits))
-            for pole, p in enumerate(det.num_poles_list):
-                layer_dev = layer_dev + det._deviation(gram_vector(feature, p), det.feature_min[layer][pole][predictions],
-                                                       det.feature_max[layer][pole][predictions])
-            deviation = deviation + layer_dev / det.layer_norm[layer]
-        return -deviation / logits.softmax(1).max(1).values
+        return self._confidence(*self.taps.forward(x))
 
 
 @register("detectors", "ebo")

@@ -14,7 +14,8 @@ import torch
 from advopenood import registry
 from advopenood.context import CleanRecord, RunContext
 from advopenood.data import limit_dataset, make_loader
-from advopenood.detectors import Postprocessor, create_detector, fit_subset, resolve_backend, score_all, vim_dim
+from advopenood.detectors import (Postprocessor, Taps, create_detector, fc_layer, fit_detectors, fit_subset, grad_outputs,
+                                  resolve_backend, score_all, vim_dim)
 from advopenood.errors import UsageError
 from advopenood.metrics import ood_metrics
 from advopenood.models import weights_hash
@@ -70,6 +71,69 @@ def test_shared_pass_equals_one_pass_per_detector(bench):
         shared = bench["result"].scores[name]["mnist"]
         scale = max(1.0, float(np.abs(shared).max()))
         assert np.abs(conf - shared).max() <= 1e-5 * scale, name
+
+
+@pytest.fixture(scope="module")
+def gram_odin(bench):
+    """GRAM and ODIN fitted on 200 training images, and 64 ID plus 64 MNIST test images."""
+    bank = fit_detectors(["gram", "odin"], "pytorch-ood", bench["model"], limit_dataset(bench["fit"], 200, 0),
+                         batch_size=64, device=CPU, seed=0, progress=False)
+    x = torch.cat([next(iter(make_loader(limit_dataset(ds, 64, 0), 64)))[0] for ds in (bench["id"], bench["mnist"])])
+    return bank, x
+
+
+def _old_way(name: str, det: Postprocessor, model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Today's scores from pytorch-ood's classes directly: ``Gram.predict_structured`` on a tapped pass,
+    ``ODIN.predict``."""
+    from pytorch_ood.detector import ODIN
+    if name == "gram":
+        logits, maps = Taps(model)(x)
+        return -det.det.predict_structured(logits, maps) / logits.softmax(1).max(1).values
+    return -ODIN(model, eps=float(det.params["noise"]), temperature=float(det.params["temperature"])).predict(x)
+
+
+@pytest.mark.parametrize("name", ["gram", "odin"])
+def test_gram_odin_equal_pytorch_ood(gram_odin, bench, name):
+    """The shared-pass GRAM (vectorised) and ODIN equal pytorch-ood's classes to 1e-5 relative to the score scale
+    (GRAM's deviations reach ~1e3), and ``grad_score`` agrees with ``score``."""
+    bank, x = gram_odin
+    model, det = bench["model"], bank.dets[name]
+    old = _old_way(name, det, model, x).double()
+    new = torch.as_tensor(bank.score({"x": lambda: [(x, torch.zeros(len(x)))]}, progress=False)[name]["x"])
+    scale = max(1.0, float(old.abs().max()))
+    assert old.std() > 0 and (new - old).abs().max() <= 1e-5 * scale
+    grad = det.grad_score(model, x, grad_outputs(model, x)).detach().double()
+    assert (grad - new).abs().max() <= 1e-5 * scale
+
+
+def test_gram_maps_recorded_only_when_needed(gram_odin, bench):
+    """The shared pass records the tapped maps only for a bank with GRAM in it."""
+    bank, x = gram_odin
+    seen = []
+    gram = bank.dets["gram"]
+    original = type(gram).score
+    type(gram).score = lambda self, net, x_, out: seen.append(out.taps is not None) or original(self, net, x_, out)
+    try:
+        bank.score({"x": lambda: [(x, torch.zeros(len(x)))]}, progress=False, only=["gram"])
+        bank.score({"x": lambda: [(x, torch.zeros(len(x)))]}, progress=False, only=["odin"])
+    finally:
+        type(gram).score = original
+    assert seen == [True]
+
+
+def test_odin_one_backward_one_extra_forward(gram_odin, bench):
+    """Per batch: the shared forward, then ODIN's forward + backward for the input gradient and one forward on the
+    perturbed input (counted at the final layer, which every pass runs)."""
+    bank, x = gram_odin
+    head, calls = fc_layer(bench["model"]), {"forward": 0, "backward": 0}
+    fwd = head.register_forward_hook(lambda *_: calls.__setitem__("forward", calls["forward"] + 1))
+    bwd = head.register_full_backward_hook(lambda *_: calls.__setitem__("backward", calls["backward"] + 1))
+    try:
+        bank.score({"x": lambda: [(x[:32], None), (x[32:], None)]}, progress=False, only=["odin"])
+    finally:
+        fwd.remove()
+        bwd.remove()
+    assert calls == {"forward": 2 * 3, "backward": 2}
 
 
 def test_pgd_breaks_logit_detectors_but_not_mahalanobis(bench):
