@@ -30,6 +30,9 @@ setup(
         "scipy<2",
         "tqdm>=4.60",
         "pyyaml>=6",
+        "pydantic>=2.5,<3",
+        "packaging>=21",
+        "threadpoolctl>=3",
         "matplotlib>=3.6",
     ],
     extras_require={
