@@ -12,9 +12,12 @@ and ``inference(net, loader) -> (pred, conf, label)``. Two backends implement th
   hyperparameters mapped (see ``plugins/detectors.py`` and ``docs/detectors.md``).
 
 :func:`score_all` scores every selected detector from *one* network pass per input batch (logits,
-penultimate features and last-block maps are computed once and handed to each detector); only ODIN
-(input gradients) and GRAM (every intermediate map) run their own pass. Fitting works the same way: one
-pass over the fit set, shared by every detector that fits on ID data.
+penultimate features and last-block maps are computed once and handed to each detector; GRAM reads every
+tapped map of the same pass); only ODIN (input gradients) adds its own step. Fitting works the same way: one
+pass over the fit set, shared by every detector that fits on ID data (GRAM keeps per-sample statistics of
+the tapped maps, never the maps). With a :class:`~advopenood.scorecache.ScoreCache`, the fit pass, fitted
+states and score vectors are read back instead of recomputed; under ``torchrun`` the fit pass and the scoring
+are sharded by batch over the ranks.
 """
 from __future__ import annotations
 
@@ -42,7 +45,8 @@ from advopenood import registry
 from advopenood.attacks import frozen
 from advopenood.data import Subset, make_loader
 from advopenood.errors import UsageError
-from advopenood.scorecache import ScoreCache, detector_key
+from advopenood.scorecache import ScoreCache, detector_key, fit_pass_key
+from advopenood.store import canonical_key
 
 BACKENDS = ("auto", "openood", "pytorch-ood")
 OPENOOD_INSTALL = ("git clone https://github.com/Jingkang50/OpenOOD && pip install -e ./OpenOOD && "
@@ -64,16 +68,19 @@ Batches = Callable[[], Iterable[tuple[Tensor, Tensor]]]
 class Outputs:
     """One network pass over a batch: logits ``B x K``, penultimate features ``B x D`` and, where the network
     exposes it, the last block's maps ``B x C x H x W`` (``None`` for fit-set outputs, which are not kept) and,
-    when a detector asks for them (``needs_taps``), every ``nn.Conv2d`` / ``nn.ReLU`` output (:class:`Taps`)."""
+    when a detector asks for them (``needs_taps``), every ``nn.Conv2d`` / ``nn.ReLU`` output (:class:`Taps`);
+    for a fitting detector, ``stats`` holds its per-sample statistics of those maps (``tap_statistics``)."""
 
     logits: Tensor
     features: Tensor
     maps: Tensor | None = None
     taps: list[Tensor] | None = None
+    stats: Tensor | None = None
 
     def rows(self, index: Tensor | slice) -> Outputs:
         return Outputs(self.logits[index], self.features[index], None if self.maps is None else self.maps[index],
-                       None if self.taps is None else [t[index] for t in self.taps])
+                       None if self.taps is None else [t[index] for t in self.taps],
+                       None if self.stats is None else self.stats[index])
 
 
 def grad_outputs(net: nn.Module, x: Tensor, keep_maps: bool = True, taps: bool = False) -> Outputs:
@@ -119,18 +126,70 @@ def iter_xy(loader: Iterable) -> Iterator[tuple[Tensor, Tensor]]:
             yield batch[0], batch[1]
 
 
+@dataclass
+class FitPass:
+    """The shared pass over the fit rows: logits and features (``outputs``), labels, and per fitting detector
+    that reads tapped maps its per-sample statistics (``stats[name]``); ``batches``: the indices of the batches
+    covered, ``sizes`` their row counts."""
+
+    outputs: Outputs
+    labels: Tensor
+    stats: dict[str, Tensor] = field(default_factory=dict)
+    batches: list[int] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+
+    def for_detector(self, name: str, n: int) -> tuple[Outputs, Tensor]:
+        """The first ``n`` rows as a detector's fit input (its statistics in ``stats``)."""
+        out = self.outputs.rows(slice(0, n))
+        out.stats = self.stats[name][:n] if name in self.stats else None
+        return out, self.labels[:n]
+
+    def chunks(self) -> Iterator[tuple[int, FitPass]]:
+        """``(batch index, that batch's rows)`` in stored order."""
+        start = 0
+        for b, n in zip(self.batches, self.sizes):
+            rows = slice(start, start + n)
+            yield b, FitPass(self.outputs.rows(rows), self.labels[rows], {k: v[rows] for k, v in self.stats.items()})
+            start += n
+
+
+def merge_fit_passes(parts: Iterable[FitPass]) -> FitPass:
+    """Concatenate fit-pass shares (one per rank) in batch order: the same rows as one process's pass."""
+    chunks = sorted((chunk for part in parts for chunk in part.chunks()), key=lambda c: c[0])
+    if not chunks:
+        raise UsageError("the fit set is empty; detectors that fit on ID data need at least one training image")
+    whole = [c for _, c in chunks]
+    return FitPass(Outputs(torch.cat([c.outputs.logits for c in whole]), torch.cat([c.outputs.features for c in whole])),
+                   torch.cat([c.labels for c in whole]),
+                   {k: torch.cat([c.stats[k] for c in whole]) for k in whole[0].stats},
+                   [b for b, _ in chunks], [len(c.labels) for c in whole])
+
+
 def collect_outputs(net: nn.Module, batches: Iterable[tuple[Tensor, Tensor]], device: torch.device,
-                    desc: str = "fit pass", progress: bool = False) -> tuple[Outputs, Tensor]:
-    """Concatenated logits and features (no maps) of every batch, and the labels (on the CPU)."""
-    logits, features, labels = [], [], []
-    for x, y in tqdm(batches, desc=desc, unit="batch", disable=not progress, leave=False):
-        out = forward_outputs(net, x.to(device), keep_maps=False)
+                    desc: str = "fit pass", progress: bool = False,
+                    reducers: dict[str, Callable[[list[Tensor]], Tensor]] | None = None,
+                    select: Callable[[int], bool] | None = None) -> FitPass:
+    """Concatenated logits and features (no maps) of every batch, the labels (on the CPU) and, per entry of
+    ``reducers``, the per-sample statistics it computes from the tapped maps (the pass records them only then).
+    ``select`` keeps only the batches whose index it accepts (a rank's share under torchrun)."""
+    reducers = reducers or {}
+    logits, features, labels, index = [], [], [], []
+    stats: dict[str, list[Tensor]] = {k: [] for k in reducers}
+    for b, (x, y) in enumerate(tqdm(batches, desc=desc, unit="batch", disable=not progress, leave=False)):
+        if select is not None and not select(b):
+            continue
+        out = forward_outputs(net, x.to(device), keep_maps=False, taps=bool(reducers))
         logits.append(out.logits)
         features.append(out.features)
         labels.append(torch.as_tensor(y).cpu())
-    if not labels:
+        index.append(b)
+        for key, reduce in reducers.items():
+            stats[key].append(reduce(out.taps))
+    if not labels and select is None:
         raise UsageError("the fit set is empty; detectors that fit on ID data need at least one training image")
-    return Outputs(torch.cat(logits), torch.cat(features)), torch.cat(labels)
+    cat = lambda parts: torch.cat(parts) if parts else torch.empty(0)
+    return FitPass(Outputs(cat(logits), cat(features)), cat(labels).long(), {k: cat(v) for k, v in stats.items()},
+                   index, [len(t) for t in labels])
 
 
 def take_rows(batches: Iterable[tuple[Tensor, Tensor]], n: int | None) -> Iterator[tuple[Tensor, Tensor]]:
@@ -289,6 +348,19 @@ class Postprocessor:
         """Confidence per sample of batch ``x`` (higher = more ID), from the shared-pass outputs ``out``."""
         raise NotImplementedError
 
+    def tap_statistics(self, taps: list[Tensor]) -> Tensor:
+        """For a fitting detector with ``needs_taps``: the per-sample statistics (``B x ...``) of one fit batch's
+        tapped maps that :meth:`fit` reads as ``outputs.stats`` (the fit pass keeps them, never the maps)."""
+        raise NotImplementedError(f"detector {self.name!r} reads no tapped maps when fitting")
+
+    def fit_state(self) -> dict[str, Tensor] | None:
+        """The fitted state as tensors, for the store (None: not stored; the detector refits from the fit pass)."""
+        return None
+
+    def load_fit_state(self, net: nn.Module, state: dict[str, Tensor]) -> None:
+        """Restore a state from :meth:`fit_state` instead of fitting."""
+        raise NotImplementedError(f"detector {self.name!r} has no stored fit state")
+
     def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         """:meth:`score` as a differentiable function of ``x``, for detector-adaptive attacks.
 
@@ -312,8 +384,9 @@ class Postprocessor:
         dataset = getattr(loader, "dataset", None)
         n = self.rows_needed(len(dataset)) if dataset is not None else self.fit_size
         batches = lambda: take_rows(iter_xy(loader), n)
-        outputs, labels = collect_outputs(net, batches(), self.device)
-        self.fit(net, outputs, labels, batches)
+        reducers = {self.name: self.tap_statistics} if self.needs_taps else None
+        fit_pass = collect_outputs(net, batches(), self.device, reducers=reducers)
+        self.fit(net, *fit_pass.for_detector(self.name, len(fit_pass.labels)), batches)
 
     def postprocess(self, net: nn.Module, data: Tensor) -> tuple[Tensor, Tensor]:
         """OpenOOD's ``postprocess``: ``(pred, conf)`` for one batch, with this detector's own pass."""
@@ -657,14 +730,18 @@ def create_detector(name: str, backend: str, params: dict[str, Any] | None = Non
 class ScoreResult:
     """Per-sample confidences ``scores[detector][set]`` (float64, set order), skipped detectors with a
     one-line reason, the resolved backend, seconds spent per detector (fit + score, shared pass apart) and
-    the fitted :class:`DetectorBank`, which scores further sets."""
+    the fitted :class:`DetectorBank`, which scores further sets.
+
+    ``work`` (``run.json``'s ``detector_work``): ``fitted`` detectors set up this run vs ``fits_reused`` (all
+    their score vectors stored); of those set up, ``fits_computed`` ran their fit and ``fit_states_reused``
+    read a stored fitted state; ``fit_pass_computed`` / ``fit_pass_reused`` whether the fit pass ran or was
+    read back; ``score_sets_computed`` / ``score_sets_reused`` (detector, set) score vectors."""
 
     scores: dict[str, dict[str, np.ndarray]]
     errors: dict[str, str]
     backend: str
     seconds: dict[str, float] = field(default_factory=dict)
     bank: DetectorBank | None = None
-    #: detector work done vs read from the store: ``fitted``, ``fits_reused``, ``score_sets_computed``, ``..._reused``
     work: dict[str, int] = field(default_factory=dict)
 
 
@@ -693,52 +770,72 @@ class DetectorBank:
 
     A run keeps its bank (``RunContext.bank``), so analyses score new sets (e.g. transferred adversarial
     examples) without fitting again. A detector that fails to score is dropped with its reason in ``errors``.
+    ``work`` counts the fit work done and read back (:func:`fit_detectors`).
     """
 
     def __init__(self, model: nn.Module, dets: dict[str, Postprocessor], order: list[str], errors: dict[str, str],
-                 backend: str, device: torch.device, seconds: dict[str, float]):
+                 backend: str, device: torch.device, seconds: dict[str, float], work: dict[str, int] | None = None):
         self.model, self.dets, self.order, self.errors = model, dets, order, errors
         self.backend, self.device, self.seconds = backend, device, seconds
+        self.work = dict(work or {})
 
     @property
     def names(self) -> list[str]:
         """Detectors that are fitted and have not failed, in the requested order."""
         return [k for k in self.order if k in self.dets]
 
+    def score_batches(self, set_name: str, batches: Iterable[tuple[Tensor, Tensor]], only: Iterable[str] | None = None,
+                      progress: bool = True, select: Callable[[int], bool] | None = None
+                      ) -> dict[str, dict[int, np.ndarray]]:
+        """``scores[detector][batch index]`` (float64) for the batches of one set that ``select`` accepts (all
+        by default: under torchrun, a rank's share), one shared network pass per batch."""
+        chosen = None if only is None else set(only)
+        active = [k for k in self.dets if chosen is None or k in chosen]
+        taps = any(self.dets[k].needs_taps for k in active)
+        parts: dict[str, dict[int, np.ndarray]] = {k: {} for k in active}
+        for b, (x, _) in enumerate(tqdm(batches, desc=f"score {set_name}", unit="batch", disable=not progress,
+                                        leave=False)):
+            if not active:
+                break
+            if select is not None and not select(b):
+                continue
+            x = x.to(self.device)
+            out = forward_outputs(self.model, x, taps=taps)
+            for key in list(active):
+                start = time.perf_counter()
+                try:
+                    conf = self.dets[key].score(self.model, x, out)
+                    conf = torch.as_tensor(conf).detach().reshape(-1).cpu().double().numpy()
+                    if len(conf) != len(x):
+                        raise ValueError(f"{len(conf)} scores for a batch of {len(x)}")
+                    parts[key][b] = conf
+                except Exception as exc:  # skipped with its reason
+                    self.drop(key, _reason(f"scoring {set_name!r}", exc))
+                    active.remove(key)
+                    parts.pop(key)
+                self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - start
+        return parts
+
+    def drop(self, key: str, reason: str) -> None:
+        """Skip a detector from now on, with its reason in ``errors``."""
+        self.errors[key] = reason
+        self.dets.pop(key, None)
+
     def score(self, sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]], progress: bool = True,
               only: Iterable[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
         """``scores[detector][set]`` (float64, sample order) for zero-argument callables yielding ``(x, y)``;
         ``only`` restricts the detectors."""
         chosen = None if only is None else set(only)
-        active = [k for k in self.dets if chosen is None or k in chosen]
-        taps = any(getattr(self.dets[k], "needs_taps", False) for k in active)
-        scores: dict[str, dict[str, np.ndarray]] = {k: {} for k in active}
+        scores: dict[str, dict[str, np.ndarray]] = {k: {} for k in self.dets if chosen is None or k in chosen}
         for set_name, make_batches in sets.items():
-            if not active:
-                break
-            parts: dict[str, list[np.ndarray]] = {k: [] for k in active}
-            for x, _ in tqdm(make_batches(), desc=f"score {set_name}", unit="batch", disable=not progress,
-                             leave=False):
-                x = x.to(self.device)
-                out = forward_outputs(self.model, x, taps=taps)
-                for key in list(active):
-                    start = time.perf_counter()
-                    try:
-                        conf = self.dets[key].score(self.model, x, out)
-                        conf = torch.as_tensor(conf).detach().reshape(-1).cpu().double().numpy()
-                        if len(conf) != len(x):
-                            raise ValueError(f"{len(conf)} scores for a batch of {len(x)}")
-                        parts[key].append(conf)
-                    except Exception as exc:  # skipped with its reason
-                        self.errors[key] = _reason(f"scoring {set_name!r}", exc)
-                        del self.dets[key]
-                        active.remove(key)
-                        scores.pop(key, None)
-                        parts.pop(key, None)
-                    self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - start
-            for key, chunks in parts.items():
-                scores[key][set_name] = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float64)
-        return {k: scores[k] for k in self.order if k in scores}
+            for key, by_batch in self.score_batches(set_name, make_batches(), list(scores), progress).items():
+                scores[key][set_name] = join_batches(by_batch)
+        return {k: scores[k] for k in self.order if k in scores and k in self.dets}
+
+
+def join_batches(by_batch: dict[int, np.ndarray]) -> np.ndarray:
+    """One score vector from per-batch scores, in batch order."""
+    return np.concatenate([by_batch[b] for b in sorted(by_batch)]) if by_batch else np.zeros(0, dtype=np.float64)
 
 
 class LazyBank(DetectorBank):
@@ -760,6 +857,8 @@ class LazyBank(DetectorBank):
             self.errors.update(bank.errors)
             for k, v in bank.seconds.items():
                 self.seconds[k] = self.seconds.get(k, 0.0) + v
+            for k, v in bank.work.items():
+                self.work[k] = self.work.get(k, 0) + v
 
     @property
     def names(self) -> list[str]:
@@ -772,6 +871,13 @@ class LazyBank(DetectorBank):
               only: Iterable[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
         self.fit(self.order if only is None else list(only))
         return super().score(sets, progress, only)
+
+
+def _barrier(world_size: int) -> None:
+    if world_size > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
 
 
 def check_detectors(names: list[str], params: dict[str, dict] | None) -> dict[str, dict]:
@@ -790,13 +896,61 @@ def check_detectors(names: list[str], params: dict[str, dict] | None) -> dict[st
     return params
 
 
+#: Fit work counters of :func:`fit_detectors` (``DetectorBank.work``), all zero.
+FIT_WORK = {"fits_computed": 0, "fit_states_reused": 0, "fit_pass_computed": 0, "fit_pass_reused": 0}
+
+
+def _detector_key(det: Postprocessor, key: str, backend: str, model_hash: str, fit_set: Dataset, seed: int,
+                  batch_size: int) -> str:
+    return detector_key(model_hash=model_hash, name=key, backend=backend, detector=det, params=det.params,
+                        fit_identity=fit_set.identity(), seed=seed, batch_size=batch_size)
+
+
+def run_fit_pass(model: nn.Module, fit_data: Dataset, *, batch_size: int, device: torch.device,
+                 reducers: dict[str, Callable[[list[Tensor]], Tensor]], cache: ScoreCache | None, model_hash: str,
+                 rank: int = 0, world_size: int = 1, progress: bool = True) -> tuple[FitPass, bool]:
+    """The shared fit pass, and whether it was computed (False: read from the store).
+
+    Logits, features and labels are stored (never the tap statistics, which only fitting detectors without a
+    stored state need: then the pass runs again with taps). Under torchrun each rank runs the batches
+    ``b % world_size == rank`` and the ranks exchange their shares through the store.
+    """
+    key = fit_pass_key(model_hash=model_hash, model=model, fit_identity=fit_data.identity(), batch_size=batch_size)
+    if cache is not None and not reducers:
+        stored = cache.load_tensors("fitpass", key)
+        if stored is not None:
+            return FitPass(Outputs(stored["logits"], stored["features"]), stored["labels"]), False
+    loader = make_loader(fit_data, batch_size)
+    if cache is None or world_size == 1:
+        result = collect_outputs(model, loader, device, desc="fit pass", progress=progress, reducers=reducers)
+    else:
+        share = collect_outputs(model, loader, device, desc="fit pass", progress=progress, reducers=reducers,
+                                select=lambda b: b % world_size == rank)
+        run_key = canonical_key({"fit-pass": key, "stats": sorted(reducers), "world": world_size})
+        cache.save_part(run_key, rank, share)
+        _barrier(world_size)
+        result = merge_fit_passes(cache.load_parts(run_key, world_size))
+        _barrier(world_size)
+        if rank == 0:
+            cache.drop_parts(run_key)
+    if cache is not None and rank == 0:
+        cache.save_tensors("fitpass", key, {"logits": result.outputs.logits, "features": result.outputs.features,
+                                            "labels": result.labels})
+    return result, True
+
+
 def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dataset, *, batch_size: int,
                   device: torch.device, seed: int, params: dict[str, dict] | None = None,
-                  progress: bool = True) -> DetectorBank:
+                  progress: bool = True, cache: ScoreCache | None = None, model_hash: str = "",
+                  rank: int = 0, world_size: int = 1) -> DetectorBank:
     """Build and fit every detector in ``names`` with one shared pass over the fit set.
 
     A detector that fails to build or fit is skipped with its reason in ``errors``; the others go on.
     An unknown detector name (or parameter) raises :class:`~advopenood.errors.UsageError` before any work.
+    With a ``cache``, stored fitted states are read back and the fit pass's outputs too when no detector left
+    to fit needs the tapped maps; the bank's ``work`` counts ``fits_computed``, ``fit_states_reused``,
+    ``fit_pass_computed`` and ``fit_pass_reused``. Under torchrun (``world_size > 1``, with a cache) every
+    rank calls this; the fit pass is sharded by batch and every rank ends with the same fitted detectors.
     """
     resolved = resolve_backend(backend)
     params = check_detectors(names, params)
@@ -806,6 +960,7 @@ def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dat
     dets: dict[str, Postprocessor] = {}
     errors: dict[str, str] = {}
     seconds: dict[str, float] = {}
+    work = dict(FIT_WORK)
     for key in keys:
         try:
             dets[key] = create_detector(key, resolved, params.get(key), num_classes=num_classes, device=device,
@@ -817,54 +972,79 @@ def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dat
     model.eval()
 
     fitting = [k for k, d in dets.items() if d.requires_fit]
+    det_keys = {k: _detector_key(dets[k], k, resolved, model_hash, fit_set, seed, batch_size) for k in fitting} \
+        if cache is not None else {}
+    for key in list(fitting):
+        state = cache.load_tensors(f"state-{key}", det_keys[key]) if cache is not None else None
+        if state is not None:
+            dets[key].load_fit_state(model, state)
+            fitting.remove(key)
+            work["fit_states_reused"] += 1
     if fitting:
         sizes = [dets[k].fit_size for k in fitting]
         fit_data = fit_subset(fit_set, seed, None if None in sizes else max(sizes))
-        outputs, labels = Outputs(torch.empty(0), torch.empty(0)), torch.empty(0, dtype=torch.long)
+        fit_pass = FitPass(Outputs(torch.empty(0), torch.empty(0)), torch.empty(0, dtype=torch.long))
         if any(dets[k].shared_fit for k in fitting):
-            outputs, labels = collect_outputs(model, make_loader(fit_data, batch_size), device,
-                                              desc="fit pass", progress=progress)
+            reducers = {k: dets[k].tap_statistics for k in fitting if dets[k].needs_taps and dets[k].shared_fit}
+            fit_pass, computed = run_fit_pass(model, fit_data, batch_size=batch_size, device=device, reducers=reducers,
+                                              cache=cache, model_hash=model_hash, rank=rank, world_size=world_size,
+                                              progress=progress)
+            work["fit_pass_computed" if computed else "fit_pass_reused"] += 1
         for key in fitting:
             det = dets[key]
             n = det.rows_needed(len(fit_data))
             batches = lambda n=n: take_rows(make_loader(fit_data, batch_size), n)
             start = time.perf_counter()
             try:
-                det.fit(model, outputs.rows(slice(0, n)), labels[:n], batches)
+                det.fit(model, *fit_pass.for_detector(key, n), batches)
+                work["fits_computed"] += 1
+                state = det.fit_state()
+                if cache is not None and state is not None and rank == 0:
+                    cache.save_tensors(f"state-{key}", det_keys[key], state)
             except Exception as exc:  # skipped with its reason
                 errors[key] = _reason("fit", exc)
                 del dets[key]
             seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - start
-    return DetectorBank(model, dets, keys, errors, resolved, device, seconds)
+    return DetectorBank(model, dets, keys, errors, resolved, device, seconds, work)
 
 
 def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset,
               sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]], *, batch_size: int,
               device: torch.device, seed: int, params: dict[str, dict] | None = None,
               progress: bool = True, cache: ScoreCache | None = None,
-              identities: dict[str, dict[str, Any]] | None = None, model_hash: str = "") -> ScoreResult:
+              identities: dict[str, dict[str, Any]] | None = None, model_hash: str = "",
+              rank: int = 0, world_size: int = 1) -> ScoreResult:
     """Fit (:func:`fit_detectors`) and score every detector in ``names`` with one shared network pass per batch.
 
     ``sets`` maps a set name to a zero-argument callable yielding ``(x, y)`` batches of [0, 1] images. With a
     ``cache`` (and each set's identity in ``identities``), score vectors already in the store are read back,
-    only the detectors with a missing vector are fitted, and only the missing vectors are computed; ``work``
-    counts both. The returned bank (a :class:`LazyBank`) fits the rest when an analysis needs them.
+    only the detectors with a missing vector are fitted (from the stored fit pass and states where possible),
+    and only the missing vectors are computed; ``work`` counts both. The returned bank (a :class:`LazyBank`)
+    fits the rest when an analysis needs them.
+
+    Under torchrun (``world_size > 1``; needs a ``cache``, the shared store) every rank calls this: the fit
+    pass is sharded by batch, each rank scores the batches ``b % world_size == rank`` of every set and writes
+    its share to the store, and rank 0 merges them into the score vectors, bit-identical to one process's
+    (same batches, same fitted detectors). Only rank 0's result holds the scores.
     """
     resolved = resolve_backend(backend)
     params = check_detectors(names, params)
     keys = [n.strip().lower() for n in names]
     device = torch.device(device)
+    if world_size > 1 and cache is None:
+        raise UsageError("sharded scoring over torchrun ranks needs the shared store (a ScoreCache)")
+    sharding = {"rank": rank, "world_size": world_size}
 
     def fit(subset: list[str]) -> DetectorBank:
         return fit_detectors(subset, resolved, model, fit_set, batch_size=batch_size, device=device, seed=seed,
-                             params=params, progress=progress)
+                             params=params, progress=progress, cache=cache, model_hash=model_hash, **sharding)
 
     if cache is None:
         bank = fit(keys)
         scores = bank.score(sets, progress)
         computed = sum(len(v) for v in scores.values())
         return ScoreResult(scores, bank.errors, bank.backend, bank.seconds, bank,
-                           {"fitted": len(bank.dets), "fits_reused": 0, "score_sets_computed": computed,
+                           {**bank.work, "fitted": len(bank.dets), "fits_reused": 0, "score_sets_computed": computed,
                             "score_sets_reused": 0})
     identities = identities or {}
     num_classes = fc_layer(model).out_features
@@ -879,9 +1059,7 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
         except Exception as exc:  # a broken detector is skipped, never fatal for the others
             errors[key] = _reason("construction", exc)
             continue
-        det_keys[key] = detector_key(model_hash=model_hash, name=key, backend=resolved, detector=det,
-                                     params=det.params, fit_identity=fit_set.identity(), seed=seed,
-                                     batch_size=batch_size)
+        det_keys[key] = _detector_key(det, key, resolved, model_hash, fit_set, seed, batch_size)
     found: dict[str, dict[str, np.ndarray]] = {k: {} for k in det_keys}
     for key, det_key in det_keys.items():
         for set_name in sets:
@@ -892,16 +1070,39 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
     bank = LazyBank(fit, list(det_keys), errors, resolved, model, device)
     need = [k for k in det_keys if len(found[k]) < len(sets)]
     bank.fit(need)
-    computed = 0
+    sharding.update(rank=0, world_size=1)  # later fits (analyses, on rank 0 alone) run unsharded
+    todo = {set_name: [k for k in need if set_name not in found[k] and k in bank.dets] for set_name in sets}
+    select = None if world_size == 1 else (lambda b: b % world_size == rank)
+    share: dict[str, dict[str, dict[int, np.ndarray]]] = {}
     for set_name, make_batches in sets.items():
-        who = [k for k in need if set_name not in found[k] and k in bank.dets]
-        if not who:
-            continue
-        for key, by_set in bank.score({set_name: make_batches}, progress, only=who).items():
-            found[key][set_name] = by_set[set_name]
-            cache.save(key, det_keys[key], identities[set_name], by_set[set_name])
+        if todo[set_name]:
+            share[set_name] = bank.score_batches(set_name, make_batches(), todo[set_name], progress, select)
+    if world_size > 1:
+        run_key = canonical_key({"score": det_keys, "sets": {k: identities[k] for k in sets}, "world": world_size})
+        cache.save_part(run_key, rank, {"scores": share, "errors": {k: bank.errors[k] for k in need
+                                                                     if k in bank.errors}})
+        _barrier(world_size)
+        if rank != 0:
+            return ScoreResult({}, bank.errors, resolved, bank.seconds, bank,
+                               {**FIT_WORK, **bank.work, "fitted": len([k for k in need if k not in bank.errors])})
+        parts = cache.load_parts(run_key, world_size)
+        cache.drop_parts(run_key)
+        for part in parts:
+            for key, reason in part["errors"].items():
+                bank.drop(key, reason)
+        share = {set_name: {key: {b: conf for part in parts for b, conf in part["scores"].get(set_name, {})
+                                  .get(key, {}).items()} for key in who if key in bank.dets}
+                 for set_name, who in todo.items() if who}
+    computed = 0
+    for set_name, by_det in share.items():
+        for key, by_batch in by_det.items():
+            if key not in bank.dets:
+                continue
+            found[key][set_name] = join_batches(by_batch)
+            cache.save(key, det_keys[key], identities[set_name], found[key][set_name])
             computed += 1
     scores = {k: found[k] for k in keys if k in det_keys and k not in bank.errors}
     return ScoreResult(scores, bank.errors, resolved, bank.seconds, bank,
-                       {"fitted": len([k for k in need if k not in bank.errors]), "fits_reused": len(det_keys) - len(need),
+                       {**FIT_WORK, **bank.work, "fitted": len([k for k in need if k not in bank.errors]),
+                        "fits_reused": len(det_keys) - len(need),
                         "score_sets_computed": computed, "score_sets_reused": reused})

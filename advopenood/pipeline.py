@@ -206,7 +206,8 @@ def run(cfg: Mapping[str, Any], *, attack_only: bool = False, progress: bool = T
     The preflight (:func:`advopenood.preflight.preflight`) runs first; nothing is written when it fails. Outputs
     go to a staging folder beside the output folder and replace the previous run's files (those its
     ``manifest.json`` lists) at the end, so the folder only ever shows one run's files.
-    Under ``torchrun`` every rank shares the attack stage; rank 0 alone scores, evaluates and writes outputs.
+    Under ``torchrun`` every rank shares the attack stage and the detector stage (fit pass and scoring, sharded
+    by batch through the store); rank 0 alone merges the scores, evaluates and writes outputs.
     """
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
@@ -234,6 +235,8 @@ def run(cfg: Mapping[str, Any], *, attack_only: bool = False, progress: bool = T
     ctx = RunContext(cfg, out, model, device, seed, dataset, arch, id_set, fit_set, ood_sets, adv_sets, clean,
                      batch_size=bs, protocol=str(cfg["protocol"]), rank=rank, progress=progress)
     if rank != 0:
+        if not attack_only:
+            _score(ctx, progress, world_size)
         return ctx
     asr = pd.DataFrame([asr_row(a, dataset, arch, seed, clean.accuracy, ctx.protocol) for a in adv_sets.values()],
                        columns=ASR_COLUMNS)
@@ -241,7 +244,7 @@ def run(cfg: Mapping[str, Any], *, attack_only: bool = False, progress: bool = T
 
     if not attack_only:
         t = time.perf_counter()
-        _score(ctx, progress)
+        _score(ctx, progress, world_size)
         timings["detectors"] = time.perf_counter() - t
         for label, plugin in plugins:
             t = time.perf_counter()
@@ -263,9 +266,10 @@ def run(cfg: Mapping[str, Any], *, attack_only: bool = False, progress: bool = T
     return ctx
 
 
-def _score(ctx: RunContext, progress: bool) -> None:
+def _score(ctx: RunContext, progress: bool, world_size: int = 1) -> None:
     """Detector confidences for ID, natural OOD and every adversarial set (one shared pass per set); score
-    vectors already in the store (``<cache>/scores``) are read back instead of computed."""
+    vectors already in the store (``<cache>/scores``) are read back instead of computed. Under torchrun every
+    rank calls it and scores its share (:func:`advopenood.detectors.score_all`)."""
     if not ctx.config["detectors"]:
         return
     bs, workers = ctx.batch_size, int(ctx.config["num_workers"])
@@ -280,7 +284,7 @@ def _score(ctx: RunContext, progress: bool) -> None:
     result = score_all(list(ctx.config["detectors"]), ctx.config["detector_backend"], ctx.model, ctx.fit_set, sets,
                        batch_size=bs, device=ctx.device, seed=ctx.seed, params=thaw(ctx.config["detector_params"]),
                        progress=progress, cache=ScoreCache(cache_dir(ctx.config) / "scores"), identities=identities,
-                       model_hash=weights_hash(ctx.model))
+                       model_hash=weights_hash(ctx.model), rank=ctx.rank, world_size=world_size)
     ctx.scores, ctx.detector_errors, ctx.backend, ctx.bank = result.scores, result.errors, result.backend, result.bank
     ctx.extras["detector_work"] = result.work
 

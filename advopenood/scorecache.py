@@ -13,12 +13,15 @@ from __future__ import annotations
 import hashlib
 import inspect
 import io
+import pickle
+import shutil
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from advopenood import io as aio
 from advopenood.store import canonical_key, library_versions
@@ -43,6 +46,15 @@ def detector_key(*, model_hash: str, name: str, backend: str, detector: Any, par
     return canonical_key({"model": model_hash, "detector": name, "backend": backend, "params": dict(params),
                           "code": [_source_sha(inner), _source_sha(machinery)], "fit": dict(fit_identity),
                           "seed": int(seed), "batch_size": int(batch_size), "versions": library_versions()})
+
+
+def fit_pass_key(*, model_hash: str, model: Any, fit_identity: Mapping[str, Any], batch_size: int) -> str:
+    """The key of the fit pass's outputs: the model's weights and class source, the fit rows (their identity
+    records the seeded order), the batch size, the detector machinery's source and the library versions."""
+    import advopenood.detectors as machinery
+
+    return canonical_key({"kind": "fit-pass", "model": model_hash, "code": [_source_sha(model), _source_sha(machinery)],
+                          "fit": dict(fit_identity), "batch_size": int(batch_size), "versions": library_versions()})
 
 
 def set_key(identity: Mapping[str, Any]) -> str:
@@ -77,3 +89,43 @@ class ScoreCache:
         data = buf.getvalue()
         aio.atomic_write(path, lambda f: f.write(data))
         aio.write_text(path.with_name(path.name + ".sha256"), hashlib.sha256(data).hexdigest() + "\n")
+
+    def _fit_path(self, kind: str, key: str) -> Path:
+        return self.root / "_fit" / f"{kind}-{key[:32]}.pt"
+
+    def load_tensors(self, kind: str, key: str) -> dict[str, torch.Tensor] | None:
+        """A dict of tensors saved by :meth:`save_tensors` (``kind``: ``fitpass`` or ``state-<detector>``), or
+        None when missing or corrupt."""
+        path = self._fit_path(kind, key)
+        sidecar = path.with_name(path.name + ".sha256")
+        if not path.is_file() or not sidecar.is_file():
+            return None
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != sidecar.read_text().strip():
+            warnings.warn(f"advopenood: fit file {path} does not match its checksum; recomputing it", stacklevel=2)
+            return None
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+    def save_tensors(self, kind: str, key: str, tensors: Mapping[str, torch.Tensor]) -> None:
+        """Save tensors atomically, the checksum sidecar last (a crash in between leaves an entry that reads as missing)."""
+        path = self._fit_path(kind, key)
+        buf = io.BytesIO()
+        torch.save({k: v.detach().cpu() for k, v in tensors.items()}, buf)
+        data = buf.getvalue()
+        aio.atomic_write(path, lambda f: f.write(data))
+        aio.write_text(path.with_name(path.name + ".sha256"), hashlib.sha256(data).hexdigest() + "\n")
+
+    def _part_dir(self, run_key: str) -> Path:
+        return self.root / "_parts" / run_key[:32]
+
+    def save_part(self, run_key: str, rank: int, obj: Any) -> None:
+        """One rank's share of a sharded stage (pickled, atomic)."""
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        aio.atomic_write(self._part_dir(run_key) / f"rank{rank}.pkl", lambda f: f.write(data))
+
+    def load_parts(self, run_key: str, world_size: int) -> list[Any]:
+        """Every rank's share, in rank order (call after a barrier)."""
+        return [pickle.loads((self._part_dir(run_key) / f"rank{r}.pkl").read_bytes()) for r in range(world_size)]
+
+    def drop_parts(self, run_key: str) -> None:
+        shutil.rmtree(self._part_dir(run_key), ignore_errors=True)

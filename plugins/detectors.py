@@ -17,8 +17,7 @@ through the currently selected element, which is the exact gradient almost every
 from __future__ import annotations
 
 import inspect
-import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -153,55 +152,80 @@ class RMDS(Postprocessor):
         return -with_grad(self.det.predict_features)(out.features)
 
 
-class _TapStage:
-    """Stage ``index`` of a tapped pass in the sequential form pytorch-ood's ``Gram`` expects: stage 0 runs
-    the network once and records every tapped map; later stages return the recorded maps in order."""
+def gram_statistics(maps: list[Tensor], powers: list[int]) -> Tensor:
+    """GRAM's per-sample statistics of a batch, all tapped layers and powers at once: ``B x P x sum_l C_l``.
 
-    def __init__(self, taps: Taps, state: dict[str, Any], index: int):
-        self.taps, self.state, self.index = taps, state, index
+    Per tapped map ``F_l`` (``C_l x HW``) and power ``p``: ``S = rowsum(F^p (F^p)^T) = F^p colsum(F^p)`` (the
+    ``C_l x C_l`` Gram matrix is never formed) and ``G = sign(S) |S|^(1/p)`` (Sastry & Oore, ICML 2020);
+    ``|S|`` is clamped to the smallest positive float before the root, so the result is differentiable.
+    Integer powers are built by repeated multiplication (``F^p = F^(p-1) F``), far cheaper than ``pow``.
+    """
+    integral = all(float(p).is_integer() and p >= 1 for p in powers)
+    stats = []
+    for feature in maps:
+        flat = feature.flatten(2)  # B x C x HW
+        raised: dict[float, Tensor] = {}
+        if integral:
+            current = flat
+            for p in range(1, int(max(powers)) + 1):
+                current = flat if p == 1 else current * flat
+                if p in powers:
+                    raised[p] = current
+        else:
+            raised = {p: flat ** p for p in powers}
+        rowsums = [torch.bmm(raised[p], raised[p].sum(1).unsqueeze(2)).squeeze(2) for p in powers]  # P x (B x C)
+        rowsum = torch.stack(rowsums, 1)  # B x P x C
+        root = 1 / torch.as_tensor(powers, dtype=rowsum.dtype, device=rowsum.device)[None, :, None]
+        stats.append(rowsum.sign() * rowsum.abs().clamp_min(torch.finfo(rowsum.dtype).tiny) ** root)
+    return torch.cat(stats, 2)
 
-    def __call__(self, x: Tensor) -> Tensor:
-        if self.index == 0:
-            self.state["logits"], self.state["maps"] = self.taps(x)
-        return self.state["maps"][self.index]
 
-
-class _Stream:
-    """A re-iterable batch stream with a length (pytorch-ood's ``Gram.fit`` logs ``len(loader)``)."""
-
-    def __init__(self, batches: Batches, n_batches: int):
-        self.batches, self.n_batches = batches, n_batches
-
-    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
-        return iter(self.batches())
-
-    def __len__(self) -> int:
-        return self.n_batches
+def gram_layer_deviation(g: Tensor, lo: Tensor, hi: Tensor, layer_of: Tensor, n_layers: int) -> Tensor:
+    """``delta_l = sum_{p, c in l} relu(min - G) / |min + 1e-6| + relu(G - max) / |max + 1e-6|`` per sample
+    and layer (``B x L``), for statistics ``g`` and bounds ``lo``/``hi`` (all ``B x P x sum_l C_l``)."""
+    per_entry = (F.relu(lo - g) / (lo + 1e-6).abs() + F.relu(g - hi) / (hi + 1e-6).abs()).sum(1)  # B x sum_l C_l
+    return per_entry.new_zeros(len(g), n_layers).index_add_(1, layer_of, per_entry)
 
 
 def gram_deviation(maps: list[Tensor], predictions: Tensor, powers: list[int], mins: Tensor, maxs: Tensor,
                    layer_of: Tensor, layer_norm: Tensor) -> Tensor:
-    """GRAM's total deviation of a batch (Sastry & Oore, ICML 2020), all layers and powers at once.
-
-    Per tapped map ``F_l`` (``C_l x HW``) and power ``p``: ``S = rowsum(F^p (F^p)^T) = F^p colsum(F^p)``
-    (the ``C_l x C_l`` Gram matrix is never formed) and ``G = sign(S) |S|^(1/p)``; the ``B x P x sum_l C_l``
-    statistics, against the predicted class's bounds ``mins``/``maxs`` (``K x P x sum_l C_l``), give
-    ``delta_l = sum_{p, c in l} relu(min - G) / |min + 1e-6| + relu(G - max) / |max + 1e-6|`` and
-    ``Delta = sum_l delta_l / E[delta_l]`` (``layer_of`` maps each column to its layer, ``layer_norm`` is
-    ``E[delta_l]``). Differentiable (``|S|`` is clamped to the smallest positive float before the root).
-    """
-    exponents = torch.as_tensor(powers, dtype=maps[0].dtype, device=maps[0].device)
-    stats = []
-    for feature in maps:
-        flat = feature.flatten(2)[:, None] ** exponents[None, :, None, None]  # B x P x C x HW
-        rowsum = (flat * flat.sum(2, keepdim=True)).sum(3)  # B x P x C
-        stats.append(rowsum.sign() * rowsum.abs().clamp_min(torch.finfo(rowsum.dtype).tiny)
-                     ** (1 / exponents[None, :, None]))
-    g = torch.cat(stats, 2)
-    lo, hi = mins[predictions], maxs[predictions]
-    per_entry = (F.relu(lo - g) / (lo + 1e-6).abs() + F.relu(g - hi) / (hi + 1e-6).abs()).sum(1)  # B x sum_l C_l
-    per_layer = per_entry.new_zeros(len(g), len(layer_norm)).index_add_(1, layer_of, per_entry)
+    """GRAM's total deviation of a batch (Sastry & Oore, ICML 2020), all layers and powers at once:
+    ``Delta = sum_l delta_l / E[delta_l]`` against the predicted class's bounds ``mins``/``maxs``
+    (``K x P x sum_l C_l``; :func:`gram_statistics`, :func:`gram_layer_deviation`); ``layer_of`` maps each
+    column to its layer, ``layer_norm`` is ``E[delta_l]``."""
+    g = gram_statistics(maps, powers)
+    per_layer = gram_layer_deviation(g, mins[predictions], maxs[predictions], layer_of, len(layer_norm))
     return (per_layer / layer_norm).sum(1)
+
+
+def gram_fit(stats: Tensor, labels: Tensor, num_classes: int, layer_of: Tensor, n_layers: int,
+             validation_fraction: float = 0.1) -> tuple[Tensor, Tensor, Tensor]:
+    """GRAM's fit from per-sample statistics ``N x P x sum_l C_l`` (:func:`gram_statistics`), vectorised.
+
+    As pytorch-ood's ``Gram.fit``: per class ``c`` (in order) a ``torch.randperm`` of its rows holds out the
+    first ``int(0.1 n_c)`` (seed the caller's generator); ``min``/``max`` of the rest are the class bounds
+    (``K x P x sum_l C_l``); ``E[delta_l]`` is the held-out rows' mean deviation per layer (1 where it is 0 or
+    no row is held out). Negative labels are ignored; a class without rows raises ValueError.
+    """
+    labels = labels.to(stats.device)
+    train_rows, val_rows, val_class = [], [], []
+    for c in range(num_classes):
+        rows = (labels == c).nonzero().flatten()
+        if len(rows) == 0:
+            raise ValueError(f"No ID samples for class {c}")
+        perm = torch.randperm(len(rows)).to(rows.device)
+        n_val = int(validation_fraction * len(rows))
+        train_rows.append(rows[perm[n_val:]])
+        val_rows.append(rows[perm[:n_val]])
+        val_class.append(torch.full((n_val,), c, dtype=torch.long, device=rows.device))
+    mins = torch.stack([stats[r].min(0).values for r in train_rows])
+    maxs = torch.stack([stats[r].max(0).values for r in train_rows])
+    val, cls = torch.cat(val_rows), torch.cat(val_class)
+    norm = torch.ones(n_layers, dtype=stats.dtype, device=stats.device)
+    if len(val):
+        mean = gram_layer_deviation(stats[val], mins[cls], maxs[cls], layer_of, n_layers).mean(0)
+        norm = torch.where(mean > 0, mean, norm)
+    return mins, maxs, norm
 
 
 @register("detectors", "gram")
@@ -211,7 +235,8 @@ class GRAM(Postprocessor):
     Per tapped layer ``l`` and power ``p``: ``G = rowsum((F^p)(F^p)^T)^(1/p)``; ``delta`` sums how far each
     entry leaves the ``[min, max]`` seen in training for the predicted class; layers are normalised by the
     mean deviation of a held-out 10 % and, as in OpenOOD, ``conf = -sum_l delta_l / E[delta_l] / max_k p_k``
-    (:func:`gram_deviation`). Fitting is pytorch-ood's ``Gram.fit`` (seeded held-out split).
+    (:func:`gram_deviation`). Fitting reads the shared fit pass: its per-sample statistics
+    (:meth:`tap_statistics`) go to :func:`gram_fit`, pytorch-ood's ``Gram.fit`` vectorised (same seeded split).
     BPDA: none needed; the min/max hinges are piecewise linear and the predicted class is a selection.
     """
 
@@ -219,26 +244,37 @@ class GRAM(Postprocessor):
     requires_fit = True
     needs_taps = True
 
+    def tap_statistics(self, taps: list[Tensor]) -> Tensor:
+        """Per-sample statistics of the fit pass's tapped maps, kept instead of the maps: ``B x P x sum_l C_l``,
+        with pytorch-ood's own arithmetic (``Gram._gram_vector``: ``pow``, the ``C x C`` Gram matrix, its row
+        sums). The class bounds depend on these to the last bit; :func:`gram_statistics` (used for scoring) rounds
+        differently and would move the scores by up to ~4e-5 of their scale, above the 1e-5 equality budget."""
+        gram_vector = _pod().Gram._gram_vector
+        return torch.cat([torch.stack([gram_vector(t, p) for p in self.params["powers"]], 1) for t in taps], 2)
+
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
+        if outputs.stats is None:
+            raise ValueError("GRAM fits from the fit pass's tap statistics, which the fit pass did not record")
         self.taps = Taps(net)
         x0, _ = next(iter(batches()))
-        n_maps = len(self.taps(x0[:1].to(self.device))[1])
-        state: dict[str, Any] = {}
-        self.det = _pod().Gram(head=lambda _: state["logits"], feature_layers=[_TapStage(self.taps, state, i)
-                                                                        for i in range(n_maps)],
-                        num_classes=outputs.logits.shape[1], num_poles_list=list(self.params["powers"]))
-        self.det.to(self.device)
-        device = self.device
-        moved = lambda: ((x.to(device), y) for x, y in batches())
+        sizes = [m.shape[1] for m in self.taps(x0[:1].to(self.device))[1]]
+        self.powers = list(self.params["powers"])
+        self.layer_of = torch.cat([torch.full((c,), i, dtype=torch.long) for i, c in enumerate(sizes)]).to(self.device)
         with seeded(self.seed):
-            self.det.fit(_Stream(moved, math.ceil(len(labels) / max(1, len(x0)))))
-        det = self.det
-        self.powers = list(det.num_poles_list)
-        self.mins = torch.cat([torch.stack(layer, 1) for layer in det.feature_min], 2).to(device)
-        self.maxs = torch.cat([torch.stack(layer, 1) for layer in det.feature_max], 2).to(device)
-        self.layer_of = torch.cat([torch.full((layer[0].shape[1],), i, dtype=torch.long)
-                                   for i, layer in enumerate(det.feature_min)]).to(device)
-        self.layer_norm = det.layer_norm.to(device)
+            # pytorch-ood's Gram.fit drew its split after iterating a DataLoader, which takes one int64 draw for
+            # its base seed; taking it here keeps the held-out split (and every score) as before
+            torch.empty((), dtype=torch.int64).random_()
+            self.mins, self.maxs, self.layer_norm = gram_fit(outputs.stats.to(self.device), labels,
+                                                             outputs.logits.shape[1], self.layer_of, len(sizes))
+
+    def fit_state(self) -> dict[str, Tensor]:
+        return {"mins": self.mins, "maxs": self.maxs, "layer_of": self.layer_of, "layer_norm": self.layer_norm}
+
+    def load_fit_state(self, net: nn.Module, state: dict[str, Tensor]) -> None:
+        self.taps = Taps(net)
+        self.powers = list(self.params["powers"])
+        self.mins, self.maxs, self.layer_of, self.layer_norm = (state[k].to(self.device) for k in
+                                                                ("mins", "maxs", "layer_of", "layer_norm"))
 
     def _confidence(self, logits: Tensor, maps: list[Tensor]) -> Tensor:
         deviation = gram_deviation(maps, logits.argmax(1), self.powers, self.mins, self.maxs, self.layer_of,

@@ -37,12 +37,14 @@ def runs(tmp_path_factory, data_root) -> tuple[Path, list[dict]]:
 def test_first_run_computes_every_score_set(runs):
     _, (first, _, _) = runs
     # 3 detectors x (id, tin, mnist, fgsm)
-    assert first == {"fitted": 3, "fits_reused": 0, "score_sets_computed": 12, "score_sets_reused": 0}
+    assert first == {"fitted": 3, "fits_reused": 0, "fits_computed": 2, "fit_states_reused": 0, "fit_pass_computed": 1,
+                     "fit_pass_reused": 0, "score_sets_computed": 12, "score_sets_reused": 0}
 
 
 def test_identical_rerun_fits_nothing_and_gives_identical_results(runs):
     tmp, (_, second, _) = runs
-    assert second == {"fitted": 0, "fits_reused": 3, "score_sets_computed": 0, "score_sets_reused": 12}
+    assert second == {"fitted": 0, "fits_reused": 3, "fits_computed": 0, "fit_states_reused": 0, "fit_pass_computed": 0,
+                      "fit_pass_reused": 0, "score_sets_computed": 0, "score_sets_reused": 12}
     assert (tmp / "first" / "ood.csv").read_text() == (tmp / "second" / "ood.csv").read_text()
     for det in ("msp", "mds", "knn"):
         a, b = np.load(tmp / "first" / "scores" / f"{det}.npz"), np.load(tmp / "second" / "scores" / f"{det}.npz")
@@ -51,7 +53,9 @@ def test_identical_rerun_fits_nothing_and_gives_identical_results(runs):
 
 def test_changed_parameter_recomputes_only_that_detector(runs):
     tmp, (_, _, third) = runs
-    assert third == {"fitted": 1, "fits_reused": 2, "score_sets_computed": 4, "score_sets_reused": 8}
+    # KNN refits from the stored fit pass: no network pass over the fit set
+    assert third == {"fitted": 1, "fits_reused": 2, "fits_computed": 1, "fit_states_reused": 0, "fit_pass_computed": 0,
+                     "fit_pass_reused": 1, "score_sets_computed": 4, "score_sets_reused": 8}
     a, b = np.load(tmp / "first" / "scores" / "knn.npz"), np.load(tmp / "third" / "scores" / "knn.npz")
     assert not np.array_equal(a["id"], b["id"])
     a, b = np.load(tmp / "first" / "scores" / "mds.npz"), np.load(tmp / "third" / "scores" / "mds.npz")
@@ -65,5 +69,5 @@ def test_corrupt_score_file_is_recomputed(runs):
     victim.write_bytes(victim.read_bytes()[:-8] + b"\0" * 8)
     with pytest.warns(UserWarning, match="does not match its checksum"):
         work = _run(tmp, tmp / "cache", "fourth", 7)
-    assert work["score_sets_computed"] == 1 and work["fitted"] == 1
+    assert work["score_sets_computed"] == 1 and work["fitted"] == 1 and work["fits_computed"] == 0
     assert (tmp / "fourth" / "ood.csv").read_text() == (tmp / "third" / "ood.csv").read_text()
