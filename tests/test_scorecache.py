@@ -71,3 +71,32 @@ def test_corrupt_score_file_is_recomputed(runs):
         work = _run(tmp, tmp / "cache", "fourth", 7)
     assert work["score_sets_computed"] == 1 and work["fitted"] == 1 and work["fits_computed"] == 0
     assert (tmp / "fourth" / "ood.csv").read_text() == (tmp / "third" / "ood.csv").read_text()
+
+
+def test_fit_work_is_read_back(cifar_model, pack_set, cifar_batch, tmp_path):
+    """GRAM's fitted state and the fit pass come back from the store: a second fit runs no pass for GRAM, a
+    detector without a stored state refits from the stored fit pass, and the scores are unchanged; a corrupt
+    fit-pass file is recomputed with a warning."""
+    import torch
+
+    from advopenood.detectors import fit_detectors
+    from advopenood.scorecache import ScoreCache
+
+    fit, cache = pack_set("cifar10_train", "cifar10_train_10k.npz", 200), ScoreCache(tmp_path / "scores")
+    kwargs = dict(batch_size=64, device="cpu", seed=0, progress=False, cache=cache, model_hash="resnet20")
+    x = cifar_batch[0]
+    score = lambda bank: bank.score({"x": lambda: [(x, torch.zeros(len(x)))]}, progress=False)
+    first = fit_detectors(["gram", "mds"], "pytorch-ood", cifar_model, fit, **kwargs)
+    assert first.work == {"fits_computed": 2, "fit_states_reused": 0, "fit_pass_computed": 1, "fit_pass_reused": 0}
+    gram = fit_detectors(["gram"], "pytorch-ood", cifar_model, fit, **kwargs)
+    assert gram.work == {"fits_computed": 0, "fit_states_reused": 1, "fit_pass_computed": 0, "fit_pass_reused": 0}
+    mds = fit_detectors(["mds"], "pytorch-ood", cifar_model, fit, **kwargs)
+    assert mds.work == {"fits_computed": 1, "fit_states_reused": 0, "fit_pass_computed": 0, "fit_pass_reused": 1}
+    assert np.array_equal(score(first)["gram"]["x"], score(gram)["gram"]["x"])
+    assert np.array_equal(score(first)["mds"]["x"], score(mds)["mds"]["x"])
+    victim = next((tmp_path / "scores" / "_fit").glob("fitpass-*.pt"))
+    victim.write_bytes(victim.read_bytes()[:-8] + b"\0" * 8)
+    with pytest.warns(UserWarning, match="does not match its checksum"):
+        again = fit_detectors(["mds"], "pytorch-ood", cifar_model, fit, **kwargs)
+    assert again.work["fit_pass_computed"] == 1
+    assert np.array_equal(score(first)["mds"]["x"], score(again)["mds"]["x"])
