@@ -144,6 +144,11 @@ class FitPass:
         out.stats = self.stats[name][:n] if name in self.stats else None
         return out, self.labels[:n]
 
+    def to(self, device: torch.device) -> FitPass:
+        """The same pass with every tensor on ``device`` (labels stay on the CPU)."""
+        return FitPass(Outputs(self.outputs.logits.to(device), self.outputs.features.to(device)), self.labels.cpu(),
+                       {k: v.to(device) for k, v in self.stats.items()}, self.batches, self.sizes)
+
     def chunks(self) -> Iterator[tuple[int, FitPass]]:
         """``(batch index, that batch's rows)`` in stored order."""
         start = 0
@@ -919,7 +924,7 @@ def run_fit_pass(model: nn.Module, fit_data: Dataset, *, batch_size: int, device
     if cache is not None and not reducers:
         stored = cache.load_tensors("fitpass", key)
         if stored is not None:
-            return FitPass(Outputs(stored["logits"], stored["features"]), stored["labels"]), False
+            return FitPass(Outputs(stored["logits"], stored["features"]), stored["labels"]).to(device), False
     loader = make_loader(fit_data, batch_size)
     if cache is None or world_size == 1:
         result = collect_outputs(model, loader, device, desc="fit pass", progress=progress, reducers=reducers)
@@ -927,9 +932,9 @@ def run_fit_pass(model: nn.Module, fit_data: Dataset, *, batch_size: int, device
         share = collect_outputs(model, loader, device, desc="fit pass", progress=progress, reducers=reducers,
                                 select=lambda b: b % world_size == rank)
         run_key = canonical_key({"fit-pass": key, "stats": sorted(reducers), "world": world_size})
-        cache.save_part(run_key, rank, share)
+        cache.save_part(run_key, rank, share.to(torch.device("cpu")))
         _barrier(world_size)
-        result = merge_fit_passes(cache.load_parts(run_key, world_size))
+        result = merge_fit_passes(cache.load_parts(run_key, world_size)).to(device)
         _barrier(world_size)
         if rank == 0:
             cache.drop_parts(run_key)
