@@ -74,6 +74,16 @@ def num_classes(model: nn.Module, x: Tensor) -> int:
         return int(model(x[:1]).shape[1])
 
 
+def set_iterations(apgd: APGDAttack, n_iter: int) -> None:
+    """Give a constructed APGD ``n_iter`` iterations with the checkpoint schedule its constructor derives from
+    them (Croce & Hein, Sec. 3.2: checkpoints ``w_j``, first after ``0.22 * n_iter``, spacing shrinking by
+    ``0.03 * n_iter`` down to ``0.06 * n_iter``)."""
+    apgd.n_iter = apgd.n_iter_orig = n_iter
+    apgd.n_iter_2 = max(int(0.22 * n_iter), 1)
+    apgd.n_iter_min = max(int(0.06 * n_iter), 1)
+    apgd.size_decr = max(int(0.03 * n_iter), 1)
+
+
 class AutoAttackBase(Attack):
     """A pyautoattack attack with the standard version's settings; ``norm`` is a parameter (``linf``, ``l2``)."""
 
@@ -189,8 +199,9 @@ class AutoAttackStandard(AutoAttackBase):
         aa = AutoAttack(model, norm=AA_NORMS[self.norm], eps=float(p["eps"]), seed=aa_seed(), device=x.device,
                         version="standard")
         aa.verbose = False
-        for sub in (aa.apgd, aa.apgd_targeted, aa.fab):
-            sub.n_iter = int(p["n_iter"])
+        for apgd in (aa.apgd, aa.apgd_targeted):
+            set_iterations(apgd, int(p["n_iter"]))
+        aa.fab.n_iter = int(p["n_iter"])
         aa.square.n_queries = int(p["n_queries"])
         aa.apgd_targeted.n_target_classes = min(TARGET_CLASSES, classes - 1)
         aa.fab.n_target_classes = min(TARGET_CLASSES, classes - 1)

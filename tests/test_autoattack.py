@@ -73,15 +73,15 @@ def test_apgd_ce_with_defaults_is_at_least_as_strong_as_pgd(cifar_model, cifar_b
 
 
 def test_autoattack_keeps_the_first_success_per_sample(cifar_model, cifar_batch):
-    """AutoAttack's first member is APGD-CE with the same seed: every sample it fools stays fooled, and a
-    sample no member fools comes back unchanged."""
+    """AutoAttack's first member is APGD-CE with the same seed: a sample it fools keeps APGD-CE's example bit
+    for bit (the later members only see the rest), and a sample no member fools comes back unchanged."""
     x, y = (t[:32] for t in cifar_batch)
     eps = 1 / 255
     aa = make("autoattack", eps=eps)(cifar_model, x, y, seed=3)
     ce = make("apgd_ce", eps=eps)(cifar_model, x, y, seed=3)
     hit_aa, hit_ce = fooled(cifar_model, x, aa, y), fooled(cifar_model, x, ce, y)
-    assert (hit_aa | ~hit_ce).all() and hit_aa.sum() > hit_ce.sum()
-    assert torch.equal(aa[~hit_aa], x[~hit_aa])
+    assert (hit_aa | ~hit_ce).all() and hit_ce.any()
+    assert torch.equal(aa[hit_ce], ce[hit_ce]) and torch.equal(aa[~hit_aa], x[~hit_aa])
 
 
 def test_apgd_dlr_needs_four_classes_and_autoattack_runs_on_two(cifar_model, cifar_batch):
@@ -145,7 +145,7 @@ def test_stored_resumed_and_grouped_by_norm(cifar_model, rows, tmp_path, name, p
 @pytest.mark.parametrize("name", ["apgd_ce", "square", "autoattack"])
 def test_same_seed_same_examples(cifar_model, cifar_batch, name):
     x, y = (t[:8] for t in cifar_batch)
-    a, b, c = (make(name, eps=2 / 255)(cifar_model, x, y, seed=s) for s in (5, 5, 6))
+    a, b, c = (make(name)(cifar_model, x, y, seed=s) for s in (5, 5, 6))
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
