@@ -59,7 +59,7 @@ def main() -> None:
                 times.setdefault(name, []).append(median_time(fn, 1))
     med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
     for name, t in med.items():
-        print(f"{name:<22} {args.batch / t:8.1f} img/s  ({t * 1000:.0f} ms per batch of {args.batch})")
+        print(f"{name:<26} {args.batch / t:8.1f} img/s  ({t * 1000:.0f} ms per batch of {args.batch})")
     ratio = med["plain torch"] / med["advopenood (foolbox)"]
     aa = "; ".join(f"{name} / ours PGD = {med['advopenood (foolbox)'] / med[f'{name} (pyautoattack)']:.2f}x"
                    for name in ("apgd_ce", "autoattack"))
