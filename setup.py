@@ -21,6 +21,7 @@ setup(
         "torch>=2.0",
         "torchvision>=0.15",
         "foolbox>=3.3,<3.4",
+        "pyautoattack>=0.2,<0.3",
         "eagerpy>=0.30",
         "grad-cam>=1.4",
         "scikit-image>=0.20",
@@ -47,7 +48,7 @@ setup(
     entry_points={
         "console_scripts": ["advopenood = advopenood.cli:main"],
         "advopenood.attacks": ["builtin = advopenood_plugins.attacks", "mead = advopenood_plugins.mead_attacks",
-                              "adaptive = advopenood_plugins.adaptive"],
+                              "adaptive = advopenood_plugins.adaptive", "autoattack = advopenood_plugins.autoattack"],
         "advopenood.detectors": ["builtin = advopenood_plugins.detectors"],
         "advopenood.evaluators": ["ood = advopenood_plugins.ood_eval", "mead = advopenood_plugins.mead",
                                   "multiattack = advopenood_plugins.multiattack"],

@@ -90,9 +90,12 @@ class SetInfo:
 
 
 def set_info(name: str, adv: AdvSet) -> SetInfo:
-    """:class:`SetInfo` of a run's adversarial set, its group and objective from the attack's registry class."""
+    """:class:`SetInfo` of a run's adversarial set, its group and objective from the attack's registry class
+    (an attack whose norm is a parameter, e.g. AutoAttack's ``norm``, is grouped by the set's own norm)."""
     cls = registry.get("attacks", adv.attack)
     norm, objective = attack_kind(cls)
+    if "norm" in cls.defaults(32):
+        norm = str(adv.params.get("norm") or norm)
     eps = float(adv.eps) if getattr(cls, "bounded", True) and adv.eps is not None else None
     return SetInfo(name, norm, eps, objective, adv.records["success"].to_numpy().astype(bool))
 

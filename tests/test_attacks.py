@@ -215,5 +215,5 @@ def test_bad_attack_parameters_name_the_value(params, fragment):
 
 def test_unknown_attack_lists_choices():
     with pytest.raises(UsageError) as err:
-        registry.get("attacks", "cw")
-    assert "'cw'" in str(err.value) and all(n in str(err.value) for n in ("fgsm", "pgd", "df", "mpgd"))
+        registry.get("attacks", "eot_pgd")
+    assert "'eot_pgd'" in str(err.value) and all(n in str(err.value) for n in ("fgsm", "pgd", "df", "mpgd"))
