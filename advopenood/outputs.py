@@ -105,6 +105,13 @@ class Outputs:
     figures: list[Path] = field(default_factory=list)
     sections: list[Section] = field(default_factory=list)
 
+    def __getitem__(self, fname: str) -> pd.DataFrame:
+        """The table written as ``fname`` (``outputs["ood.csv"]``)."""
+        return self.tables[fname]
+
+    def __contains__(self, fname: object) -> bool:
+        return fname in self.tables
+
 
 def as_outputs(result: Outputs | Mapping[str, pd.DataFrame] | None) -> Outputs:
     """A plugin's return value as :class:`Outputs` (a mapping is its tables; None is nothing)."""

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
-from advopenood.io import save_figure
 
 if TYPE_CHECKING:  # matplotlib and scikit-learn load on first plot: seconds that every command would pay
     from matplotlib.figure import Figure

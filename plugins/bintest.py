@@ -462,7 +462,7 @@ def _flag(value: Any) -> bool:
     return str(value).strip().lower() in ("true", "1", "yes")
 
 
-def _aspct(value: Any) -> float:
+def _as_pct(value: Any) -> float:
     v = float(value)
     return 100.0 * v if v <= 1.0 else v
 
@@ -471,14 +471,14 @@ def read_bintest(bintest: pd.DataFrame) -> list[str]:
     """Which attacks pass the binarization test, which fail, which are inconclusive (and why)."""
     passed, failed, unclear = [], [], []
     for r in bintest.to_dict("records"):
-        label = label(r["attack"])
-        detail = f"ASR {_aspct(r['asr']):.0f} % vs random {_aspct(r['random_asr']):.0f} %"
+        attack = label(r["attack"])
+        detail = f"ASR {_as_pct(r['asr']):.0f} % vs random {_as_pct(r['random_asr']):.0f} %"
         if _flag(r["inconclusive"]):
-            unclear.append(f"{label} ({detail})")
+            unclear.append(f"{attack} ({detail})")
         elif _flag(r["passed"]):
-            passed.append(f"{label} ({detail})")
+            passed.append(f"{attack} ({detail})")
         else:
-            failed.append(f"{label} ({detail})")
+            failed.append(f"{attack} ({detail})")
     out = []
     if passed:
         out.append(f"{join(passed)} {'passes' if len(passed) == 1 else 'pass'} the binarization test: the attack "

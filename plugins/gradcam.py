@@ -38,7 +38,7 @@ from advopenood.data import stack
 from advopenood.errors import UsageError
 from advopenood.io import save_figure
 from advopenood.models import Classifier
-from advopenood.outputs import Bullets, Figure, Outputs, Paragraph, Section, Table, guarded
+from advopenood.outputs import Bullets, Figure as FigureItem, Outputs, Paragraph, Section, Table, guarded
 from advopenood.plots import pick_examples, safe_name
 from advopenood.registry import register
 from advopenood.report import eps_label, fmt, pct
@@ -343,7 +343,7 @@ def gradcam_section(summary: pd.DataFrame, figures: list[Path]) -> Section:
                   f"block{target}. L2 is the mean squared difference of the maps (in [0, 1]), SSIM their structural "
                   "similarity. Regimes (paper, section 4.2): changed = high L2 and low SSIM, moved = high L2 and high "
                   "SSIM, unchanged = low L2 and high SSIM; shares in percent." + thresholds + protocol),
-        Table(table[keep]), Bullets(read_gradcam(summary)), *[Figure(p) for p in figures]])
+        Table(table[keep]), Bullets(read_gradcam(summary)), *[FigureItem(p) for p in figures]])
 
 
 @register("analyses", "gradcam")
