@@ -2,7 +2,7 @@
 
 Evaluators and analyses are registered classes (``advopenood.evaluators`` / ``advopenood.analyses``)
 constructed with their config section (``evaluator_params.<name>`` / ``analysis_params.<name>``) as keyword
-arguments and called as ``plugin(ctx) -> advopenood.outputs.Outputs``: its ``tables`` (file name under
+arguments and called as ``plugin(ctx) -> advopenood.outputs.Results``: its ``tables`` (file name under
 ``ctx.out`` -> DataFrame, e.g. ``"ood.csv"``) are written atomically by the pipeline, its ``figures`` are the
 plots it saved under ``ctx.plot_dir`` (through :func:`advopenood.io.save_figure`), and its ``sections`` are its
 part of the report. A plain ``dict[str, pandas.DataFrame]`` is read as tables only.

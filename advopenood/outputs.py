@@ -1,7 +1,7 @@
 """What an evaluator or analysis hands back to the core: tables, figures and report sections.
 
-A plugin is called as ``plugin(ctx)`` and returns an :class:`Outputs` (a plain ``dict`` of file name ->
-DataFrame is read as ``Outputs(tables=...)``):
+A plugin is called as ``plugin(ctx)`` and returns a :class:`Results` (a plain ``dict`` of file name ->
+DataFrame is read as ``Results(tables=...)``):
 
 * ``tables``: file name under the run's output folder -> DataFrame; the core writes each atomically by its
   suffix (``.csv``, ``.md``, ``.json``, ``.parquet``; a CSV without a ``protocol`` column gets the run's).
@@ -98,7 +98,7 @@ class Section:
 
 
 @dataclass
-class Outputs:
+class Results:
     """What one evaluator or analysis returns (see the module docstring)."""
 
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
@@ -113,15 +113,15 @@ class Outputs:
         return fname in self.tables
 
 
-def as_outputs(result: Outputs | Mapping[str, pd.DataFrame] | None) -> Outputs:
-    """A plugin's return value as :class:`Outputs` (a mapping is its tables; None is nothing)."""
-    if isinstance(result, Outputs):
+def as_results(result: Results | Mapping[str, pd.DataFrame] | None) -> Results:
+    """A plugin's return value as :class:`Results` (a mapping is its tables; None is nothing)."""
+    if isinstance(result, Results):
         return result
     if result is None:
-        return Outputs()
+        return Results()
     if isinstance(result, Mapping):
-        return Outputs(tables=dict(result))
-    raise TypeError(f"a plugin returned {type(result).__name__}; valid choices: Outputs or dict[str, DataFrame]")
+        return Results(tables=dict(result))
+    raise TypeError(f"a plugin returned {type(result).__name__}; valid choices: Results or dict[str, DataFrame]")
 
 
 def guarded(title: str, make: Callable[[], list[Section]]) -> list[Section]:
@@ -146,10 +146,10 @@ def write_tables(out: Path, tables: Mapping[str, pd.DataFrame], protocol: str) -
     return written
 
 
-def collect(out: Path, result: Outputs | Mapping[str, pd.DataFrame] | None, protocol: str, source: str) -> list[Section]:
+def collect(out: Path, result: Results | Mapping[str, pd.DataFrame] | None, protocol: str, source: str) -> list[Section]:
     """Write a plugin's tables, check its figures exist under ``out``, and return its sections tagged with
     ``source``."""
-    outputs = as_outputs(result)
+    outputs = as_results(result)
     write_tables(out, outputs.tables, protocol)
     for path in [*outputs.figures, *(p for s in outputs.sections for p in s.figures)]:
         if not (Path(out) / relative(path, out)).is_file():

@@ -51,7 +51,7 @@ from advopenood.context import RunContext
 from advopenood.data import stack
 from advopenood.errors import UsageError
 from advopenood.metrics import id_threshold
-from advopenood.outputs import Bullets, Outputs, Paragraph, Section, Table, guarded
+from advopenood.outputs import Bullets, Results, Paragraph, Section, Table, guarded
 from advopenood.pipeline import bind_attack
 from advopenood.report import eps_label, join
 from advopenood.report import name as label
@@ -583,7 +583,7 @@ class BinarizationTest:
                            for i in range(0, len(x), self.batch_size)]
         return threshold_at_fpr(torch.cat(scores), self.detector_fpr)
 
-    def __call__(self, ctx: RunContext) -> Outputs:
+    def __call__(self, ctx: RunContext) -> Results:
         names = self.attacks or list(ctx.id_adv_sets) or list(ctx.config.get("attacks") or [])
         if not names:
             raise UsageError("the binarization test needs an attack; pass --attack NAME (valid choices: "
@@ -617,5 +617,5 @@ class BinarizationTest:
             tables.append(table.assign(attack=name)[["attack", *SAMPLE_COLUMNS]])
         extra = list(dict.fromkeys(k for row in summaries for k in row if k not in SUMMARY_COLUMNS))
         summary = pd.DataFrame(summaries, columns=[*SUMMARY_COLUMNS, *extra])
-        return Outputs(tables={"bintest.csv": summary, "bintest_samples.csv": pd.concat(tables, ignore_index=True)},
+        return Results(tables={"bintest.csv": summary, "bintest_samples.csv": pd.concat(tables, ignore_index=True)},
                        sections=guarded("Binarization test", lambda: [bintest_section(summary)]) if len(summary) else [])

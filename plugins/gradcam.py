@@ -38,7 +38,7 @@ from advopenood.data import stack
 from advopenood.errors import UsageError
 from advopenood.io import save_figure
 from advopenood.models import Classifier
-from advopenood.outputs import Bullets, Figure as FigureItem, Outputs, Paragraph, Section, Table, guarded
+from advopenood.outputs import Bullets, Figure as FigureItem, Results, Paragraph, Section, Table, guarded
 from advopenood.plots import pick_examples, safe_name
 from advopenood.registry import register
 from advopenood.report import eps_label, fmt, pct
@@ -383,7 +383,7 @@ class GradCamAnalysis:
         self.batch_size = None if batch_size is None else int(batch_size)
         self.progress = bool(progress)
 
-    def __call__(self, ctx: RunContext) -> Outputs:
+    def __call__(self, ctx: RunContext) -> Results:
         n = len(ctx.id_set)
         for name, adv in ctx.id_adv_sets.items():
             if len(adv) != n:
@@ -418,7 +418,7 @@ class GradCamAnalysis:
             figures += [path] + ([examples[name]] if examples[name] is not None else [])
         summary = summarize(df) if len(df) else pd.DataFrame()
         sections = guarded("Grad-CAM attention shift", lambda: [gradcam_section(summary, figures)]) if len(summary) else []
-        return Outputs(tables={"gradcam.csv": df.drop(columns=["row"], errors="ignore"), "gradcam_summary.csv": summary},
+        return Results(tables={"gradcam.csv": df.drop(columns=["row"], errors="ignore"), "gradcam_summary.csv": summary},
                        figures=figures, sections=sections)
 
     def _frame(self, ctx: RunContext, name: str, adv, parts: list[dict[str, np.ndarray]]) -> pd.DataFrame:

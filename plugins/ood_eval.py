@@ -34,7 +34,7 @@ from advopenood import io as aio
 from advopenood import protocols, registry
 from advopenood.context import RunContext
 from advopenood.metrics import ood_metrics
-from advopenood.outputs import Bullets, Figure, Outputs, Paragraph, Section, Table, guarded
+from advopenood.outputs import Bullets, Figure, Results, Paragraph, Section, Table, guarded
 from advopenood.plots import ood_matrix, plot_auroc_heatmap, plot_roc, roc_sets
 from advopenood.registry import register
 from advopenood.report import CHANCE, join
@@ -252,7 +252,7 @@ class OODEvaluator:
             return self.success_only
         return protocols.get(ctx.protocol).ood_positives == "successful"
 
-    def __call__(self, ctx: RunContext) -> Outputs:
+    def __call__(self, ctx: RunContext) -> Results:
         rows: list[dict[str, Any]] = []
         detectors = list(ctx.scores) + [d for d in ctx.detector_errors if d not in ctx.scores]
         arrays = {}
@@ -264,7 +264,7 @@ class OODEvaluator:
         df["n_id"] = df["n_id"].astype("Int64")
         df["n_ood"] = df["n_ood"].astype("Int64")
         table = pivot_table(df)
-        out = Outputs(tables={"ood.csv": df, "table_ood.csv": table, "table_ood.md": table})
+        out = Results(tables={"ood.csv": df, "table_ood.csv": table, "table_ood.md": table})
         out.figures = ood_plots(df, arrays, ctx.plot_dir)
         out.sections = guarded("OOD detection", lambda: [ood_section(df, out.figures)])
         adaptive = adaptive_table(df, ctx)

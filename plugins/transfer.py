@@ -76,7 +76,7 @@ from advopenood.detectors import forward_outputs
 from advopenood.errors import UsageError
 from advopenood.metrics import id_threshold, ood_metrics
 from advopenood.models import ARCHS, Backbone, Classifier, build_model, weights_hash
-from advopenood.outputs import Bullets, Outputs, Paragraph, Section, Table, guarded
+from advopenood.outputs import Bullets, Results, Paragraph, Section, Table, guarded
 from advopenood.registry import register
 from advopenood.report import fmt
 from advopenood.report import name as label
@@ -436,7 +436,7 @@ class TransferAnalysis:
 
     # ------------------------------------------------------------------------------------------- the run
 
-    def __call__(self, ctx: RunContext) -> Outputs:
+    def __call__(self, ctx: RunContext) -> Results:
         settings = self.settings(ctx.protocol)
         show = self.progress and ctx.progress
         detectors = list(ctx.bank.names) if ctx.bank is not None else []
@@ -453,7 +453,7 @@ class TransferAnalysis:
                                                              id_correct, show)]
         table = pd.DataFrame(out, columns=CSV_COLUMNS)
         sections = guarded("Black-box transfer", lambda: [transfer_section(table)]) if len(table) else []
-        return Outputs(tables={"transfer.csv": table}, sections=sections)
+        return Results(tables={"transfer.csv": table}, sections=sections)
 
     def _query_detector(self, detectors: list[str]) -> str | None:
         if self.query_detector is None:

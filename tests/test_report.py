@@ -20,7 +20,7 @@ from advopenood import outputs, registry
 from advopenood.context import CleanRecord, RunContext
 from advopenood.data import build_dataset, limit_dataset, make_loader, stack
 from advopenood.models import weights_hash
-from advopenood.outputs import Bullets, Figure, Outputs, Paragraph, Section, Table
+from advopenood.outputs import Bullets, Figure, Results, Paragraph, Section, Table
 from advopenood.plots import ood_matrix, plot_roc, roc_sets
 from advopenood.report import asr_section, build_report, eps_label, read_asr, write_report
 from advopenood.store import AdvStore, library_versions
@@ -340,10 +340,10 @@ def test_sections_round_trip_through_json(tmp_path):
 
 @pytest.mark.parametrize("bad, match", [
     (lambda tmp: Section("S", ["just a string"]), "valid items: Paragraph, Bullets, Table, Figure"),
-    (lambda tmp: outputs.collect(tmp, Outputs(figures=[tmp / "nope.png"]), "strong", "mine"), "did not write"),
-    (lambda tmp: outputs.collect(tmp, Outputs(figures=[Path("/elsewhere/x.png")]), "strong", "mine"),
+    (lambda tmp: outputs.collect(tmp, Results(figures=[tmp / "nope.png"]), "strong", "mine"), "did not write"),
+    (lambda tmp: outputs.collect(tmp, Results(figures=[Path("/elsewhere/x.png")]), "strong", "mine"),
      "not under the run's output folder"),
-    (lambda tmp: outputs.as_outputs(["ood.csv"]), "valid choices: Outputs or dict"),
+    (lambda tmp: outputs.as_results(["ood.csv"]), "valid choices: Results or dict"),
 ])
 def test_bad_plugin_outputs_are_named(tmp_path, bad, match):
     with pytest.raises((TypeError, ValueError, FileNotFoundError), match=match):
