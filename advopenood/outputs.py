@@ -18,6 +18,7 @@ an output folder alone.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import warnings
@@ -132,6 +133,17 @@ def guarded(title: str, make: Callable[[], list[Section]]) -> list[Section]:
     except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
         warnings.warn(f"advopenood: report section {title!r} left out: {exc!r}", stacklevel=2)
         return [Section(title, [Paragraph(f"This section could not be rendered: {exc!r}.")])]
+
+
+def as_written(table: pd.DataFrame, protocol: str | None = None) -> pd.DataFrame:
+    """``table`` as its CSV reads back (:func:`write_tables`: 6 significant digits, the run's ``protocol`` added
+    when absent): a section built from it shows exactly what the CSV holds."""
+    if protocol is not None and "protocol" not in table.columns:
+        table = table.assign(protocol=protocol)
+    try:
+        return pd.read_csv(io.StringIO(table.to_csv(index=False, float_format="%.6g")))
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame()
 
 
 def write_tables(out: Path, tables: Mapping[str, pd.DataFrame], protocol: str) -> list[Path]:

@@ -242,7 +242,7 @@ def run(cfg: Mapping[str, Any], *, attack_only: bool = False, progress: bool = T
     if not attack_only:
         from advopenood.report import asr_section
 
-        sections = [asr_section(asr)] if len(asr) else []
+        sections = [asr_section(outputs.as_written(asr))] if len(asr) else []
         t = time.perf_counter()
         _score(ctx, progress)
         timings["detectors"] = time.perf_counter() - t

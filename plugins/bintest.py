@@ -51,7 +51,7 @@ from advopenood.context import RunContext
 from advopenood.data import stack
 from advopenood.errors import UsageError
 from advopenood.metrics import id_threshold
-from advopenood.outputs import Bullets, Results, Paragraph, Section, Table, guarded
+from advopenood.outputs import Bullets, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.pipeline import bind_attack
 from advopenood.report import eps_label, join
 from advopenood.report import name as label
@@ -618,4 +618,5 @@ class BinarizationTest:
         extra = list(dict.fromkeys(k for row in summaries for k in row if k not in SUMMARY_COLUMNS))
         summary = pd.DataFrame(summaries, columns=[*SUMMARY_COLUMNS, *extra])
         return Results(tables={"bintest.csv": summary, "bintest_samples.csv": pd.concat(tables, ignore_index=True)},
-                       sections=guarded("Binarization test", lambda: [bintest_section(summary)]) if len(summary) else [])
+                       sections=guarded("Binarization test", lambda: [bintest_section(as_written(summary, ctx.protocol))])
+                       if len(summary) else [])

@@ -38,7 +38,7 @@ from advopenood.data import stack
 from advopenood.errors import UsageError
 from advopenood.io import save_figure
 from advopenood.models import Classifier
-from advopenood.outputs import Bullets, Figure as FigureItem, Results, Paragraph, Section, Table, guarded
+from advopenood.outputs import Bullets, Figure as FigureItem, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.plots import pick_examples, safe_name
 from advopenood.registry import register
 from advopenood.report import eps_label, fmt, pct
@@ -417,7 +417,8 @@ class GradCamAnalysis:
             save_figure(plot_shift(frame, name, self.l2_threshold, self.ssim_threshold, self.target), path)
             figures += [path] + ([examples[name]] if examples[name] is not None else [])
         summary = summarize(df) if len(df) else pd.DataFrame()
-        sections = guarded("Grad-CAM attention shift", lambda: [gradcam_section(summary, figures)]) if len(summary) else []
+        sections = (guarded("Grad-CAM attention shift", lambda: [gradcam_section(as_written(summary, ctx.protocol), figures)])
+                    if len(summary) else [])
         return Results(tables={"gradcam.csv": df.drop(columns=["row"], errors="ignore"), "gradcam_summary.csv": summary},
                        figures=figures, sections=sections)
 

@@ -40,7 +40,7 @@ from advopenood import registry
 from advopenood.context import RunContext
 from advopenood.errors import UsageError
 from advopenood.metrics import NaNScoreError, ood_metrics
-from advopenood.outputs import Bullets, Results, Paragraph, Section, Table, guarded
+from advopenood.outputs import Bullets, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.report import CHANCE, eps_label, join
 from advopenood.report import name as label
 from advopenood.store import AdvSet
@@ -265,7 +265,7 @@ class MeadEvaluator:
     def __call__(self, ctx: RunContext) -> Results:
         scores = {d: s for d, s in ctx.scores.items() if self.detectors is None or d in self.detectors}
         table = self.table(scores, ctx.id_adv_sets, ctx.backend, ctx.protocol)
-        sections = guarded("MEAD worst case", lambda: [mead_section(table)]) if len(table) else []
+        sections = guarded("MEAD worst case", lambda: [mead_section(as_written(table, ctx.protocol))]) if len(table) else []
         return Results(tables={"mead.csv": table, "mead_summary.csv": mead_summary(table)}, sections=sections)
 
     def table(self, scores: Mapping[str, Mapping[str, np.ndarray]], adv_sets: Mapping[str, AdvSet], backend: str = "",

@@ -34,7 +34,7 @@ from advopenood import io as aio
 from advopenood import protocols, registry
 from advopenood.context import RunContext
 from advopenood.metrics import ood_metrics
-from advopenood.outputs import Bullets, Figure, Results, Paragraph, Section, Table, guarded
+from advopenood.outputs import Bullets, Figure, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.plots import ood_matrix, plot_auroc_heatmap, plot_roc, roc_sets
 from advopenood.registry import register
 from advopenood.report import CHANCE, join
@@ -266,11 +266,12 @@ class OODEvaluator:
         table = pivot_table(df)
         out = Results(tables={"ood.csv": df, "table_ood.csv": table, "table_ood.md": table})
         out.figures = ood_plots(df, arrays, ctx.plot_dir)
-        out.sections = guarded("OOD detection", lambda: [ood_section(df, out.figures)])
+        out.sections = guarded("OOD detection", lambda: [ood_section(as_written(df, ctx.protocol), out.figures)])
         adaptive = adaptive_table(df, ctx)
         if len(adaptive):
             out.tables.update({"table_adaptive.csv": adaptive, "table_adaptive.md": adaptive})
-            out.sections += guarded("Detector-adaptive attacks", lambda: [adaptive_section(adaptive)])
+            out.sections += guarded("Detector-adaptive attacks",
+                                    lambda: [adaptive_section(as_written(adaptive, ctx.protocol))])
         return out
 
     def _targets(self, ctx: RunContext) -> list[tuple[str, float, str, np.ndarray | None]]:

@@ -76,7 +76,7 @@ from advopenood.detectors import forward_outputs
 from advopenood.errors import UsageError
 from advopenood.metrics import id_threshold, ood_metrics
 from advopenood.models import ARCHS, Backbone, Classifier, build_model, weights_hash
-from advopenood.outputs import Bullets, Results, Paragraph, Section, Table, guarded
+from advopenood.outputs import Bullets, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.registry import register
 from advopenood.report import fmt
 from advopenood.report import name as label
@@ -452,7 +452,7 @@ class TransferAnalysis:
             out += [{**row, **tag} for row in self._evaluate(ctx, settings, sur, rows, detectors, thresholds,
                                                              id_correct, show)]
         table = pd.DataFrame(out, columns=CSV_COLUMNS)
-        sections = guarded("Black-box transfer", lambda: [transfer_section(table)]) if len(table) else []
+        sections = guarded("Black-box transfer", lambda: [transfer_section(as_written(table))]) if len(table) else []
         return Results(tables={"transfer.csv": table}, sections=sections)
 
     def _query_detector(self, detectors: list[str]) -> str | None:
