@@ -2,9 +2,10 @@
 
 Evaluators and analyses are registered classes (``advopenood.evaluators`` / ``advopenood.analyses``)
 constructed with their config section (``evaluator_params.<name>`` / ``analysis_params.<name>``) as keyword
-arguments and called as ``plugin(ctx) -> dict[str, pandas.DataFrame]``: each key is a file name
-under ``ctx.out`` (e.g. ``"ood.csv"``), written atomically by the pipeline. Plots go to ``ctx.plot_dir``
-through :func:`advopenood.io.save_figure`.
+arguments and called as ``plugin(ctx) -> advopenood.outputs.Results``: its ``tables`` (file name under
+``ctx.out`` -> DataFrame, e.g. ``"ood.csv"``) are written atomically by the pipeline, its ``figures`` are the
+plots it saved under ``ctx.plot_dir`` (through :func:`advopenood.io.save_figure`), and its ``sections`` are its
+part of the report. A plain ``dict[str, pandas.DataFrame]`` is read as tables only.
 """
 from __future__ import annotations
 

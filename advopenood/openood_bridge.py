@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import collections.abc
-import importlib
 import importlib.util
 import os
 import pickle
@@ -231,7 +230,7 @@ def adv_evaluator_class() -> type:
             """advopenood's ``mead`` evaluator (through the registry) on the adversarial splits, after
             :meth:`eval_ood`: the worst case over every successful attack per (norm, eps) group and objective,
             clean ID test images as negatives; a ``protocol`` column labels the table."""
-            mead = importlib.import_module(registry.get("evaluators", "mead").__module__)
+            mead = registry.create("evaluators", "mead")
             adv_sets = self.__dict__.get("adv_sets", {})
             scored = self.scores["ood"].get("adv", {})
             if not adv_sets or any(scored.get(n) is None for n in adv_sets):
@@ -239,10 +238,7 @@ def adv_evaluator_class() -> type:
                                  "scored by eval_ood; valid order: add_adv_split, eval_ood, eval_mead")
             conf = {"id": self.scores["id"]["test"][1]}
             conf.update({n: per_sample(scored[n][1], a, n) for n, a in adv_sets.items()})
-            sets = [mead.set_info(n, a) for n, a in adv_sets.items()]
-            table = mead.mead_table({type(self.postprocessor).__name__: conf}, sets, backend="openood")
-            table["protocol"] = protocol
-            return table
+            return mead.table({type(self.postprocessor).__name__: conf}, adv_sets, backend="openood", protocol=protocol)
 
         def _id_scores(self, fsood: bool) -> list[np.ndarray]:
             """The ID (plus covariate-shifted ID under ``fsood``) predictions, confidences and labels."""

@@ -18,7 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from advopenood import io as aio
-from advopenood import protocols, registry
+from advopenood import outputs, protocols, registry
 from advopenood.config import AttackSpec, Config, cache_dir, expand_attacks, thaw, validate
 from advopenood.context import CleanRecord, RunContext
 from advopenood.data import build_dataset, limit_dataset, make_loader
@@ -243,16 +243,17 @@ def run(cfg: Mapping[str, Any], *, attack_only: bool = False, progress: bool = T
     aio.write_csv(out / "asr.csv", asr)
 
     if not attack_only:
+        from advopenood.report import asr_section
+
+        sections = [asr_section(outputs.as_written(asr))] if len(asr) else []
         t = time.perf_counter()
         _score(ctx, progress, world_size)
         timings["detectors"] = time.perf_counter() - t
         for label, plugin in plugins:
             t = time.perf_counter()
-            for fname, table in plugin(ctx).items():
-                if fname.endswith(".csv") and "protocol" not in table.columns:  # every CSV says how it was made
-                    table = table.assign(protocol=ctx.protocol)
-                aio.write_table(out / fname, table)
+            sections += outputs.collect(out, plugin(ctx), ctx.protocol, label.split(":", 1)[1])
             timings[label] = time.perf_counter() - t
+        outputs.write_sections(out, sections)
     if export_png:
         from advopenood.export import export_openood
 
@@ -290,11 +291,9 @@ def _score(ctx: RunContext, progress: bool, world_size: int = 1) -> None:
 
 
 def _report(out: Path) -> None:
-    """Plots and the readable report from whatever the run wrote."""
-    from advopenood.plots import make_plots
+    """The readable report from ``run.json`` and the sections the plugins returned (``report_sections.json``)."""
     from advopenood.report import write_report
 
-    make_plots(out)
     write_report(out)
 
 

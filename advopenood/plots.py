@@ -1,10 +1,11 @@
-"""Run-level plots from a run's result files (headless: figures are built without pyplot's GUI state).
+"""Plot helpers for plugins (headless: figures are built without pyplot's GUI state); plots go under a run's
+``plots/`` folder (:data:`PLOT_DIR`, ``ctx.plot_dir``).
 
-* ``plots/auroc_heatmap.png``: detector x set AUROC heatmap from ``ood.csv`` (natural OOD sets, then attacks;
-  red below chance, green above).
-* ``plots/roc_<detector>.png``: ROC curves of one detector, one curve per natural OOD set and attack, from
-  ``scores/<detector>.npz`` (the ``ood`` evaluator's per-sample confidences; the adversarial positives are
-  the successful attacks, ``<attack>.success``).
+* :func:`plot_auroc_heatmap`: detector x set AUROC heatmap of an OOD-metrics table (natural OOD sets, then
+  attacks; red below chance, green above).
+* :func:`plot_roc`: ROC curves of one detector, one curve per natural OOD set and attack, from per-sample
+  confidences (:func:`roc_sets` splits a saved score mapping; the adversarial positives are the successful
+  attacks, ``<attack>.success``).
 
 :func:`pick_examples` chooses the rows of an example grid (clean image next to its adversarial version): only
 images the model classifies correctly when clean, so that every row shows an attack that changed a right answer.
@@ -17,12 +18,10 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
-from advopenood.io import save_figure
 
 if TYPE_CHECKING:  # matplotlib and scikit-learn load on first plot: seconds that every command would pay
     from matplotlib.figure import Figure
@@ -165,42 +164,3 @@ def roc_sets(scores: Mapping[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np
     natural = [n for n in sets if n not in masks]
     order = natural + [n for n in sets if n in masks]
     return np.asarray(scores["id"], dtype=float), {n: sets[n] for n in order}, list(masks)
-
-
-def _scores_file(out_dir: Path, detector: str) -> Path | None:
-    """``scores/<detector>.npz``, else the first scores file by name, else None."""
-    folder = out_dir / "scores"
-    wanted = folder / f"{detector}.npz"
-    if wanted.is_file():
-        return wanted
-    found = sorted(folder.glob("*.npz")) if folder.is_dir() else []
-    return found[0] if found else None
-
-
-def make_plots(out_dir: Path, detector: str = "msp") -> list[Path]:
-    """Write the run-level plots that the files in ``out_dir`` allow; returns the paths written.
-
-    The heatmap needs ``ood.csv`` with at least one AUROC; the ROC plot needs ``scores/<detector>.npz``
-    (falling back to the first detector's scores file when ``detector`` has none).
-    """
-    out_dir = Path(out_dir)
-    plot_dir = out_dir / PLOT_DIR
-    written: list[Path] = []
-    ood_path = out_dir / "ood.csv"
-    if ood_path.is_file():
-        ood = pd.read_csv(ood_path)
-        if not ood.empty and ood["auroc"].notna().any():
-            path = plot_dir / "auroc_heatmap.png"
-            save_figure(plot_auroc_heatmap(ood), path)
-            written.append(path)
-    scores_path = _scores_file(out_dir, detector)
-    if scores_path is not None:
-        with np.load(scores_path) as data:
-            scores = {k: data[k] for k in data.files}
-        if "id" in scores:
-            conf_id, conf_ood, adversarial = roc_sets(scores)
-            if conf_ood:
-                path = plot_dir / f"roc_{scores_path.stem}.png"
-                save_figure(plot_roc(conf_id, conf_ood, scores_path.stem, adversarial), path)
-                written.append(path)
-    return written

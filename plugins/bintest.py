@@ -51,7 +51,10 @@ from advopenood.context import RunContext
 from advopenood.data import stack
 from advopenood.errors import UsageError
 from advopenood.metrics import id_threshold
+from advopenood.outputs import Bullets, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.pipeline import bind_attack
+from advopenood.report import eps_label, join
+from advopenood.report import name as label
 from advopenood.registry import get, names as get_names, register
 from advopenood.store import derive_seed
 
@@ -455,6 +458,53 @@ def run_bintest(model: nn.Module, x: torch.Tensor, y: torch.Tensor, attack: Atta
     return summary, samples
 
 
+def _flag(value: Any) -> bool:
+    return str(value).strip().lower() in ("true", "1", "yes")
+
+
+def _as_pct(value: Any) -> float:
+    v = float(value)
+    return 100.0 * v if v <= 1.0 else v
+
+
+def read_bintest(bintest: pd.DataFrame) -> list[str]:
+    """Which attacks pass the binarization test, which fail, which are inconclusive (and why)."""
+    passed, failed, unclear = [], [], []
+    for r in bintest.to_dict("records"):
+        attack = label(r["attack"])
+        detail = f"ASR {_as_pct(r['asr']):.0f} % vs random {_as_pct(r['random_asr']):.0f} %"
+        if _flag(r["inconclusive"]):
+            unclear.append(f"{attack} ({detail})")
+        elif _flag(r["passed"]):
+            passed.append(f"{attack} ({detail})")
+        else:
+            failed.append(f"{attack} ({detail})")
+    out = []
+    if passed:
+        out.append(f"{join(passed)} {'passes' if len(passed) == 1 else 'pass'} the binarization test: the attack "
+                   "finds adversarial examples that provably exist.")
+    if failed:
+        out.append(f"{join(failed)} {'fails' if len(failed) == 1 else 'fail'} it (ASR below 95 %): results obtained "
+                   "with it may overstate robustness.")
+    if unclear:
+        out.append(f"The test is inconclusive for {join(unclear)}: the random baseline exceeds 75 %, so the binary "
+                   "problem is too easy (raise n_inner).")
+    return out
+
+
+def bintest_section(bintest: pd.DataFrame) -> Section:
+    """``Binarization test``: one row per attack (ASR against the random baseline, passed, inconclusive)."""
+    table = bintest.copy()
+    table["eps"] = [eps_label(e) for e in table["eps"]]
+    keep = [c for c in ("attack", "test", "norm", "eps", "n", "n_skipped", "asr", "random_asr", "passed",
+                        "inconclusive", "kappa", "n_inner") if c in table]
+    return Section("Binarization test", [
+        Paragraph("Zimmermann et al.: an attack passes when it reaches ASR >= 0.95 on binary problems where an "
+                  "adversarial example provably exists, and the test is conclusive when random points succeed at "
+                  "most 75 % of the time."),
+        Table(table[keep]), Bullets(read_bintest(bintest))])
+
+
 @register("analyses", "bintest")
 class BinarizationTest:
     """Binarization test (Zimmermann et al. 2022): does each attack find adversarial examples that provably exist?
@@ -533,7 +583,7 @@ class BinarizationTest:
                            for i in range(0, len(x), self.batch_size)]
         return threshold_at_fpr(torch.cat(scores), self.detector_fpr)
 
-    def __call__(self, ctx: RunContext) -> dict[str, pd.DataFrame]:
+    def __call__(self, ctx: RunContext) -> Results:
         names = self.attacks or list(ctx.id_adv_sets) or list(ctx.config.get("attacks") or [])
         if not names:
             raise UsageError("the binarization test needs an attack; pass --attack NAME (valid choices: "
@@ -566,5 +616,7 @@ class BinarizationTest:
                                          inconclusive_above=self.inconclusive_above, detector_threshold=threshold))
             tables.append(table.assign(attack=name)[["attack", *SAMPLE_COLUMNS]])
         extra = list(dict.fromkeys(k for row in summaries for k in row if k not in SUMMARY_COLUMNS))
-        return {"bintest.csv": pd.DataFrame(summaries, columns=[*SUMMARY_COLUMNS, *extra]),
-                "bintest_samples.csv": pd.concat(tables, ignore_index=True)}
+        summary = pd.DataFrame(summaries, columns=[*SUMMARY_COLUMNS, *extra])
+        return Results(tables={"bintest.csv": summary, "bintest_samples.csv": pd.concat(tables, ignore_index=True)},
+                       sections=guarded("Binarization test", lambda: [bintest_section(as_written(summary, ctx.protocol))])
+                       if len(summary) else [])

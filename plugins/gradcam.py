@@ -24,6 +24,7 @@ SSIM 0.5) are advopenood's choice, not the paper's, and every output says so (``
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,8 +38,11 @@ from advopenood.data import stack
 from advopenood.errors import UsageError
 from advopenood.io import save_figure
 from advopenood.models import Classifier
+from advopenood.outputs import Bullets, Figure as FigureItem, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.plots import pick_examples, safe_name
 from advopenood.registry import register
+from advopenood.report import eps_label, fmt, pct
+from advopenood.report import name as label
 
 if TYPE_CHECKING:  # matplotlib loads on the first figure
     from matplotlib.figure import Figure
@@ -288,6 +292,60 @@ def plot_examples(x: np.ndarray, x_adv: np.ndarray, cams: np.ndarray, cams_adv: 
     return fig
 
 
+def read_gradcam(summary: pd.DataFrame) -> list[str]:
+    """Per attack: the regime shares of the successful attacks (and how unsuccessful ones compare)."""
+    out = []
+    for attack, part in summary.groupby("attack", sort=False):
+        by = {r["subset"]: r for r in part.to_dict("records")}
+        main = by.get("successful") if by.get("successful", {}).get("n", 0) else by.get("all")
+        if not main or not main.get("n"):
+            continue
+        who = "successful attacks" if main is by.get("successful") else "samples"
+        text = (f"Under {label(attack)}, Grad-CAM attention changed (high L2, low SSIM) for "
+                f"{pct(main['pct_changed'])} of {int(main['n'])} {who}, moved with its structure kept for "
+                f"{pct(main['pct_moved'])} and stayed unchanged for {pct(main['pct_unchanged'])} "
+                f"(median L2 {fmt(main['l2_median'])}, median SSIM {fmt(main['ssim_median'])})")
+        miss = by.get("unsuccessful")
+        if miss and miss.get("n"):
+            text += (f"; of the {int(miss['n'])} unsuccessful attacks, {pct(miss['pct_unchanged'])} left it "
+                     "unchanged")
+        out.append(text + ".")
+    full = summary[summary["subset"] == "all"].dropna(subset=["pct_unchanged"])
+    if len(full) > 1:
+        keep = full.loc[full["pct_unchanged"].idxmax()]
+        shift = full.loc[full["pct_changed"].idxmax()]
+        out.append(f"{label(keep['attack'])} preserves attention most ({pct(keep['pct_unchanged'])} unchanged); "
+                   f"{label(shift['attack'])} changes it most ({pct(shift['pct_changed'])} changed).")
+    return out
+
+
+
+def gradcam_section(summary: pd.DataFrame, figures: list[Path]) -> Section:
+    """``Grad-CAM attention shift``: regime shares per attack and subset, readings, then ``figures``."""
+    table = summary.copy()
+    if "eps" in table:
+        table["eps"] = [eps_label(e) for e in table["eps"]]
+    keep = [c for c in ("attack", "eps", "subset", "n", "l2_mean", "l2_median", "ssim_mean", "ssim_median",
+                        "pct_changed", "pct_moved", "pct_unchanged", "pct_low_l2_low_ssim") if c in table]
+    rules = {"prediction": "each map explains its own image's top prediction (the clean map the clean prediction, "
+                           "the adversarial map the adversarial prediction; the paper's rule)",
+             "clean": "both maps explain the clean prediction (advopenood's variant, not the paper's rule)"}
+    rule = str(summary["target_rule"].iloc[0]) if "target_rule" in summary and len(summary) else ""
+    target = f"; {rules.get(rule, f'target rule {rule}')}" if rule else ""
+    thresholds = ""
+    if {"l2_threshold", "ssim_threshold"} <= set(summary.columns) and len(summary):
+        thresholds = (f" Thresholds: L2 >= {fmt(float(summary['l2_threshold'].iloc[0]))} is high, "
+                      f"SSIM >= {fmt(float(summary['ssim_threshold'].iloc[0]))} is high; the paper gives no numeric "
+                      "thresholds, these are advopenood's.")
+    protocol = f" Protocol: {summary['protocol'].iloc[0]}." if "protocol" in summary and len(summary) else ""
+    return Section("Grad-CAM attention shift", [
+        Paragraph("Grad-CAM maps of each clean image and its adversarial counterpart on the last convolutional "
+                  f"block{target}. L2 is the mean squared difference of the maps (in [0, 1]), SSIM their structural "
+                  "similarity. Regimes (paper, section 4.2): changed = high L2 and low SSIM, moved = high L2 and high "
+                  "SSIM, unchanged = low L2 and high SSIM; shares in percent." + thresholds + protocol),
+        Table(table[keep]), Bullets(read_gradcam(summary)), *[FigureItem(p) for p in figures]])
+
+
 @register("analyses", "gradcam")
 class GradCamAnalysis:
     """Grad-CAM attention shift (L2 / SSIM) between clean and adversarial images, with regimes and plots.
@@ -325,7 +383,7 @@ class GradCamAnalysis:
         self.batch_size = None if batch_size is None else int(batch_size)
         self.progress = bool(progress)
 
-    def __call__(self, ctx: RunContext) -> dict[str, pd.DataFrame]:
+    def __call__(self, ctx: RunContext) -> Results:
         n = len(ctx.id_set)
         for name, adv in ctx.id_adv_sets.items():
             if len(adv) != n:
@@ -350,15 +408,19 @@ class GradCamAnalysis:
                     part["l2"], part["ssim"] = _distances(clean_maps, adv_maps)
                     parts[name].append(part)
             frames = [self._frame(ctx, name, adv, parts[name]) for name, adv in ctx.id_adv_sets.items()]
-            if self.n_examples:
-                for name, frame in zip(ctx.id_adv_sets, frames):
-                    self._plot_examples(ctx, cam, name, frame)
+            examples = {name: self._plot_examples(ctx, cam, name, frame) if self.n_examples else None
+                        for name, frame in zip(ctx.id_adv_sets, frames)}
         df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CSV_COLUMNS)
+        figures: list[Path] = []
         for name, frame in zip(ctx.id_adv_sets, frames):
-            save_figure(plot_shift(frame, name, self.l2_threshold, self.ssim_threshold, self.target),
-                        ctx.plot_dir / f"gradcam_{safe_name(name)}.png")
+            path = ctx.plot_dir / f"gradcam_{safe_name(name)}.png"
+            save_figure(plot_shift(frame, name, self.l2_threshold, self.ssim_threshold, self.target), path)
+            figures += [path] + ([examples[name]] if examples[name] is not None else [])
         summary = summarize(df) if len(df) else pd.DataFrame()
-        return {"gradcam.csv": df.drop(columns=["row"], errors="ignore"), "gradcam_summary.csv": summary}
+        sections = (guarded("Grad-CAM attention shift", lambda: [gradcam_section(as_written(summary, ctx.protocol), figures)])
+                    if len(summary) else [])
+        return Results(tables={"gradcam.csv": df.drop(columns=["row"], errors="ignore"), "gradcam_summary.csv": summary},
+                       figures=figures, sections=sections)
 
     def _frame(self, ctx: RunContext, name: str, adv, parts: list[dict[str, np.ndarray]]) -> pd.DataFrame:
         cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
@@ -375,14 +437,17 @@ class GradCamAnalysis:
         df["protocol"] = ctx.protocol
         return df
 
-    def _plot_examples(self, ctx: RunContext, cam: CamExtractor, name: str, frame: pd.DataFrame) -> None:
+    def _plot_examples(self, ctx: RunContext, cam: CamExtractor, name: str, frame: pd.DataFrame) -> Path | None:
+        """The example grid of one attack (``plots/gradcam_examples_<attack>.png``); None when no row qualifies."""
         picks = pick_examples(frame, self.n_examples)
         if picks.empty:
-            return
+            return None
         rows = picks["row"].to_numpy()
         x, _ = stack(ctx.id_set, rows)
         x_adv = ctx.id_adv_sets[name].load(rows)
         maps, _ = cam(x, picks["clean_target"].to_numpy())
         maps_adv, _ = cam(x_adv, picks["adv_target"].to_numpy())
         fig = plot_examples(x.numpy(), x_adv.numpy(), maps, maps_adv, picks, name, self.target)
-        save_figure(fig, ctx.plot_dir / f"gradcam_examples_{safe_name(name)}.png")
+        path = ctx.plot_dir / f"gradcam_examples_{safe_name(name)}.png"
+        save_figure(fig, path)
+        return path

@@ -25,7 +25,8 @@ Outputs: ``mead.csv`` (one row per detector, norm, eps and setting: AUROC and FP
 ``n_neg``, ``mean_successes`` = mean number of successful attacks per clean sample) and
 ``mead_summary.csv`` (MEAD's Tables 1-3: per detector, group and setting the mean over eps groups, and
 ``norm = all``, the mean of the per-norm averages of MEAD's Lp groups l1, l2 and linf; bounded groups only,
-patch groups reported on their own). Both carry the run's ``protocol``.
+patch groups reported on their own). Both carry the run's ``protocol``. Report: the ``MEAD worst case``
+section, AUROC per detector and group with one reading per (norm, eps) group.
 """
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ from advopenood import registry
 from advopenood.context import RunContext
 from advopenood.errors import UsageError
 from advopenood.metrics import NaNScoreError, ood_metrics
+from advopenood.outputs import Bullets, Paragraph, Results, Section, Table, as_written, guarded
+from advopenood.report import CHANCE, eps_label, join
+from advopenood.report import name as label
 from advopenood.store import AdvSet
 
 SETTINGS = ("mead", "ce", "kl", "gini", "fr", "adaptive")
@@ -212,6 +216,42 @@ def mead_summary(table: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([per_norm, overall[SUMMARY_COLUMNS]], ignore_index=True)[SUMMARY_COLUMNS]
 
 
+def read_mead(mead: pd.DataFrame) -> list[str]:
+    """Per (norm, eps) group of MEAD's all-attack worst case: detectors below chance, else the best one."""
+    out = []
+    worst = mead[mead["setting"] == "mead"] if (mead["setting"] == "mead").any() else mead
+    for (norm, eps), part in worst.groupby(["norm", worst["eps"].fillna(-1.0)], sort=False):
+        part = part.dropna(subset=["auroc"])
+        if part.empty:
+            continue
+        group = f"{norm}" + (f", eps {eps_label(eps)}" if eps >= 0 else ", unbounded")
+        below = [label(d) for d, a in zip(part["detector"], part["auroc"]) if a < CHANCE]
+        best = part.loc[part["auroc"].idxmax()]
+        top = f"the best is {label(best['detector'])} (AUROC {best['auroc']:.1f})"
+        if below:
+            out.append(f"Under MEAD's worst case over all attacks ({group}), {len(below)} of {len(part)} detectors "
+                       f"fall below chance ({join(below)}); {top}.")
+        else:
+            out.append(f"Under MEAD's worst case over all attacks ({group}) no detector falls below chance; {top}.")
+    return out
+
+
+def mead_section(mead: pd.DataFrame) -> Section:
+    """``MEAD worst case``: AUROC per detector (rows) and setting, group and eps (columns), with readings."""
+    table = mead.copy()
+    table["group"] = [f"{s} {n} {eps_label(e) or 'unbounded'}"
+                      for s, n, e in zip(table["setting"], table["norm"], table["eps"])]
+    wide = table.pivot_table(index="detector", columns="group", values="auroc", aggfunc="mean", sort=False)
+    wide = wide.reindex(index=list(dict.fromkeys(table["detector"])), columns=list(dict.fromkeys(table["group"])))
+    wide.columns.name = None
+    protocol = f" Protocol: {mead['protocol'].iloc[0]}." if "protocol" in mead and len(mead) else ""
+    return Section("MEAD worst case", [
+        Paragraph("AUROC (%) per detector when a clean image counts as detected only if every successful attack on "
+                  "it is detected (Granese et al.); columns: setting, group (norm l1, l2 or linf; patch for patch "
+                  "attacks such as mPGD, kept out of the norm groups), eps." + protocol),
+        Table(wide, "MEAD AUROC (%)"), Bullets(read_mead(mead))])
+
+
 @registry.register("evaluators", "mead")
 class MeadEvaluator:
     """MEAD worst-case AUROC/FPR95 per (norm, eps) group and objective (Granese et al. 2022): mead.csv."""
@@ -225,8 +265,16 @@ class MeadEvaluator:
             raise UsageError(f"unknown MEAD setting {bad[0]!r}; valid choices: {', '.join(SETTINGS)}")
         self.detectors = [d.lower() for d in detectors] if detectors is not None else None
 
-    def __call__(self, ctx: RunContext) -> dict[str, pd.DataFrame]:
-        infos = [set_info(name, adv) for name, adv in ctx.id_adv_sets.items()]
+    def __call__(self, ctx: RunContext) -> Results:
         scores = {d: s for d, s in ctx.scores.items() if self.detectors is None or d in self.detectors}
-        table = mead_table(scores, infos, ctx.backend, self.settings, ctx.protocol)
-        return {"mead.csv": table, "mead_summary.csv": mead_summary(table)}
+        table = self.table(scores, ctx.id_adv_sets, ctx.backend, ctx.protocol)
+        sections = guarded("MEAD worst case", lambda: [mead_section(as_written(table, ctx.protocol))]) if len(table) else []
+        return Results(tables={"mead.csv": table, "mead_summary.csv": mead_summary(table)}, sections=sections)
+
+    def table(self, scores: Mapping[str, Mapping[str, np.ndarray]], adv_sets: Mapping[str, AdvSet], backend: str = "",
+              protocol: str = "strong") -> pd.DataFrame:
+        """``mead.csv`` of ``scores[detector][set]`` (``"id"`` the clean confidences, one entry per set of
+        ``adv_sets``, same row order) with this evaluator's settings; what the OpenOOD bridge calls through the
+        registry."""
+        infos = [set_info(name, adv) for name, adv in adv_sets.items()]
+        return mead_table(scores, infos, backend, self.settings, protocol)

@@ -57,6 +57,7 @@ from advopenood import io as aio
 from advopenood import registry
 from advopenood.context import RunContext
 from advopenood.errors import UsageError
+from advopenood.outputs import Results
 from advopenood.plots import safe_name
 from advopenood_plugins.mead import SetInfo, detector_groups, set_info, worst_case_metrics
 
@@ -270,11 +271,10 @@ class MultiAttackEvaluator:
         self.detectors = [d.lower() for d in detectors] if detectors is not None else None
         self.plots = bool(plots)
 
-    def __call__(self, ctx: RunContext) -> dict[str, pd.DataFrame]:
+    def __call__(self, ctx: RunContext) -> Results:
         sets = [set_info(name, adv) for name, adv in ctx.id_adv_sets.items()]
         scores = {d: s for d, s in ctx.scores.items() if self.detectors is None or d in self.detectors}
         curves = sweep_curves(scores, sets, ctx.backend, ctx.protocol)
         table = multiattack_table(scores, sets, ctx.backend, self.reference, self.alpha, curves, ctx.protocol)
-        if self.plots:
-            plot_sweeps(curves, ctx.plot_dir)
-        return {"multiattack.csv": table, "multiattack_curves.csv": curves}
+        figures = [ctx.plot_dir / name for name in plot_sweeps(curves, ctx.plot_dir)] if self.plots else []
+        return Results(tables={"multiattack.csv": table, "multiattack_curves.csv": curves}, figures=figures)

@@ -12,6 +12,10 @@ With detector-adaptive attacks in the run (``plugins/adaptive.py``), ``table_ada
 detector's AUROC/FPR95 under its own adaptive attack next to the classifier-only attack: ``pgd`` at the same
 eps for ``adaptive_<det>``, the clean natural OOD set for ``adaptive_ood_<det>``.
 
+Report: the ``OOD detection`` section (AUROC and FPR95 matrices, readings generated from them, the AUROC heatmap
+and one detector's ROC curves, ``plots/auroc_heatmap.png`` and ``plots/roc_<detector>.png``: ``msp`` if scored,
+else the first detector by name) and, with adaptive sets, ``Detector-adaptive attacks``.
+
 Writes ``scores/<detector>.npz`` (atomically) with one float64 array of confidences per set (``id``, each
 natural OOD set, each attack, in sample order) and, per attack, the boolean ``<attack>.success`` mask, so
 every metric can be recomputed with :func:`advopenood.metrics.ood_metrics`.
@@ -20,16 +24,21 @@ from __future__ import annotations
 
 import io
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from advopenood import io as aio
+from advopenood import protocols, registry
 from advopenood.context import RunContext
 from advopenood.metrics import ood_metrics
-from advopenood import protocols, registry
+from advopenood.outputs import Bullets, Figure, Paragraph, Results, Section, Table, as_written, guarded
+from advopenood.plots import ood_matrix, plot_auroc_heatmap, plot_roc, roc_sets
 from advopenood.registry import register
+from advopenood.report import CHANCE, join
+from advopenood.report import name as label
 
 ADAPTIVE_COLUMNS = ["detector", "attack", "eps", "baseline", "auroc_baseline", "auroc_adaptive", "delta_auroc",
                     "fpr95_baseline", "fpr95_adaptive", "n_ood"]
@@ -58,9 +67,9 @@ def pivot_table(df: pd.DataFrame) -> pd.DataFrame:
     detectors = list(dict.fromkeys(df["detector"]))
     cells: dict[str, dict[str, float]] = {}
     for (dataset, attack), part in df.groupby(["dataset", "attack"], sort=False):
-        for metric, label in (("fpr95", "FPR95"), ("auroc", "AUROC")):
+        for metric, title in (("fpr95", "FPR95"), ("auroc", "AUROC")):
             means = part.groupby("detector", sort=False)[metric].agg(lambda s: s.mean(skipna=False))
-            cells[f"{dataset} {attack} {label}"] = {d: float(means.get(d, math.nan)) for d in detectors}
+            cells[f"{dataset} {attack} {title}"] = {d: float(means.get(d, math.nan)) for d in detectors}
     order = sorted(cells, key=lambda c: (c.split(" ")[0], c.split(" ")[1] != "none"))
     table = pd.DataFrame({"detector": detectors})
     for col in order:
@@ -108,6 +117,127 @@ def _save_scores(path, arrays: dict[str, np.ndarray]) -> None:
     aio.atomic_write(path, lambda f: f.write(data))
 
 
+# ------------------------------------------------------------------------------------------------- report
+
+def compare_natural_adversarial(nat: float, adv: float) -> str:
+    """The sentence comparing mean AUROC on natural OOD sets (``nat``) with that under attack (``adv``); its
+    verb and reading follow the sign of the difference (as shown, to one decimal)."""
+    nat_s, adv_s = f"{nat:.1f}", f"{adv:.1f}"
+    if nat_s == adv_s:
+        return (f"Averaged over detectors, AUROC is {nat_s} both on natural OOD sets and under attack: the attacks "
+                "are as hard to detect as natural OOD.")
+    if adv < nat:
+        return (f"Averaged over detectors, AUROC falls from {nat_s} on natural OOD sets to {adv_s} under attack: "
+                "adversarial examples evade the detectors more than natural OOD does.")
+    return (f"Averaged over detectors, AUROC rises from {nat_s} on natural OOD sets to {adv_s} under attack: here "
+            "the detectors flag adversarial examples more readily than natural OOD.")
+
+
+def read_ood(ood: pd.DataFrame) -> list[str]:
+    """Natural sets: the best and worst detector by mean AUROC and any below chance; per attack: which
+    detectors fall below chance (AUROC < 50), or the best and worst; and the mean AUROC from natural OOD sets
+    to adversarial sets (:func:`compare_natural_adversarial`)."""
+    table = ood_matrix(ood, "auroc")
+    if table.empty:
+        return []
+    n_nat = table.attrs["n_natural"]
+    natural, attacks = table.iloc[:, :n_nat], table.iloc[:, n_nat:]
+    out = []
+    if natural.shape[1]:
+        mean = natural.mean(axis=1, skipna=False).dropna()
+        sets = ", ".join(map(str, natural.columns))
+        if len(mean) == 1:
+            out.append(f"On natural OOD sets ({sets}), {label(mean.index[0])} reaches a mean AUROC of {mean.iloc[0]:.1f}.")
+        elif len(mean):
+            best, worst = mean.idxmax(), mean.idxmin()
+            out.append(f"On natural OOD sets ({sets}), {label(best)} is the best detector (mean AUROC {mean[best]:.1f}) "
+                       f"and {label(worst)} the worst ({mean[worst]:.1f}).")
+        below = [label(d) for d in mean.index if mean[d] < CHANCE]
+        if below:
+            verb = "scores" if len(below) == 1 else "score"
+            out.append(f"{join(below)} {verb} below chance on natural OOD (mean AUROC < 50): OOD images look more "
+                       "in-distribution to them than ID images.")
+    for col in attacks.columns:
+        scores = attacks[col].dropna()
+        if not len(scores):
+            continue
+        below = [label(d) for d in scores.index if scores[d] < CHANCE]
+        best = scores.idxmax()
+        if len(below) == len(scores):
+            out.append(f"On {label(col)} every detector falls below chance (AUROC < 50): adversarial examples look "
+                       f"more in-distribution than clean images; the best is {label(best)} ({scores[best]:.1f}).")
+        elif below:
+            verb = "falls" if len(below) == 1 else "fall"
+            out.append(f"{join(below)} {verb} below chance (AUROC < 50) on {label(col)}; the best is {label(best)} "
+                       f"(AUROC {scores[best]:.1f}).")
+        else:
+            worst = scores.idxmin()
+            out.append(f"No detector falls below chance on {label(col)}; the best is {label(best)} (AUROC "
+                       f"{scores[best]:.1f}) and the worst {label(worst)} ({scores[worst]:.1f}).")
+    if natural.shape[1] and attacks.shape[1]:
+        nat, adv = natural.stack().mean(), attacks.stack().mean()
+        if not (math.isnan(nat) or math.isnan(adv)):
+            out.append(compare_natural_adversarial(float(nat), float(adv)))
+    return out
+
+
+def read_adaptive(table: pd.DataFrame) -> list[str]:
+    """One reading per detector-adaptive set: its detector's AUROC against the classifier-only baseline."""
+    out = []
+    for r in table.to_dict("records"):
+        if pd.isna(r["auroc_baseline"]):
+            out.append(f"{r['attack']}: {label(r['detector'])} reaches AUROC {r['auroc_adaptive']:.1f} "
+                       "(no classifier-only baseline in this run).")
+        else:
+            out.append(f"{r['attack']}: {label(r['detector'])}'s AUROC goes from {r['auroc_baseline']:.1f} "
+                       f"({label(r['baseline'])}) to {r['auroc_adaptive']:.1f} when the attack adapts to it "
+                       f"({r['delta_auroc']:+.1f} points).")
+    return out
+
+
+def ood_section(ood: pd.DataFrame, figures: list[Path]) -> Section:
+    """``OOD detection``: AUROC and FPR95 per detector and set, their readings, rows left empty, ``figures``."""
+    items: list[Any] = [Paragraph("Adversarial examples count as OOD (the positives are the successful attacks); AUROC "
+                                  "and FPR95 in percent, OpenOOD's conventions. AUROC below 50 means the detector rates "
+                                  "adversarial examples as more in-distribution than clean images.")]
+    if not ood.empty:
+        items += [Table(ood_matrix(ood, "auroc"), "AUROC (%)"), Table(ood_matrix(ood, "fpr95"), "FPR95 (%)"),
+                  Bullets(read_ood(ood))]
+        errors = ood[ood["error"].astype("string").fillna("") != ""] if "error" in ood else ood.iloc[:0]
+        if len(errors):
+            items.append(Bullets([f"{label(r['detector'])} on {label(r['ood_set'])}: {r['error']}"
+                                  for r in errors.to_dict("records")], "metrics left empty"))
+    return Section("OOD detection", items + [Figure(p) for p in figures])
+
+
+def adaptive_section(table: pd.DataFrame) -> Section:
+    """``Detector-adaptive attacks``: each adaptive set's AUROC/FPR95 next to its classifier-only baseline."""
+    return Section("Detector-adaptive attacks", [
+        Paragraph("Each adaptive set attacks one detector through its differentiable score (BPDA where needed); its "
+                  "AUROC/FPR95 (%) sit next to the classifier-only baseline: PGD at the same eps for ID->ID evasion, "
+                  "the clean natural OOD set for OOD->ID."),
+        Table(table), Bullets(read_adaptive(table))])
+
+
+def ood_plots(ood: pd.DataFrame, scores: dict[str, dict[str, np.ndarray]], plot_dir: Path,
+              detector: str = "msp") -> list[Path]:
+    """The AUROC heatmap (when ``ood`` holds an AUROC) and the ROC curves of ``detector`` (else the first
+    scored detector by name) from its ``scores/<detector>.npz`` arrays; returns the paths written."""
+    written: list[Path] = []
+    if not ood.empty and ood["auroc"].notna().any():
+        path = Path(plot_dir) / "auroc_heatmap.png"
+        aio.save_figure(plot_auroc_heatmap(ood), path)
+        written.append(path)
+    chosen = detector if detector in scores else next(iter(sorted(scores)), None)
+    if chosen is not None and "id" in scores[chosen]:
+        conf_id, conf_ood, adversarial = roc_sets(scores[chosen])
+        if conf_ood:
+            path = Path(plot_dir) / f"roc_{chosen}.png"
+            aio.save_figure(plot_roc(conf_id, conf_ood, chosen, adversarial), path)
+            written.append(path)
+    return written
+
+
 @register("evaluators", "ood")
 class OODEvaluator:
     """OOD metrics (FPR95, AUROC, AUPR-In/Out) of every detector vs natural OOD and adversarial sets."""
@@ -122,21 +252,26 @@ class OODEvaluator:
             return self.success_only
         return protocols.get(ctx.protocol).ood_positives == "successful"
 
-    def __call__(self, ctx: RunContext) -> dict[str, pd.DataFrame]:
+    def __call__(self, ctx: RunContext) -> Results:
         rows: list[dict[str, Any]] = []
         detectors = list(ctx.scores) + [d for d in ctx.detector_errors if d not in ctx.scores]
+        arrays = {}
         for det in detectors:
             rows += self._rows(ctx, det)
             if det in ctx.scores:
-                self._write_scores(ctx, det)
+                arrays[det] = self._write_scores(ctx, det)
         df = pd.DataFrame(rows, columns=COLUMNS)
         df["n_id"] = df["n_id"].astype("Int64")
         df["n_ood"] = df["n_ood"].astype("Int64")
         table = pivot_table(df)
-        out = {"ood.csv": df, "table_ood.csv": table, "table_ood.md": table}
+        out = Results(tables={"ood.csv": df, "table_ood.csv": table, "table_ood.md": table})
+        out.figures = ood_plots(df, arrays, ctx.plot_dir)
+        out.sections = guarded("OOD detection", lambda: [ood_section(as_written(df, ctx.protocol), out.figures)])
         adaptive = adaptive_table(df, ctx)
         if len(adaptive):
-            out.update({"table_adaptive.csv": adaptive, "table_adaptive.md": adaptive})
+            out.tables.update({"table_adaptive.csv": adaptive, "table_adaptive.md": adaptive})
+            out.sections += guarded("Detector-adaptive attacks",
+                                    lambda: [adaptive_section(as_written(adaptive, ctx.protocol))])
         return out
 
     def _targets(self, ctx: RunContext) -> list[tuple[str, float, str, np.ndarray | None]]:
@@ -171,8 +306,10 @@ class OODEvaluator:
             rows.append({**row, **metric_row(scores["id"], conf_ood)})
         return rows
 
-    def _write_scores(self, ctx: RunContext, det: str) -> None:
+    def _write_scores(self, ctx: RunContext, det: str) -> dict[str, np.ndarray]:
+        """Save ``scores/<det>.npz`` and return its arrays."""
         arrays = {name: np.asarray(conf, dtype=np.float64) for name, conf in ctx.scores[det].items()}
         for attack, adv in ctx.adv_sets.items():
             arrays[f"{attack}.success"] = adv.records["success"].to_numpy(dtype=bool)
         _save_scores(ctx.out / "scores" / f"{det}.npz", arrays)
+        return arrays

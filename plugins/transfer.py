@@ -76,7 +76,10 @@ from advopenood.detectors import forward_outputs
 from advopenood.errors import UsageError
 from advopenood.metrics import id_threshold, ood_metrics
 from advopenood.models import ARCHS, Backbone, Classifier, build_model, weights_hash
+from advopenood.outputs import Bullets, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.registry import register
+from advopenood.report import fmt
+from advopenood.report import name as label
 from advopenood.store import AdvStore, canonical_key, derive_seed, library_versions
 
 CSV_COLUMNS = ["protocol", "surrogate", "data_fraction", "queries", "attack", "asr", "detector", "auroc", "fpr95",
@@ -279,6 +282,49 @@ def _predict(model: Classifier, batches: Any, device: torch.device) -> np.ndarra
     return torch.cat([model(x.to(device)).argmax(1).cpu() for x, _ in batches]).numpy()
 
 
+def read_transfer(table: pd.DataFrame) -> list[str]:
+    """Per surrogate and data fraction: the attack with the highest transfer ASR (or that none fools the target),
+    and the detector that adds the most defense accuracy (or that none adds any), on ``n`` clean-correct rows."""
+    out = []
+    for (surrogate, fraction), part in table.groupby(["surrogate", "data_fraction"], sort=False):
+        line = (f"{surrogate} surrogate, {fmt(fraction)} % of the training data "
+                f"({int(part['n'].max())} clean-correct test images): ")
+        asr = part.dropna(subset=["asr"])
+        if asr.empty:
+            out.append(line + "nothing to attack.")
+            continue
+        best = asr.loc[asr["asr"].idxmax()]
+        line += (f"the highest transfer ASR is {best['asr']:.1f} % ({best['attack']})" if best["asr"] > 0
+                 else "no transferred example fools the target")
+        scored = part.dropna(subset=["improvement"])
+        scored = scored[scored["detector"].astype("string").fillna("") != ""]
+        if len(scored):
+            top = scored.loc[scored["improvement"].idxmax()]
+            line += (f"; {label(top['detector'])} adds the most defense accuracy, {top['improvement']:+.1f} points on "
+                     f"{top['attack']} ({top['undefended_acc']:.1f} % -> {top['defense_acc']:.1f} %)"
+                     if top["improvement"] > 0 else "; no detector adds defense accuracy")
+        out.append(line + ".")
+    return out
+
+
+def transfer_section(table: pd.DataFrame) -> Section:
+    """``Black-box transfer``: transfer ASR and defense accuracy per surrogate, attack and detector."""
+    protocols = set(table["protocol"].astype(str)) if "protocol" in table else {"strong"}
+    adversary = ("the adversary is Mahmood et al.'s CIFAR-10 one (protocol mahmood2021); the deviations column "
+                 "lists where it differs from the paper's" if protocols == {"mahmood2021"} else
+                 "the adversary is ours (protocol " + ", ".join(sorted(protocols)) + "), weaker than the paper's; "
+                 "its numbers are not comparable with the paper's")
+    return Section("Black-box transfer", [
+        Paragraph("Mahmood et al., Beware the Black-Box: adversarial examples crafted on a surrogate (pure: trained on "
+                  "the true labels; mixed: labels queried from the target, rejected queries dropped) and submitted to "
+                  "the target; " + adversary + ". Every metric is on the n test images the target classifies "
+                  "correctly when clean, as in the paper. asr: transfer success rate; undefended_acc = 100 - asr; "
+                  "defense_acc: share handled correctly (right label or rejected); percent."),
+        Table(table.drop(columns=["deviations"], errors="ignore")), Bullets(read_transfer(table)),
+        *[Paragraph(f"Deviations from the paper's adversary: {text}.") for text in
+          (table["deviations"].dropna().astype(str).unique() if "deviations" in table else []) if text]])
+
+
 @register("analyses", "transfer")
 class TransferAnalysis:
     """Pure and mixed black-box transfer attacks: ASR, detector AUROC/FPR95 and defense accuracy.
@@ -390,7 +436,7 @@ class TransferAnalysis:
 
     # ------------------------------------------------------------------------------------------- the run
 
-    def __call__(self, ctx: RunContext) -> dict[str, pd.DataFrame]:
+    def __call__(self, ctx: RunContext) -> Results:
         settings = self.settings(ctx.protocol)
         show = self.progress and ctx.progress
         detectors = list(ctx.bank.names) if ctx.bank is not None else []
@@ -405,7 +451,9 @@ class TransferAnalysis:
             sur = self._surrogate(ctx, settings, mode, fraction, query, thresholds.get(query), show)
             out += [{**row, **tag} for row in self._evaluate(ctx, settings, sur, rows, detectors, thresholds,
                                                              id_correct, show)]
-        return {"transfer.csv": pd.DataFrame(out, columns=CSV_COLUMNS)}
+        table = pd.DataFrame(out, columns=CSV_COLUMNS)
+        sections = guarded("Black-box transfer", lambda: [transfer_section(as_written(table))]) if len(table) else []
+        return Results(tables={"transfer.csv": table}, sections=sections)
 
     def _query_detector(self, detectors: list[str]) -> str | None:
         if self.query_detector is None:

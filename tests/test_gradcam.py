@@ -213,7 +213,10 @@ def test_unsuccessful_attacks_are_reported_separately(weak_fgsm_run):
 
 
 def test_plots_are_written_and_render(weak_fgsm_run):
-    ctx, _, _, _ = weak_fgsm_run
+    ctx, _, result, _ = weak_fgsm_run
+    assert result.figures == [ctx.plot_dir / "gradcam_fgsm.png", ctx.plot_dir / "gradcam_examples_fgsm.png"]
+    [section] = result.sections
+    assert section.title == "Grad-CAM attention shift" and section.figures == result.figures
     shift = mpimg.imread(ctx.plot_dir / "gradcam_fgsm.png")
     examples = mpimg.imread(ctx.plot_dir / "gradcam_examples_fgsm.png")
     assert shift.shape[0] > 300 and shift.shape[1] > 300 and shift[..., :3].std() > 0.05

@@ -356,6 +356,21 @@ def test_mead_evaluator_on_real_sets(mead_run):
     assert set(summary.norm) == {"linf", "l2", "all"}
 
 
+def test_mead_section_and_the_bridge_entry_point_agree_with_the_table(mead_run):
+    ctx, outputs = mead_run
+    table = outputs["mead.csv"]
+    [section] = outputs.sections
+    assert section.title == "MEAD worst case"
+    readings = next(i for i in section.items if type(i).__name__ == "Bullets").items
+    worst = table[(table.setting == "mead") & (table.norm == "linf")]
+    best = worst.loc[worst.auroc.idxmax()]
+    assert any(f"the best is {best.detector.upper()} (AUROC {best.auroc:.1f})" in line and "linf" in line
+               for line in readings)
+    # what the OpenOOD bridge calls, through the registry and not by import
+    again = registry.create("evaluators", "mead").table(ctx.scores, ctx.id_adv_sets, ctx.backend, ctx.protocol)
+    pd.testing.assert_frame_equal(again, table)
+
+
 def test_mead_positives_are_the_union_and_worst_case_bounds_every_attack(mead_run):
     ctx, outputs = mead_run
     table = outputs["mead.csv"].set_index(["detector", "norm", "setting"])

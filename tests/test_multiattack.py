@@ -128,6 +128,7 @@ def test_every_competitiveness_ratio_lies_in_0_100_on_the_pack(sweep_run):
 def test_multiattack_evaluator_on_a_real_sweep(sweep_run):
     ctx, outputs = sweep_run
     table, curves = outputs["multiattack.csv"], outputs["multiattack_curves.csv"]
+    assert outputs.figures and all(p.parent == ctx.plot_dir and p.is_file() for p in outputs.figures)
     assert list(table.columns) == MULTI_COLUMNS and list(curves.columns) == CURVE_COLUMNS
     assert set(table.detector) == {"msp", "mls"} and set(table.metric) == {"auroc", "fpr95"}
     per_set = curves[curves.attack != "union"]

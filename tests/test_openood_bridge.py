@@ -84,7 +84,7 @@ def both(pack_set, cifar_model, tmp_path_factory):
     return {"run": run, "adv": adv, "fit": fit_set, "tin": tin, "model": cifar_model}
 
 
-#: Detectors whose backends cannot agree to 1 point (docs/detectors.md): GRAM draws its 10 % held-out split with
+#: Detectors whose backends cannot agree to 1 point (README.md, "Detectors"): GRAM draws its 10 % held-out split with
 #: Python's ``random`` in OpenOOD and ``torch.randperm`` in pytorch-ood, so its bounds and layer normalisers differ;
 #: pytorch-ood's GEN clamps probabilities to [1e-7, 1 - 1e-7], which ties the saturated softmax outputs that PGD
 #: produces. Their gaps are bounded more loosely; every other detector has the same ranking under both backends.

@@ -1,10 +1,12 @@
-"""Plots and the readable report, on the outputs of a real tiny run (ResNet-20, a few CIFAR-10 images)."""
+"""Plots and the readable report, on the outputs of a real tiny run (ResNet-20, a few CIFAR-10 images), and the
+report's plugin-free rendering of saved sections (no data needed)."""
 from __future__ import annotations
 
 import base64
 import re
 import time
 from html.parser import HTMLParser
+from pathlib import Path
 
 import matplotlib.image as mpimg
 import numpy as np
@@ -14,14 +16,17 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from advopenood import io as aio
-from advopenood import registry
+from advopenood import outputs, registry
 from advopenood.context import CleanRecord, RunContext
 from advopenood.data import build_dataset, limit_dataset, make_loader, stack
 from advopenood.models import weights_hash
-from advopenood.plots import make_plots, ood_matrix, plot_roc, roc_sets
-from advopenood.report import (build_report, compare_natural_adversarial, eps_label, read_asr, read_bintest,
-                               read_gradcam, read_ood, write_report)
+from advopenood.outputs import Bullets, Figure, Results, Paragraph, Section, Table
+from advopenood.plots import ood_matrix, plot_roc, roc_sets
+from advopenood.report import asr_section, build_report, eps_label, read_asr, write_report
 from advopenood.store import AdvStore, library_versions
+from advopenood_plugins.bintest import bintest_section, read_bintest
+from advopenood_plugins.gradcam import read_gradcam
+from advopenood_plugins.ood_eval import compare_natural_adversarial, ood_plots, read_ood
 
 CPU = torch.device("cpu")
 N = 48
@@ -69,9 +74,7 @@ def tiny_run(cifar_model, data_root, tmp_path_factory):
     plugins = [registry.get("evaluators", "ood")(), registry.get("evaluators", "mead")(),
                registry.get("analyses", "gradcam")(n_examples=2),
                registry.get("analyses", "bintest")(n_inner=40, n_random=20, limit=2, attacks=["pgd"], progress=False)]
-    for plugin in plugins:
-        for fname, table in plugin(ctx).items():
-            aio.write_table(out / fname, table)
+    results = [plugin(ctx) for plugin in plugins]
     clean_acc = float(100 * np.mean(pred == y.numpy()))
     asr = []
     for name, adv in adv_sets.items():
@@ -81,17 +84,20 @@ def tiny_run(cifar_model, data_root, tmp_path_factory):
                     "clean_acc": clean_acc, "asr": 100 * success[correct].mean(), "asr_all": 100 * success.mean(),
                     "mean_linf": r.linf[success].mean(), "mean_l2": r.l2[success].mean(), "seed": 0})
     aio.write_csv(out / "asr.csv", pd.DataFrame(asr))
+    sections = [asr_section(pd.DataFrame(asr))]
+    for label, result in zip(("ood", "mead", "gradcam", "bintest"), results):
+        sections += outputs.collect(out, result, "strong", label)
+    outputs.write_sections(out, sections)
     aio.write_json(out / "run.json", {
         "config": config, "seed": 0, "versions": library_versions(), "clean_acc": clean_acc,
         "model": {"arch": "resnet20", "weights_sha256": weights_hash(cifar_model)},
         "data": {"id": id_set.identity()},
         "attacks": {k: {"attack": k, "key": a.key, "params": a.params, **a.stats} for k, a in adv_sets.items()},
         "timings_s": {"total": time.perf_counter() - t0}})
-    plots = make_plots(out)
-    return out, plots, write_report(out)
+    return out, results[0].figures, write_report(out)
 
 
-def test_make_plots_writes_heatmap_and_roc(tiny_run):
+def test_ood_evaluator_writes_heatmap_and_roc(tiny_run):
     out, plots, _ = tiny_run
     assert [p.name for p in plots] == ["auroc_heatmap.png", "roc_msp.png"]
     for path in plots:
@@ -174,16 +180,43 @@ def test_html_is_self_contained_with_every_plot_inline(tiny_run):
     assert page.count("<table>") == (out / "report.md").read_text().count("\n|---")
 
 
-def test_sections_are_absent_when_their_files_are(tiny_run, tmp_path):
+def test_sections_are_absent_when_not_saved(tiny_run, tmp_path):
     out, _, _ = tiny_run
     assert "no run results" in write_report(tmp_path).read_text()
-    (tmp_path / "asr.csv").write_bytes((out / "asr.csv").read_bytes())
+    outputs.write_sections(tmp_path, [asr_section(pd.read_csv(out / "asr.csv"))])
     md = write_report(tmp_path).read_text()
     assert "## Attack success rates" in md
     for heading in ("## Run", "## OOD detection", "## MEAD", "## Binarization", "## Grad-CAM", "!["):
         assert heading not in md
-    assert make_plots(tmp_path) == []
+    assert ood_plots(pd.read_csv(out / "ood.csv").iloc[:0], {}, tmp_path / "plots") == []
     assert [b.kind for b in build_report(tmp_path)][:2] == ["h1", "h2"]
+
+
+def test_report_renders_again_from_the_folder_alone(tiny_run, tmp_path):
+    out, _, md_path = tiny_run
+    copy = tmp_path / "moved"
+    for path in out.rglob("*"):
+        if path.is_file():
+            (copy / path.relative_to(out)).parent.mkdir(parents=True, exist_ok=True)
+            (copy / path.relative_to(out)).write_bytes(path.read_bytes())
+    (copy / "report.md").unlink()
+    (copy / "report.html").unlink()
+    assert write_report(copy).read_text() == md_path.read_text()
+    assert (copy / "report.html").read_text() == (out / "report.html").read_text()
+    saved = (out / outputs.SECTIONS_FILE).read_text()
+    assert str(out) not in saved and "plots/gradcam_pgd.png" in saved
+
+
+def test_report_module_names_no_plugin_and_no_plugin_file():
+    import advopenood.report as report
+
+    source = Path(report.__file__).read_text()
+    plugins = registry.names("evaluators") + registry.names("analyses") + ["adaptive"]
+    assert {"ood", "mead", "multiattack", "bintest", "gradcam", "transfer"} <= set(plugins)
+    for name in plugins:
+        assert not re.search(rf"\b{name}\b", source), name
+    for fname in re.findall(r"[\w./-]+\.(?:csv|md|npz)", source):
+        assert fname in ("asr.csv", "report.md"), fname  # the core's own files only
 
 
 def test_readings_on_hand_made_tables():
@@ -270,9 +303,54 @@ def test_roc_plot_takes_arrays():
     assert labels[0].startswith("far (AUROC 9") and labels[1].startswith("adv (AUROC 2")
 
 
-def test_a_malformed_file_costs_one_section_not_the_report(tmp_path):
-    (tmp_path / "bintest.csv").write_text("attack,eps\npgd,0.0313725\n")
+def test_a_malformed_table_costs_its_section_one_note():
+    bad = pd.DataFrame({"attack": ["pgd"], "eps": [0.0313725]})
     with pytest.warns(UserWarning, match="Binarization test"):
+        [section] = outputs.guarded("Binarization test", lambda: [bintest_section(bad)])
+    assert section.title == "Binarization test" and "could not be rendered" in section.items[0].text
+
+
+def test_a_missing_figure_costs_one_section_not_the_report(tmp_path):
+    outputs.write_sections(tmp_path, [Section("Mine", [Paragraph("kept")]),
+                                      Section("Broken", [Figure(tmp_path / "plots" / "gone.png")])])
+    with pytest.warns(UserWarning, match="Broken"):
         md = write_report(tmp_path).read_text()
-    assert "## Binarization test" in md and "could not be rendered" in md
+    assert "## Mine\n\nkept" in md and "## Broken" in md and "could not be rendered" in md
     assert (tmp_path / "report.html").is_file()
+
+
+def test_sections_round_trip_through_json(tmp_path):
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "plots" / "a_b.png").write_bytes(b"png")
+    frame = pd.DataFrame({"detector": ["msp", "knn"], "auroc": [51.25, np.nan], "n": [3, 4], "ok": [True, False]})
+    saved = [Section("One", [Paragraph("text"), Table(frame.set_index("detector"), "AUROC"),
+                             Bullets(["a", "b"], "readings"), Figure(tmp_path / "plots" / "a_b.png")], source="x")]
+    outputs.write_sections(tmp_path, saved)
+    [back] = outputs.read_sections(tmp_path)
+    assert (back.title, back.source) == ("One", "x")
+    para, table, bullets, figure = back.items
+    assert para == Paragraph("text") and bullets == Bullets(["a", "b"], "readings")
+    assert table.caption == "AUROC" and list(table.frame.columns) == ["detector", "auroc", "n", "ok"]
+    assert table.frame.to_numpy().tolist() == [["msp", 51.25, 3, True], ["knn", None, 4, False]]
+    assert figure.path == tmp_path / "plots" / "a_b.png" and figure.label == "a b"
+    md = write_report(tmp_path).read_text()
+    assert "| msp | 51.25 | 3 | True |" in md and "| knn |  | 4 | False |" in md
+
+
+@pytest.mark.parametrize("bad, match", [
+    (lambda tmp: Section("S", ["just a string"]), "valid items: Paragraph, Bullets, Table, Figure"),
+    (lambda tmp: outputs.collect(tmp, Results(figures=[tmp / "nope.png"]), "strong", "mine"), "did not write"),
+    (lambda tmp: outputs.collect(tmp, Results(figures=[Path("/elsewhere/x.png")]), "strong", "mine"),
+     "not under the run's output folder"),
+    (lambda tmp: outputs.as_results(["ood.csv"]), "valid choices: Results or dict"),
+])
+def test_bad_plugin_outputs_are_named(tmp_path, bad, match):
+    with pytest.raises((TypeError, ValueError, FileNotFoundError), match=match):
+        bad(tmp_path)
+
+
+def test_collect_writes_tables_with_the_protocol(tmp_path):
+    sections = outputs.collect(tmp_path, {"mine.csv": pd.DataFrame({"a": [1]}), "mine.md": pd.DataFrame({"a": [1]})},
+                               "lorenz2024", "mine")
+    assert sections == [] and pd.read_csv(tmp_path / "mine.csv").to_dict("list") == {"a": [1], "protocol": ["lorenz2024"]}
+    assert "protocol" not in (tmp_path / "mine.md").read_text()

@@ -16,10 +16,10 @@ from advopenood.errors import UsageError
 from advopenood.metrics import id_threshold
 from advopenood.models import build_model
 from advopenood.pipeline import run
-from advopenood.report import _transfer_section, read_transfer
+from advopenood.outputs import Paragraph, Table
 from advopenood_plugins.transfer import (CSV_COLUMNS, PROTOCOL_SETTINGS, CWCNN, TransferAnalysis, clean_correct,
                                          defense_accuracy, detection_metrics, fraction_rows, jacobian_augment,
-                                         transfer_asr)
+                                         read_transfer, transfer_asr, transfer_section)
 
 PARAMS = {"fractions": [50, 100], "epochs": 4, "jacobian_rounds": 1, "attacks": ["fgsm", "mim"], "limit": 64}
 
@@ -322,6 +322,7 @@ def test_mahmood2021_protocol_uses_the_papers_adversary_and_names_its_deviations
 def test_report_section_names_whose_adversary_it_is(protocol, deviations, says):
     table = _table([("pure", 100, "fgsm", 10.0, "msp", 95.0, 90.0, 5.0, 50)]).assign(protocol=protocol,
                                                                                      deviations=deviations)
-    text = " ".join(str(b.content) for b in _transfer_section(table) if b.kind == "p")
-    assert all(s in text for s in says)
-    assert "deviations" not in next(b.content for b in _transfer_section(table) if b.kind == "table").columns
+    section = transfer_section(table)
+    text = " ".join(i.text for i in section.items if isinstance(i, Paragraph))
+    assert section.title == "Black-box transfer" and all(s in text for s in says)
+    assert "deviations" not in next(i.frame for i in section.items if isinstance(i, Table)).columns

@@ -1,0 +1,245 @@
+"""What an evaluator or analysis hands back to the core: tables, figures and report sections.
+
+A plugin is called as ``plugin(ctx)`` and returns a :class:`Results` (a plain ``dict`` of file name ->
+DataFrame is read as ``Results(tables=...)``):
+
+* ``tables``: file name under the run's output folder -> DataFrame; the core writes each atomically by its
+  suffix (``.csv``, ``.md``, ``.json``, ``.parquet``; a CSV without a ``protocol`` column gets the run's).
+* ``figures``: the files the plugin wrote itself under the output folder (plots through
+  :func:`advopenood.io.save_figure` into ``ctx.plot_dir``); the core checks they exist.
+* ``sections``: the plugin's part of the report, each a :class:`Section` (a title and an ordered list of
+  :class:`Paragraph`, :class:`Table`, :class:`Bullets` and :class:`Figure` items) whose text the plugin
+  generates from its own numbers.
+
+The core never reads a plugin's files to build the report: it saves every run's sections in
+``report_sections.json`` (figure paths relative to the output folder) and renders ``report.md`` /
+``report.html`` from that file (:func:`advopenood.report.write_report`), so a report can be rendered again from
+an output folder alone.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Union
+
+import pandas as pd
+
+from advopenood import io as aio
+
+SECTIONS_FILE = "report_sections.json"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    """A paragraph of plain text."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Bullets:
+    """A bulleted list (the readings of a table, one sentence each); ``caption`` introduces it when given."""
+
+    items: tuple[str, ...]
+    caption: str = ""
+
+    def __init__(self, items: Any, caption: str = "") -> None:
+        object.__setattr__(self, "items", tuple(str(s) for s in items))
+        object.__setattr__(self, "caption", caption)
+
+
+@dataclass(frozen=True, eq=False)
+class Table:
+    """A table shown as is (cells formatted by the renderer); a named index becomes the first column."""
+
+    frame: pd.DataFrame
+    caption: str = ""
+
+
+@dataclass(frozen=True)
+class Figure:
+    """An image file under the run's output folder (PNG); ``caption`` defaults to the file's stem."""
+
+    path: Path
+    caption: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.caption or Path(self.path).stem.replace("_", " ")
+
+
+Item = Union[Paragraph, Bullets, Table, Figure]
+
+
+@dataclass(frozen=True)
+class Section:
+    """One ``##`` section of the report: ``title`` and its ``items`` in display order; ``source`` names the
+    plugin that made it (set by the core)."""
+
+    title: str
+    items: tuple[Item, ...] = ()
+    source: str = ""
+
+    def __init__(self, title: str, items: Any = (), source: str = "") -> None:
+        object.__setattr__(self, "title", str(title))
+        object.__setattr__(self, "items", tuple(items))
+        object.__setattr__(self, "source", source)
+        bad = [type(i).__name__ for i in self.items if not isinstance(i, (Paragraph, Bullets, Table, Figure))]
+        if bad:
+            raise TypeError(f"section {title!r} holds a {bad[0]}; valid items: Paragraph, Bullets, Table, Figure")
+
+    @property
+    def figures(self) -> list[Path]:
+        return [Path(i.path) for i in self.items if isinstance(i, Figure)]
+
+
+@dataclass
+class Results:
+    """What one evaluator or analysis returns (see the module docstring)."""
+
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    figures: list[Path] = field(default_factory=list)
+    sections: list[Section] = field(default_factory=list)
+
+    def __getitem__(self, fname: str) -> pd.DataFrame:
+        """The table written as ``fname`` (``outputs["ood.csv"]``)."""
+        return self.tables[fname]
+
+    def __contains__(self, fname: object) -> bool:
+        return fname in self.tables
+
+
+def as_results(result: Results | Mapping[str, pd.DataFrame] | None) -> Results:
+    """A plugin's return value as :class:`Results` (a mapping is its tables; None is nothing)."""
+    if isinstance(result, Results):
+        return result
+    if result is None:
+        return Results()
+    if isinstance(result, Mapping):
+        return Results(tables=dict(result))
+    raise TypeError(f"a plugin returned {type(result).__name__}; valid choices: Results or dict[str, DataFrame]")
+
+
+def guarded(title: str, make: Callable[[], list[Section]]) -> list[Section]:
+    """``make()``; a table with unexpected content gives one section with a one-line note (and a warning)
+    instead of losing the run's report."""
+    try:
+        return make()
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
+        warnings.warn(f"advopenood: report section {title!r} left out: {exc!r}", stacklevel=2)
+        return [Section(title, [Paragraph(f"This section could not be rendered: {exc!r}.")])]
+
+
+def as_written(table: pd.DataFrame, protocol: str | None = None) -> pd.DataFrame:
+    """``table`` as its CSV reads back (:func:`write_tables`: 6 significant digits, the run's ``protocol`` added
+    when absent): a section built from it shows exactly what the CSV holds."""
+    if protocol is not None and "protocol" not in table.columns:
+        table = table.assign(protocol=protocol)
+    try:
+        return pd.read_csv(io.StringIO(table.to_csv(index=False, float_format="%.6g")))
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame()
+
+
+def write_tables(out: Path, tables: Mapping[str, pd.DataFrame], protocol: str) -> list[Path]:
+    """Write each table atomically under ``out`` by suffix; a CSV without ``protocol`` gets the run's."""
+    written = []
+    for fname, table in tables.items():
+        path = Path(out) / fname
+        if fname.endswith(".csv") and "protocol" not in table.columns:  # every CSV says how it was made
+            table = table.assign(protocol=protocol)
+        aio.write_table(path, table)
+        written.append(path)
+    return written
+
+
+def collect(out: Path, result: Results | Mapping[str, pd.DataFrame] | None, protocol: str, source: str) -> list[Section]:
+    """Write a plugin's tables, check its figures exist under ``out``, and return its sections tagged with
+    ``source``."""
+    outputs = as_results(result)
+    write_tables(out, outputs.tables, protocol)
+    for path in [*outputs.figures, *(p for s in outputs.sections for p in s.figures)]:
+        if not (Path(out) / relative(path, out)).is_file():
+            raise FileNotFoundError(f"plugin {source!r} lists figure {path} but did not write it")
+    return [Section(s.title, s.items, s.source or source) for s in outputs.sections]
+
+
+# ------------------------------------------------------------------------------------ report_sections.json
+
+def relative(path: Path, out: Path) -> str:
+    """``path`` relative to the output folder ``out`` (posix); a ValueError when it lies outside."""
+    path = Path(path)
+    if not path.is_absolute():
+        return path.as_posix()
+    try:
+        return path.resolve().relative_to(Path(out).resolve()).as_posix()
+    except ValueError:
+        raise ValueError(f"figure {path} is not under the run's output folder {out}") from None
+
+
+def _cell(value: Any) -> Any:
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def _table_dict(frame: pd.DataFrame) -> dict[str, Any]:
+    if frame.index.name is not None:
+        frame = frame.reset_index()
+    return {"columns": [str(c) for c in frame.columns],
+            "rows": [[_cell(v) for v in row] for row in frame.itertuples(index=False, name=None)]}
+
+
+def item_to_dict(item: Item, out: Path) -> dict[str, Any]:
+    """One item as JSON (figures relative to ``out``)."""
+    if isinstance(item, Paragraph):
+        return {"kind": "paragraph", "text": item.text}
+    if isinstance(item, Bullets):
+        return {"kind": "bullets", "items": list(item.items), "caption": item.caption}
+    if isinstance(item, Table):
+        return {"kind": "table", "caption": item.caption, **_table_dict(item.frame)}
+    return {"kind": "figure", "path": relative(item.path, out), "caption": item.label}
+
+
+def item_from_dict(data: Mapping[str, Any], out: Path) -> Item:
+    """The inverse of :func:`item_to_dict` (figure paths resolved under ``out``)."""
+    kind = data.get("kind")
+    if kind == "paragraph":
+        return Paragraph(str(data["text"]))
+    if kind == "bullets":
+        return Bullets(data["items"], str(data.get("caption", "")))
+    if kind == "table":
+        frame = pd.DataFrame(data["rows"], columns=data["columns"], dtype=object)
+        return Table(frame, str(data.get("caption", "")))
+    if kind == "figure":
+        return Figure(Path(out) / str(data["path"]), str(data.get("caption", "")))
+    raise ValueError(f"unknown report item kind {kind!r}; valid choices: paragraph, bullets, table, figure")
+
+
+def write_sections(out: Path, sections: list[Section]) -> Path:
+    """Save ``sections`` as ``<out>/report_sections.json`` (atomically)."""
+    path = Path(out) / SECTIONS_FILE
+    aio.write_json(path, {"format": FORMAT_VERSION, "sections": [
+        {"title": s.title, "source": s.source, "items": [item_to_dict(i, out) for i in s.items]} for s in sections]})
+    return path
+
+
+def read_sections(out: Path) -> list[Section]:
+    """The sections saved in ``<out>/report_sections.json``, [] when there is none."""
+    path = Path(out) / SECTIONS_FILE
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text())
+    return [Section(s["title"], [item_from_dict(i, out) for i in s.get("items", [])], s.get("source", ""))
+            for s in data.get("sections", [])]
