@@ -58,7 +58,7 @@ def batches(x: torch.Tensor, bs: int):
     return lambda: ((x[i:i + bs], torch.zeros(len(x[i:i + bs]), dtype=torch.long)) for i in range(0, len(x), bs))
 
 
-def detection(device: torch.device, amp: bool, n: int, bs: int) -> tuple[dict[str, dict[str, float]], float, float]:
+def detection(device: torch.device, amp: bool, n: int, bs: int, n_fit: int) -> tuple[dict[str, dict[str, float]], float, float]:
     """AUROC per detector (ID vs Tiny-ImageNet, ID vs PGD), PGD images/s and shared-pass images/s, in one mode."""
     model = build_model("resnet18_32x32", 10, DATA / "resnet18_32x32_cifar10.pt", mean=(0, 0, 0), std=(1, 1, 1),
                         device=device)
@@ -72,7 +72,7 @@ def detection(device: torch.device, amp: bool, n: int, bs: int) -> tuple[dict[st
     attack = lambda: torch.cat([pgd(model, x_id[i:i + bs], y_id[i:i + bs], seed=0) for i in range(0, n, bs)])
     t_pgd = timed(attack, device, repeats=1)
     x_adv = attack()
-    bank = fit_detectors(DETECTORS, "pytorch-ood", model, Subset(fit, np.arange(2000)), batch_size=bs, device=device,
+    bank = fit_detectors(DETECTORS, "pytorch-ood", model, Subset(fit, np.arange(n_fit)), batch_size=bs, device=device,
                          seed=0, progress=False)
     sets = {"id": batches(x_id, bs), "tin": batches(x_ood.to(device), bs), "pgd": batches(x_adv, bs)}
     t_pass = timed(lambda: bank.score({"id": sets["id"]}, progress=False), device)
@@ -100,6 +100,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--n", type=int, default=256, help="CIFAR-10 test and Tiny-ImageNet images for the AUROCs")
     parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--fit", type=int, default=2000, help="CIFAR-10 train images the detectors fit on")
     parser.add_argument("--arch", default="resnet50")
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--batch224", type=int, default=16)
@@ -112,7 +113,7 @@ def main() -> None:
           f"{'pipeline set_precision (autocast + channels-last)' if device.type == 'cuda' else 'bfloat16 autocast forced (the pipeline keeps float32 on the CPU)'}")
     results = {}
     for amp in (False, True):
-        au, pgd_rate, pass_rate = detection(device, amp, args.n, args.batch)
+        au, pgd_rate, pass_rate = detection(device, amp, args.n, args.batch, args.fit)
         fwd224, pgd224 = throughput_224(device, amp, args.arch, args.size, args.batch224)
         results[amp] = (au, pgd_rate, pass_rate, fwd224, pgd224)
         print(f"{'amp ' if amp else 'fp32'}: 32 px PGD-10 {pgd_rate:8.1f} img/s, shared pass ({len(au)} detectors) "
