@@ -70,6 +70,8 @@ def _common_flags(p: argparse.ArgumentParser, config_required: bool) -> None:
     p.add_argument("--cache-dir", help="attack store and model cache (default $ADVOPENOOD_CACHE or ~/.cache/advopenood)")
     p.add_argument("--num-workers", type=_cores, help="data-loading worker processes (default 0; at most the cores)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--amp", action="store_const", const=True,
+                   help="mixed precision (bfloat16 autocast) and channels-last on a GPU; a no-op on the CPU (run.json says so)")
 
 
 def _attack_flags(p: argparse.ArgumentParser) -> None:
@@ -119,8 +121,9 @@ def _config(args: argparse.Namespace, **forced):
 
     cfg, folder = load_config(args.config or "demo")
     names = ("data_root", "out", "protocol", "attack", "eps", "detectors", "detector_backend", "evaluator", "analysis",
-             "limit", "device", "seed", "cache_dir", "shard_size", "num_workers")
+             "limit", "device", "seed", "cache_dir", "shard_size", "num_workers", "amp")
     flags = {k: getattr(args, k, None) for k in names}
+    flags["channels_last"] = flags["amp"]
     flags.update({k: v for k, v in forced.items() if v is not None})
     return apply_overrides(cfg, config_dir=folder, **flags)
 

@@ -87,10 +87,16 @@ class ModelSpec(_Strict):
     @field_validator("arch")
     @classmethod
     def _known_arch(cls, value: str) -> str:
-        from advopenood.models import ARCHS
+        from advopenood.models import ARCHS, TIMM_PREFIX, check_timm_name
 
+        if value.startswith(TIMM_PREFIX):
+            try:
+                check_timm_name(value[len(TIMM_PREFIX):])
+            except UsageError as exc:
+                raise ValueError(str(exc)) from None
+            return value
         if value not in ARCHS:
-            raise ValueError(_choice_message("architecture", value, list(ARCHS)))
+            raise ValueError(_choice_message("architecture", value, list(ARCHS) + [f"{TIMM_PREFIX}<name>"]))
         return value
 
     @model_validator(mode="after")
@@ -104,6 +110,8 @@ class ModelSpec(_Strict):
 
 class _DataSpec(_Strict):
     name: str | None = None
+    #: OpenOOD's group of a natural set (near-OOD, far-OOD, covariate-shifted ID); default: by name for data.dataset
+    group: Literal["near", "far", "csid", "other"] | None = None
 
 
 class NpzSpec(_DataSpec):
@@ -127,6 +135,8 @@ class OpenOODSpec(_DataSpec):
     kind: Literal["openood"]
     imglist: str
     images: str = "images_classic"
+    #: OpenOOD's test preprocessing: resize the shorter side to ``pre_size``, centre-crop to the input size
+    pre_size: int | None = Field(None, ge=8)
 
 
 class TorchvisionSpec(_DataSpec):
@@ -150,16 +160,39 @@ DataSpec = Annotated[Union[NpzSpec, IdxSpec, OpenOODSpec, TorchvisionSpec, DemoS
 DATA_KINDS = ("npz", "idx", "openood", "torchvision", "demo")
 
 
+_BENCHMARK_NAMES = ("cifar10", "cifar100", "imagenet200", "imagenet")
+
+
 class DataSection(_Strict):
     """``data``: the ID test set, the fit (training) set, natural OOD sets, and the folder they are under."""
 
     root: str | None = None
     dataset: str | None = None
-    id: DataSpec
+    #: an OpenOOD v1.5 benchmark: fills id, fit and ood from its image lists (advopenood.openood_benchmarks)
+    benchmark: Literal["cifar10", "cifar100", "imagenet200", "imagenet"] | None = None
+    #: the benchmark's OOD groups to read (default: those OpenOOD's download script ships)
+    groups: tuple[Literal["near", "far", "csid"], ...] | None = None
+    id: DataSpec | None = None
     fit: DataSpec | None = None
     fit_limit: int | None = Field(None, ge=1)
     ood_limit: int | None = Field(None, ge=1)
     ood: tuple[DataSpec, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _benchmark(cls, value: Any) -> Any:
+        if isinstance(value, Mapping) and value.get("benchmark") in _BENCHMARK_NAMES:
+            from advopenood.openood_benchmarks import expand
+
+            return expand(value)
+        return value
+
+    @model_validator(mode="after")
+    def _has_id(self) -> "DataSection":
+        if self.id is None:
+            raise ValueError("data needs id (the ID test set) or benchmark "
+                             f"(valid choices: {', '.join(_BENCHMARK_NAMES)})")
+        return self
 
 
 class AttackEntry(_Strict):
@@ -189,6 +222,10 @@ class RunConfig(_Strict):
     limit: int | None = Field(None, ge=1)
     out: str | None = None
     cache_dir: str | None = None
+    #: mixed precision (bfloat16 autocast) for attacks and the shared pass on a GPU; a no-op on the CPU
+    amp: bool = False
+    #: channels-last memory format for the model and its inputs (GPU convolutions); a no-op on the CPU
+    channels_last: bool = False
     model: ModelSpec
     data: DataSection
     attacks: tuple[Union[str, AttackEntry], ...] = ("fgsm", "pgd", "df", "mpgd")
@@ -473,7 +510,8 @@ def apply_overrides(cfg: Mapping[str, Any], *, data_root: str | None = None, out
                     detectors: str | None = None, detector_backend: str | None = None, evaluator: str | None = None,
                     analysis: str | None = None, limit: int | None = None, device: str | None = None,
                     seed: int | None = None, cache_dir: str | None = None, shard_size: int | None = None,
-                    num_workers: int | None = None, config_dir: Path | None = None) -> Config:
+                    num_workers: int | None = None, config_dir: Path | None = None, amp: bool | None = None,
+                    channels_last: bool | None = None) -> Config:
     """Apply CLI flags to a config and validate the result (a new :class:`Config`; ``cfg`` is not changed)."""
     raw = thaw(cfg)
     if data_root is not None:
@@ -488,7 +526,7 @@ def apply_overrides(cfg: Mapping[str, Any], *, data_root: str | None = None, out
     for key, value in (("protocol", protocol), ("detectors", detectors), ("detector_backend", detector_backend),
                        ("limit", limit), ("device", device), ("seed", seed), ("cache_dir", cache_dir), ("out", out),
                        ("shard_size", shard_size), ("num_workers", num_workers), ("evaluators", evaluator),
-                       ("analyses", analysis)):
+                       ("analyses", analysis), ("amp", amp), ("channels_last", channels_last)):
         if value is not None:
             raw[key] = value
     if isinstance(cfg, Config):

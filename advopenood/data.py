@@ -72,9 +72,14 @@ class ArrayDataset(Dataset):
 
 class ImglistDataset(Dataset):
     """OpenOOD's layout: ``<root>/benchmark_imglist/.../*.txt`` lines ``relative/path.png label``, images under
-    ``<root>/<images>/`` (``images_classic`` for CIFAR-size benchmarks, ``images_largescale`` for ImageNet)."""
+    ``<root>/<images>/`` (``images_classic`` for CIFAR-size benchmarks, ``images_largescale`` for ImageNet).
 
-    def __init__(self, root: Path, imglist: str, images: str, name: str, channels: int, size: int):
+    With ``pre_size``, images get OpenOOD's test preprocessing (``TestStandardPreProcessor``): the shorter side
+    resized to ``pre_size`` (bilinear, PIL), then a centre crop of the input size; without it, the whole image
+    is resized to the input size."""
+
+    def __init__(self, root: Path, imglist: str, images: str, name: str, channels: int, size: int,
+                 pre_size: int | None = None):
         list_path = root / imglist
         if not list_path.is_file():
             raise UsageError(f"image list {str(list_path)!r} not found; an OpenOOD data root holds "
@@ -88,7 +93,7 @@ class ImglistDataset(Dataset):
             if parts and parts[0]:
                 label = parts[1].strip() if len(parts) > 1 else "-1"
                 self.items.append((parts[0], int(label) if label.lstrip("-").isdigit() else -1))
-        self.name, self.channels, self.size = name, channels, size
+        self.name, self.channels, self.size, self.pre_size = name, channels, size, pre_size
         self.fingerprint = file_sha256(list_path)
 
     def __len__(self) -> int:
@@ -99,13 +104,21 @@ class ImglistDataset(Dataset):
 
         rel, label = self.items[i]
         with Image.open(self.base / rel) as im:
-            arr = np.asarray(im.convert("RGB" if self.channels == 3 else "L"))
+            im = im.convert("RGB" if self.channels == 3 else "L")
+            if self.pre_size is not None:
+                import torchvision.transforms.functional as TF
+
+                im = TF.center_crop(TF.resize(im, self.pre_size, TF.InterpolationMode.BILINEAR), self.size)
+            arr = np.asarray(im)
         t = torch.from_numpy(arr.copy()).float() / 255.0
         t = t[None] if t.ndim == 2 else t.permute(2, 0, 1)
         return to_model_input(t[None], self.channels, self.size)[0], label
 
     def identity(self) -> dict[str, Any]:
-        return {"name": self.name, "source": self.fingerprint, "n": len(self)}
+        ident: dict[str, Any] = {"name": self.name, "source": self.fingerprint, "n": len(self)}
+        if self.pre_size is not None:
+            ident["pre_size"] = self.pre_size
+        return ident
 
 
 class Subset(Dataset):
@@ -229,7 +242,8 @@ def build_dataset(spec: dict[str, Any], root: Path | None, channels: int, size: 
     if kind == "openood":
         if root is None or not root.is_dir():
             raise UsageError(f"OpenOOD data root {str(root)!r} not found; pass --data-root DIR (OpenOOD's data/ folder)")
-        return ImglistDataset(root, spec["imglist"], spec.get("images", "images_classic"), name, channels, size)
+        return ImglistDataset(root, spec["imglist"], spec.get("images", "images_classic"), name, channels, size,
+                              spec.get("pre_size"))
     if kind == "torchvision":
         return _torchvision_dataset(spec, root, name, channels, size)
     if kind == "demo":

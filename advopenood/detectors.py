@@ -212,12 +212,14 @@ def take_rows(batches: Iterable[tuple[Tensor, Tensor]], n: int | None) -> Iterat
 class Taps:
     """Records the output of every ``nn.Conv2d`` and ``nn.ReLU`` module in call order during a forward pass.
 
-    These are the layers OpenOOD's GRAM ``FeatureExtractor`` hooks (inspired by paaatcha/gram-ood).
+    These are the layers OpenOOD's GRAM ``FeatureExtractor`` hooks (inspired by paaatcha/gram-ood). A network
+    that declares its own layers (``tap_modules()``, e.g. a transformer's stage or block outputs) is read there.
     """
 
     def __init__(self, net: nn.Module):
         self.net = net
-        self.layers = [m for m in net.modules() if isinstance(m, (nn.Conv2d, nn.ReLU))]
+        declared = net.tap_modules() if hasattr(net, "tap_modules") else None
+        self.layers = declared or [m for m in net.modules() if isinstance(m, (nn.Conv2d, nn.ReLU))]
 
     @torch.no_grad()
     def __call__(self, x: Tensor) -> tuple[Tensor, list[Tensor]]:

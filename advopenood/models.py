@@ -24,7 +24,17 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 class Backbone(nn.Module):
-    """A network cut into stages: ``stages(x)`` returns each stage's map; the last is the last conv block."""
+    """A network cut into stages: ``stages(x)`` returns each stage's map; the last is the last conv block.
+
+    Declared rules every detector and analysis reads (defaults for CNNs, overridden by transformers):
+
+    * :meth:`forward_features`: ``(penultimate feature, stage maps)``; default: the global average pool of the
+      last map (the feature before the head);
+    * :meth:`tap_modules`: the modules whose outputs GRAM reads; default ``None``, i.e. every ``nn.Conv2d`` and
+      ``nn.ReLU`` (OpenOOD's GRAM hooks);
+    * :meth:`cam_layer` and :meth:`cam_reshape`: Grad-CAM's target layer and pytorch-grad-cam's
+      ``reshape_transform`` (``None`` for ``B x C x H x W`` outputs); default: the last conv block.
+    """
 
     last_block_name: str
     fc_name: str = "fc"
@@ -34,8 +44,30 @@ class Backbone(nn.Module):
         """The final linear layer (named ``fc`` or ``linear`` as in the original checkpoints)."""
         return getattr(self, self.fc_name)
 
+    @property
+    def checkpoint_module(self) -> nn.Module:
+        """The module whose ``state_dict`` a checkpoint file holds."""
+        return self
+
     def stages(self, x: torch.Tensor) -> list[torch.Tensor]:
         raise NotImplementedError
+
+    def forward_features(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """``(penultimate feature B x D, stage maps)``: the last map, globally average-pooled."""
+        maps = self.stages(x)
+        return torch.flatten(F.adaptive_avg_pool2d(maps[-1], 1), 1), maps
+
+    def tap_modules(self) -> list[nn.Module] | None:
+        """GRAM's layers; ``None``: every ``nn.Conv2d`` / ``nn.ReLU``."""
+        return None
+
+    def cam_layer(self) -> nn.Module:
+        """Grad-CAM's target layer."""
+        return getattr(self, self.last_block_name)
+
+    def cam_reshape(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """pytorch-grad-cam's ``reshape_transform`` for the target layer's output (``None``: already NCHW)."""
+        return None
 
 
 class _BasicBlockA(nn.Module):
@@ -170,11 +202,222 @@ class DemoCNN(Backbone):
         return [f1, f2, self.block3(f2)]
 
 
+def nhwc_to_nchw(t: torch.Tensor) -> torch.Tensor:
+    """Swin's ``B x H x W x C`` tokens -> ``B x C x H x W`` (pytorch-grad-cam's Swin reshape transform)."""
+    return t.permute(0, 3, 1, 2)
+
+
+def tokens_to_grid(t: torch.Tensor, prefix: int = 1) -> torch.Tensor:
+    """ViT's ``B x (prefix + N) x D`` tokens -> ``B x D x s x s`` with the ``prefix`` class/register tokens dropped
+    and the ``N = s * s`` patch tokens on their grid (pytorch-grad-cam's ViT reshape transform); a non-square
+    ``N`` gives ``B x D x N x 1``."""
+    patches = t[:, prefix:]
+    n = patches.shape[1]
+    side = int(round(n ** 0.5))
+    shape = (side, side) if side * side == n else (n, 1)
+    return patches.transpose(1, 2).reshape(t.shape[0], t.shape[2], *shape)
+
+
+class _Tap(nn.Identity):
+    """A named point where GRAM's hooks read a stage's ``B x C x H x W`` map (no parameters, no computation)."""
+
+
+class TorchvisionSwin(Backbone):
+    """torchvision Swin-T (Liu et al. 2021), state-dict compatible with torchvision's ``swin_t`` weights.
+
+    Stage maps: the output of each of the four Swin stages as ``B x C x H x W`` (the last one after the final
+    LayerNorm); penultimate feature: the average-pooled normed last stage (torchvision's, before ``head``);
+    GRAM: the four stage outputs; Grad-CAM: the final ``norm`` (7 x 7 tokens at 224 px), NHWC -> NCHW.
+    """
+
+    last_block_name = "norm"
+    fc_name = "head"
+
+    def __init__(self, num_classes: int = 1000, in_channels: int = 3):
+        super().__init__()
+        import torchvision
+
+        if in_channels != 3:
+            raise UsageError(f"swin_t takes RGB input; in_channels {in_channels} is not supported; valid choices: 3")
+        net = torchvision.models.swin_t(weights=None, num_classes=num_classes)
+        self.features, self.norm, self.head = net.features, net.norm, net.head
+        self.taps = nn.ModuleList(_Tap() for _ in range(4))
+
+    @property
+    def head(self) -> nn.Linear:
+        return self._modules["head"]
+
+    def _run(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        maps = []
+        for i, layer in enumerate(self.features):
+            x = layer(x)
+            if i % 2 == 1:  # features[1, 3, 5, 7] are the stages; the even ones embed patches or merge them
+                maps.append(self.taps[len(maps)](nhwc_to_nchw(x)))
+        return x, maps
+
+    def forward_features(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        x, maps = self._run(x)
+        last = nhwc_to_nchw(self.norm(x))
+        return torch.flatten(F.adaptive_avg_pool2d(last, 1), 1), maps[:-1] + [last]
+
+    def stages(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return self.forward_features(x)[1]
+
+    def tap_modules(self) -> list[nn.Module]:
+        return list(self.taps)
+
+    def cam_reshape(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        return nhwc_to_nchw
+
+
+class TorchvisionViT(Backbone):
+    """torchvision ViT-B/16 (Dosovitskiy et al. 2021), state-dict compatible with torchvision's ``vit_b_16``.
+
+    Stage maps: each encoder block's patch tokens on the 14 x 14 grid (class token dropped; the last one after
+    the final LayerNorm); penultimate feature: the normed class token (torchvision's, before ``heads.head``);
+    GRAM: the twelve block outputs; Grad-CAM: the last block's ``ln_1`` (its output still reaches the class
+    token through the last attention), class token dropped, 14 x 14 grid. Input size: 224.
+    """
+
+    last_block_name = "encoder"
+
+    def __init__(self, num_classes: int = 1000, in_channels: int = 3):
+        super().__init__()
+        import torchvision
+
+        if in_channels != 3:
+            raise UsageError(f"vit_b_16 takes RGB input; in_channels {in_channels} is not supported; valid choices: 3")
+        net = torchvision.models.vit_b_16(weights=None, num_classes=num_classes)
+        self.conv_proj, self.class_token, self.encoder, self.heads = net.conv_proj, net.class_token, net.encoder, net.heads
+        self.patch_size, self.image_size, self.hidden_dim = net.patch_size, net.image_size, net.hidden_dim
+        self.taps = nn.ModuleList(_Tap() for _ in self.encoder.layers)
+
+    @property
+    def head(self) -> nn.Linear:
+        return self.heads.head
+
+    def forward_features(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        n, _, h, w = x.shape
+        if h != self.image_size or w != self.image_size:
+            raise ValueError(f"vit_b_16 takes {self.image_size} x {self.image_size} images, got {h} x {w}")
+        tokens = self.conv_proj(x).reshape(n, self.hidden_dim, -1).permute(0, 2, 1)
+        tokens = torch.cat([self.class_token.expand(n, -1, -1), tokens], dim=1)
+        tokens = self.encoder.dropout(tokens + self.encoder.pos_embedding)
+        maps = []
+        for block, tap in zip(self.encoder.layers, self.taps):
+            tokens = block(tokens)
+            maps.append(tap(tokens_to_grid(tokens)))
+        tokens = self.encoder.ln(tokens)
+        return tokens[:, 0], maps[:-1] + [tokens_to_grid(tokens)]
+
+    def stages(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return self.forward_features(x)[1]
+
+    def tap_modules(self) -> list[nn.Module]:
+        return list(self.taps)
+
+    def cam_layer(self) -> nn.Module:
+        return self.encoder.layers[-1].ln_1
+
+    def cam_reshape(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        return tokens_to_grid
+
+
+TIMM_PREFIX = "timm:"
+
+
+def check_timm_name(name: str) -> None:
+    """``name`` is a timm architecture (``timm.list_models()``); a UsageError names close matches otherwise."""
+    try:
+        import timm
+    except ImportError:
+        raise UsageError(f"architecture timm:{name} needs timm, which is not installed; pip install timm") from None
+    if not timm.is_model(name):
+        import difflib
+
+        close = difflib.get_close_matches(name, timm.list_models(), n=3)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise UsageError(f"unknown timm architecture {name!r}; {hint}valid choices: a name in timm.list_models()")
+
+
+class TimmBackbone(Backbone):
+    """Any timm model by name, built with ``pretrained=False`` (the weights come from the checkpoint file, which
+    holds the timm model's own ``state_dict``).
+
+    Declared rule: stage maps and GRAM's layers are the outputs of the modules in the model's ``feature_info``
+    (its stages or transformer blocks), made ``B x C x H x W`` (NHWC permuted; token sequences without their
+    prefix tokens, on the patch grid); the last map is ``forward_features``' output; the penultimate feature is
+    ``forward_head(..., pre_logits=True)`` and the head is ``get_classifier()`` (it must be an ``nn.Linear``).
+    Grad-CAM: the last ``feature_info`` module, or for a token model the last block's ``norm1``.
+    """
+
+    def __init__(self, name: str, num_classes: int = 1000, in_channels: int = 3):
+        super().__init__()
+        import timm
+
+        check_timm_name(name)
+        self.model = timm.create_model(name, pretrained=False, num_classes=num_classes, in_chans=in_channels)
+        if not isinstance(self.model.get_classifier(), nn.Linear):
+            raise UsageError(f"timm model {name!r} has a {type(self.model.get_classifier()).__name__} head, not an "
+                             "nn.Linear, so detectors cannot read its penultimate feature; valid choices: a timm "
+                             "model whose get_classifier() is nn.Linear")
+        modules = dict(self.model.named_modules())
+        info = list(getattr(self.model, "feature_info", None) or [])
+        self._stage_names = [str(f["module"]) for f in info if str(f.get("module", "")) in modules]
+        self._prefix = int(getattr(self.model, "num_prefix_tokens", 0))
+        self._nhwc = str(getattr(self.model, "output_fmt", "NCHW")) == "NHWC"
+        self.taps = nn.ModuleList(_Tap() for _ in self._stage_names)
+
+    @property
+    def head(self) -> nn.Linear:
+        return self.model.get_classifier()
+
+    @property
+    def checkpoint_module(self) -> nn.Module:
+        return self.model
+
+    def channels_first(self, t: torch.Tensor) -> torch.Tensor:
+        """A stage or token output as ``B x C x H x W``."""
+        if t.ndim == 3:
+            return tokens_to_grid(t, self._prefix)
+        return nhwc_to_nchw(t) if self._nhwc else t
+
+    def forward_features(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        recorded: list[torch.Tensor] = []
+        modules = dict(self.model.named_modules())
+        handles = [modules[n].register_forward_hook(lambda _m, _i, out: recorded.append(out))
+                   for n in self._stage_names]
+        try:
+            feats = self.model.forward_features(x)
+        finally:
+            for h in handles:
+                h.remove()
+        maps = [tap(self.channels_first(out)) for tap, out in zip(self.taps, recorded)]
+        return self.model.forward_head(feats, pre_logits=True), maps + [self.channels_first(feats)]
+
+    def stages(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return self.forward_features(x)[1]
+
+    def tap_modules(self) -> list[nn.Module] | None:
+        return list(self.taps) or None
+
+    def cam_layer(self) -> nn.Module:
+        blocks = getattr(self.model, "blocks", None)
+        if self._prefix and blocks is not None and hasattr(blocks[-1], "norm1"):
+            return blocks[-1].norm1
+        return dict(self.model.named_modules())[self._stage_names[-1]] if self._stage_names else self.model
+
+    def cam_reshape(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        return self.channels_first if (self._prefix or self._nhwc) else None
+
+
 ARCHS: dict[str, Callable[..., Backbone]] = {
     "resnet20": ResNet20,
     "resnet18_32x32": ResNet18_32x32,
     "resnet18": lambda num_classes=1000, in_channels=3: TorchvisionResNet(18, num_classes, in_channels),
     "resnet50": lambda num_classes=1000, in_channels=3: TorchvisionResNet(50, num_classes, in_channels),
+    "swin_t": TorchvisionSwin,
+    "vit_b_16": TorchvisionViT,
     "democnn": DemoCNN,
 }
 
@@ -196,6 +439,9 @@ class Classifier(nn.Module):
         self.in_channels = in_channels
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1))
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1))
+        #: autocast dtype of the forward pass (None: full precision) and channels-last inputs; see set_precision
+        self.autocast_dtype: torch.dtype | None = None
+        self.channels_last = False
 
     @property
     def fc(self) -> nn.Linear:
@@ -203,8 +449,22 @@ class Classifier(nn.Module):
 
     @property
     def last_block(self) -> nn.Module:
-        """The last convolutional block (Grad-CAM's target layer)."""
+        """The last convolutional block (for CNNs, Grad-CAM's target layer)."""
         return getattr(self.backbone, self.backbone.last_block_name)
+
+    @property
+    def cam_layer(self) -> nn.Module:
+        """Grad-CAM's target layer, as the backbone declares it (:meth:`Backbone.cam_layer`)."""
+        return self.backbone.cam_layer()
+
+    @property
+    def cam_reshape(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """pytorch-grad-cam's ``reshape_transform`` for :attr:`cam_layer` (None for NCHW maps)."""
+        return self.backbone.cam_reshape()
+
+    def tap_modules(self) -> list[nn.Module] | None:
+        """GRAM's layers, as the backbone declares them (None: every ``nn.Conv2d`` / ``nn.ReLU``)."""
+        return self.backbone.tap_modules()
 
     @property
     def num_classes(self) -> int:
@@ -214,10 +474,18 @@ class Classifier(nn.Module):
         return (x - self.mean) / self.std
 
     def forward_all(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
-        """One pass: ``(logits, penultimate feature, stage maps)``."""
-        maps = self.backbone.stages(self.normalize(x))
-        feature = torch.flatten(F.adaptive_avg_pool2d(maps[-1], 1), 1)
-        return self.backbone.head(feature), feature, maps
+        """One pass: ``(logits, penultimate feature, stage maps)``, in float32; under :func:`set_precision`'s
+        autocast the network itself runs in ``autocast_dtype`` on channels-last inputs."""
+        x = self.normalize(x)
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        if self.autocast_dtype is None:
+            feature, maps = self.backbone.forward_features(x)
+            return self.backbone.head(feature), feature, maps
+        with torch.autocast(x.device.type, dtype=self.autocast_dtype):
+            feature, maps = self.backbone.forward_features(x)
+            logits = self.backbone.head(feature)
+        return logits.float(), feature.float(), [m.float() for m in maps]
 
     def forward(self, x: torch.Tensor, return_feature: bool = False, return_feature_list: bool = False):
         logits, feature, maps = self.forward_all(x)
@@ -228,7 +496,7 @@ class Classifier(nn.Module):
         return logits
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        """Penultimate features (global-average-pooled last block)."""
+        """Penultimate features (the pooled or class-token feature before the head)."""
         return self.forward_all(x)[1]
 
     def forward_threshold(self, x: torch.Tensor, threshold: float) -> torch.Tensor:
@@ -263,10 +531,14 @@ def _clean_state_dict(obj) -> dict[str, torch.Tensor]:
 
 def build_model(arch: str, num_classes: int, checkpoint: str | Path | None = None, *, mean=None, std=None,
                 input_size: int = 32, in_channels: int = 3, device: str | torch.device = "cpu") -> Classifier:
-    """Build ``arch``, load ``checkpoint`` strictly, and wrap it with its normalisation, in eval mode."""
-    if arch not in ARCHS:
-        raise UsageError(f"unknown architecture {arch!r}; valid choices: {', '.join(ARCHS)}")
-    backbone = ARCHS[arch](num_classes=num_classes, in_channels=in_channels)
+    """Build ``arch`` (a name in :data:`ARCHS` or ``timm:<name>``) without downloading anything, load
+    ``checkpoint`` strictly, and wrap it with its normalisation, in eval mode."""
+    if arch.startswith(TIMM_PREFIX):
+        backbone: Backbone = TimmBackbone(arch[len(TIMM_PREFIX):], num_classes=num_classes, in_channels=in_channels)
+    elif arch in ARCHS:
+        backbone = ARCHS[arch](num_classes=num_classes, in_channels=in_channels)
+    else:
+        raise UsageError(f"unknown architecture {arch!r}; valid choices: {', '.join(ARCHS)}, {TIMM_PREFIX}<name>")
     if checkpoint is not None:
         path = Path(checkpoint)
         if not path.is_file():
@@ -279,22 +551,52 @@ def build_model(arch: str, num_classes: int, checkpoint: str | Path | None = Non
                              f"raised {type(exc).__name__}: {first}); valid choices: a file saved with "
                              "torch.save(model.state_dict(), path)") from None
         state = _clean_state_dict(loaded)
-        expected = {k: v for k, v in backbone.state_dict().items() if not k.endswith("num_batches_tracked")}
+        target = backbone.checkpoint_module
+        expected = {k: v for k, v in target.state_dict().items() if not k.endswith("num_batches_tracked")}
         state = {k: v for k, v in state.items() if not k.endswith("num_batches_tracked")}
         bad = sorted(set(expected) ^ set(state))
         bad += [k for k, v in state.items() if k in expected and expected[k].shape != v.shape]
         if bad:
             raise UsageError(f"checkpoint {str(path)!r} does not match architecture {arch!r} ({len(bad)} missing, "
                              f"unexpected or mis-shaped keys, e.g. {', '.join(bad[:3])}); valid choices: {', '.join(ARCHS)}")
-        backbone.load_state_dict(state, strict=False)
+        target.load_state_dict(state, strict=False)
     mean = tuple(mean) if mean is not None else (IMAGENET_MEAN if in_channels == 3 else (0.5,))
     std = tuple(std) if std is not None else (IMAGENET_STD if in_channels == 3 else (0.5,))
     return Classifier(backbone, mean, std, arch, input_size, in_channels).to(device).eval()
 
 
+def set_precision(model: Classifier, device: torch.device | str, amp: bool, channels_last: bool) -> dict[str, object]:
+    """Mixed precision and channels-last for every forward pass of ``model`` (attacks, the shared pass, Grad-CAM).
+
+    On a CUDA device, ``amp`` runs the network under ``torch.autocast`` in bfloat16 (float32's exponent range, so
+    attack gradients do not underflow and no loss scaling is needed; float16 where the GPU lacks bfloat16) and
+    ``channels_last`` stores weights and inputs NHWC. On the CPU both are no-ops: bfloat16 autocast on a CPU is
+    slower than float32 where the CPU lacks bfloat16 units, and it would change every number for no gain. The
+    returned record (for run.json) says what was asked, what is active, and why.
+    """
+    device = torch.device(device)
+    on_gpu = device.type == "cuda"
+    dtype = None
+    if amp and on_gpu:
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    model.autocast_dtype = dtype
+    model.channels_last = bool(channels_last and on_gpu)
+    if model.channels_last:
+        model.to(memory_format=torch.channels_last)
+    note = "" if on_gpu or not (amp or channels_last) else \
+        "no-op on the CPU (float32 throughout): CPU autocast is slower without bfloat16 units and changes every number"
+    return {"amp_requested": bool(amp), "amp_active": dtype is not None, "autocast_dtype": str(dtype) if dtype else None,
+            "channels_last_requested": bool(channels_last), "channels_last_active": model.channels_last,
+            "device": str(device), "note": note}
+
+
 def weights_hash(model: nn.Module) -> str:
-    """SHA-256 over the model's state dict (names, dtypes, shapes and bytes), independent of file format."""
+    """SHA-256 over the model's state dict (names, dtypes, shapes and bytes), independent of file format; a model
+    run under autocast or channels-last (:func:`set_precision`) also hashes that mode, so cached attacks and
+    scores made in one numeric mode are never reused for another."""
     h = hashlib.sha256()
+    if getattr(model, "autocast_dtype", None) is not None or getattr(model, "channels_last", False):
+        h.update(f"precision|{model.autocast_dtype}|channels_last={model.channels_last}".encode())
     for name, tensor in sorted(model.state_dict().items()):
         t = tensor.detach().cpu().contiguous()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())

@@ -25,7 +25,7 @@ from advopenood.data import build_dataset, limit_dataset, make_loader
 from advopenood.demo import build_from_config, trained_model
 from advopenood.detectors import score_all
 from advopenood.errors import UsageError
-from advopenood.models import Classifier, weights_hash
+from advopenood.models import Classifier, set_precision, weights_hash
 from advopenood.preflight import checkpoint_path, output_dir, preflight
 from advopenood.scorecache import ScoreCache
 from advopenood.store import AdvSet, AdvStore, library_versions
@@ -185,6 +185,7 @@ def prepare(cfg: Mapping[str, Any], progress: bool = True) -> tuple[Classifier, 
         ood_sets[ds.name] = limit_dataset(ds, d.get("ood_limit") or cfg["limit"], int(cfg["seed"]))
     device = torch.device(cfg["device"])
     model = load_model(cfg, fit_set, device, progress)
+    model.precision = set_precision(model, device, bool(cfg.get("amp")), bool(cfg.get("channels_last")))
     return model, id_set, fit_set, ood_sets, specs
 
 
@@ -305,6 +306,7 @@ def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
         "seed": ctx.seed,
         "versions": {**library_versions(), "python": sys.version.split()[0], "platform": platform.platform()},
         "model": {"arch": ctx.arch, "weights_sha256": weights_hash(ctx.model)},
+        "precision": getattr(ctx.model, "precision", {}),
         "data": {"id": ctx.id_set.identity(), "fit": ctx.fit_set.identity(),
                  "ood": {k: v.identity() for k, v in ctx.ood_sets.items()}},
         "clean_acc": ctx.clean.accuracy,

@@ -116,6 +116,15 @@ def _resolve(path: str, root: Path | None) -> Path:
     return p if p.is_absolute() or root is None else root / p
 
 
+def _first_image(imglist: Path) -> str | None:
+    """The relative image path on the first non-empty line of an OpenOOD image list (``path label``)."""
+    with open(imglist) as f:
+        for line in f:
+            if line.strip():
+                return line.strip().split(" ", 1)[0]
+    return None
+
+
 def check_data(cfg: Mapping[str, Any]) -> None:
     """Every data file the config names is present and has the right layout."""
     data = cfg["data"]
@@ -141,6 +150,11 @@ def check_data(cfg: Mapping[str, Any]) -> None:
                 if not path.exists():
                     raise UsageError(f"OpenOOD path {str(path)!r} not found; an OpenOOD data root holds "
                                      "benchmark_imglist/<benchmark>/*.txt and images_classic/ or images_largescale/")
+            first = _first_image(root / spec["imglist"])
+            if first is not None and not (root / spec["images"] / first).is_file():
+                raise UsageError(f"image {str(root / spec['images'] / first)!r}, the first line of "
+                                 f"{spec['imglist']!r}, not found; the list's paths are relative to "
+                                 f"{str(root / spec['images'])!r} (OpenOOD's layout)")
 
 
 def checkpoint_path(cfg: Mapping[str, Any]) -> Path | None:

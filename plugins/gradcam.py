@@ -4,7 +4,7 @@ Lorenz et al., "Deciphering the Definition of Adversarial Robustness for Post-Ho
 "we investigate the Grad-CAM output of benign and attacked images ... we consider two well-known metrics: the
 mean square error distance (L2), and the structural similar index method (SSIM)". For every clean image and its
 adversarial counterpart we compute a Grad-CAM map (pytorch-grad-cam, ``GradCAM`` on the classifier's last
-convolutional block). The explained class (``target``):
+convolutional block, or a transformer's declared token layer with pytorch-grad-cam's reshape transform). The explained class (``target``):
 
 * ``prediction`` (default, the paper's): each map explains its own image's top prediction, the clean map the
   clean prediction and the adversarial map the adversarial prediction, as pytorch-grad-cam does with
@@ -106,7 +106,12 @@ def classify_regime(l2: Any, ssim: Any, l2_threshold: float, ssim_threshold: flo
 
 
 class CamExtractor:
-    """Grad-CAM on a :class:`Classifier`'s last block; use as a context manager.
+    """Grad-CAM on a :class:`Classifier`'s declared target layer (``cam_layer``); use as a context manager.
+
+    The target layer and pytorch-grad-cam's ``reshape_transform`` come from the backbone: the last conv block
+    for CNNs; for Swin-T the final LayerNorm (``B x 7 x 7 x C`` tokens, permuted to NCHW); for ViT-B/16 the last
+    block's ``ln_1`` (class token dropped, patch tokens on the 14 x 14 grid); for timm models the last stage, or
+    the last block's ``norm1`` for token models (:mod:`advopenood.models`).
 
     Grad-CAM needs only d(score)/d(A) for the block's output A. On entry a forward hook turns A into a
     leaf that requires grad, so the maps work when attacks froze the parameters (``requires_grad=False``),
@@ -129,8 +134,9 @@ class CamExtractor:
 
         self._training = self.model.training
         # registered before GradCAM's own hooks, so those see (and record gradients of) the leaf
-        self._leaf_hook = self.model.last_block.register_forward_hook(self._as_leaf)
-        self._cam = GradCAM(model=self.model, target_layers=[self.model.last_block])
+        layer = self.model.cam_layer
+        self._leaf_hook = layer.register_forward_hook(self._as_leaf)
+        self._cam = GradCAM(model=self.model, target_layers=[layer], reshape_transform=self.model.cam_reshape)
         return self
 
     def __exit__(self, *exc: Any) -> None:

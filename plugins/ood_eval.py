@@ -12,6 +12,19 @@ With detector-adaptive attacks in the run (``plugins/adaptive.py``), ``table_ada
 detector's AUROC/FPR95 under its own adaptive attack next to the classifier-only attack: ``pgd`` at the same
 eps for ``adaptive_<det>``, the clean natural OOD set for ``adaptive_ood_<det>``.
 
+Every row carries its ``group`` (OpenOOD v1.5's, :mod:`advopenood.openood_benchmarks`): ``near`` / ``far`` for
+near- and far-OOD sets, ``csid`` for covariate-shifted ID sets (their row is ID vs the shifted set, a number
+OpenOOD does not report: how strongly a detector flags covariate shift), ``adversarial`` for adversarial sets
+and ``other`` for a natural set outside OpenOOD's benchmark for the run's ID set (e.g. Fashion-MNIST for
+CIFAR-10). A data entry's ``group`` key wins; otherwise the set's name is looked up for ``data.dataset``.
+
+``leaderboard.{csv,md}`` puts, per detector, OpenOOD's columns (near-OOD and far-OOD FPR95/AUROC, each the mean
+over the group's sets as OpenOOD's ``nearood``/``farood`` rows, and ID accuracy) next to the adversarial ones
+(the mean over the adversarial sets). With csid sets in the run, ``fsood.csv`` gives OpenOOD's full-spectrum
+rows (``Evaluator.eval_ood(fsood=True)``: the ID side is the ID test set and every csid set concatenated, the
+OOD side each near/far set) and the leaderboard adds their group means and ``csid_acc`` (accuracy over the ID
+test set and the csid sets together, ``eval_acc('csid')``).
+
 Report: the ``OOD detection`` section (AUROC and FPR95 matrices, readings generated from them, the AUROC heatmap
 and one detector's ROC curves, ``plots/auroc_heatmap.png`` and ``plots/roc_<detector>.png``: ``msp`` if scored,
 else the first detector by name) and, with adaptive sets, ``Detector-adaptive attacks``.
@@ -29,11 +42,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from advopenood import io as aio
 from advopenood import protocols, registry
 from advopenood.context import RunContext
+from advopenood.data import dataset_name, make_loader
 from advopenood.metrics import ood_metrics
+from advopenood.openood_benchmarks import ADVERSARIAL, natural_group
 from advopenood.outputs import Bullets, Figure, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.plots import ood_matrix, plot_auroc_heatmap, plot_roc, roc_sets
 from advopenood.registry import register
@@ -42,8 +58,13 @@ from advopenood.report import name as label
 
 ADAPTIVE_COLUMNS = ["detector", "attack", "eps", "baseline", "auroc_baseline", "auroc_adaptive", "delta_auroc",
                     "fpr95_baseline", "fpr95_adaptive", "n_ood"]
-COLUMNS = ["dataset", "arch", "attack", "eps", "detector", "backend", "ood_set", "fpr95", "auroc", "aupr_in",
+COLUMNS = ["dataset", "arch", "attack", "eps", "detector", "backend", "ood_set", "group", "fpr95", "auroc", "aupr_in",
            "aupr_out", "n_id", "n_ood", "positives", "protocol", "error"]
+FSOOD_COLUMNS = ["dataset", "arch", "detector", "backend", "ood_set", "group", "fpr95", "auroc", "aupr_in", "aupr_out",
+                 "n_id", "n_ood", "csid_sets", "protocol", "error"]
+LEADERBOARD_COLUMNS = ["dataset", "arch", "detector", "backend", "id_acc", "near_fpr95", "near_auroc", "far_fpr95",
+                       "far_auroc", "adv_fpr95", "adv_auroc", "n_near", "n_far", "n_adv"]
+FSOOD_LEADERBOARD_COLUMNS = ["csid_acc", "fsood_near_fpr95", "fsood_near_auroc", "fsood_far_fpr95", "fsood_far_auroc"]
 METRICS = ("fpr95", "auroc", "aupr_in", "aupr_out")
 NAN_METRICS = {m: math.nan for m in METRICS}
 
@@ -75,6 +96,54 @@ def pivot_table(df: pd.DataFrame) -> pd.DataFrame:
     for col in order:
         table[col] = [cells[col][d] for d in detectors]
     return table
+
+
+def set_groups(ctx: RunContext) -> dict[str, str]:
+    """Group of every natural set of the run: the data entry's ``group``, else OpenOOD v1.5's for
+    ``data.dataset`` (:func:`advopenood.openood_benchmarks.natural_group`)."""
+    declared = {dataset_name(spec): spec.get("group") for spec in ctx.config["data"].get("ood") or []}
+    return {name: declared.get(name) or natural_group(ctx.config["data"].get("dataset") or ctx.dataset, name)
+            for name in ctx.ood_sets}
+
+
+def _group_mean(part: pd.DataFrame, metric: str) -> float:
+    """OpenOOD's group row: the mean over the group's sets (NaN when a set's metric is NaN or there is none)."""
+    return float(part[metric].mean(skipna=False)) if len(part) else math.nan
+
+
+def leaderboard(df: pd.DataFrame, id_acc: float, fsood: pd.DataFrame | None = None,
+                csid_acc: float = math.nan) -> pd.DataFrame:
+    """One row per detector: near/far-OOD FPR95 and AUROC means and ID accuracy (OpenOOD's columns) next to the
+    mean over the adversarial sets; with ``fsood`` rows, their near/far means and the csid accuracy."""
+    rows = []
+    for (dataset, arch, det, backend), part in df.groupby(["dataset", "arch", "detector", "backend"], sort=False):
+        row: dict[str, Any] = {"dataset": dataset, "arch": arch, "detector": det, "backend": backend, "id_acc": id_acc}
+        for group, prefix in (("near", "near"), ("far", "far"), (ADVERSARIAL, "adv")):
+            sub = part[part["group"] == group]
+            row.update({f"{prefix}_fpr95": _group_mean(sub, "fpr95"), f"{prefix}_auroc": _group_mean(sub, "auroc"),
+                        f"n_{prefix}": len(sub)})
+        if fsood is not None:
+            fs = fsood[fsood["detector"] == det]
+            row["csid_acc"] = csid_acc
+            for group in ("near", "far"):
+                sub = fs[fs["group"] == group]
+                row.update({f"fsood_{group}_fpr95": _group_mean(sub, "fpr95"),
+                            f"fsood_{group}_auroc": _group_mean(sub, "auroc")})
+        rows.append(row)
+    columns = LEADERBOARD_COLUMNS + (FSOOD_LEADERBOARD_COLUMNS if fsood is not None else [])
+    return pd.DataFrame(rows, columns=columns)
+
+
+@torch.no_grad()
+def accuracy_with(ctx: RunContext, names: list[str]) -> float:
+    """Top-1 accuracy in percent over the ID test set and the natural sets ``names`` together (OpenOOD's
+    ``eval_acc('csid')``); the ID predictions are the run's clean pass."""
+    correct, total = int((ctx.clean.pred == ctx.clean.y).sum()), len(ctx.clean.y)
+    for name in names:
+        for x, y in make_loader(ctx.ood_sets[name], ctx.batch_size):
+            correct += int((ctx.model(x.to(ctx.device)).argmax(1).cpu() == y).sum())
+            total += len(y)
+    return 100.0 * correct / total if total else math.nan
 
 
 def _baseline(ctx: RunContext, adv, attacks: dict[str, str]) -> str | None:
@@ -239,6 +308,15 @@ def ood_plots(ood: pd.DataFrame, scores: dict[str, dict[str, np.ndarray]], plot_
 
 
 @register("evaluators", "ood")
+
+def leaderboard_section(board: pd.DataFrame) -> Section:
+    """The leaderboard as a report section: OpenOOD's near/far columns next to the adversarial means."""
+    return Section("Natural and adversarial robustness side by side", [
+        Paragraph("Per detector: OpenOOD v1.5's near-OOD and far-OOD means (AUROC, FPR95) and the ID accuracy, "
+                  "next to the mean over the adversarial sets (leaderboard.csv)."),
+        Table(board)])
+
+
 class OODEvaluator:
     """OOD metrics (FPR95, AUROC, AUPR-In/Out) of every detector vs natural OOD and adversarial sets."""
 
@@ -263,16 +341,37 @@ class OODEvaluator:
         df = pd.DataFrame(rows, columns=COLUMNS)
         df["n_id"] = df["n_id"].astype("Int64")
         df["n_ood"] = df["n_ood"].astype("Int64")
-        table = pivot_table(df)
+        table = pivot_table(df[df["group"] != "csid"])  # "none" = the mean over natural OOD sets, not csid
         out = Results(tables={"ood.csv": df, "table_ood.csv": table, "table_ood.md": table})
+        groups = set_groups(ctx)
+        csid = [name for name, group in groups.items() if group == "csid"]
+        fsood = self._fsood(ctx, groups, csid) if csid else None
+        board = leaderboard(df, ctx.clean.accuracy, fsood, accuracy_with(ctx, csid) if csid else math.nan)
+        out.tables.update({"leaderboard.csv": board, "leaderboard.md": board})
+        if fsood is not None:
+            out.tables["fsood.csv"] = fsood
         out.figures = ood_plots(df, arrays, ctx.plot_dir)
         out.sections = guarded("OOD detection", lambda: [ood_section(as_written(df, ctx.protocol), out.figures)])
+        out.sections += guarded("Natural and adversarial robustness side by side",
+                                lambda: [leaderboard_section(as_written(board, ctx.protocol))])
         adaptive = adaptive_table(df, ctx)
         if len(adaptive):
             out.tables.update({"table_adaptive.csv": adaptive, "table_adaptive.md": adaptive})
             out.sections += guarded("Detector-adaptive attacks",
                                     lambda: [adaptive_section(as_written(adaptive, ctx.protocol))])
         return out
+
+    def _fsood(self, ctx: RunContext, groups: dict[str, str], csid: list[str]) -> pd.DataFrame:
+        """OpenOOD's full-spectrum rows: ID = the ID test set and every csid set, OOD = each near/far set."""
+        rows = []
+        for det, scores in ctx.scores.items():
+            conf_id = np.concatenate([scores["id"]] + [scores[name] for name in csid])
+            for name, group in groups.items():
+                if group in ("near", "far"):
+                    rows.append({"dataset": ctx.dataset, "arch": ctx.arch, "detector": det, "backend": ctx.backend,
+                                 "ood_set": name, "group": group, **metric_row(conf_id, scores[name]),
+                                 "csid_sets": ",".join(csid), "protocol": ctx.protocol})
+        return pd.DataFrame(rows, columns=FSOOD_COLUMNS)
 
     def _targets(self, ctx: RunContext) -> list[tuple[str, float, str, np.ndarray | None]]:
         """``(attack, eps, ood_set, positive mask)`` for every natural OOD set and adversarial set."""
@@ -286,10 +385,12 @@ class OODEvaluator:
     def _rows(self, ctx: RunContext, det: str) -> list[dict[str, Any]]:
         head = {"dataset": ctx.dataset, "arch": ctx.arch, "detector": det, "backend": ctx.backend}
         scores = ctx.scores.get(det)
+        groups = set_groups(ctx)
         rows = []
         for attack, eps, ood_set, mask in self._targets(ctx):
             positives = "natural" if attack == "none" else ("all" if mask is None else "successful")
-            row = {**head, "attack": attack, "eps": eps, "ood_set": ood_set, "positives": positives,
+            row = {**head, "attack": attack, "eps": eps, "ood_set": ood_set,
+                   "group": groups[ood_set] if attack == "none" else ADVERSARIAL, "positives": positives,
                    "protocol": ctx.protocol}
             if scores is None:
                 n_ood = int(mask.sum()) if mask is not None else len(ctx.ood_sets[ood_set])
