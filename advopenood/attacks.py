@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Mapping
 from typing import Any, ClassVar, Iterator
 
 import torch
 import torch.nn as nn
 
+from advopenood import registry
 from advopenood.errors import UsageError
 from advopenood.registry import check_types
 
@@ -115,3 +117,28 @@ def foolbox_model(model: nn.Module, device: torch.device):
     import foolbox as fb
 
     return fb.PyTorchModel(model, bounds=(0.0, 1.0), device=device)
+
+
+def attack_params(name: str, input_size: int, protocol: str | None = "strong",
+                  *overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The parameters of attack ``name``: its ``defaults(input_size)``, then what ``protocol`` sets
+    (``protocol_defaults``; no protocol layer when None), then each mapping of ``overrides`` in order."""
+    cls = registry.get("attacks", name)
+    params = {**cls.defaults(input_size), **(cls.protocol_defaults(protocol, input_size) if protocol else {})}
+    for layer in overrides:
+        params.update(layer or {})
+    return params
+
+
+def build_attack(name: str, params: Mapping[str, Any] | None = None, *, input_size: int | None = None,
+                 protocol: str | None = "strong", eps: float | None = None) -> Attack:
+    """The one attack factory: the registered attack ``name`` built through :func:`advopenood.registry.create`.
+
+    Without ``input_size``, ``params`` are the full parameters (an :class:`~advopenood.config.AttackSpec`'s);
+    with it, they override :func:`attack_params`. ``eps`` (when given) replaces the budget of a bounded attack.
+    Unknown or ill-typed parameters raise a one-line UsageError before the attack runs.
+    """
+    full = dict(params or {}) if input_size is None else attack_params(name, input_size, protocol, params)
+    if eps is not None and registry.get("attacks", name).bounded:
+        full["eps"] = eps
+    return registry.create("attacks", name, **full)

@@ -45,6 +45,8 @@ class Entry:
 
 _REGISTRY: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
 _DISCOVERED: set[str] = set()
+_PROVIDERS: dict[str, list[Callable[[], None]]] = {kind: [] for kind in KINDS}
+_PROVIDING: set[str] = set()
 
 
 def _check_kind(kind: str) -> None:
@@ -87,9 +89,33 @@ def discover(kind: str) -> None:
             register(kind, ep.name)(obj)
 
 
+def provide(kind: str, provider: Callable[[], None] | None = None) -> Any:
+    """Add a *provider* of ``kind``: a callable that registers generated plugins (e.g. one attack per registered
+    detector). Every look-up of ``kind`` runs the providers after entry-point discovery, so generated plugins
+    follow whatever is registered by then, a third party's plugins and ones registered at run time included."""
+    _check_kind(kind)
+    if provider is None:  # used as a decorator
+        return lambda fn: provide(kind, fn)
+    _PROVIDERS[kind].append(provider)
+    return provider
+
+
+def registered(kind: str, name: str) -> bool:
+    """Whether ``name`` is registered under ``kind`` now (no discovery, no providers: for providers themselves)."""
+    _check_kind(kind)
+    return name.strip().lower() in _REGISTRY[kind]
+
+
 def entries(kind: str) -> dict[str, Entry]:
-    """All plugins of ``kind`` by name, after entry-point discovery."""
+    """All plugins of ``kind`` by name, after entry-point discovery and the kind's providers."""
     discover(kind)
+    if kind not in _PROVIDING:
+        _PROVIDING.add(kind)
+        try:
+            for provider in list(_PROVIDERS[kind]):
+                provider()
+        finally:
+            _PROVIDING.discard(kind)
     return dict(sorted(_REGISTRY[kind].items()))
 
 
