@@ -261,15 +261,11 @@ class Postprocessor:
 
     def __init__(self, **params: Any):
         valid = self.default_params()
-        unknown = sorted(set(params) - set(valid) - {FIT_SIZE})
-        if unknown:
-            raise UsageError(f"unknown parameter {unknown[0]!r} for detector {self.name!r}; "
-                             f"valid choices: {', '.join(sorted(set(valid) | {FIT_SIZE}))}")
+        registry.check_params("detector", self.name, params, valid, (FIT_SIZE,))
         fit_size = params.get(FIT_SIZE)
         if fit_size is not None and (not str(fit_size).isdigit() or int(fit_size) < 1):
             raise UsageError(f"{FIT_SIZE} {fit_size!r} for detector {self.name!r} is out of range; "
                              "valid choices: a positive whole number, or null for the whole fit set")
-        registry.check_types(f"detector {self.name!r}", {k: v for k, v in params.items() if k != FIT_SIZE}, valid)
         self.params = {**valid, **params}
 
     @property
