@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from advopenood import io as aio
+from advopenood.capabilities import is_detector_aware
 from advopenood.context import RunContext
 from advopenood.metrics import ood_metrics
 from advopenood import protocols, registry
@@ -85,7 +86,8 @@ def adaptive_table(df: pd.DataFrame, ctx: RunContext) -> pd.DataFrame:
     attacks = {name: adv.attack for name, adv in ctx.adv_sets.items()}
     rows = []
     for name, adv in ctx.adv_sets.items():
-        target = getattr(registry.get("attacks", adv.attack), "detector", None)
+        cls = registry.get("attacks", adv.attack)
+        target = cls.detector if is_detector_aware(cls) else None
         if not target or target not in set(df["detector"]):
             continue
         part = df[df["detector"] == target].set_index("ood_set")
