@@ -23,7 +23,8 @@ Analyses may declare a command-line subcommand (:class:`CommandAnalysis`).
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
     import torch
