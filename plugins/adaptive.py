@@ -193,6 +193,9 @@ class AdaptiveAttack(Attack, DetectorAware, Invertible):
                                  progress=False)
             if self.detector not in bank.dets:
                 raise RuntimeError(f"attack {self.name!r}: {bank.errors.get(self.detector, 'detector did not fit')}")
+            if not is_differentiable(bank.dets[self.detector]):
+                raise UsageError(f"attack {self.name!r}: detector {self.detector!r} declares no differentiable score; "
+                                 "valid choices: detectors that subclass advopenood.capabilities.DifferentiableDetector")
             self._target = calibrate(bank.dets[self.detector], b["net"], b["fit_set"], b["seed"], b["batch_size"],
                                      b["device"])
         return self._target
@@ -281,6 +284,7 @@ registry.register("attacks", "adaptive")(type("adaptive", (AdaptiveFamily,), {
 registry.register("attacks", "adaptive_ood")(type("adaptive_ood", (AdaptiveFamily,), {
     "__doc__": "One adaptive_ood_<det> (OOD->ID) per selected detector: --attack adaptive_ood --detectors mds,knn.",
     "__module__": __name__, "prefix": "adaptive_ood_"}))
+
 
 @registry.provide("attacks")
 def _adaptive_attacks() -> None:
