@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Mapping
 from typing import Any, ClassVar, Iterator
 
 import torch
 import torch.nn as nn
 
+from advopenood import registry
 from advopenood.errors import UsageError
-from advopenood.registry import check_types
 
 
 @contextlib.contextmanager
@@ -61,11 +62,8 @@ class Attack:
 
     def __init__(self, **params: Any):
         valid = self.defaults(32)
-        unknown = sorted(set(params) - set(valid))
-        if unknown:
-            raise UsageError(f"unknown parameter {unknown[0]!r} for attack {self.name!r}; "
-                             f"valid choices: {', '.join(sorted(valid))}")
-        check_types(f"attack {self.name!r}", {k: v for k, v in params.items() if k != "eps"}, valid)
+        budget = ("eps",) if "eps" in valid else ()  # eps takes a list (a sweep) in configs: not type-checked
+        registry.check_params("attack", self.name, params, {k: v for k, v in valid.items() if k != "eps"}, budget)
         self.params = {**valid, **params}
         eps = self.params.get("eps")
         limit = 1.0 if self.norm == "linf" else math.inf
@@ -115,3 +113,28 @@ def foolbox_model(model: nn.Module, device: torch.device):
     import foolbox as fb
 
     return fb.PyTorchModel(model, bounds=(0.0, 1.0), device=device)
+
+
+def attack_params(name: str, input_size: int, protocol: str | None = "strong",
+                  *overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The parameters of attack ``name``: its ``defaults(input_size)``, then what ``protocol`` sets
+    (``protocol_defaults``; no protocol layer when None), then each mapping of ``overrides`` in order."""
+    cls = registry.get("attacks", name)
+    params = {**cls.defaults(input_size), **(cls.protocol_defaults(protocol, input_size) if protocol else {})}
+    for layer in overrides:
+        params.update(layer or {})
+    return params
+
+
+def build_attack(name: str, params: Mapping[str, Any] | None = None, *, input_size: int | None = None,
+                 protocol: str | None = "strong", eps: float | None = None) -> Attack:
+    """The one attack factory: the registered attack ``name`` built through :func:`advopenood.registry.create`.
+
+    Without ``input_size``, ``params`` are the full parameters (an :class:`~advopenood.config.AttackSpec`'s);
+    with it, they override :func:`attack_params`. ``eps`` (when given) replaces the budget of a bounded attack.
+    Unknown or ill-typed parameters raise a one-line UsageError before the attack runs.
+    """
+    full = dict(params or {}) if input_size is None else attack_params(name, input_size, protocol, params)
+    if eps is not None and registry.get("attacks", name).bounded:
+        full["eps"] = eps
+    return registry.create("attacks", name, **full)

@@ -1,4 +1,5 @@
-"""``advopenood`` command line: run, attack, demo, bintest, list, eval-ood.
+"""``advopenood`` command line: run, attack, demo, list, eval-ood, and one subcommand per analysis that declares
+one (:class:`advopenood.capabilities.CommandAnalysis`).
 
 Bad input exits with code 2 and one line naming the bad value and the valid choices, no traceback.
 """
@@ -17,14 +18,38 @@ from typing import Callable, Sequence  # noqa: E402
 from advopenood import __version__, registry  # noqa: E402
 from advopenood.errors import UsageError  # noqa: E402
 
+#: The core's subcommands; analyses add theirs between ``demo`` and ``list`` (:func:`commands`).
 COMMANDS = {
     "run": "attacks, detectors, evaluators and analyses of a config; writes CSVs, plots and a report",
     "attack": "generate (or reuse) the adversarial sets of a config and write asr.csv only",
     "demo": "the embedded demo (no download, about 20 s): every stage on built-in data",
-    "bintest": "binarization test of attacks (Zimmermann et al.): is the attack strong enough?",
     "list": "registered plugins of a kind (attacks, detectors, evaluators, analyses), one line each",
     "eval-ood": "OpenOOD's scripts/eval_ood.py with adversarial splits (needs OpenOOD)",
 }
+#: Settings each core subcommand forces over the config.
+FORCED = {"attack": {"analysis": "", "evaluator": "", "detectors": ""}}
+
+
+def analysis_commands() -> dict[str, type]:
+    """``command -> analysis class`` for every registered analysis declaring a subcommand."""
+    from advopenood.capabilities import CommandAnalysis
+
+    out: dict[str, type] = {}
+    for entry in registry.entries("analyses").values():
+        obj = entry.obj
+        if isinstance(obj, type) and issubclass(obj, CommandAnalysis) and obj.command:
+            if obj.command in COMMANDS or obj.command in out:
+                raise UsageError(f"analysis {entry.name!r} declares subcommand {obj.command!r}, which is taken; "
+                                 f"valid choices: a name not in {', '.join([*COMMANDS, *out])}")
+            out[obj.command] = obj
+    return out
+
+
+def commands() -> dict[str, str]:
+    """Every subcommand with its help line, in help order."""
+    core = list(COMMANDS.items())
+    extra = [(name, cls.command_help) for name, cls in analysis_commands().items()]
+    return dict(core[:3] + extra + core[3:])
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -86,15 +111,16 @@ def _detection_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--detectors", help="all, or comma-separated detector names (advopenood list detectors)")
     p.add_argument("--detector-backend", help="auto | openood | pytorch-ood")
     p.add_argument("--evaluator", help="comma-separated evaluators (default: ood)")
-    p.add_argument("--analysis", help="comma-separated analyses, e.g. gradcam,bintest")
+    p.add_argument("--analysis", help="comma-separated analyses (advopenood list analyses)")
 
 
 SUBCOMMAND_FLAGS: dict[str, list[Callable[[argparse.ArgumentParser], None]]] = {
     "run": [lambda p: _common_flags(p, True), _attack_flags, _detection_flags],
     "attack": [lambda p: _common_flags(p, True), _attack_flags],
     "demo": [lambda p: _common_flags(p, False), _attack_flags, _detection_flags],
-    "bintest": [lambda p: _common_flags(p, True), _attack_flags],
 }
+#: The flags of an analysis' own subcommand: a config and its attacks (the analysis fixes the rest).
+ANALYSIS_FLAGS: list[Callable[[argparse.ArgumentParser], None]] = [lambda p: _common_flags(p, True), _attack_flags]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,14 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"advopenood {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
-    for name, help_text in COMMANDS.items():
+    analyses = analysis_commands()
+    for name, help_text in commands().items():
         if name == "eval-ood":
             sub.add_parser(name, help=help_text, add_help=False)
             continue
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == "list":
             p.add_argument("kind", help=" | ".join(registry.KINDS))
-        for add in SUBCOMMAND_FLAGS.get(name, []):
+        for add in ANALYSIS_FLAGS if name in analyses else SUBCOMMAND_FLAGS.get(name, []):
             add(p)
     return parser
 
@@ -154,8 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_list(args.kind)
         from advopenood import pipeline
 
-        forced = {"bintest": {"analysis": "bintest", "evaluator": "", "detectors": ""},
-                  "attack": {"analysis": "", "evaluator": "", "detectors": ""}}.get(args.command, {})
+        analyses = analysis_commands()
+        forced = dict(analyses[args.command].command_settings) if args.command in analyses else \
+            FORCED.get(args.command, {})
         cfg = _config(args, **forced)
         ctx = pipeline.run(cfg, attack_only=args.command == "attack", progress=not args.quiet,
                            overwrite=args.overwrite, export_png=args.export_png)

@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from advopenood import protocols, registry
+from advopenood.capabilities import is_family
 from advopenood.errors import UsageError
 
 BACKENDS = ("auto", "openood", "pytorch-ood")
@@ -537,7 +538,7 @@ def apply_overrides(cfg: Mapping[str, Any], *, data_root: str | None = None, out
 def _with_eps(entry: Any, values: list[float]) -> Any:
     """Give a bounded attack entry the CLI's eps (DeepFool and other minimal attacks keep eps=None)."""
     entry = {"name": entry} if isinstance(entry, str) else dict(entry)
-    if getattr(registry.get("attacks", entry["name"]), "bounded", True):
+    if registry.get("attacks", entry["name"]).bounded:
         entry["eps"] = values if len(values) > 1 else values[0]
     return entry
 
@@ -559,24 +560,24 @@ def expand_attacks(cfg: Mapping[str, Any], input_size: int) -> list[AttackSpec]:
 
     Parameters, lowest precedence first: the attack's ``defaults``, the protocol's ``protocol_defaults``,
     ``attack_params.<family>``, ``attack_params.<name>``, the entry's ``params``; an eps list gives one set per
-    eps, named ``<attack>@<eps>``. A registered *family* (a class with ``members(cfg) -> [names]``, e.g.
-    ``adaptive``: ``adaptive_<det>`` for each selected detector) stands for its members, each taking the
-    family's ``attack_params`` and the entry's eps and params. Parameters are validated by constructing the attack.
+    eps, named ``<attack>@<eps>``. A registered *family* (:class:`~advopenood.capabilities.AttackFamily`, e.g. one
+    attack per selected detector) stands for its members, each taking the family's ``attack_params`` and the
+    entry's eps and params. Parameters are validated by constructing the attack.
     """
+    from advopenood.attacks import attack_params, build_attack
+
     specs: list[AttackSpec] = []
-    attack_params = cfg.get("attack_params") or {}
+    by_name = cfg.get("attack_params") or {}
     for entry, family in attack_entries(cfg):
         name = entry["name"]
-        cls = registry.get("attacks", name)
-        params = {**cls.defaults(input_size), **cls.protocol_defaults(str(cfg.get("protocol", "strong")), input_size),
-                  **thaw(attack_params.get(family) or {}), **thaw(attack_params.get(name) or {}),
-                  **thaw(entry.get("params") or {})}
+        params = attack_params(name, input_size, str(cfg.get("protocol", "strong")), thaw(by_name.get(family) or {}),
+                               thaw(by_name.get(name) or {}), thaw(entry.get("params") or {}))
         eps_list = entry.get("eps")
         eps_list = params.get("eps") if eps_list is None else eps_list
         eps_list = list(eps_list) if isinstance(eps_list, (list, tuple)) else [eps_list]
         for eps in eps_list:
             full = {**params, "eps": None if eps is None else parse_eps(eps)}
-            registry.create("attacks", name, **full)
+            build_attack(name, full)
             label = entry.get("label") or name
             specs.append(AttackSpec(f"{label}@{full['eps']:.4g}" if len(eps_list) > 1 else label, name, full))
     names = [s.set_name for s in specs]
@@ -593,15 +594,13 @@ def attack_entries(cfg: Mapping[str, Any]) -> list[tuple[dict[str, Any], str | N
         entry = {"name": entry} if isinstance(entry, str) else thaw(entry)
         entry["name"] = str(entry.get("name", "")).lower()
         cls = registry.get("attacks", entry["name"])
-        if not hasattr(cls, "members"):
+        if not is_family(cls):
             out.append((entry, None))
             continue
         members = cls.members(cfg)
         if not members:
-            chosen = ", ".join(cfg.get("detectors") or []) or "none"
-            raise UsageError(f"attack {entry['name']!r} stands for one attack per selected detector, but no selected "
-                             f"detector ({chosen}) has one; valid choices: select built-in detectors (--detectors "
-                             "mds,knn) or name the attacks (adaptive_mds)")
+            raise UsageError(f"attack {entry['name']!r} stands for {cls.hint or 'several attacks'}, but this config "
+                             f"selects none; valid choices: {cls.remedy or 'name its members'}")
         out += [({**entry, "name": m}, entry["name"]) for m in members]
     return out
 

@@ -171,7 +171,7 @@ def _demo_digits(split: str) -> tuple[np.ndarray, np.ndarray]:
 
     d = load_digits()
     x = np.clip(d.images * (255.0 / 16.0), 0, 255).round().astype(np.uint8)
-    order = np.random.default_rng(0).permutation(len(x))
+    order = seeded_prefix(len(x), None, 0, sort=False)
     cut = int(0.7 * len(x))
     idx = order[:cut] if split == "train" else order[cut:]
     return x[idx], d.target[idx].astype(np.int64)
@@ -288,12 +288,25 @@ def _resolve(path: str, root: Path | None) -> Path:
     return p if p.is_absolute() or root is None else root / p
 
 
+def seeded_prefix(n: int, k: int | None, seed: int, *, sort: bool = True) -> np.ndarray:
+    """The first ``k`` rows (all ``n`` when None) of the seeded permutation of ``range(n)``
+    (``np.random.default_rng(seed).permutation(n)``), sorted unless ``sort`` is False.
+
+    Every seeded row selection uses this one permutation per ``(n, seed)``, so a smaller ``k`` selects a subset
+    of a larger one, and results do not depend on which caller drew the rows.
+    """
+    order = np.random.default_rng(seed).permutation(n)
+    if k is not None:
+        order = order[:min(int(k), n)]
+    return np.sort(order) if sort else order
+
+
 def limit_dataset(ds: Dataset, limit: int | None, seed: int) -> Dataset:
-    """The first ``limit`` rows of a seeded permutation (stratification-free, reproducible), or ``ds`` itself."""
+    """The first ``limit`` rows of a seeded permutation (:func:`seeded_prefix`; stratification-free,
+    reproducible), or ``ds`` itself."""
     if limit is None or limit >= len(ds):
         return ds
-    order = np.random.default_rng(seed).permutation(len(ds))[:limit]
-    return Subset(ds, np.sort(order))
+    return Subset(ds, seeded_prefix(len(ds), limit, seed))
 
 
 def make_loader(ds: Dataset, batch_size: int, workers: int = 0) -> DataLoader:

@@ -1,92 +1,22 @@
-"""Small classifiers trained on first use and cached: the embedded demo's CNN and ``model.train`` configs.
+"""The embedded demo: its CNN (16x16 grey digits), trained on first use and cached.
 
 The demo needs nothing beyond a fresh ``pip install``: the digits ship with scikit-learn, the far-OOD
-textures with scikit-image. Training is seeded and takes seconds to a few minutes on two CPU cores; the
-weights are cached under ``<cache>/models/`` keyed by architecture, data identity, recipe, seed and torch.
+textures with scikit-image. Training and its cache are :mod:`advopenood.training`'s.
 """
 from __future__ import annotations
 
-import io
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import torch
-import torch.nn.functional as F
-from torch.utils.data import Dataset
-from tqdm.auto import tqdm
 
-from advopenood import io as aio
-from advopenood.data import build_dataset, stack
-from advopenood.errors import UsageError
-from advopenood.models import Classifier, build_model
-from advopenood.store import canonical_key, library_versions
+from advopenood.data import build_dataset
+from advopenood.models import Classifier
+from advopenood.training import trained_model
 
-RECIPE = {"epochs": 30, "lr": 0.01, "batch": 64}
 #: The demo CNN's recipe (as ``configs/demo.yaml``): mixup keeps its logits low off the digits, so the logit
 #: detectors separate natural OOD; plain training leaves textures more confident than digits.
 DEMO_MODEL = {"arch": "democnn", "num_classes": 10, "in_channels": 1, "input_size": 16, "mean": [0.5], "std": [0.5],
               "train": {"epochs": 30, "lr": 0.01, "batch": 64, "mixup": 1.0}}
-
-
-def build_from_config(model_cfg: dict[str, Any], checkpoint: Path | None, device: torch.device | str) -> Classifier:
-    """:func:`build_model` from a config's ``model`` section."""
-    return build_model(str(model_cfg.get("arch")), int(model_cfg["num_classes"]), checkpoint, mean=model_cfg.get("mean"),
-                       std=model_cfg.get("std"), input_size=int(model_cfg["input_size"]),
-                       in_channels=int(model_cfg["in_channels"]), device=device)
-
-
-def train_classifier(model: Classifier, data: Dataset, recipe: dict[str, Any], seed: int, progress: bool = True) -> Classifier:
-    """Adam with a cosine schedule and cross-entropy on ``data``; returns the model in eval mode.
-
-    ``recipe['mixup']`` (default 0, off) > 0 trains on mixup batches (Zhang et al. 2018): each batch blended
-    with a shuffled copy of itself by a weight drawn from Beta(mixup, mixup), the loss blended alike.
-    """
-    mixup = float(recipe.get("mixup") or 0.0)
-    if mixup < 0:
-        raise UsageError(f"train mixup {mixup!r} is out of range; valid choices: 0 (off) or a positive Beta parameter")
-    torch.manual_seed(seed)
-    device = next(model.parameters()).device
-    x, y = stack(data)
-    x, y = x.to(device), y.to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=float(recipe["lr"]))
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, int(recipe["epochs"]))
-    gen = torch.Generator().manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    model.train()
-    for _ in tqdm(range(int(recipe["epochs"])), desc=f"train {model.arch}", unit="epoch", disable=not progress, leave=False):
-        for idx in torch.randperm(len(x), generator=gen).split(int(recipe["batch"])):
-            opt.zero_grad()
-            if mixup > 0:
-                lam = float(rng.beta(mixup, mixup))
-                other = idx[torch.randperm(len(idx), generator=gen)]
-                out = model(lam * x[idx] + (1 - lam) * x[other])
-                loss = lam * F.cross_entropy(out, y[idx]) + (1 - lam) * F.cross_entropy(out, y[other])
-            else:
-                loss = F.cross_entropy(model(x[idx]), y[idx])
-            loss.backward()
-            opt.step()
-        sched.step()
-    return model.eval()
-
-
-def trained_model(model_cfg: dict[str, Any], data: Dataset, cache: Path, seed: int = 0,
-                  device: torch.device | str = "cpu", progress: bool = True) -> Classifier:
-    """``model_cfg``'s architecture trained on ``data`` with ``model_cfg['train']`` (over :data:`RECIPE`),
-    loaded from ``cache`` or trained once and saved there atomically (and then loaded from there, so the first
-    run and later ones share the weights hash that keys their adversarial sets)."""
-    recipe = {**RECIPE, **(model_cfg.get("train") or {})}
-    arch = {k: model_cfg.get(k) for k in ("arch", "num_classes", "in_channels", "input_size", "mean", "std")}
-    key = canonical_key({"model": arch, "data": data.identity(), "recipe": recipe, "seed": seed,
-                         "torch": library_versions()["torch"]})[:16]
-    path = Path(cache) / "models" / f"{model_cfg['arch']}-{key}.pt"
-    if path.is_file():
-        return build_from_config(model_cfg, path, device)
-    model = train_classifier(build_from_config(model_cfg, None, device), data, recipe, seed, progress)
-    buf = io.BytesIO()
-    torch.save(model.backbone.state_dict(), buf)
-    aio.atomic_write(path, lambda f: f.write(buf.getvalue()))
-    return build_from_config(model_cfg, path, device)  # as a later run loads it, so both hash the same
 
 
 def demo_model(cache: Path, seed: int = 0, device: torch.device | str = "cpu", progress: bool = True) -> Classifier:

@@ -43,18 +43,15 @@ from tqdm.auto import tqdm
 
 from advopenood import registry
 from advopenood.attacks import frozen
-from advopenood.data import Subset, make_loader
+from advopenood.config import BACKENDS
+from advopenood.data import Subset, make_loader, seeded_prefix
 from advopenood.errors import UsageError
+from advopenood.models import Classifier
 from advopenood.scorecache import ScoreCache, detector_key, fit_pass_key
 from advopenood.store import canonical_key
 
-BACKENDS = ("auto", "openood", "pytorch-ood")
 OPENOOD_INSTALL = ("git clone https://github.com/Jingkang50/OpenOOD && pip install -e ./OpenOOD && "
                    "pip install 'advopenood[openood]'")
-#: Detectors OpenOOD's Evaluator runs on a wrapped network (``Evaluator.__init__``).
-OPENOOD_WRAPPERS = {"react": ("openood.networks.react_net", "ReactNet"),
-                    "ash": ("openood.networks.ash_net", "ASHNet"),
-                    "scale": ("openood.networks.scale_net", "ScaleNet")}
 #: Extra parameter every detector accepts: fit on the first ``fit_size`` rows of the (seeded, shuffled) fit set.
 FIT_SIZE = "fit_size"
 
@@ -87,11 +84,11 @@ def grad_outputs(net: nn.Module, x: Tensor, keep_maps: bool = True, taps: bool =
     """Logits, penultimate features and last-block maps of ``x`` in one pass, with gradients; with ``taps``,
     also every tapped map (:class:`Taps`, recorded by forward hooks during the same pass).
 
-    Uses :meth:`advopenood.models.Classifier.forward_all` when the network has it, and OpenOOD's dialect
-    ``net(x, return_feature=True)`` otherwise (e.g. an OpenOOD network inside OpenOOD's ``Evaluator``).
+    Uses :meth:`advopenood.models.Classifier.forward_all` for our classifiers, and OpenOOD's network dialect
+    ``net(x, return_feature=True)`` for any other network (e.g. an OpenOOD network inside OpenOOD's ``Evaluator``).
     """
     with Taps(net).recording() if taps else contextlib.nullcontext([]) as tapped:
-        if hasattr(net, "forward_all"):
+        if isinstance(net, Classifier):
             logits, features, maps = net.forward_all(x)
             last = maps[-1] if keep_maps else None
         else:
@@ -107,8 +104,10 @@ def forward_outputs(net: nn.Module, x: Tensor, keep_maps: bool = True, taps: boo
 
 
 def fc_layer(net: nn.Module) -> nn.Linear:
-    """The final linear layer (OpenOOD's ``get_fc_layer()``, else ``net.fc``)."""
-    return net.get_fc_layer() if hasattr(net, "get_fc_layer") else net.fc
+    """The final linear layer: ``get_fc_layer()`` (our classifiers and OpenOOD's networks), else ``net.fc`` (a
+    foreign network in torchvision's dialect). The one place a network's dialect is read."""
+    get = getattr(net, "get_fc_layer", None)
+    return get() if callable(get) else net.fc
 
 
 def net_device(net: nn.Module) -> torch.device:
@@ -300,12 +299,15 @@ def vim_dim(dim: int, feature_dim: int) -> int:
 class Postprocessor:
     """Base class of advopenood's detectors, with OpenOOD's postprocessor interface.
 
-    Subclasses implement :meth:`score` (and :meth:`fit` when ``requires_fit``); the class attributes say
-    what the shared pass must provide. ``openood_name`` names the OpenOOD postprocessor (and our YAML copy)
+    Subclasses implement :meth:`score` (and :meth:`fit` when ``requires_fit``); the class attributes
+    (:class:`advopenood.capabilities.DetectorNeeds`) declare what the shared pass must provide, and a subclass of
+    :class:`advopenood.capabilities.DifferentiableDetector` declares a differentiable score (``grad_score``). ``openood_name`` names the OpenOOD postprocessor (and our YAML copy)
     that the ``openood`` backend runs instead; its ``postprocessor_args`` are the default parameters.
     """
 
     openood_name: ClassVar[str | None] = None
+    #: the network wrapper OpenOOD's ``Evaluator`` runs this detector on (module, class), for the ``openood`` backend
+    openood_wrapper: ClassVar[tuple[str, str] | None] = None
     #: fits on ID training data (``setup`` / :meth:`fit`)
     requires_fit: ClassVar[bool] = False
     #: needs input gradients or intermediate maps: scored with its own network pass
@@ -314,6 +316,9 @@ class Postprocessor:
     needs_taps: ClassVar[bool] = False
     #: fits from the shared fit pass's outputs (False: only from ``batches``, its own pass)
     shared_fit: ClassVar[bool] = True
+    #: the per-channel std a network divides its inputs by (OpenOOD's networks), for detectors that step in input
+    #: space (ODIN); None for our [0, 1]-input networks
+    input_std: tuple[float, ...] | None = None
     #: run settings, overridden per instance by ``score_all`` (and ``setup``)
     device: torch.device = torch.device("cpu")
     seed: int = 0
@@ -322,15 +327,11 @@ class Postprocessor:
 
     def __init__(self, **params: Any):
         valid = self.default_params()
-        unknown = sorted(set(params) - set(valid) - {FIT_SIZE})
-        if unknown:
-            raise UsageError(f"unknown parameter {unknown[0]!r} for detector {self.name!r}; "
-                             f"valid choices: {', '.join(sorted(set(valid) | {FIT_SIZE}))}")
+        registry.check_params("detector", self.name, params, valid, (FIT_SIZE,))
         fit_size = params.get(FIT_SIZE)
         if fit_size is not None and (not str(fit_size).isdigit() or int(fit_size) < 1):
             raise UsageError(f"{FIT_SIZE} {fit_size!r} for detector {self.name!r} is out of range; "
                              "valid choices: a positive whole number, or null for the whole fit set")
-        registry.check_types(f"detector {self.name!r}", {k: v for k, v in params.items() if k != FIT_SIZE}, valid)
         self.params = {**valid, **params}
 
     @property
@@ -346,6 +347,16 @@ class Postprocessor:
     def fit_size(self) -> int | None:
         value = self.params.get(FIT_SIZE)
         return None if value is None else int(value)
+
+    @classmethod
+    def openood_adapt_args(cls, args: dict[str, Any], feature_dim: int) -> dict[str, Any]:
+        """The ``postprocessor_args`` the ``openood`` backend passes to OpenOOD's class for this detector, given the
+        network's feature width (unchanged by default)."""
+        return args
+
+    @classmethod
+    def openood_adapt(cls, pp: Any) -> None:
+        """Adapt the ``openood`` backend's constructed postprocessor to our [0, 1]-input networks (no-op by default)."""
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
         """Fit on ID training data: shared-pass ``outputs`` (logits, features) with ``labels``; ``batches``
@@ -367,15 +378,6 @@ class Postprocessor:
     def load_fit_state(self, net: nn.Module, state: dict[str, Tensor]) -> None:
         """Restore a state from :meth:`fit_state` instead of fitting."""
         raise NotImplementedError(f"detector {self.name!r} has no stored fit state")
-
-    def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
-        """:meth:`score` as a differentiable function of ``x``, for detector-adaptive attacks.
-
-        ``out`` comes from a pass with gradients; non-differentiable parts use BPDA (Athalye et al., ICML 2018):
-        the forward value is the detector's, the backward pass a documented surrogate. Detectors without it
-        cannot be attacked adaptively.
-        """
-        raise NotImplementedError(f"detector {self.name!r} has no differentiable score (grad_score)")
 
     def rows_needed(self, n: int) -> int:
         """How many of ``n`` available fit rows :meth:`fit` reads (``fit_size``, or fewer for a small bank)."""
@@ -466,11 +468,12 @@ def make_openood_postprocessor(name: str, args: dict[str, Any], num_classes: int
     return pp
 
 
-def wrap_openood_net(name: str, net: nn.Module) -> nn.Module:
-    """``ReactNet(net)`` / ``ASHNet(net)`` / ``ScaleNet(net)`` for REACT / ASH / SCALE, ``net`` otherwise."""
-    if name not in OPENOOD_WRAPPERS:
+def wrap_openood_net(wrapper: tuple[str, str] | None, net: nn.Module) -> nn.Module:
+    """``net`` in the OpenOOD wrapper a detector declares (``openood_wrapper``: module and class, e.g. ReactNet for
+    REACT, as OpenOOD's ``Evaluator.__init__`` wraps it), or ``net`` itself."""
+    if wrapper is None:
         return net
-    module, cls = OPENOOD_WRAPPERS[name]
+    module, cls = wrapper
     return getattr(importlib.import_module(module), cls)(net)
 
 
@@ -563,8 +566,9 @@ class OpenOODPostprocessor(Postprocessor):
     falls back to half the feature width when OpenOOD's 256 leaves no residual (:func:`vim_dim`).
     """
 
-    def __init__(self, openood_name: str, **params: Any):
-        self._openood_name = openood_name
+    def __init__(self, declared: type[Postprocessor], **params: Any):
+        self._openood_name = str(declared.openood_name)
+        self.declared = declared
         super().__init__(**params)
         self.pp = None
         self._cached: CachedNet | None = None
@@ -579,27 +583,27 @@ class OpenOODPostprocessor(Postprocessor):
 
     @property
     def requires_fit(self) -> bool:  # type: ignore[override]
-        return self._openood_name in ("mds", "rmds", "gram", "klm", "react", "vim", "knn", "dice", "nnguide")
+        """As the registered detector declares."""
+        return self.declared.requires_fit
 
     @property
     def own_pass(self) -> bool:  # type: ignore[override]
-        return self._openood_name in ("odin", "gram")
+        """As declared, and also for a detector that reads tapped maps: :class:`CachedNet` serves logits and
+        features only, so OpenOOD's own implementation must run the real network."""
+        return self.declared.own_pass or self.declared.needs_taps
 
     def _build(self, net: nn.Module, outputs: Outputs | None) -> None:
         """Construct OpenOOD's postprocessor for ``net`` and adapt it to [0, 1] inputs and the feature width."""
-        args = {k: v for k, v in self.params.items() if k != FIT_SIZE}
         fc = fc_layer(net)
-        if self._openood_name == "vim":
-            args["dim"] = vim_dim(args["dim"], fc.in_features)
+        args = self.declared.openood_adapt_args({k: v for k, v in self.params.items() if k != FIT_SIZE}, fc.in_features)
         self.pp = make_openood_postprocessor(self._openood_name, args, fc.out_features)
-        if self._openood_name == "odin":
-            self.pp.input_std = [1.0] * len(self.pp.input_std)
+        self.declared.openood_adapt(self.pp)
         self._cached = CachedNet(net, outputs)
-        self._net = net if self.own_pass else wrap_openood_net(self._openood_name, self._cached)
+        self._net = net if self.own_pass else wrap_openood_net(self.declared.openood_wrapper, self._cached)
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
         self._build(net, outputs)
-        if self._openood_name == "gram":
+        if self.own_pass:  # OpenOOD's fit runs the real network: images, not shared-pass rows
             loader = DataLoader(_DictBatches(batches), batch_size=None)
         else:
             loader = DataLoader(_RowDataset(labels), batch_size=self.batch_size)
@@ -627,14 +631,14 @@ class OpenOODPostprocessor(Postprocessor):
         so ``fit_size`` applies only in :func:`score_all`."""
         self.device = net_device(net)
         self._build(net, None)
-        self._net = net if self.own_pass else wrap_openood_net(self._openood_name, net)
+        self._net = net if self.own_pass else wrap_openood_net(self.declared.openood_wrapper, net)
         with _openood_call(self.device, self.progress), seeded(self.seed):
             self.pp.setup(self._net, id_loader_dict, ood_loader_dict)
 
     def postprocess(self, net: nn.Module, data: Tensor) -> tuple[Tensor, Tensor]:
         if self.pp is None:
             self._build(net, None)
-            self._net = net if self.own_pass else wrap_openood_net(self._openood_name, net)
+            self._net = net if self.own_pass else wrap_openood_net(self.declared.openood_wrapper, net)
         with _openood_call(self.device, self.progress):
             if self.own_pass:
                 with frozen(net):
@@ -717,8 +721,8 @@ def create_detector(name: str, backend: str, params: dict[str, Any] | None = Non
     obj = registry.get("detectors", name)
     params = dict(params or {})
     key = name.strip().lower()
-    if backend == "openood" and getattr(obj, "openood_name", None):
-        det: Postprocessor = OpenOODPostprocessor(obj.openood_name, **params)
+    if backend == "openood" and inspect.isclass(obj) and issubclass(obj, Postprocessor) and obj.openood_name:
+        det: Postprocessor = OpenOODPostprocessor(obj, **params)
     elif inspect.isclass(obj) and issubclass(obj, Postprocessor):
         det = obj(**params)
     else:
@@ -763,8 +767,7 @@ def fit_rows(n: int, fit_size: int | None, seed: int) -> np.ndarray:
     Every detector fits on a prefix of the same order, so one pass serves all fit sizes, and NNGuide's
     1 % bank (the first rows, as in OpenOOD) is a seeded random subset even when the data is class-sorted.
     """
-    order = np.random.default_rng(seed).permutation(n)
-    return order if fit_size is None else order[:min(int(fit_size), n)]
+    return seeded_prefix(n, fit_size, seed, sort=False)
 
 
 def fit_subset(fit_set: Dataset, seed: int, fit_size: int | None = None) -> Subset:
@@ -775,8 +778,8 @@ def fit_subset(fit_set: Dataset, seed: int, fit_size: int | None = None) -> Subs
 class DetectorBank:
     """Fitted detectors that score any set with one shared network pass per batch (:func:`fit_detectors`).
 
-    A run keeps its bank (``RunContext.bank``), so analyses score new sets (e.g. transferred adversarial
-    examples) without fitting again. A detector that fails to score is dropped with its reason in ``errors``.
+    A run keeps its bank (``RunContext.bank``), so analyses score new sets (e.g. adversarial examples they
+    make themselves) without fitting again. A detector that fails to score is dropped with its reason in ``errors``.
     ``work`` counts the fit work done and read back (:func:`fit_detectors`).
     """
 

@@ -8,8 +8,9 @@ Inputs are always images in [0, 1]; normalisation happens inside :class:`Classif
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn as nn
@@ -602,3 +603,10 @@ def weights_hash(model: nn.Module) -> str:
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
         h.update(t.numpy().tobytes() if t.dtype != torch.bfloat16 else t.float().numpy().tobytes())
     return h.hexdigest()
+
+
+def build_from_config(model_cfg: Mapping[str, Any], checkpoint: Path | None, device: torch.device | str) -> Classifier:
+    """:func:`build_model` from a config's ``model`` section."""
+    return build_model(str(model_cfg.get("arch")), int(model_cfg["num_classes"]), checkpoint, mean=model_cfg.get("mean"),
+                       std=model_cfg.get("std"), input_size=int(model_cfg["input_size"]),
+                       in_channels=int(model_cfg["in_channels"]), device=device)

@@ -41,6 +41,8 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from advopenood import io as aio
 from advopenood import registry
+from advopenood.attacks import build_attack
+from advopenood.capabilities import bind_attack, is_detector_aware
 from advopenood.data import file_sha256, limit_dataset
 from advopenood.detectors import OPENOOD_INSTALL, create_detector, cuda_redirect, openood_importable
 from advopenood.errors import UsageError
@@ -105,8 +107,7 @@ def openood_adapter(name: str) -> type:
             super().__init__(config)
             pp = config.postprocessor or {}
             self.detector = create_detector(name, "pytorch-ood", dict(pp.get("postprocessor_args") or {}))
-            if hasattr(self.detector, "input_std"):
-                self.detector.input_std = tuple(input_std((config.dataset or {}).get("name")))
+            self.detector.input_std = tuple(input_std((config.dataset or {}).get("name")))
             self.APS_mode = False
             self.hyperparam_search_done = False
 
@@ -377,14 +378,9 @@ def _attacks(spec: str | None, eps: str | None, input_size: int, postprocessor: 
 
     requested = [s.strip().lower() for s in (spec or "").split(",") if s.strip()]
     entries = attack_entries({"attacks": requested, "detectors": [postprocessor.removeprefix(ADAPTER_PREFIX)]})
-    attacks = {}
-    for name in [entry["name"] for entry, _ in entries]:
-        cls = registry.get("attacks", name)
-        params = cls.defaults(input_size)
-        if eps is not None and cls.bounded:
-            params["eps"] = parse_eps(eps)
-        attacks[name] = cls(**params)
-    return attacks
+    budget = None if eps is None else parse_eps(eps)
+    return {entry["name"]: build_attack(entry["name"], input_size=input_size, protocol=None, eps=budget)
+            for entry, _ in entries}
 
 
 def _network(id_data: str, checkpoint: Path, device: torch.device) -> nn.Module:
@@ -429,11 +425,11 @@ def _adv_sets(evaluator, args: argparse.Namespace, net: nn.Module, attacks: dict
         if attack.source != "id":
             raise UsageError(f"attack {name!r} perturbs OOD images, which eval-ood does not support; valid choices: "
                              "attacks on ID images (names not starting with adaptive_ood_)")
-        if hasattr(attack, "bind"):
+        if is_detector_aware(attack):
             train = DATA_INFO[args.id_data]["id"]["train"]["imglist_path"]
             fit = OpenOODPixels(evaluator.dataloader_dict["id"]["train"].dataset, mean, std,
                                 f"openood_{args.id_data}_train", f"{file_sha256(data_root / train)}:crop{size}")
-            attack.bind(model, fit, seed=args.seed, batch_size=args.batch_size, device=device)
+            bind_attack(attack, model, fit, seed=args.seed, batch_size=args.batch_size, device=device)
         sets[name] = store.generate(data, model, attack, model_hash=weights_hash(model), seed=args.seed, device=device)
         evaluator.add_adv_split(name, DataLoader(AdvSplit(sets[name], mean, std, args.batch_size), batch_size=None),
                                 sets[name])

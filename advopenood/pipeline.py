@@ -19,16 +19,18 @@ from tqdm.auto import tqdm
 
 from advopenood import io as aio
 from advopenood import outputs, protocols, registry
+from advopenood.attacks import build_attack
+from advopenood.capabilities import bind_attack
 from advopenood.config import AttackSpec, Config, cache_dir, expand_attacks, thaw, validate
 from advopenood.context import CleanRecord, RunContext
 from advopenood.data import build_dataset, limit_dataset, make_loader
-from advopenood.demo import build_from_config, trained_model
 from advopenood.detectors import score_all
 from advopenood.errors import UsageError
-from advopenood.models import Classifier, set_precision, weights_hash
+from advopenood.models import Classifier, build_from_config, set_precision, weights_hash
 from advopenood.preflight import checkpoint_path, output_dir, preflight
 from advopenood.scorecache import ScoreCache
 from advopenood.store import AdvSet, AdvStore, library_versions
+from advopenood.training import trained_model
 
 ASR_COLUMNS = ["dataset", "arch", "attack", "eps", "n", "clean_acc", "asr", "asr_all", "mean_linf", "mean_l2", "seed",
                "source", "protocol"]
@@ -107,7 +109,7 @@ def rank_device(device: str, rank: int) -> torch.device:
 def source_name(spec: AttackSpec, ood_names: list[str]) -> str:
     """The images an attack perturbs: ``"id"`` (the ID test set), or for OOD->ID attacks (class ``source``
     ``"ood"``) the natural OOD set named by its ``ood_set`` parameter, default the config's first."""
-    if getattr(registry.get("attacks", spec.attack), "source", "id") == "id":
+    if registry.get("attacks", spec.attack).source == "id":
         return "id"
     name = spec.params.get("ood_set") or next(iter(ood_names), None)
     if name not in ood_names:
@@ -128,29 +130,19 @@ def source_set(spec: AttackSpec, id_set, ood_sets: dict[str, Any]) -> tuple[str,
     return (name, id_set) if name == "id" else (name, ood_sets[name])
 
 
-def bind_attack(attack, model: Classifier, fit_set, *, seed: int, batch_size: int, device: torch.device,
-                detector_params: dict[str, Any] | None) -> None:
-    """Give a detector-adaptive attack (one with ``bind``) the model, the fit set, the run's seed and batch size
-    and the run's ``detector_params`` entry for its detector, so it attacks the detector the run evaluates."""
-    if hasattr(attack, "bind"):
-        params = {str(k).lower(): v for k, v in (detector_params or {}).items()}
-        attack.bind(model, fit_set, seed=int(seed), batch_size=int(batch_size), device=device,
-                    detector_params=params.get(attack.detector))
-
-
 def generate_sets(cfg: Mapping[str, Any], specs: list[AttackSpec], model: Classifier, id_set, device: torch.device,
                   *, fit_set, ood_sets: dict[str, Any], rank: int = 0, world_size: int = 1,
                   progress: bool = True) -> dict[str, AdvSet]:
     """One adversarial set per spec, from the store when it is already there.
 
-    Detector-adaptive attacks are bound to the fit set (:func:`bind_attack`). Under torchrun each rank attacks the shards ``i % world_size == rank`` into
-    the shared store; after a barrier rank 0 writes the manifests, and every rank sees the complete sets.
+    Detector-aware attacks are bound to the fit set (:func:`advopenood.capabilities.bind_attack`). Under torchrun
+    each rank attacks the shards ``i % world_size == rank`` into the shared store; after a barrier rank 0 writes the manifests, and every rank sees the complete sets.
     """
     store = AdvStore(cache_dir(cfg) / "adv", shard_size=int(cfg["shard_size"]))
     model_hash = weights_hash(model)
     sets: dict[str, AdvSet] = {}
     for spec in specs:
-        attack = registry.get("attacks", spec.attack)(**spec.params)
+        attack = build_attack(spec.attack, spec.params)
         source, data = source_set(spec, id_set, ood_sets)
         bind_attack(attack, model, fit_set, seed=int(cfg["seed"]), batch_size=int(cfg["batch_size"]), device=device,
                     detector_params=cfg.get("detector_params"))

@@ -13,8 +13,8 @@ from ours.
   ``openood/evaluation_api/attackdataset.py``): "all attacked test images" are written as PNG through
   ``torchvision.transforms.ToPILImage`` (``x.mul(255).byte()``, i.e. truncation to 8 bits) and read back
   through OpenOOD's image lists, successful or not, and scored as OOD.
-* ``mahmood2021``: Mahmood et al., "Beware the Black-Box" for the transfer analysis; everything else as
-  ``strong``.
+* ``mahmood2021``: Mahmood et al., "Beware the Black-Box" for the black-box adversary of the plugins that
+  declare one (``protocol_defaults``); everything else as ``strong``.
 """
 from __future__ import annotations
 
@@ -54,8 +54,8 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
              "the paper's attacks (foolbox defaults, reference masked PGD); every attacked image, stored as an "
              "8-bit PNG, is an OOD positive"),
     Protocol("mahmood2021", "successful", "none",
-             "Mahmood et al. 2021 (Beware the Black-Box) for the transfer analysis; ours elsewhere",
-             "strong, with the transfer analysis' adversary of Mahmood et al.'s CIFAR-10 setting"),
+             "Mahmood et al. 2021 (Beware the Black-Box) for black-box adversaries; ours elsewhere",
+             "strong, with the black-box adversary of Mahmood et al.'s CIFAR-10 setting"),
 )}
 
 

@@ -45,6 +45,8 @@ class Entry:
 
 _REGISTRY: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
 _DISCOVERED: set[str] = set()
+_PROVIDERS: dict[str, list[Callable[[], None]]] = {kind: [] for kind in KINDS}
+_PROVIDING: set[str] = set()
 
 
 def _check_kind(kind: str) -> None:
@@ -87,9 +89,33 @@ def discover(kind: str) -> None:
             register(kind, ep.name)(obj)
 
 
+def provide(kind: str, provider: Callable[[], None] | None = None) -> Any:
+    """Add a *provider* of ``kind``: a callable that registers generated plugins (e.g. one attack per registered
+    detector). Every look-up of ``kind`` runs the providers after entry-point discovery, so generated plugins
+    follow whatever is registered by then, a third party's plugins and ones registered at run time included."""
+    _check_kind(kind)
+    if provider is None:  # used as a decorator
+        return lambda fn: provide(kind, fn)
+    _PROVIDERS[kind].append(provider)
+    return provider
+
+
+def registered(kind: str, name: str) -> bool:
+    """Whether ``name`` is registered under ``kind`` now (no discovery, no providers: for providers themselves)."""
+    _check_kind(kind)
+    return name.strip().lower() in _REGISTRY[kind]
+
+
 def entries(kind: str) -> dict[str, Entry]:
-    """All plugins of ``kind`` by name, after entry-point discovery."""
+    """All plugins of ``kind`` by name, after entry-point discovery and the kind's providers."""
     discover(kind)
+    if kind not in _PROVIDING:
+        _PROVIDING.add(kind)
+        try:
+            for provider in list(_PROVIDERS[kind]):
+                provider()
+        finally:
+            _PROVIDING.discard(kind)
     return dict(sorted(_REGISTRY[kind].items()))
 
 
@@ -103,10 +129,9 @@ def get(kind: str, name: str) -> Any:
     table = entries(kind)
     key = name.strip().lower()
     if key not in table:
-        singular = kind[:-1] if kind != "analyses" else "analysis"
         close = difflib.get_close_matches(key, list(table), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ";"
-        raise UsageError(f"unknown {singular} {name!r}{hint} valid choices: {', '.join(table) or '(none installed)'}")
+        raise UsageError(f"unknown {_singular(kind)} {name!r}{hint} valid choices: {', '.join(table) or '(none installed)'}")
     return table[key].obj
 
 
@@ -124,9 +149,30 @@ def parse_names(kind: str, spec: str | list[str] | None, default: list[str] | No
     return out
 
 
+def _singular(kind: str) -> str:
+    return kind[:-1] if kind != "analyses" else "analysis"
+
+
+def check_params(what: str, name: str, params: dict[str, Any], declared: dict[str, Any],
+                 extra: tuple[str, ...] = ()) -> None:
+    """``params`` are among the ``declared`` ones (name -> default; ``extra`` names accepted besides) and each
+    has its default's type (:func:`check_types`); a one-line UsageError names the first bad one otherwise.
+    ``what``: the plugin's kind in the singular (``attack``), ``name`` its registered name."""
+    valid = sorted({*declared, *extra})
+    unknown = sorted(set(params) - set(valid))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], valid, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ";"
+        raise UsageError(f"unknown parameter {unknown[0]!r} for {what} {name!r}{hint} valid choices: "
+                         f"{', '.join(valid) or '(none)'}")
+    check_types(f"{what} {name!r}", {k: v for k, v in params.items() if k not in extra}, declared)
+
+
 def create(kind: str, name: str, **params: Any) -> Any:
-    """Build the plugin ``name`` of ``kind`` with ``params``: an unknown parameter is a one-line UsageError naming
-    the valid ones (read from the constructor's signature), raised before the plugin runs any code."""
+    """The one factory: build the plugin ``name`` of ``kind`` with ``params``. Parameters are declared in one place
+    per plugin: the constructor's signature (checked here), or, for a constructor taking ``**params``, the mapping
+    the plugin's base class checks (attacks: ``defaults``; detectors: ``default_params``). An unknown or ill-typed
+    parameter is a one-line UsageError naming the valid ones, raised before the plugin runs any code."""
     obj = get(kind, name)
     try:
         signature = inspect.signature(obj)
@@ -134,21 +180,15 @@ def create(kind: str, name: str, **params: Any) -> Any:
         return obj(**params)
     fields = signature.parameters.values()
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in fields):
-        valid = [p.name for p in fields if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                                          inspect.Parameter.KEYWORD_ONLY)]
-        unknown = sorted(set(params) - set(valid))
-        if unknown:
-            singular = kind[:-1] if kind != "analyses" else "analysis"
-            close = difflib.get_close_matches(unknown[0], valid, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ";"
-            raise UsageError(f"unknown parameter {unknown[0]!r} for {singular} {name!r}{hint} valid choices: "
-                             f"{', '.join(valid) or '(none)'}")
-        defaults = {p.name: p.default for p in fields if p.default is not inspect.Parameter.empty}
-        check_types(f"{kind[:-1] if kind != 'analyses' else 'analysis'} {name!r}", params, defaults)
+        declared = {p.name: (None if p.default is inspect.Parameter.empty else p.default) for p in fields
+                    if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+        check_params(_singular(kind), name.strip().lower(), params, declared)
     try:
         return obj(**params)
+    except UsageError:
+        raise
     except (TypeError, ValueError) as exc:  # a constructor's own conversion of a bad value, e.g. int("ten")
-        raise UsageError(f"bad parameters for {kind[:-1] if kind != 'analyses' else 'analysis'} {name!r}: {exc}") from None
+        raise UsageError(f"bad parameters for {_singular(kind)} {name!r}: {exc}") from None
 
 
 def check_types(what: str, params: dict[str, Any], defaults: dict[str, Any]) -> None:

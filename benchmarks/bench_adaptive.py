@@ -18,6 +18,8 @@ import torch
 from _common import DATA, cifar
 
 from advopenood import registry
+from advopenood.attacks import build_attack
+from advopenood.capabilities import bind_attack
 from advopenood.data import build_dataset, limit_dataset
 from advopenood.detectors import fit_detectors
 from advopenood.metrics import ood_metrics
@@ -39,8 +41,7 @@ def main() -> None:
     bank = fit_detectors(names, "pytorch-ood", model, fit, batch_size=128, device="cpu", seed=0, progress=False)
     lams = [float(v) for v in args.lam.split(",")]
 
-    pgd_cls = registry.get("attacks", "pgd")
-    pgd = pgd_cls(**{**pgd_cls.defaults(32), "steps": args.steps})
+    pgd = build_attack("pgd", {"steps": args.steps}, input_size=32, protocol=None)
     t = time.perf_counter()
     x_pgd = pgd(model, x, y, seed=0)
     t_pgd = time.perf_counter() - t
@@ -52,9 +53,8 @@ def main() -> None:
           f"{'ASR':>6s} {'time x':>7s}")
     drops, ratios = {}, []
     for name in bank.names:
-        cls = registry.get("attacks", f"adaptive_{name}")
-        attack = cls(**{**cls.defaults(32), "steps": args.steps, "lam": lams})
-        attack.bind(model, fit, seed=0, batch_size=128, device="cpu")
+        attack = build_attack(f"adaptive_{name}", {"steps": args.steps, "lam": lams}, input_size=32, protocol=None)
+        bind_attack(attack, model, fit, seed=0, batch_size=128, device="cpu")
         attack.target  # fit outside the timing, as the PGD model needs no fit
         t = time.perf_counter()
         pgd(model, x, y, seed=0)  # timed again right beside the adaptive run: same machine load

@@ -44,12 +44,12 @@ from torch.utils.data import Dataset
 
 from advopenood import registry
 from advopenood.attacks import Attack, default_eps, foolbox_model
+from advopenood.capabilities import AttackFamily, DetectorAware, Invertible, is_differentiable
 from advopenood.data import make_loader
 from advopenood.detectors import Outputs, Postprocessor, fit_detectors, fit_subset, grad_outputs
 from advopenood.errors import UsageError
 from advopenood.metrics import id_threshold
 from advopenood_plugins.attacks import rel_stepsize
-from advopenood_plugins.detectors import BUILTIN_DETECTORS
 
 #: The detector's fit-set confidences used for standardisation and the acceptance threshold (first rows).
 CALIBRATION_ROWS = 2000
@@ -139,7 +139,7 @@ class JointLinfPGD(fb.attacks.LinfPGD):
         return loss_fn
 
 
-class AdaptiveAttack(Attack):
+class AdaptiveAttack(Attack, DetectorAware, Invertible):
     """Base of ``adaptive_<det>`` / ``adaptive_ood_<det>``: call :meth:`bind` with the ID fit data first
     (the pipeline does); the detector is fitted on first use."""
 
@@ -193,6 +193,9 @@ class AdaptiveAttack(Attack):
                                  progress=False)
             if self.detector not in bank.dets:
                 raise RuntimeError(f"attack {self.name!r}: {bank.errors.get(self.detector, 'detector did not fit')}")
+            if not is_differentiable(bank.dets[self.detector]):
+                raise UsageError(f"attack {self.name!r}: detector {self.detector!r} declares no differentiable score; "
+                                 "valid choices: detectors that subclass advopenood.capabilities.DifferentiableDetector")
             self._target = calibrate(bank.dets[self.detector], b["net"], b["fit_set"], b["seed"], b["batch_size"],
                                      b["device"])
         return self._target
@@ -248,7 +251,7 @@ class AdaptiveAttack(Attack):
 
 def adaptive_attack(detector: str, direction: str = "id") -> type[AdaptiveAttack]:
     """Register ``adaptive_<detector>`` (direction ``"id"``) or ``adaptive_ood_<detector>`` (``"ood"``) for a
-    registered detector whose class implements ``grad_score`` (a third party's too) and return the class."""
+    registered detector that declares a differentiable score (a third party's too) and return the class."""
     if direction not in ("id", "ood"):
         raise UsageError(f"direction {direction!r} for an adaptive attack; valid choices: id, ood")
     name = f"adaptive_{detector}" if direction == "id" else f"adaptive_ood_{detector}"
@@ -260,12 +263,14 @@ def adaptive_attack(detector: str, direction: str = "id") -> type[AdaptiveAttack
     return registry.register("attacks", name)(cls)
 
 
-class AdaptiveFamily:
+class AdaptiveFamily(AttackFamily):
     """``adaptive`` / ``adaptive_ood``: shorthand for ``adaptive[_ood]_<det>`` of every selected detector that has one
     (``--attack pgd,adaptive --detectors mds,knn`` runs ``pgd``, ``adaptive_mds`` and ``adaptive_knn``)."""
 
     bounded: ClassVar[bool] = True
     prefix: ClassVar[str] = "adaptive_"
+    hint: ClassVar[str] = "one attack per selected detector with a differentiable score"
+    remedy: ClassVar[str] = "select such detectors (--detectors mds,knn) or name the attacks (adaptive_mds)"
 
     @classmethod
     def members(cls, cfg: dict[str, Any]) -> list[str]:
@@ -280,6 +285,13 @@ registry.register("attacks", "adaptive_ood")(type("adaptive_ood", (AdaptiveFamil
     "__doc__": "One adaptive_ood_<det> (OOD->ID) per selected detector: --attack adaptive_ood --detectors mds,knn.",
     "__module__": __name__, "prefix": "adaptive_ood_"}))
 
-for _detector in BUILTIN_DETECTORS:
-    for _direction in ("id", "ood"):
-        adaptive_attack(_detector, _direction)
+
+@registry.provide("attacks")
+def _adaptive_attacks() -> None:
+    """``adaptive_<det>`` and ``adaptive_ood_<det>`` for every registered detector that declares a differentiable
+    score (:class:`~advopenood.capabilities.DifferentiableDetector`), built-in or not, registered since or not."""
+    for name, entry in registry.entries("detectors").items():
+        if is_differentiable(entry.obj):
+            for direction, prefix in (("id", "adaptive_"), ("ood", "adaptive_ood_")):
+                if not registry.registered("attacks", prefix + name):
+                    adaptive_attack(name, direction)

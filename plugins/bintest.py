@@ -46,13 +46,13 @@ from packaging.version import Version
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
-from advopenood.attacks import Attack, default_eps, frozen
+from advopenood.attacks import Attack, build_attack, default_eps, frozen
+from advopenood.capabilities import CommandAnalysis, DetectorAware, Invertible, bind_attack
 from advopenood.context import RunContext
 from advopenood.data import stack
 from advopenood.errors import UsageError
 from advopenood.metrics import id_threshold
 from advopenood.outputs import Bullets, Paragraph, Results, Section, Table, as_written, guarded
-from advopenood.pipeline import bind_attack
 from advopenood.report import eps_label, join
 from advopenood.report import name as label
 from advopenood.registry import get, names as get_names, register
@@ -312,7 +312,7 @@ def _evaluate_attack(setup: BinarySetup, x_c: torch.Tensor, attack: Attack, *, e
                      test: str, detector: DetectorCheck | None) -> dict[str, Any]:
     """Step 6: run the attack on ``h`` with label 0; success = in the eps-ball, in [0, 1] and classified 1."""
     x = x_c.unsqueeze(0)
-    if test == "inverted" and hasattr(attack, "inverted"):
+    if test == "inverted" and isinstance(attack, Invertible):
         attack = attack.inverted()
     x_adv = attack(setup.binary, x, torch.zeros(1, dtype=torch.long, device=x.device), seed=seed)
     with torch.no_grad(), frozen(setup.binary):
@@ -506,7 +506,7 @@ def bintest_section(bintest: pd.DataFrame) -> Section:
 
 
 @register("analyses", "bintest")
-class BinarizationTest:
+class BinarizationTest(CommandAnalysis):
     """Binarization test (Zimmermann et al. 2022): does each attack find adversarial examples that provably exist?
 
     Keyword parameters (``analysis_params.bintest``): ``n_inner`` (999), ``gap`` (0.05), ``kappa`` (0.999),
@@ -516,6 +516,10 @@ class BinarizationTest:
     ``inconclusive_above``, ``detector_fpr`` (the detector variant's threshold: this share of clean samples is
     detected), ``progress``. Detector-adaptive attacks run the detector variant (regular and inverted tests).
     """
+
+    command = "bintest"
+    command_help = "binarization test of attacks (Zimmermann et al.): is the attack strong enough?"
+    command_settings = {"analysis": "bintest", "evaluator": "", "detectors": ""}
 
     def __init__(self, n_inner: int = 999, gap: float = 0.05, kappa: float = 0.999, n_random: int = 400,
                  eps: float | None = None, limit: int | None = None, attacks: list[str] | str | None = None,
@@ -548,19 +552,17 @@ class BinarizationTest:
     def _attack(self, ctx: RunContext, name: str) -> Attack:
         """The run's attack: the parameters its adversarial set was made with, else defaults + ``attack_params``;
         a detector-adaptive attack is bound to the run's fit set and detector parameters."""
-        cls = get("attacks", name if name not in ctx.adv_sets else ctx.adv_sets[name].attack)
-        if getattr(cls, "source", "id") != "id":
+        attack_name = name if name not in ctx.adv_sets else ctx.adv_sets[name].attack
+        if get("attacks", attack_name).source != "id":
             raise UsageError(f"attack {name!r} perturbs OOD images; the binarization test needs an attack on ID "
-                             "images (valid choices: any attack whose name does not start with adaptive_ood_)")
+                             "images (valid choices: any attack whose class declares source 'id')")
         if name in ctx.adv_sets:
-            attack = cls(**ctx.adv_sets[name].params)
+            attack = build_attack(attack_name, ctx.adv_sets[name].params)
         else:
             overrides = (ctx.config.get("attack_params") or {}).get(name) or {}
-            size = getattr(ctx.model, "input_size", 32)
-            attack = cls(**{**cls.defaults(size), **cls.protocol_defaults(ctx.protocol, size), **overrides})
-        bind_attack(attack, ctx.model, ctx.fit_set, seed=ctx.seed, batch_size=ctx.batch_size, device=ctx.device,
-                    detector_params=ctx.config.get("detector_params"))
-        return attack
+            attack = build_attack(name, overrides, input_size=ctx.model.input_size, protocol=ctx.protocol)
+        return bind_attack(attack, ctx.model, ctx.fit_set, seed=ctx.seed, batch_size=ctx.batch_size,
+                           device=ctx.device, detector_params=ctx.config.get("detector_params"))
 
     def _rows(self, ctx: RunContext) -> np.ndarray:
         """Rows of ``ctx.id_set`` to consider: up to the ``limit``-th correctly classified one (all by default)."""
@@ -598,9 +600,9 @@ class BinarizationTest:
                                ctx.id_set[0][0].unsqueeze(0))
             parts, n_wrong = [], 0
             chunks = [rows[i:i + self.chunk] for i in range(0, len(rows), self.chunk)]
-            detector = getattr(attack, "detector_score", None)
+            detector = attack.detector_score if isinstance(attack, DetectorAware) else None
             threshold = None if detector is None else self._threshold(ctx, detector, chunks)
-            quiet = not (self.progress and getattr(ctx, "progress", True))
+            quiet = not (self.progress and ctx.progress)
             for part in tqdm(chunks, desc=f"bintest {name}", unit="chunk", disable=quiet):
                 x, y = stack(ctx.id_set, part)
                 summary, table = run_bintest(

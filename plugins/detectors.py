@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from advopenood.attacks import frozen
+from advopenood.capabilities import DifferentiableDetector
 from advopenood.detectors import Batches, Outputs, Postprocessor, Taps, fc_layer, seeded, vim_dim
 from advopenood.registry import register
 
@@ -66,7 +67,7 @@ def _head(net: nn.Module) -> Callable[[Tensor], Tensor]:
 
 
 @register("detectors", "msp")
-class MSP(Postprocessor):
+class MSP(Postprocessor, DifferentiableDetector):
     """MSP, maximum softmax probability (Hendrycks & Gimpel, ICLR 2017).
 
     ``conf = max_k p_k``.
@@ -81,7 +82,7 @@ class MSP(Postprocessor):
 
 
 @register("detectors", "odin")
-class ODIN(Postprocessor):
+class ODIN(Postprocessor, DifferentiableDetector):
     """ODIN, temperature scaling + input perturbation (Liang et al., ICLR 2018); own gradient pass.
 
     ``x' = x - noise * sign(-grad_x log max_k softmax(f(x)/T)_k)``, ``conf = max_k softmax(f(x')/T)_k``
@@ -92,7 +93,11 @@ class ODIN(Postprocessor):
 
     openood_name = "odin"
     own_pass = True
-    input_std: tuple[float, ...] | None = None
+
+    @classmethod
+    def openood_adapt(cls, pp: Any) -> None:
+        """OpenOOD divides the gradient by the normalisation std; our networks take [0, 1] pixels, so it is 1."""
+        pp.input_std = [1.0] * len(pp.input_std)
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         det = _pod().ODIN(net, eps=float(self.params["noise"]), temperature=float(self.params["temperature"]),
@@ -109,7 +114,7 @@ class ODIN(Postprocessor):
 
 
 @register("detectors", "mds")
-class MDS(Postprocessor):
+class MDS(Postprocessor, DifferentiableDetector):
     """MDS, Mahalanobis distance to the closest class mean (Lee et al., NeurIPS 2018).
 
     Class means ``mu_k`` and one shared covariance ``S`` of the training features;
@@ -132,7 +137,7 @@ class MDS(Postprocessor):
 
 
 @register("detectors", "rmds")
-class RMDS(Postprocessor):
+class RMDS(Postprocessor, DifferentiableDetector):
     """RMDS, relative Mahalanobis distance (Ren et al., arXiv 2021).
 
     ``conf = -min_k [d_k(z) - d_0(z)]`` with ``d_k`` the class-conditional and ``d_0`` the class-agnostic
@@ -229,7 +234,7 @@ def gram_fit(stats: Tensor, labels: Tensor, num_classes: int, layer_of: Tensor, 
 
 
 @register("detectors", "gram")
-class GRAM(Postprocessor):
+class GRAM(Postprocessor, DifferentiableDetector):
     """GRAM, Gram-matrix deviations (Sastry & Oore, ICML 2020), scored from the shared pass's tapped maps.
 
     Per tapped layer ``l`` and power ``p``: ``G = rowsum((F^p)(F^p)^T)^(1/p)``; ``delta`` sums how far each
@@ -292,7 +297,7 @@ class GRAM(Postprocessor):
 
 
 @register("detectors", "ebo")
-class EBO(Postprocessor):
+class EBO(Postprocessor, DifferentiableDetector):
     """EBO, energy score (Liu et al., NeurIPS 2020).
 
     ``conf = T * logsumexp(f(x) / T)`` with OpenOOD's ``T = 1``.
@@ -307,7 +312,7 @@ class EBO(Postprocessor):
 
 
 @register("detectors", "klm")
-class KLM(Postprocessor):
+class KLM(Postprocessor, DifferentiableDetector):
     """KLM, KL matching to class-typical posteriors (Hendrycks et al., ICML 2022).
 
     ``d_k`` = mean posterior of the fit samples predicted as ``k``; ``conf = -min_k KL(p || d_k)``.
@@ -327,7 +332,7 @@ class KLM(Postprocessor):
 
 
 @register("detectors", "mls")
-class MLS(Postprocessor):
+class MLS(Postprocessor, DifferentiableDetector):
     """MLS, maximum logit (Hendrycks et al., ICML 2022).
 
     ``conf = max_k f_k(x)``.
@@ -342,7 +347,7 @@ class MLS(Postprocessor):
 
 
 @register("detectors", "react")
-class REACT(Postprocessor):
+class REACT(Postprocessor, DifferentiableDetector):
     """REACT, rectified penultimate activations + energy (Sun et al., NeurIPS 2021).
 
     ``c`` = the ``percentile``-th percentile (OpenOOD: 90) of the fit set's penultimate activations;
@@ -351,6 +356,7 @@ class REACT(Postprocessor):
     """
 
     openood_name = "react"
+    openood_wrapper = ("openood.networks.react_net", "ReactNet")
     requires_fit = True
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
@@ -366,7 +372,7 @@ class REACT(Postprocessor):
 
 
 @register("detectors", "vim")
-class VIM(Postprocessor):
+class VIM(Postprocessor, DifferentiableDetector):
     """VIM, virtual-logit matching (Wang et al., CVPR 2022).
 
     Origin ``u = -W^+ b``; ``R`` = the residual of the top-``dim`` principal subspace of the training features;
@@ -376,6 +382,11 @@ class VIM(Postprocessor):
 
     openood_name = "vim"
     requires_fit = True
+
+    @classmethod
+    def openood_adapt_args(cls, args: dict[str, Any], feature_dim: int) -> dict[str, Any]:
+        """OpenOOD's ``dim`` only where it leaves a residual (:func:`~advopenood.detectors.vim_dim`)."""
+        return {**args, "dim": vim_dim(args["dim"], feature_dim)}
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
         fc = fc_layer(net)
@@ -392,7 +403,7 @@ class VIM(Postprocessor):
 
 
 @register("detectors", "knn")
-class KNN(Postprocessor):
+class KNN(Postprocessor, DifferentiableDetector):
     """KNN, distance to the K-th nearest training feature (Sun et al., ICML 2022).
 
     ``conf = -||z/||z|| - z_(K)||`` over L2-normalised training features, OpenOOD's ``K = 50``
@@ -418,7 +429,7 @@ class KNN(Postprocessor):
 
 
 @register("detectors", "dice")
-class DICE(Postprocessor):
+class DICE(Postprocessor, DifferentiableDetector):
     """DICE, sparsified final layer + energy (Sun & Li, ECCV 2022).
 
     Weights whose contribution ``mean(z) * W`` lies below its ``p``-th percentile (OpenOOD: 90) are zeroed;
@@ -441,7 +452,7 @@ class DICE(Postprocessor):
 
 
 @register("detectors", "ash")
-class ASH(Postprocessor):
+class ASH(Postprocessor, DifferentiableDetector):
     """ASH-B, binarised activation shaping + energy (Djurisic et al., ICLR 2023).
 
     Of the penultimate feature, the lowest ``percentile`` % (OpenOOD: 90) are zeroed and the rest set to
@@ -449,6 +460,7 @@ class ASH(Postprocessor):
     """
 
     openood_name = "ash"
+    openood_wrapper = ("openood.networks.ash_net", "ASHNet")
 
     def _det(self, net: nn.Module) -> PodASH:
         return _pod().ASH(backbone=None, head=_head(net), variant="ash-b", percentile=float(self.params["percentile"]) / 100.0)
@@ -461,7 +473,7 @@ class ASH(Postprocessor):
 
 
 @register("detectors", "gen")
-class GEN(Postprocessor):
+class GEN(Postprocessor, DifferentiableDetector):
     """GEN, generalised entropy of the top-M probabilities (Liu et al., CVPR 2023).
 
     ``conf = -sum_{top-M} p_j^gamma (1 - p_j)^gamma`` with OpenOOD's ``gamma = 0.1``, ``M = 100``
@@ -484,7 +496,7 @@ def nnguide_bank_size(n: int, alpha: float, batch_size: int, k: int) -> int:
 
 
 @register("detectors", "nnguide")
-class NNGuide(Postprocessor):
+class NNGuide(Postprocessor, DifferentiableDetector):
     """NNGuide, nearest-neighbour-guided energy (Park et al., ICCV 2023).
 
     Bank: ``E(z') z'/||z'||`` of the first 1 % of the (shuffled) fit set; ``conf = E(x) * mean of the K = 100
@@ -511,7 +523,7 @@ class NNGuide(Postprocessor):
 
 
 @register("detectors", "scale")
-class SCALE(Postprocessor):
+class SCALE(Postprocessor, DifferentiableDetector):
     """SCALE, activation scaling + energy (Xu et al., ICLR 2024).
 
     ``r = sum(z) / sum(top (100 - percentile) % of z)`` (OpenOOD: percentile 85);
@@ -519,6 +531,7 @@ class SCALE(Postprocessor):
     """
 
     openood_name = "scale"
+    openood_wrapper = ("openood.networks.scale_net", "ScaleNet")
 
     def _det(self, net: nn.Module) -> PodSCALE:
         return _pod().SCALE(backbone=None, head=_head(net), percentile=float(self.params["percentile"]) / 100.0)

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from advopenood.context import RunContext
-from advopenood.data import stack
+from advopenood.data import seeded_prefix, stack
 from advopenood.errors import UsageError
 from advopenood.io import save_figure
 from advopenood.models import Classifier
@@ -170,7 +170,7 @@ def _select_rows(n: int, max_samples: int | None, seed: int) -> np.ndarray:
     """All rows, or a sorted seeded sample of ``max_samples`` of them."""
     if max_samples is None or max_samples >= n:
         return np.arange(n)
-    return np.sort(np.random.default_rng(seed).permutation(n)[:max_samples])
+    return seeded_prefix(n, max_samples, seed)
 
 
 def threshold_origin(l2_threshold: float, ssim_threshold: float) -> str:

@@ -45,6 +45,7 @@ import pandas as pd
 import torch
 
 from advopenood import io as aio
+from advopenood.capabilities import is_detector_aware
 from advopenood import protocols, registry
 from advopenood.context import RunContext
 from advopenood.data import dataset_name, make_loader
@@ -163,7 +164,8 @@ def adaptive_table(df: pd.DataFrame, ctx: RunContext) -> pd.DataFrame:
     attacks = {name: adv.attack for name, adv in ctx.adv_sets.items()}
     rows = []
     for name, adv in ctx.adv_sets.items():
-        target = getattr(registry.get("attacks", adv.attack), "detector", None)
+        cls = registry.get("attacks", adv.attack)
+        target = cls.detector if is_detector_aware(cls) else None
         if not target or target not in set(df["detector"]):
             continue
         part = df[df["detector"] == target].set_index("ood_set")

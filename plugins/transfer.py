@@ -67,11 +67,11 @@ from tqdm.auto import tqdm
 
 from advopenood import io as aio
 from advopenood import registry
-from advopenood.attacks import Attack, frozen
+from advopenood.attacks import Attack, build_attack, frozen
+from advopenood.capabilities import is_detector_aware
 from advopenood.config import cache_dir, parse_eps
 from advopenood.context import RunContext
-from advopenood.data import Subset, stack
-from advopenood.demo import RECIPE, train_classifier
+from advopenood.data import Subset, seeded_prefix, stack
 from advopenood.detectors import forward_outputs
 from advopenood.errors import UsageError
 from advopenood.metrics import id_threshold, ood_metrics
@@ -81,6 +81,7 @@ from advopenood.registry import register
 from advopenood.report import fmt
 from advopenood.report import name as label
 from advopenood.store import AdvStore, canonical_key, derive_seed, library_versions
+from advopenood.training import RECIPE, train_classifier
 
 CSV_COLUMNS = ["protocol", "surrogate", "data_fraction", "queries", "attack", "asr", "detector", "auroc", "fpr95",
                "defense_acc", "undefended_acc", "improvement", "surrogate_acc", "n", "eps", "seed", "deviations"]
@@ -154,7 +155,7 @@ def fraction_rows(n: int, fraction: float, seed: int) -> np.ndarray:
     """Sorted rows of a seeded random ``fraction`` percent (at least one) of ``n``; the first
     ``round(n * fraction / 100)`` of one permutation, so a smaller fraction is a subset of a larger one."""
     k = max(1, int(round(n * float(fraction) / 100.0)))
-    return np.sort(np.random.default_rng(seed).permutation(n)[:k])
+    return seeded_prefix(n, k, seed)
 
 
 def surrogate_seed(seed: int, mode: str, fraction: float) -> int:
@@ -265,7 +266,7 @@ def _transferable_attacks() -> list[str]:
     """Registered attacks (not families) that perturb ID images without binding to the target or a detector."""
     classes = {n: registry.get("attacks", n) for n in registry.names("attacks")}
     return [n for n, cls in classes.items() if isinstance(cls, type) and issubclass(cls, Attack)
-            and cls.source == "id" and not hasattr(cls, "bind")]
+            and cls.source == "id" and not is_detector_aware(cls)]
 
 
 def _eval_rows(correct: np.ndarray, limit: int | None, seed: int) -> np.ndarray:
@@ -274,7 +275,7 @@ def _eval_rows(correct: np.ndarray, limit: int | None, seed: int) -> np.ndarray:
     rows = np.flatnonzero(correct)
     if limit is None or limit >= len(rows):
         return rows
-    return np.sort(np.random.default_rng(seed).permutation(rows)[:limit])
+    return rows[seeded_prefix(len(rows), limit, seed)]
 
 
 @torch.no_grad()
@@ -404,15 +405,12 @@ class TransferAnalysis:
 
     @staticmethod
     def _attack(name: str, settings: dict[str, Any], input_size: int) -> Attack:
-        cls = registry.get("attacks", name)
-        params = cls.defaults(input_size)
-        if settings["eps"] is not None and getattr(cls, "bounded", True):
-            params["eps"] = settings["eps"]
-        if settings["steps"] is not None and "steps" in params:
-            params["steps"] = settings["steps"]
-            if "rel_stepsize" in params:
-                params["rel_stepsize"] = 1.0 / settings["steps"]
-        return cls(**params)
+        defaults = registry.get("attacks", name).defaults(input_size)
+        steps = {}
+        if settings["steps"] is not None and "steps" in defaults:
+            steps = {"steps": settings["steps"], **({"rel_stepsize": 1.0 / settings["steps"]}
+                                                    if "rel_stepsize" in defaults else {})}
+        return build_attack(name, steps, input_size=input_size, protocol=None, eps=settings["eps"])
 
     @staticmethod
     def _recipe(settings: dict[str, Any]) -> dict[str, Any]:

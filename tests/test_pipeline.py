@@ -10,7 +10,9 @@ import pytest
 from advopenood import registry
 from advopenood.cli import main
 from advopenood.data import build_dataset, limit_dataset
-from advopenood.demo import DEMO_MODEL, build_from_config, train_classifier
+from advopenood.demo import DEMO_MODEL
+from advopenood.models import build_from_config
+from advopenood.training import train_classifier
 from advopenood.errors import UsageError
 from advopenood.plots import pick_examples
 

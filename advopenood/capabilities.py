@@ -1,0 +1,133 @@
+"""What a plugin can do, declared by the plugin and read by the core (never probed with ``hasattr``).
+
+A plugin states a capability by inheriting one of these bases; the core checks ``isinstance`` /
+``issubclass`` (or the predicates below) and calls the documented methods. A third-party plugin that inherits
+the same base gets exactly the treatment a built-in one gets.
+
+Attacks (:class:`advopenood.attacks.Attack` subclasses):
+
+* :class:`DetectorAware`: attacks a detector fitted on the run's ID fit data; the core binds it with
+  :func:`bind_attack` before use (``bind``), records its ``context`` in the cache key, and analyses read the
+  attacked detector's confidence through ``detector_score``.
+* :class:`Invertible`: has an ``inverted()`` twin (the binarization test's inverted variant).
+* :class:`AttackFamily` (a registered class that is not an attack): a name standing for several attacks,
+  ``members(cfg)``, expanded when a config is read.
+
+Detectors (:class:`advopenood.detectors.Postprocessor` subclasses) declare what the shared pass must provide
+with class attributes (``requires_fit``, ``own_pass``, ``needs_taps``, ``shared_fit``; see
+:class:`DetectorNeeds`), and a differentiable confidence by inheriting :class:`DifferentiableDetector`
+(``grad_score``), which is what detector-adaptive attacks need.
+
+Analyses may declare a command-line subcommand (:class:`CommandAnalysis`).
+"""
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+
+class DetectorNeeds(Protocol):
+    """The declarations every detector class carries (defaults on ``Postprocessor``), read by the detector bank."""
+
+    #: fits on ID training data (``fit``)
+    requires_fit: ClassVar[bool]
+    #: needs input gradients or its own forward pass: not scored from the shared pass's outputs
+    own_pass: ClassVar[bool]
+    #: reads every tapped intermediate map (``Outputs.taps``); the shared pass records them only then
+    needs_taps: ClassVar[bool]
+    #: fits from the shared fit pass's outputs (False: only from re-read image batches)
+    shared_fit: ClassVar[bool]
+
+
+class DifferentiableDetector(abc.ABC):
+    """A detector whose confidence is differentiable in the input (BPDA where a part is not: Athalye et al.,
+    ICML 2018, "the forward value is the detector's, the backward pass a surrogate"). Every registered detector
+    that inherits this gets ``adaptive_<name>`` and ``adaptive_ood_<name>`` attacks."""
+
+    @abc.abstractmethod
+    def grad_score(self, net: Any, x: Tensor, out: Any) -> Tensor:
+        """The detector's confidence (higher = more ID) of ``x`` as a differentiable function of ``x``; ``out``:
+        the network's outputs for ``x`` from a pass with gradients."""
+
+
+class DetectorAware(abc.ABC):
+    """An attack on a detector fitted on the run's ID fit data; :func:`bind_attack` binds it before use."""
+
+    #: the registered name of the attacked detector
+    detector: ClassVar[str] = ""
+
+    @abc.abstractmethod
+    def bind(self, net: Any, fit_set: Any, *, seed: int, batch_size: int, device: torch.device | str,
+             detector_params: Mapping[str, Any] | None = None) -> DetectorAware:
+        """Fit data and settings for the attacked detector; returns the attack."""
+
+    @abc.abstractmethod
+    def detector_score(self, x: Tensor) -> Tensor:
+        """The attacked detector's confidence of ``x`` (higher = more ID), without gradients."""
+
+
+class Invertible(abc.ABC):
+    """An attack with an inverted twin (e.g. seeking detected rather than undetected examples)."""
+
+    @abc.abstractmethod
+    def inverted(self) -> Invertible:
+        """The same attack with its secondary objective negated."""
+
+
+class AttackFamily(abc.ABC):
+    """A registered attack name that stands for several attacks chosen from the config (``members``)."""
+
+    #: whether the members take an eps budget (the CLI's ``--eps`` applies to them)
+    bounded: ClassVar[bool] = True
+    #: what the family stands for, and what to select so that it has members (the one-line error when it has none)
+    hint: ClassVar[str] = ""
+    remedy: ClassVar[str] = ""
+
+    @classmethod
+    @abc.abstractmethod
+    def members(cls, cfg: Mapping[str, Any]) -> list[str]:
+        """Registered attack names the family stands for under ``cfg`` (possibly none)."""
+
+
+class CommandAnalysis(abc.ABC):
+    """An analysis with its own subcommand ``advopenood <command>``: the run's flags without the detection ones,
+    with ``settings`` forced over the config (e.g. this analysis alone, no detectors)."""
+
+    command: ClassVar[str] = ""
+    command_help: ClassVar[str] = ""
+    #: config overrides (``apply_overrides`` keywords) the subcommand forces
+    command_settings: ClassVar[Mapping[str, Any]] = {}
+
+
+def is_differentiable(detector: Any) -> bool:
+    """Whether a registered detector (class or instance) declares a differentiable confidence."""
+    cls = detector if isinstance(detector, type) else type(detector)
+    return issubclass(cls, DifferentiableDetector)
+
+
+def is_family(obj: Any) -> bool:
+    """Whether a registered attack object is a family of attacks."""
+    return isinstance(obj, type) and issubclass(obj, AttackFamily)
+
+
+def is_detector_aware(attack: Any) -> bool:
+    """Whether an attack (class or instance) attacks a fitted detector and must be bound first."""
+    cls = attack if isinstance(attack, type) else type(attack)
+    return issubclass(cls, DetectorAware)
+
+
+def bind_attack(attack: Any, model: Any, fit_set: Any, *, seed: int, batch_size: int, device: torch.device | str,
+                detector_params: Mapping[str, Any] | None = None) -> Any:
+    """Bind a :class:`DetectorAware` attack to the model, the fit set, the run's seed and batch size and the run's
+    ``detector_params`` entry for its detector (so it attacks the detector the run evaluates); other attacks are
+    returned unchanged."""
+    if isinstance(attack, DetectorAware):
+        params = {str(k).lower(): v for k, v in (detector_params or {}).items()}
+        attack.bind(model, fit_set, seed=int(seed), batch_size=int(batch_size), device=device,
+                    detector_params=params.get(attack.detector))
+    return attack
