@@ -48,11 +48,11 @@ from torch import Tensor
 
 from advopenood import registry
 from advopenood.attacks import Attack, default_eps
+from advopenood.capabilities import is_differentiable
 from advopenood.detectors import grad_outputs
 from advopenood.errors import UsageError
 from advopenood_plugins.adaptive import AdaptiveAttack, AdaptiveFamily, _Best, margin_loss
 from advopenood_plugins.attacks import _run_foolbox
-from advopenood_plugins.detectors import BUILTIN_DETECTORS
 
 #: our norm names -> AutoAttack's
 AA_NORMS = {"linf": "Linf", "l2": "L2"}
@@ -326,5 +326,10 @@ registry.register("attacks", "adaptive_apgd")(type("adaptive_apgd", (AdaptiveFam
     "__doc__": "One adaptive_apgd_<det> per selected detector: --attack apgd_ce,adaptive_apgd --detectors mds,knn.",
     "__module__": __name__, "prefix": "adaptive_apgd_"}))
 
-for _detector in BUILTIN_DETECTORS:
-    adaptive_apgd_attack(_detector)
+@registry.provide("attacks")
+def _adaptive_apgd_attacks() -> None:
+    """``adaptive_apgd_<det>`` for every registered detector that declares a differentiable score
+    (:class:`~advopenood.capabilities.DifferentiableDetector`), built-in or third-party."""
+    for name, entry in registry.entries("detectors").items():
+        if is_differentiable(entry.obj) and not registry.registered("attacks", f"adaptive_apgd_{name}"):
+            adaptive_apgd_attack(name)

@@ -92,7 +92,6 @@ def test_third_party_detector_score_is_differentiable(cifar_model, cifar_batch):
     assert x.grad is not None and x.grad.abs().sum() > 0
 
 
-@pytest.mark.xfail(strict=True, reason="adaptive discovery lands with branch core")
 def test_adaptive_attack_is_discovered_for_the_third_party_detector():
     assert "adaptive_topgap" in registry.names("attacks")
     attack = registry.create("attacks", "adaptive_topgap", eps=8 / 255)

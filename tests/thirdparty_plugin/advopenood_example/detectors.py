@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from advopenood.capabilities import DifferentiableDetector
 from advopenood.detectors import Outputs, Postprocessor
 
 
@@ -13,11 +14,8 @@ def top_gap(logits: Tensor) -> Tensor:
     return top2[:, 0] - top2[:, 1]
 
 
-class TopGap(Postprocessor):
+class TopGap(Postprocessor, DifferentiableDetector):
     """Top-2 logit gap, f_(1)(x) - f_(2)(x): a confident, unambiguous prediction scores high."""
-
-    #: the score is a differentiable function of the input, so detector-adaptive attacks can target it
-    differentiable = True
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return top_gap(out.logits)
