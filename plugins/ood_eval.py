@@ -309,8 +309,6 @@ def ood_plots(ood: pd.DataFrame, scores: dict[str, dict[str, np.ndarray]], plot_
     return written
 
 
-@register("evaluators", "ood")
-
 def leaderboard_section(board: pd.DataFrame) -> Section:
     """The leaderboard as a report section: OpenOOD's near/far columns next to the adversarial means."""
     return Section("Natural and adversarial robustness side by side", [
@@ -319,6 +317,7 @@ def leaderboard_section(board: pd.DataFrame) -> Section:
         Table(board)])
 
 
+@register("evaluators", "ood")
 class OODEvaluator:
     """OOD metrics (FPR95, AUROC, AUPR-In/Out) of every detector vs natural OOD and adversarial sets."""
 
