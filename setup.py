@@ -22,6 +22,7 @@ setup(
         "torchvision>=0.15",
         "foolbox>=3.3,<3.4",
         "pyautoattack>=0.2,<0.3",
+        "timm>=0.9",
         "eagerpy>=0.30",
         "grad-cam>=1.4",
         "scikit-image>=0.20",

@@ -238,10 +238,10 @@ def test_unavailable_backend_is_refused_before_work(tmp_path, capsys, data_root)
 
 
 def test_bad_input_from_the_shell_has_no_traceback():
-    done = run_cli("run", "--config", "demo", "--attack", "pgd,cw2")
+    done = run_cli("run", "--config", "demo", "--attack", "pgd,qqqq")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "advopenood: error: unknown attack 'cw2'; valid choices: " + done.stderr.split("valid choices: ")[1].strip()]
+        "advopenood: error: unknown attack 'qqqq'; valid choices: " + done.stderr.split("valid choices: ")[1].strip()]
     assert "Traceback" not in done.stderr
 
 
