@@ -62,6 +62,26 @@ def set_key(identity: Mapping[str, Any]) -> str:
     return canonical_key(dict(identity))[:32]
 
 
+
+def read_checked(path: Path, what: str) -> bytes | None:
+    """The bytes of ``path`` when its ``.sha256`` sidecar matches; None when either is missing, and None with a
+    warning when they disagree (the caller recomputes the entry)."""
+    sidecar = path.with_name(path.name + ".sha256")
+    if not path.is_file() or not sidecar.is_file():
+        return None
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != sidecar.read_text().strip():
+        warnings.warn(f"advopenood: {what} {path} does not match its checksum; recomputing it", stacklevel=3)
+        return None
+    return data
+
+
+def write_checked(path: Path, data: bytes) -> None:
+    """Write ``data`` atomically, then its checksum sidecar (a crash in between leaves an entry that reads as
+    missing)."""
+    aio.atomic_write(path, lambda f: f.write(data))
+    aio.write_text(path.with_name(path.name + ".sha256"), hashlib.sha256(data).hexdigest() + "\n")
+
 class ScoreCache:
     """Score vectors under ``root``: :meth:`load` returns None for a missing or corrupt entry."""
 
@@ -72,23 +92,13 @@ class ScoreCache:
         return self.root / f"{name}-{det_key[:24]}" / f"{set_key(identity)}.npy"
 
     def load(self, name: str, det_key: str, identity: Mapping[str, Any]) -> np.ndarray | None:
-        path = self.path(name, det_key, identity)
-        sidecar = path.with_name(path.name + ".sha256")
-        if not path.is_file() or not sidecar.is_file():
-            return None
-        data = path.read_bytes()
-        if hashlib.sha256(data).hexdigest() != sidecar.read_text().strip():
-            warnings.warn(f"advopenood: score file {path} does not match its checksum; recomputing it", stacklevel=2)
-            return None
-        return np.load(io.BytesIO(data))
+        data = read_checked(self.path(name, det_key, identity), "score file")
+        return None if data is None else np.load(io.BytesIO(data))
 
     def save(self, name: str, det_key: str, identity: Mapping[str, Any], scores: np.ndarray) -> None:
-        path = self.path(name, det_key, identity)
         buf = io.BytesIO()
         np.save(buf, np.asarray(scores, dtype=np.float64))
-        data = buf.getvalue()
-        aio.atomic_write(path, lambda f: f.write(data))
-        aio.write_text(path.with_name(path.name + ".sha256"), hashlib.sha256(data).hexdigest() + "\n")
+        write_checked(self.path(name, det_key, identity), buf.getvalue())
 
     def _fit_path(self, kind: str, key: str) -> Path:
         return self.root / "_fit" / f"{kind}-{key[:32]}.pt"
@@ -96,24 +106,14 @@ class ScoreCache:
     def load_tensors(self, kind: str, key: str) -> dict[str, torch.Tensor] | None:
         """A dict of tensors saved by :meth:`save_tensors` (``kind``: ``fitpass`` or ``state-<detector>``), or
         None when missing or corrupt."""
-        path = self._fit_path(kind, key)
-        sidecar = path.with_name(path.name + ".sha256")
-        if not path.is_file() or not sidecar.is_file():
-            return None
-        data = path.read_bytes()
-        if hashlib.sha256(data).hexdigest() != sidecar.read_text().strip():
-            warnings.warn(f"advopenood: fit file {path} does not match its checksum; recomputing it", stacklevel=2)
-            return None
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        data = read_checked(self._fit_path(kind, key), "fit file")
+        return None if data is None else torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
 
     def save_tensors(self, kind: str, key: str, tensors: Mapping[str, torch.Tensor]) -> None:
         """Save tensors atomically, the checksum sidecar last (a crash in between leaves an entry that reads as missing)."""
-        path = self._fit_path(kind, key)
         buf = io.BytesIO()
         torch.save({k: v.detach().cpu() for k, v in tensors.items()}, buf)
-        data = buf.getvalue()
-        aio.atomic_write(path, lambda f: f.write(data))
-        aio.write_text(path.with_name(path.name + ".sha256"), hashlib.sha256(data).hexdigest() + "\n")
+        write_checked(self._fit_path(kind, key), buf.getvalue())
 
     def _part_dir(self, run_key: str) -> Path:
         return self.root / "_parts" / run_key[:32]
