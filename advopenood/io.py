@@ -7,6 +7,7 @@ import os
 import shutil
 import stat
 import tempfile
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable, IO
@@ -42,6 +43,26 @@ def atomic_write(path: Path, writer: Callable[[IO[bytes]], None]) -> None:
 
 def write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def read_checked(path: Path, what: str) -> bytes | None:
+    """The bytes of ``path`` when its ``.sha256`` sidecar matches; None when either is missing, and None with a
+    warning when they disagree (the caller recomputes the entry)."""
+    sidecar = path.with_name(path.name + ".sha256")
+    if not path.is_file() or not sidecar.is_file():
+        return None
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != sidecar.read_text().strip():
+        warnings.warn(f"advopenood: {what} {path} does not match its checksum; recomputing it", stacklevel=3)
+        return None
+    return data
+
+
+def write_checked(path: Path, data: bytes) -> None:
+    """Write ``data`` atomically, then its checksum sidecar (a crash in between leaves an entry that reads as
+    missing)."""
+    atomic_write(path, lambda f: f.write(data))
+    write_text(path.with_name(path.name + ".sha256"), hashlib.sha256(data).hexdigest() + "\n")
 
 
 def write_json(path: Path, obj: Any) -> None:

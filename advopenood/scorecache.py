@@ -15,7 +15,6 @@ import inspect
 import io
 import pickle
 import shutil
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -63,24 +62,6 @@ def set_key(identity: Mapping[str, Any]) -> str:
 
 
 
-def read_checked(path: Path, what: str) -> bytes | None:
-    """The bytes of ``path`` when its ``.sha256`` sidecar matches; None when either is missing, and None with a
-    warning when they disagree (the caller recomputes the entry)."""
-    sidecar = path.with_name(path.name + ".sha256")
-    if not path.is_file() or not sidecar.is_file():
-        return None
-    data = path.read_bytes()
-    if hashlib.sha256(data).hexdigest() != sidecar.read_text().strip():
-        warnings.warn(f"advopenood: {what} {path} does not match its checksum; recomputing it", stacklevel=3)
-        return None
-    return data
-
-
-def write_checked(path: Path, data: bytes) -> None:
-    """Write ``data`` atomically, then its checksum sidecar (a crash in between leaves an entry that reads as
-    missing)."""
-    aio.atomic_write(path, lambda f: f.write(data))
-    aio.write_text(path.with_name(path.name + ".sha256"), hashlib.sha256(data).hexdigest() + "\n")
 
 class ScoreCache:
     """Score vectors under ``root``: :meth:`load` returns None for a missing or corrupt entry."""
@@ -92,13 +73,13 @@ class ScoreCache:
         return self.root / f"{name}-{det_key[:24]}" / f"{set_key(identity)}.npy"
 
     def load(self, name: str, det_key: str, identity: Mapping[str, Any]) -> np.ndarray | None:
-        data = read_checked(self.path(name, det_key, identity), "score file")
+        data = aio.read_checked(self.path(name, det_key, identity), "score file")
         return None if data is None else np.load(io.BytesIO(data))
 
     def save(self, name: str, det_key: str, identity: Mapping[str, Any], scores: np.ndarray) -> None:
         buf = io.BytesIO()
         np.save(buf, np.asarray(scores, dtype=np.float64))
-        write_checked(self.path(name, det_key, identity), buf.getvalue())
+        aio.write_checked(self.path(name, det_key, identity), buf.getvalue())
 
     def _fit_path(self, kind: str, key: str) -> Path:
         return self.root / "_fit" / f"{kind}-{key[:32]}.pt"
@@ -106,14 +87,14 @@ class ScoreCache:
     def load_tensors(self, kind: str, key: str) -> dict[str, torch.Tensor] | None:
         """A dict of tensors saved by :meth:`save_tensors` (``kind``: ``fitpass`` or ``state-<detector>``), or
         None when missing or corrupt."""
-        data = read_checked(self._fit_path(kind, key), "fit file")
+        data = aio.read_checked(self._fit_path(kind, key), "fit file")
         return None if data is None else torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
 
     def save_tensors(self, kind: str, key: str, tensors: Mapping[str, torch.Tensor]) -> None:
         """Save tensors atomically, the checksum sidecar last (a crash in between leaves an entry that reads as missing)."""
         buf = io.BytesIO()
         torch.save({k: v.detach().cpu() for k, v in tensors.items()}, buf)
-        write_checked(self._fit_path(kind, key), buf.getvalue())
+        aio.write_checked(self._fit_path(kind, key), buf.getvalue())
 
     def _part_dir(self, run_key: str) -> Path:
         return self.root / "_parts" / run_key[:32]

@@ -224,9 +224,7 @@ class AdvStore:
         }
         buf = io.BytesIO()
         np.savez(buf, **record)
-        data = buf.getvalue()
-        aio.atomic_write(shard, lambda f: f.write(data))
-        aio.write_text(shard.parent / (shard.name + ".sha256"), _sha256_bytes(data) + "\n")
+        aio.write_checked(shard, buf.getvalue())
 
     @staticmethod
     def _shard_path(path: Path, i: int) -> Path:
