@@ -14,7 +14,7 @@ Attacks (:class:`advopenood.attacks.Attack` subclasses):
   ``members(cfg)``, expanded when a config is read.
 
 Detectors (:class:`advopenood.detectors.Postprocessor` subclasses) declare what the shared pass must provide
-with class attributes (``requires_fit``, ``own_pass``, ``needs_taps``, ``shared_fit``; see
+with class attributes (``requires_fit``, ``own_pass``, ``needs_taps``, ``needs_input_grad``, ``shared_fit``; see
 :class:`DetectorNeeds`), and a differentiable confidence by inheriting :class:`DifferentiableDetector`
 (``grad_score``), which is what detector-adaptive attacks need.
 
@@ -40,6 +40,8 @@ class DetectorNeeds(Protocol):
     own_pass: ClassVar[bool]
     #: reads every tapped intermediate map (``Outputs.taps``); the shared pass records them only then
     needs_taps: ClassVar[bool]
+    #: takes the input gradient of the shared pass's outputs: the pass then runs with gradients
+    needs_input_grad: ClassVar[bool]
     #: fits from the shared fit pass's outputs (False: only from re-read image batches)
     shared_fit: ClassVar[bool]
 

@@ -74,6 +74,12 @@ class Outputs:
     taps: list[Tensor] | None = None
     stats: Tensor | None = None
 
+    def detached(self) -> Outputs:
+        """The same outputs cut from the autograd graph (what detectors that do not differentiate read)."""
+        cut = lambda t: None if t is None else t.detach()
+        return Outputs(self.logits.detach(), self.features.detach(), cut(self.maps),
+                       None if self.taps is None else [t.detach() for t in self.taps], cut(self.stats))
+
     def rows(self, index: Tensor | slice) -> Outputs:
         return Outputs(self.logits[index], self.features[index], None if self.maps is None else self.maps[index],
                        None if self.taps is None else [t[index] for t in self.taps],
@@ -101,6 +107,20 @@ def grad_outputs(net: nn.Module, x: Tensor, keep_maps: bool = True, taps: bool =
 def forward_outputs(net: nn.Module, x: Tensor, keep_maps: bool = True, taps: bool = False) -> Outputs:
     """:func:`grad_outputs` without gradients: the shared pass."""
     return grad_outputs(net, x, keep_maps, taps)
+
+
+def pass_outputs(net: nn.Module, x: Tensor, taps: bool, input_grad: bool) -> tuple[Tensor, Outputs, Outputs]:
+    """One network pass over a batch: ``(x, graph, outputs)``. With ``input_grad`` (a detector that
+    ``needs_input_grad`` scores) ``x`` comes back as a leaf requiring grad, ``graph`` carries the autograd graph
+    (parameters frozen: only the input gradient can be taken) and ``outputs`` is it detached; otherwise both are
+    :func:`forward_outputs`."""
+    if not input_grad:
+        out = forward_outputs(net, x, taps=taps)
+        return x, out, out
+    with torch.inference_mode(False), torch.enable_grad(), frozen(net):
+        x = (x.clone() if torch.is_inference(x) else x).detach().requires_grad_()
+        graph = grad_outputs(net, x, taps=taps)
+    return x, graph, graph.detached()
 
 
 def fc_layer(net: nn.Module) -> nn.Linear:
@@ -314,6 +334,10 @@ class Postprocessor:
     own_pass: ClassVar[bool] = False
     #: reads every tapped map (``Outputs.taps``); the shared pass records them only when such a detector scores
     needs_taps: ClassVar[bool] = False
+    #: differentiates the shared pass's outputs in its input: when such a detector scores, the shared pass runs
+    #: with gradients (``x`` a leaf that requires grad, ``Outputs`` carrying the graph) and hands the others the
+    #: detached outputs; a detector then gets its input gradient for one backward, without a forward of its own
+    needs_input_grad: ClassVar[bool] = False
     #: fits from the shared fit pass's outputs (False: only from ``batches``, its own pass)
     shared_fit: ClassVar[bool] = True
     #: the per-channel std a network divides its inputs by (OpenOOD's networks), for detectors that step in input
@@ -399,8 +423,8 @@ class Postprocessor:
 
     def postprocess(self, net: nn.Module, data: Tensor) -> tuple[Tensor, Tensor]:
         """OpenOOD's ``postprocess``: ``(pred, conf)`` for one batch, with this detector's own pass."""
-        out = forward_outputs(net, data, taps=self.needs_taps)
-        return out.logits.argmax(1), self.score(net, data, out)
+        data, graph, out = pass_outputs(net, data, self.needs_taps, self.needs_input_grad)
+        return out.logits.argmax(1), self.score(net, data, graph)
 
     def inference(self, net: nn.Module, data_loader: Iterable, progress: bool = True):
         """OpenOOD's ``inference``: ``(pred, conf, label)`` numpy arrays over a loader."""
@@ -809,12 +833,13 @@ class DetectorBank:
                 break
             if select is not None and not select(b):
                 continue
-            x = x.to(self.device)
-            out = forward_outputs(self.model, x, taps=taps)
+            x, graph, out = pass_outputs(self.model, x.to(self.device), taps,
+                                         any(self.dets[k].needs_input_grad for k in active))
             for key in list(active):
                 start = time.perf_counter()
                 try:
-                    conf = self.dets[key].score(self.model, x, out)
+                    det = self.dets[key]
+                    conf = det.score(self.model, x, graph if det.needs_input_grad else out)
                     conf = torch.as_tensor(conf).detach().reshape(-1).cpu().double().numpy()
                     if len(conf) != len(x):
                         raise ValueError(f"{len(conf)} scores for a batch of {len(x)}")

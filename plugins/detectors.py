@@ -83,7 +83,8 @@ class MSP(Postprocessor, DifferentiableDetector):
 
 @register("detectors", "odin")
 class ODIN(Postprocessor, DifferentiableDetector):
-    """ODIN, temperature scaling + input perturbation (Liang et al., ICLR 2018); own gradient pass.
+    """ODIN, temperature scaling + input perturbation (Liang et al., ICLR 2018); the input gradient from the
+    shared pass (``needs_input_grad``): one backward and one forward on ``x'`` per batch.
 
     ``x' = x - noise * sign(-grad_x log max_k softmax(f(x)/T)_k)``, ``conf = max_k softmax(f(x')/T)_k``
     with OpenOOD's ``T = 1000``, ``noise = 0.0014`` in pixel units. ``input_std`` (None for our [0, 1]-input
@@ -93,6 +94,7 @@ class ODIN(Postprocessor, DifferentiableDetector):
 
     openood_name = "odin"
     own_pass = True
+    needs_input_grad = True
 
     @classmethod
     def openood_adapt(cls, pp: Any) -> None:
@@ -100,6 +102,21 @@ class ODIN(Postprocessor, DifferentiableDetector):
         pp.input_std = [1.0] * len(pp.input_std)
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        """From the shared pass's graph (``x`` a leaf of ``out.logits``): one backward for the input gradient and
+        one forward on ``x'``, pytorch-ood's ``odin_preprocessing`` step by step; otherwise pytorch-ood's
+        ``ODIN.predict`` (its own forward, backward and forward)."""
+        temperature = float(self.params["temperature"])
+        if out.logits.requires_grad and x.requires_grad:
+            logits = out.logits / temperature
+            (gradient,) = torch.autograd.grad(F.cross_entropy(logits, logits.max(dim=1).indices), x,
+                                              retain_graph=True)
+            gradient = gradient.sign()
+            if self.input_std:
+                std = torch.tensor(self.input_std, dtype=gradient.dtype, device=gradient.device)
+                gradient = gradient / std.view(1, -1, *([1] * (gradient.ndim - 2)))
+            x_hat = x.detach() - float(self.params["noise"]) * gradient
+            with torch.no_grad():
+                return (net(x_hat) / temperature).softmax(dim=1).max(dim=1).values
         det = _pod().ODIN(net, eps=float(self.params["noise"]), temperature=float(self.params["temperature"]),
                       norm_std=list(self.input_std) if self.input_std else None)
         with frozen(net):
@@ -157,14 +174,23 @@ class RMDS(Postprocessor, DifferentiableDetector):
         return -with_grad(self.det.predict_features)(out.features)
 
 
+GRAM_CHUNK = 16
+
+
 def gram_statistics(maps: list[Tensor], powers: list[int]) -> Tensor:
     """GRAM's per-sample statistics of a batch, all tapped layers and powers at once: ``B x P x sum_l C_l``.
 
     Per tapped map ``F_l`` (``C_l x HW``) and power ``p``: ``S = rowsum(F^p (F^p)^T) = F^p colsum(F^p)`` (the
     ``C_l x C_l`` Gram matrix is never formed) and ``G = sign(S) |S|^(1/p)`` (Sastry & Oore, ICML 2020);
     ``|S|`` is clamped to the smallest positive float before the root, so the result is differentiable.
-    Integer powers are built by repeated multiplication (``F^p = F^(p-1) F``), far cheaper than ``pow``.
+    Integer powers are built by repeated multiplication (``F^p = F^(p-1) F``), far cheaper than ``pow``. A batch
+    is taken in nearly equal pieces of at most :data:`GRAM_CHUNK` samples, so a sample's maps and powers stay in the CPU's cache between
+    the multiplications and sums (each sample's statistics are the same either way).
     """
+    if len(maps[0]) > GRAM_CHUNK:
+        pieces = -(-len(maps[0]) // GRAM_CHUNK)  # nearly equal pieces: a lone sample never gets its own bmm
+        return torch.cat([gram_statistics(list(chunk), powers)
+                          for chunk in zip(*(m.tensor_split(pieces) for m in maps))])
     integral = all(float(p).is_integer() and p >= 1 for p in powers)
     stats = []
     for feature in maps:

@@ -145,8 +145,8 @@ def test_gram_maps_recorded_only_when_needed(gram_odin, bench):
 
 
 def test_odin_one_backward_one_extra_forward(gram_odin, bench):
-    """Per batch: the shared forward, then ODIN's forward + backward for the input gradient and one forward on the
-    perturbed input (counted at the final layer, which every pass runs)."""
+    """Per batch: the shared forward (with gradients, as ODIN is scored), ODIN's one backward for the input
+    gradient and one forward on the perturbed input (counted at the final layer, which every pass runs)."""
     bank, x = gram_odin
     head, calls = fc_layer(bench["model"]), {"forward": 0, "backward": 0}
     fwd = head.register_forward_hook(lambda *_: calls.__setitem__("forward", calls["forward"] + 1))
@@ -156,7 +156,7 @@ def test_odin_one_backward_one_extra_forward(gram_odin, bench):
     finally:
         fwd.remove()
         bwd.remove()
-    assert calls == {"forward": 2 * 3, "backward": 2}
+    assert calls == {"forward": 2 * 2, "backward": 2}
 
 
 def test_pgd_breaks_logit_detectors_but_not_mahalanobis(bench):
