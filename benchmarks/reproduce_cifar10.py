@@ -12,8 +12,9 @@ masked PGD draws one patch position per 200 consecutive images as the paper's co
 
 Writes ``OUT/compare.csv`` (one row per model x cell: ``ours``, ``paper``, ``diff`` = ours - paper, and for
 AUROC ``same_side_50``: both >= 50 or both < 50) and ``OUT/compare.md``, and ends with a ``SUMMARY`` line.
-``resnet18`` is the pack's ResNet-18 (OpenOOD ResNet18_32x32, the paper's CIFAR-10 architecture; 85.3 %
-clean accuracy on the JPEG test copy vs the paper's 95.32 %), ``resnet20`` the pack's ResNet-20 (87.2 %).
+``resnet18`` is the pack's ResNet-18 (OpenOOD ResNet18_32x32, the paper's CIFAR-10 architecture; 84.4 %
+clean accuracy on the reproduction's 1,000 JPEG test images vs the paper's 95.32 %), ``resnet20`` the pack's
+ResNet-20 (87.2 %).
 
 Run: ``python benchmarks/reproduce_cifar10.py --limit 1000 --models resnet20,resnet18``.
 """
