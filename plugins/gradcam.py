@@ -55,7 +55,9 @@ REGIME_MEANING = {
     "unchanged": "low L2, high SSIM: attention unchanged",
     "low_l2_low_ssim": "low L2, low SSIM: small but unstructured change",
 }
-SUBSETS = ("all", "successful", "unsuccessful")
+#: ``successful`` / ``unsuccessful``: clean-correct images the attack did / did not flip; ``clean_misclassified``:
+#: images the classifier already got wrong, which count as ``success`` (``adv_pred != y``) without any attack
+SUBSETS = ("all", "successful", "unsuccessful", "clean_misclassified")
 #: The explained class of each map: ``prediction`` (each image's own top prediction, the paper's) or ``clean``.
 TARGET_RULES = ("prediction", "clean")
 TARGET_MEANING = {"prediction": "each map explains its own image's prediction",
@@ -180,13 +182,23 @@ def threshold_origin(l2_threshold: float, ssim_threshold: float) -> str:
     return "config (not from the paper)"
 
 
+def subset_masks(df: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The rows of each of :data:`SUBSETS`: an attack succeeds on an image only if the clean image was classified
+    correctly and the adversarial one is not (``clean_pred == y`` and ``success``)."""
+    correct = df["clean_pred"].to_numpy() == df["y"].to_numpy()
+    success = df["success"].to_numpy(bool)
+    return {"all": np.ones(len(df), bool), "successful": correct & success, "unsuccessful": correct & ~success,
+            "clean_misclassified": ~correct}
+
+
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
-    """Per attack and subset (all / successful / unsuccessful attacks): n, means, medians, regime shares in %,
-    and how the rows were made (target rule, thresholds and their origin, protocol)."""
+    """Per attack and subset (all / successful / unsuccessful attacks on clean-correct images / clean-misclassified
+    images, :func:`subset_masks`): n, means, medians, regime shares in %, and how the rows were made (target rule,
+    thresholds and their origin, protocol)."""
     rows = []
     for attack, part in df.groupby("attack", sort=False):
-        success = part["success"].astype(bool)
-        for subset, sel in zip(SUBSETS, (np.ones(len(part), bool), success.to_numpy(), ~success.to_numpy())):
+        masks = subset_masks(part)
+        for subset, sel in ((k, masks[k]) for k in SUBSETS):
             sub = part[sel]
             row: dict[str, Any] = {"attack": attack, "eps": part["eps"].iloc[0], "subset": subset, "n": len(sub)}
             for col in ("l2", "ssim"):
@@ -221,7 +233,8 @@ REGIME_COLORS = {"changed": "tab:red", "moved": "tab:orange", "unchanged": "tab:
 def plot_shift(df: pd.DataFrame, attack: str, l2_threshold: float, ssim_threshold: float,
                target_rule: str = "prediction") -> Figure:
     """L2-vs-SSIM scatter coloured by density (red dense, blue sparse, as the paper's Figure 1); the regime
-    quadrants are shaded and their shares given in the legend; unsuccessful attacks are grey crosses."""
+    quadrants are shaded and their shares given in the legend; unsuccessful attacks are grey crosses, images
+    misclassified when clean grey circles (:func:`subset_masks`)."""
     from matplotlib.patches import Patch
 
     from matplotlib.figure import Figure
@@ -229,7 +242,8 @@ def plot_shift(df: pd.DataFrame, attack: str, l2_threshold: float, ssim_threshol
     fig = Figure(figsize=(6.4, 5.6))
     ax = fig.subplots()
     l2, ssim = df["l2"].to_numpy(float), df["ssim"].to_numpy(float)
-    ok = df["success"].to_numpy(bool)
+    masks = subset_masks(df)
+    ok, failed, wrong = masks["successful"], masks["unsuccessful"], masks["clean_misclassified"]
     xmax = max(float(l2.max()) * 1.05 if len(l2) else 0.0, l2_threshold * 2)
     ymin = min(float(ssim.min()) - 0.05 if len(ssim) else 0.0, 0.0)
     quadrants = {"unchanged": ((0, l2_threshold), (ssim_threshold, 1.05)),
@@ -248,9 +262,12 @@ def plot_shift(df: pd.DataFrame, attack: str, l2_threshold: float, ssim_threshol
     sc = ax.scatter(l2[ok][order], ssim[ok][order], c=dens[ok][order], cmap="jet", vmin=0, vmax=1, s=14,
                     edgecolors="none", label=f"successful attack ({ok.sum()})")
     handles.append(sc)
-    if (~ok).any():
-        handles.append(ax.scatter(l2[~ok], ssim[~ok], marker="x", c="0.35", s=16, linewidths=0.8,
-                                  label=f"unsuccessful attack ({(~ok).sum()})"))
+    if failed.any():
+        handles.append(ax.scatter(l2[failed], ssim[failed], marker="x", c="0.35", s=16, linewidths=0.8,
+                                  label=f"unsuccessful attack ({failed.sum()})"))
+    if wrong.any():
+        handles.append(ax.scatter(l2[wrong], ssim[wrong], marker="o", facecolors="none", edgecolors="0.35", s=16,
+                                  linewidths=0.8, label=f"misclassified when clean ({wrong.sum()})"))
     fig.colorbar(sc, ax=ax, label="relative density")
     ax.set_xlim(0, xmax)
     ax.set_ylim(ymin, 1.05)

@@ -195,12 +195,16 @@ def test_adversarial_map_explains_the_adversarial_prediction(weak_fgsm_run, cifa
 def test_unsuccessful_attacks_are_reported_separately(weak_fgsm_run):
     _, _, result, _ = weak_fgsm_run
     df, summary = result["gradcam.csv"], result["gradcam_summary.csv"]
-    n_ok = int(df["success"].sum())
-    assert 0 < n_ok < len(df)  # eps 1/255 leaves some images correctly classified
+    correct = df["clean_pred"] == df["y"]
+    flipped, failed, wrong = df[correct & df["success"]], df[correct & ~df["success"]], df[~correct]
+    assert len(flipped) and len(failed) and len(wrong)  # eps 1/255 leaves some images correctly classified
+    assert wrong["success"].all()  # the store counts a clean-misclassified image as a success
     rows = summary.set_index("subset")
-    assert list(rows.index) == ["all", "successful", "unsuccessful"]
-    assert rows.loc["successful", "n"] == n_ok and rows.loc["unsuccessful", "n"] == len(df) - n_ok
-    for subset, part in (("successful", df[df["success"]]), ("unsuccessful", df[~df["success"]]), ("all", df)):
+    assert list(rows.index) == ["all", "successful", "unsuccessful", "clean_misclassified"]
+    assert [rows.loc[k, "n"] for k in ("successful", "unsuccessful", "clean_misclassified")] == \
+        [len(flipped), len(failed), len(wrong)]
+    for subset, part in (("successful", flipped), ("unsuccessful", failed), ("clean_misclassified", wrong),
+                         ("all", df)):
         assert rows.loc[subset, "l2_mean"] == pytest.approx(part["l2"].mean())
         assert rows.loc[subset, "ssim_median"] == pytest.approx(part["ssim"].median())
         shares = [rows.loc[subset, f"pct_{r}"] for r in REGIMES]
