@@ -4,8 +4,8 @@ Same model (CIFAR ResNet-20), same fit rows (the CIFAR-10 train subset, in ``sco
 scored sets (CIFAR-10 test as ID; Tiny-ImageNet, MNIST, Fashion-MNIST, Texture as OOD), same batches.
 "Per detector" is OpenOOD's way: each detector's ``setup`` runs its own pass over the fit set and its
 ``inference`` its own pass over every set. Both include fitting. Reports the speed ratio (all 16, and the
-15 that share the pass; ODIN's input-gradient step, one forward + backward and one forward per batch, costs
-the same either way; GRAM reads the shared pass's tapped maps) and the largest score difference (absolute,
+15 besides ODIN, whose input gradient costs one backward and one forward on the perturbed input per batch
+either way; GRAM reads the shared pass's tapped maps) and the largest score difference (absolute,
 relative to the score scale ``max(1, max |score|)``). A small untimed run of both ways first pays the one-time
 process costs (imports, first-call set-up), which would otherwise fall on whichever column runs first.
 Target: >= 4x for all 16, differences <= 1e-5. Run: ``python benchmarks/bench_detectors.py [--n 1000 --fit 10000]``.
@@ -100,7 +100,7 @@ def main() -> None:
     t_per_sharing = t_per_total - sum(t_per[n] for n in own)
     print(f"\nshared pass, all {len(shared.scores)}: {t_shared:.1f} s; one pass per detector: {t_per_total:.1f} s")
     print(f"the {len(shared.scores) - len(own)} pass-sharing detectors: {t_shared - t_own_shared:.1f} s vs "
-          f"{t_per_sharing:.1f} s; ODIN (own gradient step either way): {t_own_shared:.1f} s vs "
+          f"{t_per_sharing:.1f} s; ODIN (its backward + extra forward either way): {t_own_shared:.1f} s vs "
           f"{sum(t_per[n] for n in own):.1f} s")
     print(f"SUMMARY detectors: shared pass {t_per_total / t_shared:.2f}x faster for all {len(shared.scores)} "
           f"({t_per_sharing / (t_shared - t_own_shared):.2f}x for the {len(shared.scores) - len(own)} that share it); "

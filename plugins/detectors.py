@@ -174,7 +174,7 @@ class RMDS(Postprocessor, DifferentiableDetector):
         return -with_grad(self.det.predict_features)(out.features)
 
 
-GRAM_CHUNK = 16
+GRAM_CHUNK = 32
 
 
 def gram_statistics(maps: list[Tensor], powers: list[int]) -> Tensor:
