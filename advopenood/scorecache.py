@@ -61,8 +61,6 @@ def set_key(identity: Mapping[str, Any]) -> str:
     return canonical_key(dict(identity))[:32]
 
 
-
-
 class ScoreCache:
     """Score vectors under ``root``: :meth:`load` returns None for a missing or corrupt entry."""
 

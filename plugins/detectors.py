@@ -184,8 +184,8 @@ def gram_statistics(maps: list[Tensor], powers: list[int]) -> Tensor:
     ``C_l x C_l`` Gram matrix is never formed) and ``G = sign(S) |S|^(1/p)`` (Sastry & Oore, ICML 2020);
     ``|S|`` is clamped to the smallest positive float before the root, so the result is differentiable.
     Integer powers are built by repeated multiplication (``F^p = F^(p-1) F``), far cheaper than ``pow``. A batch
-    is taken in nearly equal pieces of at most :data:`GRAM_CHUNK` samples, so a sample's maps and powers stay in the CPU's cache between
-    the multiplications and sums (each sample's statistics are the same either way).
+    is taken in nearly equal pieces of at most :data:`GRAM_CHUNK` samples, so a sample's maps and powers stay in
+    the CPU's cache between the multiplications and sums (each sample's statistics are the same either way).
     """
     if len(maps[0]) > GRAM_CHUNK:
         pieces = -(-len(maps[0]) // GRAM_CHUNK)  # nearly equal pieces: a lone sample never gets its own bmm

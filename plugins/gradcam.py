@@ -198,8 +198,8 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for attack, part in df.groupby("attack", sort=False):
         masks = subset_masks(part)
-        for subset, sel in ((k, masks[k]) for k in SUBSETS):
-            sub = part[sel]
+        for subset in SUBSETS:
+            sub = part[masks[subset]]
             row: dict[str, Any] = {"attack": attack, "eps": part["eps"].iloc[0], "subset": subset, "n": len(sub)}
             for col in ("l2", "ssim"):
                 row[f"{col}_mean"] = float(sub[col].mean()) if len(sub) else float("nan")
