@@ -172,14 +172,24 @@ def collect(out: Path, result: Results | Mapping[str, pd.DataFrame] | None, prot
 # ------------------------------------------------------------------------------------ report_sections.json
 
 def relative(path: Path, out: Path) -> str:
-    """``path`` relative to the output folder ``out`` (posix); a ValueError when it lies outside."""
+    """``path`` relative to the output folder ``out`` (posix); a ValueError when it lies outside.
+
+    A relative ``path`` is read from the working directory when that puts it under ``out`` (a figure written to
+    ``ctx.plot_dir`` of a run whose ``--out`` is relative, as in ``--out runs/demo``), else as relative to ``out``.
+    """
     path = Path(path)
     if not path.is_absolute():
-        return path.as_posix()
+        if not _under(path.resolve(), Path(out).resolve()):
+            return path.as_posix()
+        path = path.resolve()
     try:
         return path.resolve().relative_to(Path(out).resolve()).as_posix()
     except ValueError:
         raise ValueError(f"figure {path} is not under the run's output folder {out}") from None
+
+
+def _under(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
 
 
 def _cell(value: Any) -> Any:

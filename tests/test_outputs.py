@@ -44,3 +44,18 @@ def test_foreign_files_need_overwrite_and_are_kept(tmp_path, session_cache, caps
     assert main([*args, "--overwrite"]) == 0
     assert (out / "notes.txt").read_text() == "keep me\n" and (out / "ood.csv").is_file()
     assert "notes.txt" not in json.loads((out / "manifest.json").read_text())["files"]
+
+
+def test_relative_out_folder_as_in_the_readme_command(tmp_path, session_cache, monkeypatch):
+    """``--out runs/demo`` (relative to the working directory, as the README's first command): the figures the
+    plugins list are found, and the report links them relative to the output folder."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "--limit", "40", "--attack", "fgsm", "--detectors", "msp", "--analysis", "",
+                 "--out", "runs/demo", "--quiet"]) == 0
+    out = tmp_path / "runs" / "demo"
+    manifest = json.loads((out / "manifest.json").read_text())["files"]
+    refs = re.findall(r"\]\(([^)]+\.png)\)", (out / "report.md").read_text())
+    assert refs and all(ref.startswith("plots/") and ref in manifest for ref in refs), refs
+    saved = json.loads((out / "report_sections.json").read_text())["sections"]
+    paths = [i["path"] for s in saved for i in s["items"] if i["kind"] == "figure"]
+    assert paths and all(p.startswith("plots/") and (out / p).is_file() for p in paths), paths
