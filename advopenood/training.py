@@ -63,15 +63,20 @@ def trained_model(model_cfg: dict[str, Any], data: Dataset, cache: Path, seed: i
                   device: torch.device | str = "cpu", progress: bool = True) -> Classifier:
     """``model_cfg``'s architecture trained on ``data`` with ``model_cfg['train']`` (over :data:`RECIPE`),
     loaded from ``cache`` or trained once and saved there atomically (and then loaded from there, so the first
-    run and later ones share the weights hash that keys their adversarial sets)."""
+    run and later ones share the weights hash that keys their adversarial sets). The initial weights are drawn
+    from ``seed`` too, so the key determines the weights in any process."""
     recipe = {**RECIPE, **(model_cfg.get("train") or {})}
     arch = {k: model_cfg.get(k) for k in ("arch", "num_classes", "in_channels", "input_size", "mean", "std")}
-    key = canonical_key({"model": arch, "data": data.identity(), "recipe": recipe, "seed": seed,
+    key = canonical_key({"model": arch, "data": data.identity(), "recipe": recipe, "seed": seed, "init": "seeded",
                          "torch": library_versions()["torch"]})[:16]
     path = Path(cache) / "models" / f"{model_cfg['arch']}-{key}.pt"
     if path.is_file():
         return build_from_config(model_cfg, path, device)
-    model = train_classifier(build_from_config(model_cfg, None, device), data, recipe, seed, progress)
+    device = torch.device(device)
+    # the initial weights come from the seed, not from whatever drew from torch's generator earlier in the process
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        model = train_classifier(build_from_config(model_cfg, None, device), data, recipe, seed, progress)
     buf = io.BytesIO()
     torch.save(model.backbone.state_dict(), buf)
     aio.atomic_write(path, lambda f: f.write(buf.getvalue()))

@@ -7,7 +7,9 @@ scored sets (CIFAR-10 test as ID; Tiny-ImageNet, MNIST, Fashion-MNIST, Texture a
 15 besides ODIN, whose input gradient costs one backward and one forward on the perturbed input per batch
 either way; GRAM reads the shared pass's tapped maps) and the largest score difference (absolute,
 relative to the score scale ``max(1, max |score|)``). A small untimed run of both ways first pays the one-time
-process costs (imports, first-call set-up), which would otherwise fall on whichever column runs first.
+process costs (imports, first-call set-up), which would otherwise fall on whichever column runs first. The two
+ways then alternate ``--repeat`` times and the medians are compared: a run of the shared pass takes seconds, and
+a burst of load on a shared machine moved a single run by up to 50 %.
 Target: >= 4x for all 16, differences <= 1e-5. Run: ``python benchmarks/bench_detectors.py [--n 1000 --fit 10000]``.
 """
 from __future__ import annotations
@@ -43,6 +45,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--backend", default="auto", choices=["auto", "openood", "pytorch-ood"])
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3, help="alternating runs of each way; medians reported")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cpu = torch.device("cpu")
@@ -68,36 +71,47 @@ def main() -> None:
         det.setup(model, {"train": dict_loader(limit_dataset(fit_set, 32, 0), args.batch)}, {})
         det.inference(model, dict_loader(limit_dataset(data["id"], 32, 0), args.batch), progress=False)
 
-    t = time.perf_counter()
-    shared = score_all(names, args.backend, model, fit_set,
-                       {k: (lambda ds=ds: make_loader(ds, args.batch)) for k, ds in data.items()},
-                       batch_size=args.batch, device=cpu, seed=0, progress=False)
-    t_shared = time.perf_counter() - t
-    if shared.errors:
-        print("errors:", shared.errors)
-
     fit_loader = dict_loader(fit_subset(fit_set, seed=0), args.batch)
-    per: dict[str, dict[str, np.ndarray]] = {}
-    t_per: dict[str, float] = {}
-    for name in shared.scores:
+    t_shared_runs: list[float] = []
+    det_shared_runs: list[dict[str, float]] = []
+    t_per_runs: list[dict[str, float]] = []
+    rel: dict[str, float] = {}
+    for _ in range(args.repeat):  # the two ways alternate, so a burst of load on the machine hits both
         t = time.perf_counter()
-        det = create_detector(name, shared.backend, seed=0, batch_size=args.batch)
-        det.setup(model, {"train": fit_loader, "val": fit_loader}, {})
-        per[name] = {k: det.inference(model, dict_loader(ds, args.batch), progress=False)[1] for k, ds in data.items()}
-        t_per[name] = time.perf_counter() - t
+        shared = score_all(names, args.backend, model, fit_set,
+                           {k: (lambda ds=ds: make_loader(ds, args.batch)) for k, ds in data.items()},
+                           batch_size=args.batch, device=cpu, seed=0, progress=False)
+        t_shared_runs.append(time.perf_counter() - t)
+        det_shared_runs.append(dict(shared.seconds))
+        if shared.errors:
+            print("errors:", shared.errors)
+        t_per: dict[str, float] = {}
+        for name in shared.scores:
+            t = time.perf_counter()
+            det = create_detector(name, shared.backend, seed=0, batch_size=args.batch)
+            det.setup(model, {"train": fit_loader, "val": fit_loader}, {})
+            per = {k: det.inference(model, dict_loader(ds, args.batch), progress=False)[1] for k, ds in data.items()}
+            t_per[name] = time.perf_counter() - t
+            diff = max(float(np.abs(per[k] - shared.scores[name][k]).max()) for k in data)
+            scale = max(1.0, max(float(np.abs(shared.scores[name][k]).max()) for k in data))
+            rel[name] = max(rel.get(name, 0.0), diff / scale)
+        t_per_runs.append(t_per)
 
-    print(f"\nbackend {shared.backend}")
-    print(f"{'detector':<9} {'per-detector s':>14} {'shared s':>9} {'max |diff|':>11} {'rel diff':>9}")
-    worst_rel = 0.0
+    med = lambda values: float(np.median(values))
+    t_shared = med(t_shared_runs)
+    t_per = {n: med([run[n] for run in t_per_runs]) for n in shared.scores}
+    s_det = {n: med([run.get(n, 0.0) for run in det_shared_runs]) for n in shared.scores}
+    print(f"\nbackend {shared.backend}; medians of {args.repeat} alternating runs of each way")
+    print(f"{'detector':<9} {'per-detector s':>14} {'shared s':>9} {'rel diff':>9}")
     for name in shared.scores:
-        diff = max(float(np.abs(per[name][k] - shared.scores[name][k]).max()) for k in data)
-        scale = max(1.0, max(float(np.abs(shared.scores[name][k]).max()) for k in data))
-        worst_rel = max(worst_rel, diff / scale)
-        print(f"{name:<9} {t_per[name]:14.2f} {shared.seconds.get(name, 0.0):9.2f} {diff:11.3g} {diff / scale:9.2g}")
+        print(f"{name:<9} {t_per[name]:14.2f} {s_det[name]:9.2f} {rel[name]:9.2g}")
+    print("shared pass, each run (s): " + ", ".join(f"{t:.1f}" for t in t_shared_runs)
+          + "; one pass per detector: " + ", ".join(f"{sum(run.values()):.1f}" for run in t_per_runs))
     own = [n for n in ("odin",) if n in shared.scores]
-    t_own_shared = sum(shared.seconds.get(n, 0.0) for n in own)
-    t_per_total = sum(t_per.values())
-    t_per_sharing = t_per_total - sum(t_per[n] for n in own)
+    t_own_shared = sum(s_det[n] for n in own)
+    t_per_total = med([sum(run.values()) for run in t_per_runs])
+    t_per_sharing = med([sum(v for n, v in run.items() if n not in own) for run in t_per_runs])
+    worst_rel = max(rel.values())
     print(f"\nshared pass, all {len(shared.scores)}: {t_shared:.1f} s; one pass per detector: {t_per_total:.1f} s")
     print(f"the {len(shared.scores) - len(own)} pass-sharing detectors: {t_shared - t_own_shared:.1f} s vs "
           f"{t_per_sharing:.1f} s; ODIN (its backward + extra forward either way): {t_own_shared:.1f} s vs "

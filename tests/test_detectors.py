@@ -20,7 +20,7 @@ from advopenood.errors import UsageError
 from advopenood.metrics import ood_metrics
 from advopenood.models import weights_hash
 from advopenood.store import AdvStore
-from advopenood_plugins.detectors import BUILTIN_DETECTORS
+from advopenood_plugins.detectors import BUILTIN_DETECTORS, gram_statistics, gram_vectors
 
 ALL = list(BUILTIN_DETECTORS)
 BS = 128
@@ -112,6 +112,38 @@ def _old_way(name: str, det: Postprocessor, model: torch.nn.Module, x: torch.Ten
         gram = _pod_gram(model, fit, list(det.params["powers"]), det.seed)
         return -gram.predict_structured(logits, maps) / logits.softmax(1).max(1).values
     return -ODIN(model, eps=float(det.params["noise"]), temperature=float(det.params["temperature"])).predict(x)
+
+
+@pytest.fixture(scope="module")
+def tapped(bench):
+    """GRAM's tapped maps of 100 CIFAR-10 test images (an odd batch: pieces of unequal size) on the trained model."""
+    x = next(iter(make_loader(limit_dataset(bench["id"], 100, 0), 100)))[0]
+    return Taps(bench["model"])(x)[1]
+
+
+@pytest.mark.parametrize("power", [1, 2, 3, 4, 5])
+def test_gram_fit_statistics_follow_pytorch_ood(tapped, power):
+    """The fit's statistics are pytorch-ood's ``Gram._gram_vector`` to the last bit for p <= 3 (torch's ``pow``
+    multiplies there too) and within 1e-6 of the largest statistic for p = 4, 5 (repeated multiplication vs
+    ``pow``; an odd power's row sums cancel, so a small entry can differ by more than that relative to itself)."""
+    from pytorch_ood.detector import Gram
+    ours = gram_vectors(tapped, [power])[:, 0]
+    theirs = torch.cat([Gram._gram_vector(t, power) for t in tapped], 1)
+    if power <= 3:
+        assert torch.equal(ours, theirs)
+    else:
+        assert not torch.equal(ours, theirs) and (ours - theirs).abs().max() <= 1e-6 * theirs.abs().max()
+
+
+def test_gram_scoring_statistics_agree_and_do_not_depend_on_the_batch(tapped):
+    """The scoring statistics (``F^p colsum(F^p)``, in pieces) agree with the fit's (the Gram matrix's row sums)
+    to float rounding, and each sample's statistics are the same in a batch of 100 as on its own."""
+    powers = [1, 2, 3, 4, 5]
+    fast, exact = gram_statistics(tapped, powers), gram_vectors(tapped, powers)
+    assert fast.shape == exact.shape == (100, 5, exact.shape[2])
+    assert torch.allclose(fast, exact, rtol=1e-4, atol=1e-4 * float(exact.abs().max()))
+    for row in (0, 37, 99):
+        assert torch.equal(gram_statistics([t[row:row + 1] for t in tapped], powers)[0], fast[row])
 
 
 @pytest.mark.parametrize("name", ["gram", "odin"])
