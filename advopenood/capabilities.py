@@ -42,6 +42,9 @@ class DetectorNeeds(Protocol):
     needs_taps: ClassVar[bool]
     #: takes the input gradient of the shared pass's outputs: the pass then runs with gradients
     needs_input_grad: ClassVar[bool]
+    #: reads the last block's maps (``Outputs.maps``): always scored from a network pass, never from a scored
+    #: set's stored logits and features
+    needs_maps: ClassVar[bool]
     #: fits from the shared fit pass's outputs (False: only from re-read image batches)
     shared_fit: ClassVar[bool]
 

@@ -16,7 +16,7 @@ penultimate features and last-block maps are computed once and handed to each de
 tapped map of the same pass); only ODIN (input gradients) adds its own step. Fitting works the same way: one
 pass over the fit set, shared by every detector that fits on ID data (GRAM keeps per-sample statistics of
 the tapped maps, never the maps). With a :class:`~advopenood.scorecache.ScoreCache`, the fit pass, fitted
-states and score vectors are read back instead of recomputed; under ``torchrun`` the fit pass and the scoring
+states, each scored set's logits and features, and score vectors are read back instead of recomputed; under ``torchrun`` the fit pass and the scoring
 are sharded by batch over the ranks.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ from advopenood.config import BACKENDS
 from advopenood.data import Subset, make_loader, seeded_prefix
 from advopenood.errors import UsageError
 from advopenood.models import Classifier
-from advopenood.scorecache import ScoreCache, detector_key, fit_pass_key
+from advopenood.scorecache import ScoreCache, detector_key, fit_pass_key, set_pass_key
 from advopenood.store import canonical_key
 
 OPENOOD_INSTALL = ("git clone https://github.com/Jingkang50/OpenOOD && pip install -e ./OpenOOD && "
@@ -64,7 +64,8 @@ Batches = Callable[[], Iterable[tuple[Tensor, Tensor]]]
 @dataclass
 class Outputs:
     """One network pass over a batch: logits ``B x K``, penultimate features ``B x D`` and, where the network
-    exposes it, the last block's maps ``B x C x H x W`` (``None`` for fit-set outputs, which are not kept) and,
+    exposes it, the last block's maps ``B x C x H x W`` (``None`` for fit-set outputs and a set's stored
+    outputs, which keep logits and features only; a detector that reads them declares ``needs_maps``) and,
     when a detector asks for them (``needs_taps``), every ``nn.Conv2d`` / ``nn.ReLU`` output (:class:`Taps`);
     for a fitting detector, ``stats`` holds its per-sample statistics of those maps (``tap_statistics``)."""
 
@@ -338,6 +339,9 @@ class Postprocessor:
     #: with gradients (``x`` a leaf that requires grad, ``Outputs`` carrying the graph) and hands the others the
     #: detached outputs; a detector then gets its input gradient for one backward, without a forward of its own
     needs_input_grad: ClassVar[bool] = False
+    #: reads ``Outputs.maps`` (the last block's maps): always scored from a network pass; the others may be
+    #: scored from a set's stored logits and features (a re-run with one detector's parameter changed)
+    needs_maps: ClassVar[bool] = False
     #: fits from the shared fit pass's outputs (False: only from ``batches``, its own pass)
     shared_fit: ClassVar[bool] = True
     #: the per-channel std a network divides its inputs by (OpenOOD's networks), for detectors that step in input
@@ -770,7 +774,9 @@ class ScoreResult:
     ``work`` (``run.json``'s ``detector_work``): ``fitted`` detectors set up this run vs ``fits_reused`` (all
     their score vectors stored); of those set up, ``fits_computed`` ran their fit and ``fit_states_reused``
     read a stored fitted state; ``fit_pass_computed`` / ``fit_pass_reused`` whether the fit pass ran or was
-    read back; ``score_sets_computed`` / ``score_sets_reused`` (detector, set) score vectors."""
+    read back; ``set_passes_computed`` / ``set_passes_reused`` scored sets whose network pass ran or whose
+    stored logits and features were read back (one process only; see :func:`score_all`);
+    ``score_sets_computed`` / ``score_sets_reused`` (detector, set) score vectors."""
 
     scores: dict[str, dict[str, np.ndarray]]
     errors: dict[str, str]
@@ -799,6 +805,12 @@ def fit_subset(fit_set: Dataset, seed: int, fit_size: int | None = None) -> Subs
     return Subset(fit_set, fit_rows(len(fit_set), fit_size, seed))
 
 
+def reads_outputs_only(det: Postprocessor) -> bool:
+    """Whether a detector scores from a batch's logits and features alone (no own pass, taps, input gradient or
+    maps), so that a set's stored outputs can stand in for the network pass."""
+    return not (det.own_pass or det.needs_taps or det.needs_input_grad or det.needs_maps)
+
+
 class DetectorBank:
     """Fitted detectors that score any set with one shared network pass per batch (:func:`fit_detectors`).
 
@@ -819,22 +831,38 @@ class DetectorBank:
         return [k for k in self.order if k in self.dets]
 
     def score_batches(self, set_name: str, batches: Iterable[tuple[Tensor, Tensor]], only: Iterable[str] | None = None,
-                      progress: bool = True, select: Callable[[int], bool] | None = None
+                      progress: bool = True, select: Callable[[int], bool] | None = None,
+                      stored: Outputs | None = None, record: list[Outputs] | None = None
                       ) -> dict[str, dict[int, np.ndarray]]:
         """``scores[detector][batch index]`` (float64) for the batches of one set that ``select`` accepts (all
-        by default: under torchrun, a rank's share), one shared network pass per batch."""
+        by default: under torchrun, a rank's share), one shared network pass per batch.
+
+        ``stored``: the whole set's logits and features from an earlier pass (:func:`reads_outputs_only`
+        detectors only); each batch's rows are read from it instead of a network pass. ``record``: a list that
+        receives each batch's logits and features (on the CPU), for the store."""
         chosen = None if only is None else set(only)
         active = [k for k in self.dets if chosen is None or k in chosen]
         taps = any(self.dets[k].needs_taps for k in active)
         parts: dict[str, dict[int, np.ndarray]] = {k: {} for k in active}
+        offset = 0
         for b, (x, _) in enumerate(tqdm(batches, desc=f"score {set_name}", unit="batch", disable=not progress,
                                         leave=False)):
             if not active:
                 break
+            rows = slice(offset, offset + len(x))
+            offset += len(x)
             if select is not None and not select(b):
                 continue
-            x, graph, out = pass_outputs(self.model, x.to(self.device), taps,
-                                         any(self.dets[k].needs_input_grad for k in active))
+            if stored is not None:
+                if rows.stop > len(stored.logits):
+                    raise ValueError(f"the stored pass of {set_name!r} has {len(stored.logits)} rows; the set has more")
+                x, out = x.to(self.device), stored.rows(rows)
+                graph = out
+            else:
+                x, graph, out = pass_outputs(self.model, x.to(self.device), taps,
+                                             any(self.dets[k].needs_input_grad for k in active))
+                if record is not None:
+                    record.append(Outputs(out.logits.cpu(), out.features.cpu()))
             for key in list(active):
                 start = time.perf_counter()
                 try:
@@ -849,6 +877,8 @@ class DetectorBank:
                     active.remove(key)
                     parts.pop(key)
                 self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - start
+        if stored is not None and active and offset != len(stored.logits):
+            raise ValueError(f"the stored pass of {set_name!r} has {len(stored.logits)} rows; the set has {offset}")
         return parts
 
     def drop(self, key: str, reason: str) -> None:
@@ -1054,8 +1084,10 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
     ``sets`` maps a set name to a zero-argument callable yielding ``(x, y)`` batches of [0, 1] images. With a
     ``cache`` (and each set's identity in ``identities``), score vectors already in the store are read back,
     only the detectors with a missing vector are fitted (from the stored fit pass and states where possible),
-    and only the missing vectors are computed; ``work`` counts both. The returned bank (a :class:`LazyBank`)
-    fits the rest when an analysis needs them.
+    and only the missing vectors are computed; ``work`` counts both. Each scored set's logits and features are
+    stored too (one process only): when every detector missing a vector of that set scores from those alone
+    (:func:`reads_outputs_only`), they are read back instead of running the network. The returned bank (a
+    :class:`LazyBank`) fits the rest when an analysis needs them.
 
     Under torchrun (``world_size > 1``; needs a ``cache``, the shared store) every rank calls this: the fit
     pass is sharded by batch, each rank scores the batches ``b % world_size == rank`` of every set and writes
@@ -1109,9 +1141,26 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
     todo = {set_name: [k for k in need if set_name not in found[k] and k in bank.dets] for set_name in sets}
     select = None if world_size == 1 else (lambda b: b % world_size == rank)
     share: dict[str, dict[str, dict[int, np.ndarray]]] = {}
+    pass_work = {"set_passes_computed": 0, "set_passes_reused": 0}
     for set_name, make_batches in sets.items():
-        if todo[set_name]:
-            share[set_name] = bank.score_batches(set_name, make_batches(), todo[set_name], progress, select)
+        who = todo[set_name]
+        if not who:
+            continue
+        # one process keeps each scored set's logits and features, so that a detector whose parameter changed
+        # scores from them without a network pass
+        pass_key = set_pass_key(model_hash=model_hash, model=model, identity=identities[set_name],
+                                batch_size=batch_size) if world_size == 1 else None
+        stored = None
+        if pass_key is not None and all(reads_outputs_only(bank.dets[k]) for k in who):
+            tensors = cache.load_tensors("setpass", pass_key)
+            if tensors is not None:
+                stored = Outputs(tensors["logits"].to(device), tensors["features"].to(device))
+        record: list[Outputs] | None = [] if pass_key is not None and stored is None else None
+        share[set_name] = bank.score_batches(set_name, make_batches(), who, progress, select, stored, record)
+        pass_work["set_passes_reused" if stored is not None else "set_passes_computed"] += 1
+        if record and any(k in bank.dets for k in who):
+            cache.save_tensors("setpass", pass_key, {"logits": torch.cat([o.logits for o in record]),
+                                                     "features": torch.cat([o.features for o in record])})
     if world_size > 1:
         run_key = canonical_key({"score": det_keys, "sets": {k: identities[k] for k in sets}, "world": world_size})
         cache.save_part(run_key, rank, {"scores": share, "errors": {k: bank.errors[k] for k in need
@@ -1119,7 +1168,8 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
         _barrier(world_size)
         if rank != 0:
             return ScoreResult({}, bank.errors, resolved, bank.seconds, bank,
-                               {**FIT_WORK, **bank.work, "fitted": len([k for k in need if k not in bank.errors])})
+                               {**FIT_WORK, **bank.work, **pass_work,
+                                "fitted": len([k for k in need if k not in bank.errors])})
         parts = cache.load_parts(run_key, world_size)
         cache.drop_parts(run_key)
         for part in parts:
@@ -1138,6 +1188,6 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
             computed += 1
     scores = {k: found[k] for k in keys if k in det_keys and k not in bank.errors}
     return ScoreResult(scores, bank.errors, resolved, bank.seconds, bank,
-                       {**FIT_WORK, **bank.work, "fitted": len([k for k in need if k not in bank.errors]),
+                       {**FIT_WORK, **bank.work, **pass_work, "fitted": len([k for k in need if k not in bank.errors]),
                         "fits_reused": len(det_keys) - len(need),
                         "score_sets_computed": computed, "score_sets_reused": reused})

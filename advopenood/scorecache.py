@@ -6,7 +6,9 @@ model weights, the detector's registry name, its effective parameters and resolv
 files of its class and of the detector machinery, the fit data (identity, rows, seed), the batch size and
 the library versions. The set key hashes what the images are: a dataset's identity (file fingerprint and
 rows) or an adversarial set's store key and the view its readers get (``quantize``). A re-run of the same
-config fits nothing and runs no network pass for detectors; a changed parameter recomputes that detector only.
+config fits nothing and runs no network pass for detectors; a changed parameter recomputes that detector only,
+from the stored fit pass and the stored outputs (logits, features) of each scored set, without a network pass
+when the detector reads nothing else.
 """
 from __future__ import annotations
 
@@ -56,6 +58,15 @@ def fit_pass_key(*, model_hash: str, model: Any, fit_identity: Mapping[str, Any]
                           "fit": dict(fit_identity), "batch_size": int(batch_size), "versions": library_versions()})
 
 
+def set_pass_key(*, model_hash: str, model: Any, identity: Mapping[str, Any], batch_size: int) -> str:
+    """The key of a scored set's shared-pass outputs (logits and features): as :func:`fit_pass_key`, with the
+    set's identity (:func:`set_key`'s) in place of the fit rows."""
+    import advopenood.detectors as machinery
+
+    return canonical_key({"kind": "set-pass", "model": model_hash, "code": [_source_sha(model), _source_sha(machinery)],
+                          "set": dict(identity), "batch_size": int(batch_size), "versions": library_versions()})
+
+
 def set_key(identity: Mapping[str, Any]) -> str:
     """The key of a set of images from its identity (a dataset's, or an adversarial set's key and view)."""
     return canonical_key(dict(identity))[:32]
@@ -83,7 +94,7 @@ class ScoreCache:
         return self.root / "_fit" / f"{kind}-{key[:32]}.pt"
 
     def load_tensors(self, kind: str, key: str) -> dict[str, torch.Tensor] | None:
-        """A dict of tensors saved by :meth:`save_tensors` (``kind``: ``fitpass`` or ``state-<detector>``), or
+        """A dict of tensors saved by :meth:`save_tensors` (``kind``: ``fitpass``, ``setpass`` or ``state-<detector>``), or
         None when missing or corrupt."""
         data = aio.read_checked(self._fit_path(kind, key), "fit file")
         return None if data is None else torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)

@@ -3,8 +3,10 @@
 Each case runs in a fresh child process: the model and every image array are loaded first, then the process's
 current RSS is read (``VmRSS``) and ``score_all`` runs; the stage's cost is the peak (``VmHWM``) minus that.
 The sets are disjoint slices of the CIFAR-10 test file (one array in memory whatever their number), so only the
-detector stage can make the figure grow with the number of sets. Scores are kept (``n`` floats per detector and
-set), network outputs only per batch, so the stage should cost about the same for 5 sets as for 1.
+detector stage can make the figure grow with the number of sets. The stage runs as ``run`` runs it, with a
+(fresh, temporary) store: scores are kept (``n`` floats per detector and set), network outputs per batch, and
+one set's logits and features until they are written to the store, so the stage should cost about the same for
+5 sets as for 1.
 Run: ``python benchmarks/bench_detector_memory.py [--n 300 --fit 1000]``.
 """
 from __future__ import annotations
@@ -17,13 +19,14 @@ import sys
 from _common import DATA, REPO
 
 CHILD = r"""
-import json, sys
+import json, sys, tempfile
 sys.path.insert(0, {bench!r})
 import numpy as np, torch
 from advopenood import registry
 from advopenood.data import Subset, build_dataset, limit_dataset, make_loader
 from advopenood.detectors import score_all
 from advopenood.models import build_model
+from advopenood.scorecache import ScoreCache
 
 def rss(field):
     for line in open("/proc/self/status"):
@@ -40,9 +43,13 @@ sets = {{"id": Subset(test, np.arange(n))}}
 sets.update({{f"ood{{i}}": Subset(test, np.arange(n * (i + 1), n * (i + 2))) for i in range(n_sets)}})
 names = [k for k in registry.names("detectors") if getattr(registry.get("detectors", k), "openood_name", None)]
 fit[0], test[0]
+store = tempfile.TemporaryDirectory()
 before = rss("VmRSS")
 result = score_all(names, "pytorch-ood", model, fit, {{k: (lambda ds=ds: make_loader(ds, batch)) for k, ds in sets.items()}},
-                   batch_size=batch, device=torch.device("cpu"), seed=0, progress=False)
+                   batch_size=batch, device=torch.device("cpu"), seed=0, progress=False,
+                   cache=ScoreCache(store.name), identities={{k: ds.identity() for k, ds in sets.items()}},
+                   model_hash="bench")
+assert result.work["set_passes_computed"] == len(sets)
 print(json.dumps({{"before": before, "peak": rss("VmHWM"), "detectors": len(result.scores), "errors": result.errors}}))
 """
 

@@ -18,6 +18,7 @@ def _run(tmp_path: Path, cache: Path, out: str, knn_k: int) -> dict:
     cfg["data"]["ood"] = cfg["data"]["ood"][:2]
     cfg["data"]["fit_limit"] = 1000
     cfg["detector_params"] = {"knn": {"K": knn_k}}
+    cfg["batch_size"] = 16  # several batches per scored set of 40: stored outputs are read back batch by batch
     path = tmp_path / f"cfg_{knn_k}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     assert main(["run", "--config", str(path), "--data-root", str(REPO.parent / "shared" / "data"), "--limit", "40",
@@ -38,13 +39,15 @@ def test_first_run_computes_every_score_set(runs):
     _, (first, _, _) = runs
     # 3 detectors x (id, tin, mnist, fgsm)
     assert first == {"fitted": 3, "fits_reused": 0, "fits_computed": 2, "fit_states_reused": 0, "fit_pass_computed": 1,
-                     "fit_pass_reused": 0, "score_sets_computed": 12, "score_sets_reused": 0}
+                     "fit_pass_reused": 0, "set_passes_computed": 4, "set_passes_reused": 0,
+                     "score_sets_computed": 12, "score_sets_reused": 0}
 
 
 def test_identical_rerun_fits_nothing_and_gives_identical_results(runs):
     tmp, (_, second, _) = runs
     assert second == {"fitted": 0, "fits_reused": 3, "fits_computed": 0, "fit_states_reused": 0, "fit_pass_computed": 0,
-                      "fit_pass_reused": 0, "score_sets_computed": 0, "score_sets_reused": 12}
+                      "fit_pass_reused": 0, "set_passes_computed": 0, "set_passes_reused": 0,
+                      "score_sets_computed": 0, "score_sets_reused": 12}
     assert (tmp / "first" / "ood.csv").read_text() == (tmp / "second" / "ood.csv").read_text()
     for det in ("msp", "mds", "knn"):
         a, b = np.load(tmp / "first" / "scores" / f"{det}.npz"), np.load(tmp / "second" / "scores" / f"{det}.npz")
@@ -53,13 +56,24 @@ def test_identical_rerun_fits_nothing_and_gives_identical_results(runs):
 
 def test_changed_parameter_recomputes_only_that_detector(runs):
     tmp, (_, _, third) = runs
-    # KNN refits from the stored fit pass: no network pass over the fit set
+    # KNN refits from the stored fit pass and scores from each set's stored outputs: no network pass at all
     assert third == {"fitted": 1, "fits_reused": 2, "fits_computed": 1, "fit_states_reused": 0, "fit_pass_computed": 0,
-                     "fit_pass_reused": 1, "score_sets_computed": 4, "score_sets_reused": 8}
+                     "fit_pass_reused": 1, "set_passes_computed": 0, "set_passes_reused": 4,
+                     "score_sets_computed": 4, "score_sets_reused": 8}
     a, b = np.load(tmp / "first" / "scores" / "knn.npz"), np.load(tmp / "third" / "scores" / "knn.npz")
     assert not np.array_equal(a["id"], b["id"])
     a, b = np.load(tmp / "first" / "scores" / "mds.npz"), np.load(tmp / "third" / "scores" / "mds.npz")
     assert np.array_equal(a["id"], b["id"])
+
+
+def test_scores_from_stored_set_outputs_equal_a_fresh_run(runs):
+    """KNN with K = 7 scored from the stored logits and features equals KNN with K = 7 in a run with an empty
+    cache (its own network pass over every set), bit for bit."""
+    tmp, (_, _, third) = runs
+    fresh = _run(tmp, tmp / "fresh_cache", "fresh", 7)
+    assert third["set_passes_reused"] == 4 and fresh["set_passes_computed"] == 4
+    a, b = np.load(tmp / "third" / "scores" / "knn.npz"), np.load(tmp / "fresh" / "scores" / "knn.npz")
+    assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
 
 
 def test_corrupt_score_file_is_recomputed(runs):
