@@ -16,8 +16,8 @@ penultimate features and last-block maps are computed once and handed to each de
 tapped map of the same pass); only ODIN (input gradients) adds its own step. Fitting works the same way: one
 pass over the fit set, shared by every detector that fits on ID data (GRAM keeps per-sample statistics of
 the tapped maps, never the maps). With a :class:`~advopenood.scorecache.ScoreCache`, the fit pass, fitted
-states, each scored set's logits and features, and score vectors are read back instead of recomputed; under ``torchrun`` the fit pass and the scoring
-are sharded by batch over the ranks.
+states, each scored set's logits and features, and score vectors are read back instead of recomputed; under
+``torchrun`` the fit pass and the scoring are sharded by batch over the ranks.
 """
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
-import random
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -48,7 +47,7 @@ from advopenood.data import Subset, make_loader, seeded_prefix
 from advopenood.errors import UsageError
 from advopenood.models import Classifier
 from advopenood.scorecache import ScoreCache, detector_key, fit_pass_key, set_pass_key
-from advopenood.store import canonical_key
+from advopenood.store import canonical_key, seeded
 
 OPENOOD_INSTALL = ("git clone https://github.com/Jingkang50/OpenOOD && pip install -e ./OpenOOD && "
                    "pip install 'advopenood[openood]'")
@@ -274,19 +273,6 @@ def cuda_redirect(device: torch.device) -> Iterator[None]:
         yield
     finally:
         torch.Tensor.cuda = original
-
-
-@contextlib.contextmanager
-def seeded(seed: int) -> Iterator[None]:
-    """Seed Python's and torch's generators (GRAM's held-out split) without disturbing the caller's state."""
-    state = random.getstate()
-    random.seed(seed)
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            yield
-    finally:
-        random.setstate(state)
 
 
 # -------------------------------------------------------------------------------------------- the interface

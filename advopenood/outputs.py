@@ -178,18 +178,12 @@ def relative(path: Path, out: Path) -> str:
     ``ctx.plot_dir`` of a run whose ``--out`` is relative, as in ``--out runs/demo``), else as relative to ``out``.
     """
     path = Path(path)
-    if not path.is_absolute():
-        if not _under(path.resolve(), Path(out).resolve()):
-            return path.as_posix()
-        path = path.resolve()
+    if not path.is_absolute() and not path.resolve().is_relative_to(Path(out).resolve()):
+        return path.as_posix()
     try:
         return path.resolve().relative_to(Path(out).resolve()).as_posix()
     except ValueError:
         raise ValueError(f"figure {path} is not under the run's output folder {out}") from None
-
-
-def _under(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents
 
 
 def _cell(value: Any) -> Any:

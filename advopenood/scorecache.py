@@ -49,22 +49,24 @@ def detector_key(*, model_hash: str, name: str, backend: str, detector: Any, par
                           "seed": int(seed), "batch_size": int(batch_size), "versions": library_versions()})
 
 
+def _pass_key(kind: str, data: str, identity: Mapping[str, Any], model_hash: str, model: Any, batch_size: int) -> str:
+    """The key of one network pass's outputs over ``identity``'s images (stored under ``data``)."""
+    import advopenood.detectors as machinery
+
+    return canonical_key({"kind": kind, "model": model_hash, "code": [_source_sha(model), _source_sha(machinery)],
+                          data: dict(identity), "batch_size": int(batch_size), "versions": library_versions()})
+
+
 def fit_pass_key(*, model_hash: str, model: Any, fit_identity: Mapping[str, Any], batch_size: int) -> str:
     """The key of the fit pass's outputs: the model's weights and class source, the fit rows (their identity
     records the seeded order), the batch size, the detector machinery's source and the library versions."""
-    import advopenood.detectors as machinery
-
-    return canonical_key({"kind": "fit-pass", "model": model_hash, "code": [_source_sha(model), _source_sha(machinery)],
-                          "fit": dict(fit_identity), "batch_size": int(batch_size), "versions": library_versions()})
+    return _pass_key("fit-pass", "fit", fit_identity, model_hash, model, batch_size)
 
 
 def set_pass_key(*, model_hash: str, model: Any, identity: Mapping[str, Any], batch_size: int) -> str:
     """The key of a scored set's shared-pass outputs (logits and features): as :func:`fit_pass_key`, with the
     set's identity (:func:`set_key`'s) in place of the fit rows."""
-    import advopenood.detectors as machinery
-
-    return canonical_key({"kind": "set-pass", "model": model_hash, "code": [_source_sha(model), _source_sha(machinery)],
-                          "set": dict(identity), "batch_size": int(batch_size), "versions": library_versions()})
+    return _pass_key("set-pass", "set", identity, model_hash, model, batch_size)
 
 
 def set_key(identity: Mapping[str, Any]) -> str:
@@ -94,8 +96,8 @@ class ScoreCache:
         return self.root / "_fit" / f"{kind}-{key[:32]}.pt"
 
     def load_tensors(self, kind: str, key: str) -> dict[str, torch.Tensor] | None:
-        """A dict of tensors saved by :meth:`save_tensors` (``kind``: ``fitpass``, ``setpass`` or ``state-<detector>``), or
-        None when missing or corrupt."""
+        """A dict of tensors saved by :meth:`save_tensors` (``kind``: ``fitpass``, ``setpass`` or
+        ``state-<detector>``), or None when missing or corrupt."""
         data = aio.read_checked(self._fit_path(kind, key), "fit file")
         return None if data is None else torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
 

@@ -17,6 +17,7 @@ import fcntl
 import hashlib
 import io
 import json
+import random
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -59,6 +60,20 @@ def canonical_key(spec: dict[str, Any]) -> str:
 def derive_seed(seed: int, shard: int) -> int:
     """Per-shard seed, independent of which process or run generates the shard."""
     return int(hashlib.sha256(f"{seed}:{shard}".encode()).hexdigest()[:15], 16)
+
+
+@contextlib.contextmanager
+def seeded(seed: int, device: torch.device | None = None) -> Iterator[None]:
+    """Seed Python's and torch's generators (and a CUDA ``device``'s) for the block, without disturbing the
+    caller's state: what the block draws depends on ``seed`` alone, and the caller's generators resume after."""
+    state = random.getstate()
+    random.seed(seed)
+    try:
+        with torch.random.fork_rng(devices=[device] if device is not None and device.type == "cuda" else []):
+            torch.manual_seed(seed)
+            yield
+    finally:
+        random.setstate(state)
 
 
 def _sha256_bytes(data: bytes) -> str:

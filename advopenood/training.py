@@ -19,7 +19,7 @@ from advopenood import io as aio
 from advopenood.data import stack
 from advopenood.errors import UsageError
 from advopenood.models import Classifier, build_from_config
-from advopenood.store import canonical_key, library_versions
+from advopenood.store import canonical_key, library_versions, seeded
 
 #: The default recipe (``model.train`` fills the rest from here): Adam, cosine schedule, no mixup.
 RECIPE = {"epochs": 30, "lr": 0.01, "batch": 64}
@@ -72,10 +72,8 @@ def trained_model(model_cfg: dict[str, Any], data: Dataset, cache: Path, seed: i
     path = Path(cache) / "models" / f"{model_cfg['arch']}-{key}.pt"
     if path.is_file():
         return build_from_config(model_cfg, path, device)
-    device = torch.device(device)
     # the initial weights come from the seed, not from whatever drew from torch's generator earlier in the process
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(seed)
+    with seeded(seed, torch.device(device)):
         model = train_classifier(build_from_config(model_cfg, None, device), data, recipe, seed, progress)
     buf = io.BytesIO()
     torch.save(model.backbone.state_dict(), buf)

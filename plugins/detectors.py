@@ -27,8 +27,9 @@ from torch import Tensor
 
 from advopenood.attacks import frozen
 from advopenood.capabilities import DifferentiableDetector
-from advopenood.detectors import Batches, Outputs, Postprocessor, Taps, fc_layer, seeded, vim_dim
+from advopenood.detectors import Batches, Outputs, Postprocessor, Taps, fc_layer, vim_dim
 from advopenood.registry import register
+from advopenood.store import seeded
 
 if TYPE_CHECKING:
     from pytorch_ood.detector import ASH as PodASH

@@ -80,7 +80,7 @@ from advopenood.outputs import Bullets, Paragraph, Results, Section, Table, as_w
 from advopenood.registry import register
 from advopenood.report import fmt
 from advopenood.report import name as label
-from advopenood.store import AdvStore, canonical_key, derive_seed, library_versions
+from advopenood.store import AdvStore, canonical_key, derive_seed, library_versions, seeded
 from advopenood.training import RECIPE, train_classifier
 
 CSV_COLUMNS = ["protocol", "surrogate", "data_fraction", "queries", "attack", "asr", "detector", "auroc", "fpr95",
@@ -473,8 +473,7 @@ class TransferAnalysis:
             queries = int(torch.load(path, map_location="cpu", weights_only=True)["queries"])
             return Surrogate(mode, fraction, self._build(ctx, settings["arch"], path), queries)
         seed = surrogate_seed(ctx.seed, mode, fraction)
-        with torch.random.fork_rng(devices=[ctx.device] if ctx.device.type == "cuda" else []):
-            torch.manual_seed(seed)
+        with seeded(seed, ctx.device):
             model = self._build(ctx, settings["arch"], None)
             if mode == "pure":
                 queries = 0

@@ -14,12 +14,12 @@ import torch
 from advopenood import registry
 from advopenood.context import CleanRecord, RunContext
 from advopenood.data import limit_dataset, make_loader
-from advopenood.detectors import (Postprocessor, Taps, create_detector, fc_layer, fit_detectors, fit_subset, grad_outputs, seeded,
+from advopenood.detectors import (Postprocessor, Taps, create_detector, fc_layer, fit_detectors, fit_subset, grad_outputs,
                                   resolve_backend, score_all, vim_dim)
 from advopenood.errors import UsageError
 from advopenood.metrics import ood_metrics
 from advopenood.models import weights_hash
-from advopenood.store import AdvStore
+from advopenood.store import AdvStore, seeded
 from advopenood_plugins.detectors import BUILTIN_DETECTORS, gram_statistics, gram_vectors
 
 ALL = list(BUILTIN_DETECTORS)
