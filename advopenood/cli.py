@@ -24,6 +24,7 @@ COMMANDS = {
     "attack": "generate (or reuse) the adversarial sets of a config and write asr.csv only",
     "demo": "the embedded demo (no download, about 20 s): every stage on built-in data",
     "list": "registered plugins of a kind (attacks, detectors, evaluators, analyses), one line each",
+    "verify": "re-derive every table of a run folder from its saved scores, masks and run.json; exit 1 on a difference",
     "eval-ood": "OpenOOD's scripts/eval_ood.py with adversarial splits (needs OpenOOD)",
 }
 #: Settings each core subcommand forces over the config.
@@ -137,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == "list":
             p.add_argument("kind", help=" | ".join(registry.KINDS))
+        if name == "verify":
+            p.add_argument("run", help="a run's output folder (the --out of advopenood run)")
         for add in ANALYSIS_FLAGS if name in analyses else SUBCOMMAND_FLAGS.get(name, []):
             add(p)
     return parser
@@ -165,6 +168,19 @@ def cmd_list(kind: str) -> int:
     return 0
 
 
+def cmd_verify(run: str) -> int:
+    """Print every difference between a run's tables and their re-derivation; 1 if there is one, else 0."""
+    from advopenood.verify import verify_run
+
+    diffs, notes = verify_run(run)
+    for line in notes:
+        print(f"advopenood verify: note: {line}")
+    for line in diffs:
+        print(f"advopenood verify: DIFFERENCE: {line}")
+    print(f"advopenood verify: {run}: {len(diffs)} difference(s)" + (f", {len(notes)} note(s)" if notes else ""))
+    return 1 if diffs else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -179,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command == "list":
             return cmd_list(args.kind)
+        if args.command == "verify":
+            return cmd_verify(args.run)
         from advopenood import pipeline
 
         analyses = analysis_commands()

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from advopenood import protocols
 from advopenood.models import Classifier
 from advopenood.store import AdvSet
 
@@ -69,6 +70,27 @@ class RunContext:
         """The adversarial sets made from the ID test images (row ``i`` = ``id_set`` row ``i``), without the
         OOD->ID sets, whose rows are natural OOD images."""
         return {name: adv for name, adv in self.adv_sets.items() if adv.source == "id"}
+
+    def success(self, name: str) -> np.ndarray:
+        """Per-row success of adversarial set ``name`` on the images the detectors score (after the protocol's
+        quantization: an 8-bit truncated image can stop being adversarial), ``AdvSet.seen_success``. Evaluators
+        that select successful examples use this mask, never the stored float-image ``success``."""
+        return self.adv_sets[name].seen_success
+
+    @property
+    def positives_rule(self) -> str:
+        """Which rows of an ID->ID adversarial set are OOD positives under the run's protocol: ``successful``
+        (protocol ``strong``, ``mahmood2021``) or ``all`` (``lorenz2024``: "all attacked test images")."""
+        return protocols.get(self.protocol).ood_positives
+
+    def ood_positives(self, name: str) -> np.ndarray:
+        """The rows of adversarial set ``name`` that count as OOD under the run's protocol: every row for an OOD->ID
+        set (its images are OOD) or under ``positives_rule == "all"``, else :meth:`success`. Every built-in
+        evaluator selects its positives through this one rule."""
+        adv = self.adv_sets[name]
+        if adv.source != "id" or self.positives_rule == "all":
+            return np.ones(len(adv), dtype=bool)
+        return self.success(name)
 
     @property
     def plot_dir(self) -> Path:

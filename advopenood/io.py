@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable, IO
 
+import numpy as np
 import pandas as pd
 
 
@@ -168,3 +170,11 @@ def commit_output(stage: Path, out: Path) -> list[str]:
     write_json(old, {"files": digests})
     shutil.rmtree(stage, ignore_errors=True)
     return files
+
+
+def write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    """``np.savez`` (uncompressed) written atomically."""
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    data = buf.getvalue()
+    atomic_write(path, lambda f: f.write(data))

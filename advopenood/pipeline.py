@@ -150,6 +150,7 @@ def generate_sets(cfg: Mapping[str, Any], specs: list[AttackSpec], model: Classi
                              rank=rank, world_size=world_size, progress=progress)
         adv.set_name, adv.source = spec.set_name, source
         adv.quantize = protocols.get(str(cfg["protocol"])).quantize
+        adv.see(model, attack, int(cfg["batch_size"]), device)
         sets[spec.set_name] = adv
     if world_size > 1:
         import torch.distributed as dist
@@ -241,6 +242,7 @@ def run(cfg: Mapping[str, Any], *, attack_only: bool = False, progress: bool = T
         sections = [asr_section(outputs.as_written(asr))] if len(asr) else []
         t = time.perf_counter()
         _score(ctx, progress, world_size)
+        write_scores(ctx)
         timings["detectors"] = time.perf_counter() - t
         for label, plugin in plugins:
             t = time.perf_counter()
@@ -283,6 +285,20 @@ def _score(ctx: RunContext, progress: bool, world_size: int = 1) -> None:
     ctx.extras["detector_work"] = result.work
 
 
+def write_scores(ctx: RunContext) -> None:
+    """``scores/<detector>.npz`` for every scored detector: one float64 confidence array per set (``id``, each
+    natural OOD set, each adversarial set, in sample order) and, per adversarial set, ``<set>.success`` (success
+    of the images the detectors scored, :meth:`RunContext.success`) and ``<set>.positive`` (the protocol's OOD
+    positives, :meth:`RunContext.ood_positives`), so that every table can be re-derived (``advopenood verify``)."""
+    masks = {}
+    for name in ctx.adv_sets:
+        masks[f"{name}.success"] = ctx.success(name)
+        masks[f"{name}.positive"] = ctx.ood_positives(name)
+    for det, by_set in ctx.scores.items():
+        arrays = {name: np.asarray(conf, dtype=np.float64) for name, conf in by_set.items()}
+        aio.write_npz(ctx.out / "scores" / f"{det}.npz", {**arrays, **masks})
+
+
 def _report(out: Path) -> None:
     """The readable report from ``run.json`` and the sections the plugins returned (``report_sections.json``)."""
     from advopenood.report import write_report
@@ -302,7 +318,8 @@ def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
         "data": {"id": ctx.id_set.identity(), "fit": ctx.fit_set.identity(),
                  "ood": {k: v.identity() for k, v in ctx.ood_sets.items()}},
         "clean_acc": ctx.clean.accuracy,
-        "attacks": {name: {"attack": a.attack, "key": a.key, "path": str(a.path), "params": a.params, **a.stats}
+        "attacks": {name: {"attack": a.attack, "key": a.key, "path": str(a.path), "params": a.params, "source": a.source,
+                            "quantize": a.quantize, **a.stats}
                     for name, a in ctx.adv_sets.items()},
         "attack_work": {"shards_generated": sum(a.stats.get("generated", 0) for a in ctx.adv_sets.values()),
                         "shards_reused": sum(a.stats.get("reused", 0) for a in ctx.adv_sets.values())},

@@ -97,6 +97,9 @@ class AdvSet:
     source: str = "id"
     #: how readers see the stored float images (:func:`advopenood.protocols.quantize`): ``none`` or ``uint8_trunc``
     quantize: str = "none"
+    #: per-row success of the images as the detectors see them (:attr:`quantize` applied), set by the run when
+    #: quantization is on (:meth:`see`); None = the stored ``success`` (the float images are what is seen)
+    seen: np.ndarray | None = None
     _records: pd.DataFrame | None = None
 
     def __post_init__(self) -> None:
@@ -116,6 +119,26 @@ class AdvSet:
 
     def __len__(self) -> int:
         return len(self.records)
+
+    @property
+    def seen_success(self) -> np.ndarray:
+        """Per-row success of the images the detectors score: :attr:`seen` when quantization is on, else the
+        stored ``success`` (``adv_pred != y``, or the attack's own criterion)."""
+        return self.seen if self.seen is not None else self.records["success"].to_numpy(dtype=bool)
+
+    @torch.no_grad()
+    def see(self, model: torch.nn.Module, attack: Attack, batch_size: int, device: torch.device) -> None:
+        """Recompute success on the images as the detectors see them (:attr:`quantize`): the stored float image
+        may be adversarial while its 8-bit truncation is not. A no-op without quantization."""
+        if self.quantize == "none":
+            self.seen = None
+            return
+        parts = []
+        for x, y in self.iter_batches(batch_size):
+            x, y = x.to(device), y.to(device)
+            pred = model(x).argmax(1)
+            parts.append(attack.succeeded(model, x, y, pred).cpu().numpy().astype(bool))
+        self.seen = np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
 
     def iter_batches(self, batch_size: int, mask: np.ndarray | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Yield ``(x_adv, y)`` batches in sample order, reading one shard at a time; ``mask`` selects rows.
