@@ -1,7 +1,8 @@
 """``advopenood`` command line: run, attack, demo, list, eval-ood, and one subcommand per analysis that declares
 one (:class:`advopenood.capabilities.CommandAnalysis`).
 
-Bad input exits with code 2 and one line naming the bad value and the valid choices, no traceback.
+Bad input exits with code 2 and one line naming the bad value and the valid choices, no traceback. A run in which
+a plugin (detector, evaluator or analysis) failed writes every other output and exits with code 3.
 """
 from __future__ import annotations
 
@@ -207,8 +208,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                            overwrite=args.overwrite, export_png=args.export_png)
         for line in ctx.extras.get("export", []):
             print(line)
-        if ctx.rank == 0:
-            print(f"advopenood: wrote {ctx.out}")
+        if ctx.rank != 0:
+            return 0
+        for label, reason in ctx.failures.items():
+            print(f"advopenood: {label} failed: {reason}", file=sys.stderr)
+        if ctx.failures:
+            print(f"advopenood: wrote {ctx.out} without the outputs of {len(ctx.failures)} failed plugin(s); "
+                  f"tracebacks in {ctx.out / 'errors.log'}", file=sys.stderr)
+            return 3
+        print(f"advopenood: wrote {ctx.out}")
         return 0
     except UsageError as exc:
         print(f"advopenood: error: {exc}", file=sys.stderr)

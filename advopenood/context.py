@@ -61,6 +61,11 @@ class RunContext:
     backend: str = ""
     scores: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     detector_errors: dict[str, str] = field(default_factory=dict)
+    #: evaluators and analyses that raised (``evaluator:<name>`` / ``analysis:<name>`` -> one line); their
+    #: outputs are not written, every other output is
+    plugin_errors: dict[str, str] = field(default_factory=dict)
+    #: the traceback of each failure (``detector:<name>`` or the plugin's label), for ``errors.log``
+    traces: dict[str, str] = field(default_factory=dict)
     #: the fitted detectors (:class:`advopenood.detectors.DetectorBank`); ``bank.score(sets)`` scores new sets
     bank: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
@@ -70,6 +75,12 @@ class RunContext:
         """The adversarial sets made from the ID test images (row ``i`` = ``id_set`` row ``i``), without the
         OOD->ID sets, whose rows are natural OOD images."""
         return {name: adv for name, adv in self.adv_sets.items() if adv.source == "id"}
+
+    @property
+    def failures(self) -> dict[str, str]:
+        """Every failed plugin of the run, ``detector:<name>``, ``evaluator:<name>`` or ``analysis:<name>`` -> one
+        line; a run with failures exits with code 3."""
+        return {**{f"detector:{k}": v for k, v in self.detector_errors.items()}, **self.plugin_errors}
 
     def success(self, name: str) -> np.ndarray:
         """Per-row success of adversarial set ``name`` on the images the detectors score (after the protocol's

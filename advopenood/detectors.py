@@ -26,6 +26,7 @@ import importlib
 import importlib.util
 import inspect
 import time
+import traceback
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -770,11 +771,19 @@ class ScoreResult:
     seconds: dict[str, float] = field(default_factory=dict)
     bank: DetectorBank | None = None
     work: dict[str, int] = field(default_factory=dict)
+    #: the traceback of each failure in ``errors`` (for the run's log file; ``errors`` holds one line each)
+    traces: dict[str, str] = field(default_factory=dict)
 
 
 def _reason(stage: str, exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return f"{stage} failed: {type(exc).__name__}: {text[:300]}"
+
+
+def _fail(errors: dict[str, str], traces: dict[str, str], key: str, stage: str, exc: BaseException) -> None:
+    """Record a detector's failure: one line in ``errors``, the current traceback in ``traces``."""
+    errors[key] = _reason(stage, exc)
+    traces[key] = traceback.format_exc()
 
 
 def fit_rows(n: int, fit_size: int | None, seed: int) -> np.ndarray:
@@ -810,6 +819,7 @@ class DetectorBank:
         self.model, self.dets, self.order, self.errors = model, dets, order, errors
         self.backend, self.device, self.seconds = backend, device, seconds
         self.work = dict(work or {})
+        self.traces: dict[str, str] = {}
 
     @property
     def names(self) -> list[str]:
@@ -859,6 +869,7 @@ class DetectorBank:
                         raise ValueError(f"{len(conf)} scores for a batch of {len(x)}")
                     parts[key][b] = conf
                 except Exception as exc:  # skipped with its reason
+                    self.traces[key] = traceback.format_exc()
                     self.drop(key, _reason(f"scoring {set_name!r}", exc))
                     active.remove(key)
                     parts.pop(key)
@@ -906,6 +917,7 @@ class LazyBank(DetectorBank):
             self._fitted |= set(todo)
             self.dets.update(bank.dets)
             self.errors.update(bank.errors)
+            self.traces.update(bank.traces)
             for k, v in bank.seconds.items():
                 self.seconds[k] = self.seconds.get(k, 0.0) + v
             for k, v in bank.work.items():
@@ -1010,6 +1022,7 @@ def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dat
     num_classes = fc_layer(model).out_features
     dets: dict[str, Postprocessor] = {}
     errors: dict[str, str] = {}
+    traces: dict[str, str] = {}
     seconds: dict[str, float] = {}
     work = dict(FIT_WORK)
     for key in keys:
@@ -1019,7 +1032,7 @@ def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dat
         except UsageError:
             raise
         except Exception as exc:  # a broken detector is skipped, never fatal for the others
-            errors[key] = _reason("construction", exc)
+            _fail(errors, traces, key, "construction", exc)
     model.eval()
 
     fitting = [k for k, d in dets.items() if d.requires_fit]
@@ -1053,10 +1066,12 @@ def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dat
                 if cache is not None and state is not None and rank == 0:
                     cache.save_tensors(f"state-{key}", det_keys[key], state)
             except Exception as exc:  # skipped with its reason
-                errors[key] = _reason("fit", exc)
+                _fail(errors, traces, key, "fit", exc)
                 del dets[key]
             seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - start
-    return DetectorBank(model, dets, keys, errors, resolved, device, seconds, work)
+    bank = DetectorBank(model, dets, keys, errors, resolved, device, seconds, work)
+    bank.traces.update(traces)
+    return bank
 
 
 def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset,
@@ -1098,10 +1113,11 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
         computed = sum(len(v) for v in scores.values())
         return ScoreResult(scores, bank.errors, bank.backend, bank.seconds, bank,
                            {**bank.work, "fitted": len(bank.dets), "fits_reused": 0, "score_sets_computed": computed,
-                            "score_sets_reused": 0})
+                            "score_sets_reused": 0}, bank.traces)
     identities = identities or {}
     num_classes = fc_layer(model).out_features
     errors: dict[str, str] = {}
+    traces: dict[str, str] = {}
     det_keys: dict[str, str] = {}
     for key in keys:
         try:
@@ -1110,7 +1126,7 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
         except UsageError:
             raise
         except Exception as exc:  # a broken detector is skipped, never fatal for the others
-            errors[key] = _reason("construction", exc)
+            _fail(errors, traces, key, "construction", exc)
             continue
         det_keys[key] = _detector_key(det, key, resolved, model_hash, fit_set, seed, batch_size)
     found: dict[str, dict[str, np.ndarray]] = {k: {} for k in det_keys}
@@ -1121,6 +1137,7 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
                 found[key][set_name] = cached
     reused = sum(len(v) for v in found.values())
     bank = LazyBank(fit, list(det_keys), errors, resolved, model, device)
+    bank.traces.update(traces)
     need = [k for k in det_keys if len(found[k]) < len(sets)]
     bank.fit(need)
     sharding.update(rank=0, world_size=1)  # later fits (analyses, on rank 0 alone) run unsharded
@@ -1129,7 +1146,7 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
     share: dict[str, dict[str, dict[int, np.ndarray]]] = {}
     pass_work = {"set_passes_computed": 0, "set_passes_reused": 0}
     for set_name, make_batches in sets.items():
-        who = todo[set_name]
+        who = [k for k in todo[set_name] if k in bank.dets]  # a detector that failed on an earlier set is gone
         if not who:
             continue
         # one process keeps each scored set's logits and features, so that a detector whose parameter changed
@@ -1176,4 +1193,4 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
     return ScoreResult(scores, bank.errors, resolved, bank.seconds, bank,
                        {**FIT_WORK, **bank.work, **pass_work, "fitted": len([k for k in need if k not in bank.errors]),
                         "fits_reused": len(det_keys) - len(need),
-                        "score_sets_computed": computed, "score_sets_reused": reused})
+                        "score_sets_computed": computed, "score_sets_reused": reused}, bank.traces)

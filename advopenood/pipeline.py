@@ -8,6 +8,7 @@ from __future__ import annotations
 import platform
 import sys
 import time
+import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
@@ -214,11 +215,26 @@ def run(cfg: Mapping[str, Any], *, attack_only: bool = False, progress: bool = T
     cfg = Config({**cfg, "device": str(rank_device(str(cfg["device"]), rank))}, cfg.source, cfg.folder, cfg.positions)
     model, id_set, fit_set, ood_sets, specs = prepare(cfg, progress)
     plugins = [] if attack_only else build_plugins(cfg)
-    device = torch.device(cfg["device"])
     final = output_dir(cfg)
     out = aio.begin_output(final) if rank == 0 else final
-    bs = int(cfg["batch_size"])
     timings["setup"] = time.perf_counter() - t0
+    try:
+        return _execute(cfg, model, id_set, fit_set, ood_sets, specs, plugins, out, final, rank, world_size,
+                        timings, t0, attack_only=attack_only, progress=progress, export_png=export_png)
+    except BaseException:
+        if rank == 0:  # nothing half-written stays behind; finished shards and scores are in the store
+            aio.discard_output(out)
+        raise
+
+
+def _execute(cfg: Config, model: Classifier, id_set, fit_set, ood_sets: dict[str, Any], specs: list[AttackSpec],
+             plugins: list[tuple[str, Any]], out: Path, final: Path, rank: int, world_size: int,
+             timings: dict[str, float], t0: float, *, attack_only: bool, progress: bool,
+             export_png: bool) -> RunContext:
+    """The stages of :func:`run` after the set-up, writing into the staging folder ``out``."""
+    device = torch.device(cfg["device"])
+    seed = int(cfg["seed"])
+    bs = int(cfg["batch_size"])
 
     t = time.perf_counter()
     clean = clean_predictions(model, id_set, bs, device, progress, int(cfg["num_workers"]))
@@ -246,7 +262,7 @@ def run(cfg: Mapping[str, Any], *, attack_only: bool = False, progress: bool = T
         timings["detectors"] = time.perf_counter() - t
         for label, plugin in plugins:
             t = time.perf_counter()
-            sections += outputs.collect(out, plugin(ctx), ctx.protocol, label.split(":", 1)[1])
+            sections += run_plugin(ctx, label, plugin)
             timings[label] = time.perf_counter() - t
         outputs.write_sections(out, sections)
     if export_png:
@@ -257,6 +273,7 @@ def run(cfg: Mapping[str, Any], *, attack_only: bool = False, progress: bool = T
     aio.write_json(out / "run.json", run_info(ctx, timings))
     if not attack_only:
         _report(out)
+    log_failures(ctx)
     aio.commit_output(out, final)
     ctx.out = final
     return ctx
@@ -282,7 +299,36 @@ def _score(ctx: RunContext, progress: bool, world_size: int = 1) -> None:
                        progress=progress, cache=ScoreCache(cache_dir(ctx.config) / "scores"), identities=identities,
                        model_hash=weights_hash(ctx.model), rank=ctx.rank, world_size=world_size)
     ctx.scores, ctx.detector_errors, ctx.backend, ctx.bank = result.scores, result.errors, result.backend, result.bank
+    ctx.traces.update({f"detector:{k}": v for k, v in result.traces.items()})
     ctx.extras["detector_work"] = result.work
+
+
+def run_plugin(ctx: RunContext, label: str, plugin: Callable[[RunContext], Any]) -> list[outputs.Section]:
+    """Run one evaluator or analysis and write its outputs; its sections for the report.
+
+    A plugin that raises costs only its own outputs: the files it wrote are removed, its failure is recorded in
+    ``ctx.plugin_errors`` (one line; the traceback goes to ``errors.log``) and the run goes on."""
+    before = set(aio.files_under(ctx.out))
+    try:
+        return outputs.collect(ctx.out, plugin(ctx), ctx.protocol, label.split(":", 1)[1])
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:
+        for rel in set(aio.files_under(ctx.out)) - before:
+            (ctx.out / rel).unlink(missing_ok=True)
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        ctx.plugin_errors[label] = f"{type(exc).__name__}: {text[:300]}"
+        ctx.traces[label] = traceback.format_exc()
+        return []
+
+
+def log_failures(ctx: RunContext) -> None:
+    """``errors.log`` with the traceback of every failed detector and plugin (none written when all ran)."""
+    failures = ctx.failures
+    if not failures:
+        return
+    parts = [f"== {label}: {reason}\n{ctx.traces.get(label, '')}" for label, reason in failures.items()]
+    aio.write_text(ctx.out / "errors.log", "\n".join(parts))
 
 
 def write_scores(ctx: RunContext) -> None:
@@ -326,5 +372,6 @@ def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
         "detector_work": ctx.extras.get("detector_work", {}),
         "detector_backend": ctx.backend,
         "detector_errors": ctx.detector_errors,
+        "plugin_errors": ctx.plugin_errors,
         "timings_s": timings,
     }

@@ -169,9 +169,10 @@ def verify_run(path: str | Path) -> tuple[list[str], list[str]]:
     cfg = run.config
     for kind in ("evaluators", "analyses"):
         for name in cfg.get(kind) or []:
-            label = f"{kind[:-1] if kind == 'evaluators' else 'analysis'} {name!r}"
-            if name in failed:
-                notes.append(f"{label} failed in the run ({failed[name]}); it wrote no tables")
+            singular = "evaluator" if kind == "evaluators" else "analysis"
+            label = f"{singular} {name!r}"
+            if f"{singular}:{name}" in failed:
+                notes.append(f"{label} failed in the run ({failed[f'{singular}:{name}']}); it wrote no tables")
                 continue
             try:
                 obj = registry.get(kind, name)
