@@ -105,6 +105,8 @@ def _attack_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attack", help="comma-separated attacks, e.g. pgd,fgsm,df,mpgd (advopenood list attacks)")
     p.add_argument("--eps", help="budget(s) for bounded attacks, e.g. 8/255 or 0.01,0.03 (a sweep)")
     p.add_argument("--shard-size", type=_positive_int, help="images per stored shard (default 256)")
+    p.add_argument("--recompute", help="attack sets and/or detectors (comma-separated, or all) whose stored work is "
+                                       "computed again and replaced, e.g. after changing a plugin's code in place")
     p.add_argument("--export-png", action="store_true",
                    help="also export adversarial sets as PNG + OpenOOD image lists under OUT/openood/")
 
@@ -152,7 +154,7 @@ def _config(args: argparse.Namespace, **forced):
 
     cfg, folder = load_config(args.config or "demo")
     names = ("data_root", "out", "protocol", "attack", "eps", "detectors", "detector_backend", "evaluator", "analysis",
-             "limit", "device", "seed", "cache_dir", "shard_size", "num_workers", "amp")
+             "limit", "device", "seed", "cache_dir", "shard_size", "num_workers", "amp", "recompute")
     flags = {k: getattr(args, k, None) for k in names}
     flags["channels_last"] = flags["amp"]
     flags.update({k: v for k, v in forced.items() if v is not None})

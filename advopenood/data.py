@@ -70,6 +70,26 @@ class ArrayDataset(Dataset):
         return {"name": self.name, "source": self.fingerprint, "n": len(self)}
 
 
+def images_fingerprint(base: Path, rels: list[str], how: str = "stat") -> str:
+    """SHA-256 over every listed image file (in list order): its path and, with ``how="stat"``, its size and
+    modification time in nanoseconds (cheap: one ``stat`` per file; a copied tree gets new times, so its sets are
+    computed again, never served stale), or with ``how="content"`` the SHA-256 of its bytes. A listed file that
+    is missing enters as ``missing``."""
+    h = hashlib.sha256(how.encode())
+    for rel in rels:
+        path = base / rel
+        try:
+            if how == "content":
+                part = file_sha256(path)
+            else:
+                st = path.stat()
+                part = f"{st.st_size}:{st.st_mtime_ns}"
+        except OSError:
+            part = "missing"
+        h.update(f"{rel}\0{part}\n".encode())
+    return h.hexdigest()
+
+
 class ImglistDataset(Dataset):
     """OpenOOD's layout: ``<root>/benchmark_imglist/.../*.txt`` lines ``relative/path.png label``, images under
     ``<root>/<images>/`` (``images_classic`` for CIFAR-size benchmarks, ``images_largescale`` for ImageNet).
@@ -79,7 +99,7 @@ class ImglistDataset(Dataset):
     is resized to the input size."""
 
     def __init__(self, root: Path, imglist: str, images: str, name: str, channels: int, size: int,
-                 pre_size: int | None = None):
+                 pre_size: int | None = None, image_identity: str = "stat"):
         list_path = root / imglist
         if not list_path.is_file():
             raise UsageError(f"image list {str(list_path)!r} not found; an OpenOOD data root holds "
@@ -95,6 +115,8 @@ class ImglistDataset(Dataset):
                 self.items.append((parts[0], int(label) if label.lstrip("-").isdigit() else -1))
         self.name, self.channels, self.size, self.pre_size = name, channels, size, pre_size
         self.fingerprint = file_sha256(list_path)
+        self.images_fingerprint = images_fingerprint(self.base, [rel for rel, _ in self.items], image_identity)
+        self.image_identity = image_identity
 
     def __len__(self) -> int:
         return len(self.items)
@@ -115,7 +137,10 @@ class ImglistDataset(Dataset):
         return to_model_input(t[None], self.channels, self.size)[0], label
 
     def identity(self) -> dict[str, Any]:
-        ident: dict[str, Any] = {"name": self.name, "source": self.fingerprint, "n": len(self)}
+        """The list file's SHA-256 and what the listed images are (:func:`images_fingerprint`), so that other
+        images behind an unchanged list get other keys."""
+        ident: dict[str, Any] = {"name": self.name, "source": self.fingerprint, "n": len(self),
+                                 "images": {self.image_identity: self.images_fingerprint}}
         if self.pre_size is not None:
             ident["pre_size"] = self.pre_size
         return ident
@@ -221,8 +246,10 @@ def dataset_name(spec: Mapping[str, Any]) -> str:
     return str(spec.get("name") or Path(str(source)).stem)
 
 
-def build_dataset(spec: dict[str, Any], root: Path | None, channels: int, size: int) -> Dataset:
-    """Build one dataset from a config entry (``kind`` is one of :data:`DATASET_KINDS`)."""
+def build_dataset(spec: dict[str, Any], root: Path | None, channels: int, size: int,
+                  image_identity: str = "stat") -> Dataset:
+    """Build one dataset from a config entry (``kind`` is one of :data:`DATASET_KINDS`); ``image_identity`` says
+    how an image list's images enter its identity (:func:`images_fingerprint`)."""
     kind = spec.get("kind")
     name = dataset_name(spec)
     if kind == "npz":
@@ -243,7 +270,7 @@ def build_dataset(spec: dict[str, Any], root: Path | None, channels: int, size: 
         if root is None or not root.is_dir():
             raise UsageError(f"OpenOOD data root {str(root)!r} not found; pass --data-root DIR (OpenOOD's data/ folder)")
         return ImglistDataset(root, spec["imglist"], spec.get("images", "images_classic"), name, channels, size,
-                              spec.get("pre_size"))
+                              spec.get("pre_size"), image_identity)
     if kind == "torchvision":
         return _torchvision_dataset(spec, root, name, channels, size)
     if kind == "demo":
@@ -280,7 +307,9 @@ def _torchvision_dataset(spec: dict[str, Any], root: Path | None, name: str, cha
     if tv_name == "SVHN":
         x = x.transpose(0, 2, 3, 1)
     y = np.asarray(getattr(ds, "targets", getattr(ds, "labels", None)))
-    return ArrayDataset(x.astype(np.uint8), y, name, f"torchvision:{tv_name}:{len(x)}", channels, size)
+    x, y = x.astype(np.uint8), np.asarray(y, dtype=np.int64)
+    fp = hashlib.sha256(f"torchvision:{tv_name}:".encode() + x.tobytes() + y.tobytes()).hexdigest()
+    return ArrayDataset(x, y, name, fp, channels, size)
 
 
 def _resolve(path: str, root: Path | None) -> Path:

@@ -1005,7 +1005,7 @@ def run_fit_pass(model: nn.Module, fit_data: Dataset, *, batch_size: int, device
 def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dataset, *, batch_size: int,
                   device: torch.device, seed: int, params: dict[str, dict] | None = None,
                   progress: bool = True, cache: ScoreCache | None = None, model_hash: str = "",
-                  rank: int = 0, world_size: int = 1) -> DetectorBank:
+                  rank: int = 0, world_size: int = 1, refit: set[str] | None = None) -> DetectorBank:
     """Build and fit every detector in ``names`` with one shared pass over the fit set.
 
     A detector that fails to build or fit is skipped with its reason in ``errors``; the others go on.
@@ -1014,6 +1014,7 @@ def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dat
     to fit needs the tapped maps; the bank's ``work`` counts ``fits_computed``, ``fit_states_reused``,
     ``fit_pass_computed`` and ``fit_pass_reused``. Under torchrun (``world_size > 1``, with a cache) every
     rank calls this; the fit pass is sharded by batch and every rank ends with the same fitted detectors.
+    ``refit``: detectors fitted again even when a fitted state is stored.
     """
     resolved = resolve_backend(backend)
     params = check_detectors(names, params)
@@ -1039,6 +1040,8 @@ def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dat
     det_keys = {k: _detector_key(dets[k], k, resolved, model_hash, fit_set, seed, batch_size) for k in fitting} \
         if cache is not None else {}
     for key in list(fitting):
+        if key in (refit or ()):
+            continue
         state = cache.load_tensors(f"state-{key}", det_keys[key]) if cache is not None else None
         if state is not None:
             dets[key].load_fit_state(model, state)
@@ -1079,7 +1082,7 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
               device: torch.device, seed: int, params: dict[str, dict] | None = None,
               progress: bool = True, cache: ScoreCache | None = None,
               identities: dict[str, dict[str, Any]] | None = None, model_hash: str = "",
-              rank: int = 0, world_size: int = 1) -> ScoreResult:
+              rank: int = 0, world_size: int = 1, recompute: set[str] | None = None) -> ScoreResult:
     """Fit (:func:`fit_detectors`) and score every detector in ``names`` with one shared network pass per batch.
 
     ``sets`` maps a set name to a zero-argument callable yielding ``(x, y)`` batches of [0, 1] images. With a
@@ -1094,6 +1097,9 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
     pass is sharded by batch, each rank scores the batches ``b % world_size == rank`` of every set and writes
     its share to the store, and rank 0 merges them into the score vectors, bit-identical to one process's
     (same batches, same fitted detectors). Only rank 0's result holds the scores.
+
+    ``recompute``: detectors whose stored work (score vectors, fitted state) is ignored, computed again and
+    replaced; the sets they score run their network pass again.
     """
     resolved = resolve_backend(backend)
     params = check_detectors(names, params)
@@ -1102,10 +1108,12 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
     if world_size > 1 and cache is None:
         raise UsageError("sharded scoring over torchrun ranks needs the shared store (a ScoreCache)")
     sharding = {"rank": rank, "world_size": world_size}
+    recompute = set(recompute or ())
 
     def fit(subset: list[str]) -> DetectorBank:
         return fit_detectors(subset, resolved, model, fit_set, batch_size=batch_size, device=device, seed=seed,
-                             params=params, progress=progress, cache=cache, model_hash=model_hash, **sharding)
+                             params=params, progress=progress, cache=cache, model_hash=model_hash,
+                             refit=recompute, **sharding)
 
     if cache is None:
         bank = fit(keys)
@@ -1131,6 +1139,8 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
         det_keys[key] = _detector_key(det, key, resolved, model_hash, fit_set, seed, batch_size)
     found: dict[str, dict[str, np.ndarray]] = {k: {} for k in det_keys}
     for key, det_key in det_keys.items():
+        if key in recompute:
+            continue
         for set_name in sets:
             cached = cache.load(key, det_key, identities[set_name])
             if cached is not None:
@@ -1154,7 +1164,7 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
         pass_key = set_pass_key(model_hash=model_hash, model=model, identity=identities[set_name],
                                 batch_size=batch_size) if world_size == 1 else None
         stored = None
-        if pass_key is not None and all(reads_outputs_only(bank.dets[k]) for k in who):
+        if pass_key is not None and not recompute & set(who) and all(reads_outputs_only(bank.dets[k]) for k in who):
             tensors = cache.load_tensors("setpass", pass_key)
             if tensors is not None:
                 stored = Outputs(tensors["logits"].to(device), tensors["features"].to(device))

@@ -147,8 +147,9 @@ def generate_sets(cfg: Mapping[str, Any], specs: list[AttackSpec], model: Classi
         source, data = source_set(spec, id_set, ood_sets)
         bind_attack(attack, model, fit_set, seed=int(cfg["seed"]), batch_size=int(cfg["batch_size"]), device=device,
                     detector_params=cfg.get("detector_params"))
+        redo = "all" in cfg["recompute"] or spec.set_name in cfg["recompute"]
         adv = store.generate(data, model, attack, model_hash=model_hash, seed=int(cfg["seed"]), device=device,
-                             rank=rank, world_size=world_size, progress=progress)
+                             rank=rank, world_size=world_size, progress=progress, recompute=redo)
         adv.set_name, adv.source = spec.set_name, source
         adv.quantize = protocols.get(str(cfg["protocol"])).quantize
         adv.see(model, attack, int(cfg["batch_size"]), device)
@@ -170,12 +171,13 @@ def prepare(cfg: Mapping[str, Any], progress: bool = True) -> tuple[Classifier, 
     size, channels = int(m["input_size"]), int(m["in_channels"])
     specs = expand_attacks(cfg, size)
     root = Path(d["root"]) if d.get("root") else None
-    id_set = limit_dataset(build_dataset(d["id"], root, channels, size), cfg["limit"], int(cfg["seed"]))
-    fit_set = build_dataset(d.get("fit") or d["id"], root, channels, size)
+    how = str(d.get("image_identity") or "stat")
+    id_set = limit_dataset(build_dataset(d["id"], root, channels, size, how), cfg["limit"], int(cfg["seed"]))
+    fit_set = build_dataset(d.get("fit") or d["id"], root, channels, size, how)
     fit_set = limit_dataset(fit_set, d.get("fit_limit"), int(cfg["seed"]))
     ood_sets = {}
     for spec in d.get("ood") or []:
-        ds = build_dataset(spec, root, channels, size)
+        ds = build_dataset(spec, root, channels, size, how)
         ood_sets[ds.name] = limit_dataset(ds, d.get("ood_limit") or cfg["limit"], int(cfg["seed"]))
     device = torch.device(cfg["device"])
     model = load_model(cfg, fit_set, device, progress)
@@ -297,7 +299,9 @@ def _score(ctx: RunContext, progress: bool, world_size: int = 1) -> None:
     result = score_all(list(ctx.config["detectors"]), ctx.config["detector_backend"], ctx.model, ctx.fit_set, sets,
                        batch_size=bs, device=ctx.device, seed=ctx.seed, params=thaw(ctx.config["detector_params"]),
                        progress=progress, cache=ScoreCache(cache_dir(ctx.config) / "scores"), identities=identities,
-                       model_hash=weights_hash(ctx.model), rank=ctx.rank, world_size=world_size)
+                       model_hash=weights_hash(ctx.model), rank=ctx.rank, world_size=world_size,
+                       recompute=set(ctx.config["detectors"]) if "all" in ctx.config["recompute"]
+                       else set(ctx.config["recompute"]))
     ctx.scores, ctx.detector_errors, ctx.backend, ctx.bank = result.scores, result.errors, result.backend, result.bank
     ctx.traces.update({f"detector:{k}": v for k, v in result.traces.items()})
     ctx.extras["detector_work"] = result.work

@@ -209,6 +209,11 @@ def check_plugins(cfg: Mapping[str, Any], attack_only: bool = False) -> None:
     specs = expand_attacks(cfg, int(cfg["model"]["input_size"]))
     check_sources(specs, [dataset_name(s) for s in cfg["data"].get("ood") or []])
     check_detectors(list(cfg["detectors"]), cfg["detector_params"])
+    known = [s.set_name for s in specs] + list(cfg["detectors"])
+    for name in cfg["recompute"]:
+        if name != "all" and name not in known:
+            raise UsageError(f"recompute: {name!r} is neither an attack set nor a detector of this run; valid choices: "
+                             f"all, {', '.join(known) or 'none'}")
     if not attack_only:
         build_plugins(cfg)
 
