@@ -59,6 +59,8 @@ class RunContext:
     rank: int = 0
     progress: bool = True
     backend: str = ""
+    #: what computed each detector's scores (``openood``, ``pytorch-ood`` or ``plugin:<distribution>``)
+    backends: dict[str, str] = field(default_factory=dict)
     scores: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     detector_errors: dict[str, str] = field(default_factory=dict)
     #: evaluators and analyses that raised (``evaluator:<name>`` / ``analysis:<name>`` -> one line); their
@@ -75,6 +77,10 @@ class RunContext:
         """The adversarial sets made from the ID test images (row ``i`` = ``id_set`` row ``i``), without the
         OOD->ID sets, whose rows are natural OOD images."""
         return {name: adv for name, adv in self.adv_sets.items() if adv.source == "id"}
+
+    def backend_of(self, detector: str) -> str:
+        """The ``backend`` column of a detector's rows: what computed its scores."""
+        return self.backends.get(detector, self.backend)
 
     @property
     def failures(self) -> dict[str, str]:

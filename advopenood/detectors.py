@@ -48,7 +48,7 @@ from advopenood.data import Subset, make_loader, seeded_prefix
 from advopenood.errors import UsageError
 from advopenood.models import Classifier
 from advopenood.scorecache import ScoreCache, detector_key, fit_pass_key, set_pass_key
-from advopenood.store import canonical_key, seeded
+from advopenood.store import canonical_key, distribution_version, seeded
 
 OPENOOD_INSTALL = ("git clone https://github.com/Jingkang50/OpenOOD && pip install -e ./OpenOOD && "
                    "pip install 'advopenood[openood]'")
@@ -749,6 +749,21 @@ def create_detector(name: str, backend: str, params: dict[str, Any] | None = Non
     return det
 
 
+def backend_label(name: str, resolved: str) -> str:
+    """What computes detector ``name``'s scores, for the ``backend`` column: ``openood`` (OpenOOD's own class),
+    ``pytorch-ood`` (a built-in implementation, checked against pytorch-ood), or ``plugin:<distribution==version>``
+    (``plugin:<module>`` when no installed distribution ships it) for a third party's detector."""
+    obj = registry.get("detectors", name)
+    cls = obj if inspect.isclass(obj) else type(obj)
+    module = cls.__module__
+    if module.split(".")[0] == "openood" or (resolved == "openood" and issubclass(cls, Postprocessor)
+                                               and cls.openood_name and module.startswith("advopenood_plugins")):
+        return "openood"
+    if module.startswith("advopenood_plugins"):
+        return "pytorch-ood"
+    return f"plugin:{distribution_version(cls) or module}"
+
+
 # ----------------------------------------------------------------------------------------------- score_all
 
 
@@ -773,6 +788,8 @@ class ScoreResult:
     work: dict[str, int] = field(default_factory=dict)
     #: the traceback of each failure in ``errors`` (for the run's log file; ``errors`` holds one line each)
     traces: dict[str, str] = field(default_factory=dict)
+    #: what computed each detector's scores (:func:`backend_label`)
+    backends: dict[str, str] = field(default_factory=dict)
 
 
 def _reason(stage: str, exc: BaseException) -> str:
@@ -1121,7 +1138,7 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
         computed = sum(len(v) for v in scores.values())
         return ScoreResult(scores, bank.errors, bank.backend, bank.seconds, bank,
                            {**bank.work, "fitted": len(bank.dets), "fits_reused": 0, "score_sets_computed": computed,
-                            "score_sets_reused": 0}, bank.traces)
+                            "score_sets_reused": 0}, bank.traces, {k: backend_label(k, resolved) for k in keys})
     identities = identities or {}
     num_classes = fc_layer(model).out_features
     errors: dict[str, str] = {}
@@ -1203,4 +1220,5 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
     return ScoreResult(scores, bank.errors, resolved, bank.seconds, bank,
                        {**FIT_WORK, **bank.work, **pass_work, "fitted": len([k for k in need if k not in bank.errors]),
                         "fits_reused": len(det_keys) - len(need),
-                        "score_sets_computed": computed, "score_sets_reused": reused}, bank.traces)
+                        "score_sets_computed": computed, "score_sets_reused": reused}, bank.traces,
+                       {k: backend_label(k, resolved) for k in keys})

@@ -304,6 +304,7 @@ def _score(ctx: RunContext, progress: bool, world_size: int = 1) -> None:
                        else set(ctx.config["recompute"]))
     ctx.scores, ctx.detector_errors, ctx.backend, ctx.bank = result.scores, result.errors, result.backend, result.bank
     ctx.traces.update({f"detector:{k}": v for k, v in result.traces.items()})
+    ctx.backends = dict(result.backends)
     ctx.extras["detector_work"] = result.work
 
 
@@ -375,6 +376,7 @@ def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
                         "shards_reused": sum(a.stats.get("reused", 0) for a in ctx.adv_sets.values())},
         "detector_work": ctx.extras.get("detector_work", {}),
         "detector_backend": ctx.backend,
+        "detector_backends": ctx.backends,
         "detector_errors": ctx.detector_errors,
         "plugin_errors": ctx.plugin_errors,
         "timings_s": timings,

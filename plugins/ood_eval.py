@@ -375,7 +375,7 @@ class OODEvaluator(Verifiable):
             conf_id = np.concatenate([scores["id"]] + [scores[name] for name in csid])
             for name, group in groups.items():
                 if group in ("near", "far"):
-                    rows.append({"dataset": ctx.dataset, "arch": ctx.arch, "detector": det, "backend": ctx.backend,
+                    rows.append({"dataset": ctx.dataset, "arch": ctx.arch, "detector": det, "backend": ctx.backend_of(det),
                                  "ood_set": name, "group": group, **metric_row(conf_id, scores[name]),
                                  "csid_sets": ",".join(csid), "protocol": ctx.protocol})
         return pd.DataFrame(rows, columns=FSOOD_COLUMNS)
@@ -389,7 +389,7 @@ class OODEvaluator(Verifiable):
         return out
 
     def _rows(self, ctx: RunContext, det: str) -> list[dict[str, Any]]:
-        head = {"dataset": ctx.dataset, "arch": ctx.arch, "detector": det, "backend": ctx.backend}
+        head = {"dataset": ctx.dataset, "arch": ctx.arch, "detector": det, "backend": ctx.backend_of(det)}
         scores = ctx.scores.get(det)
         groups = set_groups(ctx)
         rows = []
