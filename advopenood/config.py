@@ -120,6 +120,9 @@ class NpzSpec(_DataSpec):
 
     kind: Literal["npz"]
     path: str
+    #: resize the shorter side to ``pre_size``, then centre-crop to the input size (as OpenOOD's test
+    #: preprocessing); unset: the whole image is resized to the input size
+    pre_size: int | None = Field(None, ge=8)
 
 
 class IdxSpec(_DataSpec):

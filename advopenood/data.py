@@ -42,10 +42,20 @@ def to_model_input(x: torch.Tensor, channels: int, size: int) -> torch.Tensor:
     return x.contiguous()
 
 
+def resize_crop(t: torch.Tensor, pre_size: int, size: int) -> torch.Tensor:
+    """OpenOOD's test preprocessing on a ``C x H x W`` tensor in [0, 1]: the shorter side resized to ``pre_size``
+    (bilinear, antialiased), then a centre crop of ``size``."""
+    import torchvision.transforms.functional as TF
+
+    t = TF.resize(t, pre_size, TF.InterpolationMode.BILINEAR, antialias=True)
+    return TF.center_crop(t, [size, size]).clamp(0, 1)
+
+
 class ArrayDataset(Dataset):
     """Images held as a uint8 (or [0, 1] float) array ``N x H x W [x C]`` with integer labels."""
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, name: str, fingerprint: str, channels: int, size: int):
+    def __init__(self, x: np.ndarray, y: np.ndarray, name: str, fingerprint: str, channels: int, size: int,
+                 pre_size: int | None = None):
         if len(x) != len(y):
             raise UsageError(f"dataset {name!r}: {len(x)} images but {len(y)} labels")
         if x.dtype != np.uint8:
@@ -55,6 +65,7 @@ class ArrayDataset(Dataset):
                                  "valid inputs: uint8 pixels or floats in [0, 1] (normalisation lives in the model)")
         self.x, self.y = x, np.asarray(y, dtype=np.int64)
         self.name, self.fingerprint, self.channels, self.size = name, fingerprint, channels, size
+        self.pre_size = pre_size
 
     def __len__(self) -> int:
         return len(self.x)
@@ -64,10 +75,15 @@ class ArrayDataset(Dataset):
         t = torch.tensor(np.asarray(img))  # a copy: IDX arrays are read-only buffers
         t = t.float() / 255.0 if img.dtype == np.uint8 else t.float()
         t = t[None] if t.ndim == 2 else t.permute(2, 0, 1)
+        if self.pre_size is not None:
+            t = resize_crop(t, self.pre_size, self.size)
         return to_model_input(t[None], self.channels, self.size)[0], int(self.y[i])
 
     def identity(self) -> dict[str, Any]:
-        return {"name": self.name, "source": self.fingerprint, "n": len(self)}
+        ident: dict[str, Any] = {"name": self.name, "source": self.fingerprint, "n": len(self)}
+        if self.pre_size is not None:
+            ident["pre_size"] = self.pre_size
+        return ident
 
 
 def images_fingerprint(base: Path, rels: list[str], how: str = "stat") -> str:
@@ -258,7 +274,7 @@ def build_dataset(spec: dict[str, Any], root: Path | None, channels: int, size: 
             raise UsageError(f"data file {str(path)!r} not found (data root {str(root)!r}); "
                              "pass --data-root DIR holding the .npz files named in the config")
         x, y, fp = _load_npz(str(path))
-        return ArrayDataset(x, y, name, fp, channels, size)
+        return ArrayDataset(x, y, name, fp, channels, size, spec.get("pre_size"))
     if kind == "idx":
         paths = [_resolve(spec[k], root) for k in ("images", "labels")]
         missing = [str(p) for p in paths if not p.is_file()]
