@@ -142,7 +142,7 @@ def verify_masks(run: RunFiles) -> list[str]:
     set, the ``<set>.success`` rows otherwise."""
     rule = str(run.info.get("protocol", {}).get("ood_positives", "successful"))
     lines = []
-    for det in run.detectors[:1]:
+    for det in run.detectors:
         arrays = run.scores(det)
         for name, entry in (run.info.get("attacks") or {}).items():
             if f"{name}.positive" not in arrays:
