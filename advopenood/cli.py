@@ -33,7 +33,7 @@ FORCED = {"attack": {"analysis": "", "evaluator": "", "detectors": ""}}
 
 
 def analysis_commands() -> dict[str, type]:
-    """``command -> analysis class`` for every registered analysis declaring a subcommand."""
+    """``command -> analysis class`` for every registered analysis declaring a subcommand (imports them)."""
     from advopenood.capabilities import CommandAnalysis
 
     out: dict[str, type] = {}
@@ -48,9 +48,13 @@ def analysis_commands() -> dict[str, type]:
 
 
 def commands() -> dict[str, str]:
-    """Every subcommand with its help line, in help order."""
+    """Every subcommand with its help line, in help order (the analyses' from the plugin index: no import)."""
     core = list(COMMANDS.items())
-    extra = [(name, cls.command_help) for name, cls in analysis_commands().items()]
+    extra = list(registry.index()["commands"].items())
+    taken = [name for name, _ in extra if name in COMMANDS]
+    if taken:
+        raise UsageError(f"an analysis declares subcommand {taken[0]!r}, which is taken; valid choices: a name not in "
+                         f"{', '.join(COMMANDS)}")
     return dict(core[:3] + extra + core[3:])
 
 
@@ -133,8 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"advopenood {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
-    analyses = analysis_commands()
-    for name, help_text in commands().items():
+    listed = commands()
+    analyses = [name for name in listed if name not in COMMANDS]
+    for name, help_text in listed.items():
         if name == "eval-ood":
             sub.add_parser(name, help=help_text, add_help=False)
             continue
@@ -162,12 +167,13 @@ def _config(args: argparse.Namespace, **forced):
 
 
 def cmd_list(kind: str) -> int:
+    """One line per registered plugin of ``kind``: name and description (from the plugin index)."""
     if kind not in registry.KINDS:
         raise UsageError(f"unknown plugin kind {kind!r}; valid choices: {', '.join(registry.KINDS)}")
-    table = registry.entries(kind)
+    table = registry.index()[kind]
     width = max((len(n) for n in table), default=0)
-    for name, entry in table.items():
-        print(f"{name:<{width}}  {entry.description}")
+    for name, (description, _) in table.items():
+        print(f"{name:<{width}}  {description}")
     return 0
 
 
