@@ -105,3 +105,12 @@ def test_numbers_are_compared_as_the_csv_holds_them(value):
                        ["k"], ["v"])
     assert compare(pd.DataFrame({"k": [1], "v": [value]}),
                    pd.DataFrame({"k": [1], "v": [as_csv_float(value) * (1 + 3e-6)]}), ["k"], ["v"], atol=0.0)
+
+
+@pytest.mark.parametrize("table", ["leaderboard", "table_ood"])
+def test_markdown_tables_carry_the_protocol_like_their_csv(demo_run, table):
+    header = (demo_run / f"{table}.md").read_text().splitlines()[0]
+    protocol = json.loads((demo_run / "run.json").read_text())["protocol"]["name"]
+    assert "protocol" in [c.strip() for c in header.strip("|").split("|")]
+    assert f"| {protocol} |" in (demo_run / f"{table}.md").read_text()
+    assert "protocol" in pd.read_csv(demo_run / f"{table}.csv").columns
