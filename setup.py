@@ -4,6 +4,8 @@ from pathlib import Path
 from setuptools import setup
 
 HERE = Path(__file__).parent
+#: the core's packages, one per stage of a run (see ARCHITECTURE.md)
+STAGES = ("config", "data", "models", "attacks", "detection", "evaluation", "outputs", "run", "cli")
 VERSION = (HERE / "advopenood" / "VERSION").read_text().strip()
 
 setup(
@@ -14,7 +16,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
     # `plugins/` is installed as `advopenood_plugins`, `configs/` as `advopenood.configs`.
-    packages=["advopenood", "advopenood.configs", "advopenood_plugins"],
+    packages=["advopenood", *(f"advopenood.{stage}" for stage in STAGES), "advopenood.configs", "advopenood_plugins"],
     package_dir={"advopenood": "advopenood", "advopenood.configs": "configs", "advopenood_plugins": "plugins"},
     package_data={"advopenood": ["VERSION"], "advopenood.configs": ["*.yaml", "openood/*.yml"]},
     install_requires=[

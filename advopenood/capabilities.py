@@ -4,7 +4,7 @@ A plugin states a capability by inheriting one of these bases; the core checks `
 ``issubclass`` (or the predicates below) and calls the documented methods. A third-party plugin that inherits
 the same base gets exactly the treatment a built-in one gets.
 
-Attacks (:class:`advopenood.attacks.Attack` subclasses):
+Attacks (:class:`advopenood.attacks.base.Attack` subclasses):
 
 * :class:`DetectorAware`: attacks a detector fitted on the run's ID fit data; the core binds it with
   :func:`bind_attack` before use (``bind``), records its ``context`` in the cache key, and analyses read the
@@ -141,14 +141,14 @@ def bind_attack(attack: Any, model: Any, fit_set: Any, *, seed: int, batch_size:
 
 class Verifiable(abc.ABC):
     """An evaluator or analysis whose tables ``advopenood verify RUN`` re-derives from the run's files
-    (:mod:`advopenood.verify`). Write ``verify`` as its own code path, apart from the code that wrote the tables
+    (:mod:`advopenood.evaluation.verify`). Write ``verify`` as its own code path, apart from the code that wrote the tables
     (e.g. a ``verify_<name>.py`` module, set as ``verify = staticmethod(fn)``)."""
 
     @staticmethod
     @abc.abstractmethod
     def verify(run: Any) -> list[str]:
         """One line per difference between the run's tables and their re-derivation from ``run``
-        (:class:`advopenood.verify.RunFiles`); empty when every number is re-derived."""
+        (:class:`advopenood.evaluation.verify.RunFiles`); empty when every number is re-derived."""
 
 
 def is_verifiable(obj: Any) -> bool:

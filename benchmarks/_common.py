@@ -24,8 +24,8 @@ def median_time(fn: Callable[[], object], repeats: int) -> float:
 
 def cifar(n: int):
     """The pretrained ResNet-20 and ``n`` CIFAR-10 test images with labels."""
-    from advopenood.data import build_dataset, stack
-    from advopenood.models import build_model
+    from advopenood.data.datasets import build_dataset, stack
+    from advopenood.models.classifier import build_model
 
     model = build_model("resnet20", 10, DATA / "resnet20_cifar10.pt")
     x, y = stack(build_dataset({"kind": "npz", "path": "cifar10_test.npz", "name": "cifar10"}, DATA, 3, 32), range(n))

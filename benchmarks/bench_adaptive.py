@@ -18,11 +18,11 @@ import torch
 from _common import DATA, cifar
 
 from advopenood import registry
-from advopenood.attacks import build_attack
+from advopenood.attacks.base import build_attack
 from advopenood.capabilities import bind_attack
-from advopenood.data import build_dataset, limit_dataset
-from advopenood.detectors import fit_detectors
-from advopenood.metrics import ood_metrics
+from advopenood.data.datasets import build_dataset, limit_dataset
+from advopenood.detection.scoring import fit_detectors
+from advopenood.evaluation.metrics import ood_metrics
 
 
 def main() -> None:

@@ -20,10 +20,10 @@ import torch
 
 from _common import DATA
 from advopenood import registry
-from advopenood.data import Subset, build_dataset, stack
-from advopenood.detectors import fit_detectors
-from advopenood.metrics import ood_metrics
-from advopenood.models import build_model, set_precision
+from advopenood.data.datasets import Subset, build_dataset, stack
+from advopenood.detection.scoring import fit_detectors
+from advopenood.evaluation.metrics import ood_metrics
+from advopenood.models.classifier import build_model, set_precision
 
 DETECTORS = ["msp", "ebo", "mls", "mds", "knn", "react", "gram"]
 

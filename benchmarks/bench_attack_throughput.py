@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from _common import cifar, median_time
 from advopenood import registry
-from advopenood.attacks import frozen
+from advopenood.attacks.base import frozen
 
 
 def plain_pgd(model, x, y, eps: float, steps: int, alpha: float) -> torch.Tensor:

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from advopenood.data import build_dataset, stack
-from advopenood.models import build_model
+from advopenood.data.datasets import build_dataset, stack
+from advopenood.models.classifier import build_model
 from advopenood_plugins import bintest as bt
 from advopenood_plugins.attacks import PGD
 

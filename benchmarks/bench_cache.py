@@ -9,8 +9,9 @@ import tempfile
 import time
 
 from _common import DATA, REPO
-from advopenood.config import apply_overrides, load_config, thaw
-from advopenood.pipeline import run
+from advopenood.config.loading import apply_overrides, load_config
+from advopenood.config.frozen import thaw
+from advopenood.run.pipeline import run
 
 
 def main() -> None:

@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 
 from _common import DATA, REPO
-from advopenood.config import apply_overrides, load_config, thaw
-from advopenood.pipeline import run
+from advopenood.config.loading import apply_overrides, load_config
+from advopenood.config.frozen import thaw
+from advopenood.run.pipeline import run
 
 
 def _run(cfg, out: Path) -> tuple[float, dict]:

@@ -23,10 +23,10 @@ import json, sys, tempfile
 sys.path.insert(0, {bench!r})
 import numpy as np, torch
 from advopenood import registry
-from advopenood.data import Subset, build_dataset, limit_dataset, make_loader
+from advopenood.data.datasets import Subset, build_dataset, limit_dataset, make_loader
 from advopenood.detectors import score_all
 from advopenood.models import build_model
-from advopenood.scorecache import ScoreCache
+from advopenood.detection.scorecache import ScoreCache
 
 def rss(field):
     for line in open("/proc/self/status"):

@@ -23,9 +23,11 @@ from _common import DATA
 from torch.utils.data import DataLoader
 
 from advopenood import registry
-from advopenood.data import build_dataset, limit_dataset, make_loader
-from advopenood.detectors import create_detector, fit_subset, resolve_backend, score_all
-from advopenood.models import build_model
+from advopenood.data.datasets import build_dataset, limit_dataset, make_loader
+from advopenood.detection.bank import create_detector, fit_subset
+from advopenood.detection.openood_backend import resolve_backend
+from advopenood.detection.scoring import score_all
+from advopenood.models.classifier import build_model
 
 OOD = {"tin": "tin_test.npz", "mnist": "mnist_test.npz", "fashionmnist": "fashionmnist_test.npz",
        "texture": "texture_test.npz"}

@@ -36,11 +36,11 @@ import torch
 
 from _common import DATA
 from advopenood import registry
-from advopenood.context import CleanRecord, RunContext
-from advopenood.data import build_dataset, limit_dataset, make_loader
-from advopenood.detectors import score_all
-from advopenood.models import build_model, weights_hash
-from advopenood.store import AdvStore
+from advopenood.evaluation.context import CleanRecord, RunContext
+from advopenood.data.datasets import build_dataset, limit_dataset, make_loader
+from advopenood.detection.scoring import score_all
+from advopenood.models.classifier import build_model, weights_hash
+from advopenood.attacks.store import AdvStore
 from advopenood_plugins.mead_attacks import OBJECTIVES, attack_name
 
 

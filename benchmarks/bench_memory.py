@@ -16,7 +16,7 @@ PROBE = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=T
 
 
 def peak_rss_mb(limit: int, cache: str) -> float:
-    cmd = [sys.executable, "-m", "advopenood.cli", "attack", "--config", str(REPO / "configs" / "cifar10_resnet20.yaml"),
+    cmd = [sys.executable, "-m", "advopenood.cli.main", "attack", "--config", str(REPO / "configs" / "cifar10_resnet20.yaml"),
            "--data-root", str(DATA), "--attack", "fgsm", "--limit", str(limit), "--cache-dir", cache,
            "--out", f"{cache}/out{limit}", "--quiet"]
     done = subprocess.run([sys.executable, "-c", PROBE, *cmd], capture_output=True, text=True, check=True)

@@ -1,7 +1,7 @@
 """Preflight time: from a fresh interpreter to the end of every check, per pack config (target: under 3 s).
 
 Run: ``python benchmarks/bench_preflight.py``. Each config is checked in a new process (imports included, as a
-user's failing command would pay them): load and validate the YAML, then :func:`advopenood.preflight.preflight`
+user's failing command would pay them): load and validate the YAML, then :func:`advopenood.run.preflight.preflight`
 (folders, data headers, checkpoint, backend, every plugin constructed). The median of three runs is reported.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ CODE = """
 import time
 t0 = time.perf_counter()
 from advopenood.config import apply_overrides, load_config
-from advopenood.preflight import preflight
+from advopenood.run.preflight import preflight
 cfg, folder = load_config({name!r})
 cfg = apply_overrides(cfg, data_root={root!r}, out={out!r}, cache_dir={cache!r})
 preflight(cfg)
@@ -27,7 +27,7 @@ print(time.perf_counter() - t0)
 
 
 def main() -> None:
-    from advopenood.config import packaged_configs
+    from advopenood.config.loading import packaged_configs
 
     results = {}
     with tempfile.TemporaryDirectory() as tmp:

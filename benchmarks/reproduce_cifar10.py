@@ -113,7 +113,7 @@ def main() -> None:
             cmd = command(model, args.limit, run_out, args.device)
             print("$", shlex.join(cmd), flush=True)
             start = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "advopenood.cli", *cmd[1:]], check=True)
+            subprocess.run([sys.executable, "-m", "advopenood.cli.main", *cmd[1:]], check=True)
             print(f"{model}: {time.perf_counter() - start:.0f} s", flush=True)
         tables.append(compare(model, run_out))
     df = pd.concat(tables, ignore_index=True)

@@ -43,12 +43,15 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from advopenood import registry
-from advopenood.attacks import Attack, default_eps, foolbox_model
+from advopenood.attacks.base import Attack, default_eps, foolbox_model
 from advopenood.capabilities import AttackFamily, DetectorAware, Invertible, is_differentiable
-from advopenood.data import make_loader
-from advopenood.detectors import Outputs, Postprocessor, fit_detectors, fit_subset, grad_outputs
+from advopenood.data.datasets import make_loader
+from advopenood.detection.outputs import Outputs, grad_outputs
+from advopenood.detection.postprocessor import Postprocessor
+from advopenood.detection.scoring import fit_detectors
+from advopenood.detection.bank import fit_subset
 from advopenood.errors import UsageError
-from advopenood.metrics import id_threshold
+from advopenood.evaluation.metrics import id_threshold
 from advopenood_plugins.attacks import rel_stepsize
 
 #: The detector's fit-set confidences used for standardisation and the acceptance threshold (first rows).

@@ -17,7 +17,7 @@ it is, not rewritten. Registered here (a plugin module with its own entry point,
 Every setting is the library's standard-version default (100 iterations, 1 restart, rho 0.75, 9 target
 classes, 5000 queries, p_init 0.8); ``n_iter``/``n_queries`` may be lowered for quick runs. ``norm``
 (``linf`` or ``l2``) is a parameter: the set's MEAD group and the binarization test's ball follow it; ``eps``
-defaults to the Linf budget (:func:`advopenood.attacks.default_eps`), so with ``norm: l2`` set ``eps`` too
+defaults to the Linf budget (:func:`advopenood.attacks.base.default_eps`), so with ``norm: l2`` set ``eps`` too
 (RobustBench's CIFAR-10 L2 budget is 0.5). AutoAttack's own ``seed`` is drawn from the torch generator that
 :meth:`Attack.__call__` seeds per shard, so a shard's examples depend only on the run's seed and the shard.
 The model is the :class:`advopenood.models.Classifier` (normalisation inside, inputs in [0, 1]).
@@ -47,9 +47,9 @@ from pyautoattack.square import SquareAttack
 from torch import Tensor
 
 from advopenood import registry
-from advopenood.attacks import Attack, default_eps
+from advopenood.attacks.base import Attack, default_eps
 from advopenood.capabilities import is_differentiable
-from advopenood.detectors import grad_outputs
+from advopenood.detection.outputs import grad_outputs
 from advopenood.errors import UsageError
 from advopenood_plugins.adaptive import AdaptiveAttack, AdaptiveFamily, _Best, margin_loss
 from advopenood_plugins.attacks import _run_foolbox

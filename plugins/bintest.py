@@ -46,17 +46,17 @@ from packaging.version import Version
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
-from advopenood.attacks import Attack, build_attack, default_eps, frozen
+from advopenood.attacks.base import Attack, build_attack, default_eps, frozen
 from advopenood.capabilities import CommandAnalysis, DetectorAware, Invertible, bind_attack
-from advopenood.context import RunContext
-from advopenood.data import stack
+from advopenood.evaluation.context import RunContext
+from advopenood.data.datasets import stack
 from advopenood.errors import UsageError
-from advopenood.metrics import id_threshold
-from advopenood.outputs import Bullets, Paragraph, Results, Section, Table, as_written, guarded
-from advopenood.report import eps_label, join
-from advopenood.report import name as label
+from advopenood.evaluation.metrics import id_threshold
+from advopenood.outputs.results import Bullets, Paragraph, Results, Section, Table, as_written, guarded
+from advopenood.outputs.report import eps_label, join
+from advopenood.outputs.report import name as label
 from advopenood.registry import get, names as get_names, register
-from advopenood.store import derive_seed
+from advopenood.provenance import derive_seed
 
 NORMS = ("linf", "l2")
 TESTS = ("standard", "regular", "inverted")
@@ -392,7 +392,7 @@ def run_bintest(model: nn.Module, x: torch.Tensor, y: torch.Tensor, attack: Atta
     Only correctly classified samples are tested (a misclassified one has no clean decision to flip); they are
     counted in ``n_misclassified`` and left out of ``samples``. ``norm`` defaults to ``attack.norm``. ``eps`` is
     the test's ball; it defaults to the attack's own ``params["eps"]``, and for an unbounded attack (DeepFool)
-    to :func:`advopenood.attacks.default_eps`; an attack succeeds only when its output lies in the ball (a
+    to :func:`advopenood.attacks.base.default_eps`; an attack succeeds only when its output lies in the ball (a
     smaller attack budget, e.g. FGSM at eps / 10, is a weaker attack on the same test).
     Sample ``i`` draws its points from ``SeedSequence([seed, indices[i], test])`` and attacks with
     ``derive_seed``, so results do not depend on batching or on which other samples are tested.

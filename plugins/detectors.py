@@ -25,11 +25,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from advopenood.attacks import frozen
+from advopenood.attacks.base import frozen
 from advopenood.capabilities import DifferentiableDetector
-from advopenood.detectors import Batches, Outputs, Postprocessor, Taps, fc_layer, vim_dim
+from advopenood.detection.outputs import Batches, Outputs, Taps, fc_layer
+from advopenood.detection.postprocessor import Postprocessor, vim_dim
 from advopenood.registry import register
-from advopenood.store import seeded
+from advopenood.provenance import seeded
 
 if TYPE_CHECKING:
     from pytorch_ood.detector import ASH as PodASH

@@ -33,16 +33,16 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from advopenood.context import RunContext
-from advopenood.data import seeded_prefix, stack
+from advopenood.evaluation.context import RunContext
+from advopenood.data.datasets import seeded_prefix, stack
 from advopenood.errors import UsageError
 from advopenood.io import save_figure
-from advopenood.models import Classifier
-from advopenood.outputs import Bullets, Figure as FigureItem, Paragraph, Results, Section, Table, as_written, guarded
-from advopenood.plots import pick_examples, safe_name
+from advopenood.models.classifier import Classifier
+from advopenood.outputs.results import Bullets, Figure as FigureItem, Paragraph, Results, Section, Table, as_written, guarded
+from advopenood.outputs.plots import pick_examples, safe_name
 from advopenood.registry import register
-from advopenood.report import eps_label, fmt, pct
-from advopenood.report import name as label
+from advopenood.outputs.report import eps_label, fmt, pct
+from advopenood.outputs.report import name as label
 
 if TYPE_CHECKING:  # matplotlib loads on the first figure
     from matplotlib.figure import Figure

@@ -37,13 +37,13 @@ import numpy as np
 import pandas as pd
 
 from advopenood import registry
-from advopenood.context import RunContext
+from advopenood.evaluation.context import RunContext
 from advopenood.errors import UsageError
-from advopenood.metrics import NaNScoreError, ood_metrics
-from advopenood.outputs import Bullets, Paragraph, Results, Section, Table, as_written, guarded
-from advopenood.report import CHANCE, eps_label, join
-from advopenood.report import name as label
-from advopenood.store import AdvSet
+from advopenood.evaluation.metrics import NaNScoreError, ood_metrics
+from advopenood.outputs.results import Bullets, Paragraph, Results, Section, Table, as_written, guarded
+from advopenood.outputs.report import CHANCE, eps_label, join
+from advopenood.outputs.report import name as label
+from advopenood.attacks.store import AdvSet
 
 SETTINGS = ("mead", "ce", "kl", "gini", "fr", "adaptive")
 MEAD_COLUMNS = ["detector", "backend", "norm", "eps", "setting", "auroc", "fpr95", "n_pos", "n_neg", "mean_successes",

@@ -32,7 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from advopenood.attacks import Attack, default_eps, foolbox_model
+from advopenood.attacks.base import Attack, default_eps, foolbox_model
 from advopenood.errors import UsageError
 from advopenood.registry import register
 

@@ -55,10 +55,10 @@ import pandas as pd
 
 from advopenood import io as aio
 from advopenood import registry
-from advopenood.context import RunContext
+from advopenood.evaluation.context import RunContext
 from advopenood.errors import UsageError
-from advopenood.outputs import Results
-from advopenood.plots import safe_name
+from advopenood.outputs.results import Results
+from advopenood.outputs.plots import safe_name
 from advopenood_plugins.mead import SetInfo, detector_groups, set_info, worst_case_metrics
 
 METRICS = ("auroc", "fpr95")

@@ -1,8 +1,8 @@
 """The ``ood`` evaluator: FPR95 / AUROC / AUPR of every detector on natural OOD sets and adversarial sets.
 
-Follows OpenOOD's convention (:mod:`advopenood.metrics`): OOD is the positive class, scores are
+Follows OpenOOD's convention (:mod:`advopenood.evaluation.metrics`): OOD is the positive class, scores are
 confidences (higher = more ID), and adversarial examples count as OOD. Which adversarial examples are the
-positives is the protocol's choice (:mod:`advopenood.protocols`), written in the ``positives`` column:
+positives is the protocol's choice (:mod:`advopenood.config.protocols`), written in the ``positives`` column:
 ``successful`` (protocol ``strong``: the examples whose attack succeeded, ``advset.records.success``, i.e.
 ``adv_pred != y``) or ``all`` (protocol ``lorenz2024``: "all attacked test images", as the paper's Table 4 is
 computed). ``n_ood`` records how many there were. The perturbed images of an OOD->ID attack
@@ -12,7 +12,7 @@ With detector-adaptive attacks in the run (``plugins/adaptive.py``), ``table_ada
 detector's AUROC/FPR95 under its own adaptive attack next to the classifier-only attack: ``pgd`` at the same
 eps for ``adaptive_<det>``, the clean natural OOD set for ``adaptive_ood_<det>``.
 
-Every row carries its ``group`` (OpenOOD v1.5's, :mod:`advopenood.openood_benchmarks`): ``near`` / ``far`` for
+Every row carries its ``group`` (OpenOOD v1.5's, :mod:`advopenood.data.benchmarks`): ``near`` / ``far`` for
 near- and far-OOD sets, ``csid`` for covariate-shifted ID sets (their row is ID vs the shifted set, a number
 OpenOOD does not report: how strongly a detector flags covariate shift), ``adversarial`` for adversarial sets
 and ``other`` for a natural set outside OpenOOD's benchmark for the run's ID set (e.g. Fashion-MNIST for
@@ -31,7 +31,7 @@ else the first detector by name) and, with adaptive sets, ``Detector-adaptive at
 
 Writes ``scores/<detector>.npz`` (atomically) with one float64 array of confidences per set (``id``, each
 natural OOD set, each attack, in sample order) and, per attack, the boolean ``<attack>.success`` mask, so
-every metric can be recomputed with :func:`advopenood.metrics.ood_metrics`.
+every metric can be recomputed with :func:`advopenood.evaluation.metrics.ood_metrics`.
 """
 from __future__ import annotations
 
@@ -46,16 +46,16 @@ import torch
 from advopenood import io as aio
 from advopenood.capabilities import Verifiable, is_detector_aware
 from advopenood import registry
-from advopenood.context import RunContext
-from advopenood.data import dataset_name, make_loader
-from advopenood.metrics import ood_metrics
-from advopenood.openood_benchmarks import ADVERSARIAL, natural_group
-from advopenood.outputs import Bullets, Figure, Paragraph, Results, Section, Table, as_written, guarded
-from advopenood.plots import ood_matrix, plot_auroc_heatmap, plot_roc, roc_sets
+from advopenood.evaluation.context import RunContext
+from advopenood.data.datasets import dataset_name, make_loader
+from advopenood.evaluation.metrics import ood_metrics
+from advopenood.data.benchmarks import ADVERSARIAL, natural_group
+from advopenood.outputs.results import Bullets, Figure, Paragraph, Results, Section, Table, as_written, guarded
+from advopenood.outputs.plots import ood_matrix, plot_auroc_heatmap, plot_roc, roc_sets
 from advopenood.registry import register
 from advopenood_plugins.verify_ood import verify as verify_ood
-from advopenood.report import CHANCE, join
-from advopenood.report import name as label
+from advopenood.outputs.report import CHANCE, join
+from advopenood.outputs.report import name as label
 
 ADAPTIVE_COLUMNS = ["detector", "attack", "eps", "baseline", "auroc_baseline", "auroc_adaptive", "delta_auroc",
                     "fpr95_baseline", "fpr95_adaptive", "n_ood"]
@@ -101,7 +101,7 @@ def pivot_table(df: pd.DataFrame) -> pd.DataFrame:
 
 def set_groups(ctx: RunContext) -> dict[str, str]:
     """Group of every natural set of the run: the data entry's ``group``, else OpenOOD v1.5's for
-    ``data.dataset`` (:func:`advopenood.openood_benchmarks.natural_group`)."""
+    ``data.dataset`` (:func:`advopenood.data.benchmarks.natural_group`)."""
     data = ctx.config.get("data") or {}
     declared = {dataset_name(spec): spec.get("group") for spec in data.get("ood") or []}
     return {name: declared.get(name) or natural_group(data.get("dataset") or ctx.dataset, name)

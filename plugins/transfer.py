@@ -37,7 +37,7 @@ the adversary is to modify [x] ... such that [F] produces [a] class label [other
   ``improvement = defense_acc - undefended_acc`` (the paper's defense accuracy improvement; never negative
   here because a detector can only add correct decisions). The detector rejects an input whose confidence is
   below its operating threshold: the 5 % quantile of its confidences on *all* clean ID test images
-  (:func:`advopenood.metrics.id_threshold`), since a deployed detector cannot know which clean inputs the
+  (:func:`advopenood.evaluation.metrics.id_threshold`), since a deployed detector cannot know which clean inputs the
   classifier gets right. Clean ID images it rejects are its price, fixed at 5 % by the threshold.
 * ``auroc``, ``fpr95`` (:func:`detection_metrics`): negatives are the detector's confidences on the
   clean-correct ID test rows of the run, positives those of the transferred examples (of clean-correct rows)
@@ -46,7 +46,7 @@ the adversary is to modify [x] ... such that [F] produces [a] class label [other
 
 Surrogates are cached under ``<cache>/surrogates/<key16>.pt``, keyed by everything that determines them
 (target weights and query detector for mixed ones, fit-set identity, fraction, hyper-parameters, seed, library
-versions); the crafted examples live in an :class:`advopenood.store.AdvStore` under ``<cache>/transfer_adv``
+versions); the crafted examples live in an :class:`advopenood.attacks.store.AdvStore` under ``<cache>/transfer_adv``
 keyed by the surrogate's weights, so a re-run trains and attacks nothing.
 """
 from __future__ import annotations
@@ -67,21 +67,24 @@ from tqdm.auto import tqdm
 
 from advopenood import io as aio
 from advopenood import registry
-from advopenood.attacks import Attack, build_attack, frozen
+from advopenood.attacks.base import Attack, build_attack, frozen
 from advopenood.capabilities import is_detector_aware
-from advopenood.config import cache_dir, parse_eps
-from advopenood.context import RunContext
-from advopenood.data import Subset, seeded_prefix, stack
-from advopenood.detectors import forward_outputs
+from advopenood.config.plan import cache_dir
+from advopenood.config.schema import parse_eps
+from advopenood.evaluation.context import RunContext
+from advopenood.data.datasets import Subset, seeded_prefix, stack
+from advopenood.detection.outputs import forward_outputs
 from advopenood.errors import UsageError
-from advopenood.metrics import id_threshold, ood_metrics
-from advopenood.models import ARCHS, Backbone, Classifier, build_model, weights_hash
-from advopenood.outputs import Bullets, Paragraph, Results, Section, Table, as_written, guarded
+from advopenood.evaluation.metrics import id_threshold, ood_metrics
+from advopenood.models.classifier import ARCHS, Classifier, build_model, weights_hash
+from advopenood.models.backbones import Backbone
+from advopenood.outputs.results import Bullets, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.registry import register
-from advopenood.report import fmt
-from advopenood.report import name as label
-from advopenood.store import AdvStore, canonical_key, derive_seed, library_versions, seeded
-from advopenood.training import RECIPE, train_classifier
+from advopenood.outputs.report import fmt
+from advopenood.outputs.report import name as label
+from advopenood.attacks.store import AdvStore
+from advopenood.provenance import canonical_key, derive_seed, library_versions, seeded
+from advopenood.models.training import RECIPE, train_classifier
 
 CSV_COLUMNS = ["protocol", "surrogate", "data_fraction", "queries", "attack", "asr", "detector", "auroc", "fpr95",
                "defense_acc", "undefended_acc", "improvement", "surrogate_acc", "n", "eps", "seed", "deviations"]
@@ -137,7 +140,7 @@ def defense_accuracy(y: np.ndarray, clean_pred: np.ndarray, adv_pred: np.ndarray
 
 def detection_metrics(conf_id: np.ndarray, id_correct: np.ndarray, conf_adv: np.ndarray,
                       adv_fooled: np.ndarray) -> dict[str, float]:
-    """``{auroc, fpr95}`` in percent (:func:`advopenood.metrics.ood_metrics`, adversarial = positive) of the
+    """``{auroc, fpr95}`` in percent (:func:`advopenood.evaluation.metrics.ood_metrics`, adversarial = positive) of the
     clean-correct ID confidences ``conf_id[id_correct]`` against the confidences of the transferred examples
     that fool the target, ``conf_adv[adv_fooled]``; NaN when a side is empty or a score is NaN."""
     try:

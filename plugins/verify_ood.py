@@ -1,5 +1,5 @@
 """Re-derivation of the ``ood`` evaluator's tables (``ood.csv``, ``leaderboard.csv``, ``fsood.csv``) from
-``scores/*.npz`` and ``run.json``, written apart from :mod:`advopenood.metrics` and ``plugins/ood_eval.py``.
+``scores/*.npz`` and ``run.json``, written apart from :mod:`advopenood.evaluation.metrics` and ``plugins/ood_eval.py``.
 
 Definitions (OpenOOD v1.5, ``openood/evaluators/metrics.py``): OOD is the positive class, the decision score is
 ``-conf``; AUROC is the area under the ROC curve (here ``sklearn.metrics.roc_auc_score``); FPR95 is the false
@@ -109,7 +109,7 @@ def rederive_fsood(run: Any, fsood: pd.DataFrame) -> pd.DataFrame:
 
 def verify(run: Any) -> list[str]:
     """Differences between the ``ood`` evaluator's tables and their re-derivation (``advopenood verify``)."""
-    from advopenood.verify import compare
+    from advopenood.evaluation.verify import compare
 
     ood = run.table("ood.csv")
     lines = expected_positives(run, ood)

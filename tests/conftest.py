@@ -34,14 +34,14 @@ def session_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def cifar_model(data_root: Path):
-    from advopenood.models import build_model
+    from advopenood.models.classifier import build_model
 
     return build_model("resnet20", 10, data_root / "resnet20_cifar10.pt")
 
 
 @pytest.fixture(scope="session")
 def cifar_test(data_root: Path):
-    from advopenood.data import build_dataset
+    from advopenood.data.datasets import build_dataset
 
     return build_dataset({"kind": "npz", "path": "cifar10_test.npz", "name": "cifar10"}, data_root, 3, 32)
 
@@ -49,7 +49,7 @@ def cifar_test(data_root: Path):
 @pytest.fixture(scope="session")
 def pack_set(data_root: Path):
     """``pack_set(name, file, n)``: the first ``n`` rows (seeded order) of an npz set of the pack at 3 x 32 x 32."""
-    from advopenood.data import build_dataset, limit_dataset
+    from advopenood.data.datasets import build_dataset, limit_dataset
 
     return lambda name, path, n: limit_dataset(build_dataset({"kind": "npz", "path": path, "name": name}, data_root,
                                                              3, 32), n, 0)
@@ -58,13 +58,13 @@ def pack_set(data_root: Path):
 @pytest.fixture(scope="session")
 def cifar_batch(cifar_test):
     """64 real CIFAR-10 test images and labels."""
-    from advopenood.data import stack
+    from advopenood.data.datasets import stack
 
     return stack(cifar_test, list(range(64)))
 
 
 @pytest.fixture(scope="session")
 def demo_net(session_cache: Path):
-    from advopenood.demo import demo_model
+    from advopenood.models.demo import demo_model
 
     return demo_model(session_cache, seed=0, progress=False)

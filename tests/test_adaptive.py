@@ -9,13 +9,16 @@ import pytest
 import torch
 
 from advopenood import registry
-from advopenood.config import apply_overrides, expand_attacks, load_config, thaw
-from advopenood.data import limit_dataset
-from advopenood.detectors import fit_detectors, forward_outputs, grad_outputs
+from advopenood.config.loading import apply_overrides, load_config
+from advopenood.config.plan import expand_attacks
+from advopenood.config.frozen import thaw
+from advopenood.data.datasets import limit_dataset
+from advopenood.detection.scoring import fit_detectors
+from advopenood.detection.outputs import forward_outputs, grad_outputs
 from advopenood.errors import UsageError
-from advopenood.pipeline import run
-from advopenood.preflight import preflight
-from advopenood.store import AdvStore
+from advopenood.run.pipeline import run
+from advopenood.run.preflight import preflight
+from advopenood.attacks.store import AdvStore
 from advopenood_plugins.detectors import BUILTIN_DETECTORS
 
 CPU = torch.device("cpu")

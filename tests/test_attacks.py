@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 from advopenood import registry
-from advopenood.attacks import Attack
+from advopenood.attacks.base import Attack
 from advopenood.errors import UsageError
 
 

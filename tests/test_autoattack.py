@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from advopenood import registry
-from advopenood.cli import main
-from advopenood.data import limit_dataset
+from advopenood.cli.main import main
+from advopenood.data.datasets import limit_dataset
 from advopenood.errors import UsageError
-from advopenood.store import AdvStore, canonical_key
+from advopenood.attacks.store import AdvStore
+from advopenood.provenance import canonical_key
 from advopenood_plugins.mead import set_info
 
 CPU = torch.device("cpu")

@@ -17,8 +17,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from advopenood import registry
-from advopenood.context import CleanRecord, RunContext
-from advopenood.data import Subset, build_dataset, stack
+from advopenood.evaluation.context import CleanRecord, RunContext
+from advopenood.data.datasets import Subset, build_dataset, stack
 from advopenood.errors import UsageError
 from advopenood_plugins import bintest as bt
 from advopenood_plugins.attacks import FGSM, PGD

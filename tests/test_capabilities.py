@@ -7,12 +7,15 @@ import torch
 from torch import Tensor
 
 from advopenood import registry
-from advopenood.attacks import build_attack
+from advopenood.attacks.base import build_attack
 from advopenood.capabilities import (AttackFamily, DetectorAware, DifferentiableDetector, Invertible, bind_attack,
                                      is_detector_aware, is_differentiable, is_family)
-from advopenood.cli import main
-from advopenood.data import seeded_prefix
-from advopenood.detectors import OpenOODPostprocessor, Outputs, Postprocessor, fit_rows
+from advopenood.cli.main import main
+from advopenood.data.datasets import seeded_prefix
+from advopenood.detection.openood_backend import OpenOODPostprocessor
+from advopenood.detection.outputs import Outputs
+from advopenood.detection.postprocessor import Postprocessor
+from advopenood.detection.bank import fit_rows
 from advopenood.errors import UsageError
 from advopenood_plugins.detectors import BUILTIN_DETECTORS
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import yaml
 
-from advopenood.cli import build_parser, commands, main
-from advopenood.config import packaged_configs
+from advopenood.cli.main import build_parser, commands, main
+from advopenood.config.loading import packaged_configs
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("ADVOPENOOD_TEST_DATA", REPO.parent / "shared" / "data"))
@@ -98,7 +98,7 @@ def _file(tmp_path: Path, name: str, make) -> Path:
 
 
 def _state_dict_of(arch: str) -> dict:
-    from advopenood.models import build_model
+    from advopenood.models.classifier import build_model
 
     return build_model(arch, 10).backbone.state_dict()
 
@@ -287,7 +287,7 @@ def test_readme_flag_table_matches_the_run_parser():
 
 
 def test_cli_sets_passive_openmp_unless_the_user_chose():
-    code = "import os, advopenood.cli; print(os.environ['OMP_WAIT_POLICY'])"
+    code = "import os, advopenood.cli.main; print(os.environ['OMP_WAIT_POLICY'])"
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env).stdout.strip() == "PASSIVE"
     env["OMP_WAIT_POLICY"] = "ACTIVE"
@@ -307,7 +307,7 @@ def test_help_and_list_answer_without_importing_torch(argv, tmp_path):
     import sys
 
     env = {**os.environ, "ADVOPENOOD_CACHE": str(tmp_path)}
-    probe = ("import sys, json; from advopenood.cli import main\n"
+    probe = ("import sys, json; from advopenood.cli.main import main\n"
              "try:\n    main(json.loads(sys.argv[1]))\nexcept SystemExit:\n    pass\n"
              "print('TORCH=' + str('torch' in sys.modules), file=sys.stderr)")
     first = subprocess.run([sys.executable, "-c", probe, json.dumps(argv)], env=env, capture_output=True, text=True)

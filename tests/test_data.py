@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from advopenood.data import build_dataset, limit_dataset, stack
+from advopenood.data.datasets import build_dataset, limit_dataset, stack
 from advopenood.errors import UsageError
 
 

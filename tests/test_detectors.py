@@ -12,14 +12,18 @@ import pytest
 import torch
 
 from advopenood import registry
-from advopenood.context import CleanRecord, RunContext
-from advopenood.data import limit_dataset, make_loader
-from advopenood.detectors import (Postprocessor, Taps, create_detector, fc_layer, fit_detectors, fit_subset, grad_outputs,
-                                  resolve_backend, score_all, vim_dim)
+from advopenood.evaluation.context import CleanRecord, RunContext
+from advopenood.data.datasets import limit_dataset, make_loader
+from advopenood.detection.postprocessor import Postprocessor, vim_dim
+from advopenood.detection.outputs import Taps, fc_layer, grad_outputs
+from advopenood.detection.bank import create_detector, fit_subset
+from advopenood.detection.scoring import fit_detectors, score_all
+from advopenood.detection.openood_backend import resolve_backend
 from advopenood.errors import UsageError
-from advopenood.metrics import ood_metrics
-from advopenood.models import weights_hash
-from advopenood.store import AdvStore, seeded
+from advopenood.evaluation.metrics import ood_metrics
+from advopenood.models.classifier import weights_hash
+from advopenood.attacks.store import AdvStore
+from advopenood.provenance import seeded
 from advopenood_plugins.detectors import BUILTIN_DETECTORS, gram_statistics, gram_vectors
 
 ALL = list(BUILTIN_DETECTORS)
@@ -318,7 +322,7 @@ def test_ood_evaluator_rows_scores_and_table(bench, tmp_path):
     broken = df[df.detector == "broken"]
     assert len(broken) == 2 and broken.auroc.isna().all() and (broken.error == "fit failed: ValueError: singular").all()
 
-    from advopenood.pipeline import write_scores
+    from advopenood.run.pipeline import write_scores
 
     write_scores(ctx)  # the core saves the scores and masks every table is re-derived from
     with np.load(tmp_path / "scores" / "mds.npz") as d:

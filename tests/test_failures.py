@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from advopenood import registry
-from advopenood.cli import main
-from advopenood.detectors import Postprocessor
+from advopenood.cli.main import main
+from advopenood.detection.postprocessor import Postprocessor
 from advopenood.io import save_figure, staging_dir
-from advopenood.outputs import Results
+from advopenood.outputs.results import Results
 
 
 class _Raises(Postprocessor):
@@ -107,7 +107,7 @@ def test_a_clean_run_exits_0_without_an_error_log(tmp_path, capsys, session_cach
 
 
 def test_a_crash_in_the_core_leaves_no_staging_folder(tmp_path, monkeypatch, session_cache):
-    from advopenood import pipeline
+    from advopenood.run import pipeline
 
     def explode(*args, **kwargs):
         raise OSError("disk gone")
@@ -122,13 +122,13 @@ def test_a_crash_in_the_core_leaves_no_staging_folder(tmp_path, monkeypatch, ses
 
 def test_detector_dropped_on_one_set_is_not_scored_on_the_next(cifar_model, pack_set):
     """The old scoring loop looked a detector dropped on an earlier set up again (KeyError) with a store."""
-    from advopenood.detectors import score_all
-    from advopenood.scorecache import ScoreCache
+    from advopenood.detection.scoring import score_all
+    from advopenood.detection.scorecache import ScoreCache
 
     _FailsLater.calls = 0
     fit = pack_set("cifar10_fit", "cifar10_train_10k.npz", 64)
     idset, ood = pack_set("cifar10", "cifar10_test.npz", 40), pack_set("tin", "tin_test.npz", 24)
-    from advopenood.data import make_loader
+    from advopenood.data.datasets import make_loader
 
     sets = {"id": lambda: make_loader(idset, 64), "tin": lambda: make_loader(ood, 64)}
     import tempfile

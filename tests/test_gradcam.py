@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from advopenood import registry
-from advopenood.context import CleanRecord, RunContext
-from advopenood.data import build_dataset, limit_dataset, stack
+from advopenood.evaluation.context import CleanRecord, RunContext
+from advopenood.data.datasets import build_dataset, limit_dataset, stack
 from advopenood.errors import UsageError
-from advopenood.models import weights_hash
-from advopenood.store import AdvStore
+from advopenood.models.classifier import weights_hash
+from advopenood.attacks.store import AdvStore
 from advopenood_plugins.gradcam import (CSV_COLUMNS, REGIMES, CamExtractor, GradCamAnalysis,
                                         cam_distance, classify_regime, upsample)
 

@@ -16,13 +16,13 @@ import yaml
 from sklearn import metrics as skm
 
 from advopenood import registry
-from advopenood.context import CleanRecord, RunContext
-from advopenood.data import limit_dataset, make_loader
+from advopenood.evaluation.context import CleanRecord, RunContext
+from advopenood.data.datasets import limit_dataset, make_loader
 from advopenood.errors import UsageError
-from advopenood.models import weights_hash
-from advopenood.store import AdvStore
+from advopenood.models.classifier import weights_hash
+from advopenood.attacks.store import AdvStore
 from advopenood_plugins import mead_attacks as ma
-from advopenood.attacks import Attack
+from advopenood.attacks.base import Attack
 from advopenood_plugins.mead import (MEAD_COLUMNS, NORM_ORDER, PATCH, SETTINGS, SUMMARY_COLUMNS, SetInfo, attack_kind,
                                      mead_summary, mead_table, threat_group, worst_case_metrics, worst_case_scores)
 
@@ -206,7 +206,8 @@ def test_eps_presets_and_shipped_configs():
     assert ma.eps_preset("sweep_linf") == [k / 255 for k in range(1, 17)]
     with pytest.raises(UsageError, match="valid choices"):
         ma.eps_preset("nope")
-    from advopenood.config import expand_attacks, load_config
+    from advopenood.config.plan import expand_attacks
+    from advopenood.config.loading import load_config
 
     cfg, _ = load_config(str(REPO / "configs" / "mead_cifar10.yaml"))
     specs = expand_attacks(cfg, 32)

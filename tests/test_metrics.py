@@ -1,4 +1,4 @@
-"""advopenood.metrics: OpenOOD's conventions (OOD positive, score = -conf, trapezoidal AUPR, FPR at TPR >= 95 %)."""
+"""advopenood.evaluation.metrics: OpenOOD's conventions (OOD positive, score = -conf, trapezoidal AUPR, FPR at TPR >= 95 %)."""
 from __future__ import annotations
 
 import importlib.util
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from advopenood.metrics import NaNScoreError, aupr_in, aupr_out, auroc, fpr_at_tpr95, ood_metrics
+from advopenood.evaluation.metrics import NaNScoreError, aupr_in, aupr_out, auroc, fpr_at_tpr95, ood_metrics
 
 
 def test_perfect_and_reversed_separation():

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from advopenood.data import stack
+from advopenood.data.datasets import stack
 from advopenood.errors import UsageError
-from advopenood.models import build_model, weights_hash
+from advopenood.models.classifier import build_model, weights_hash
 
 
 def test_pretrained_resnet20_accuracy(cifar_model, cifar_test):
@@ -62,7 +62,7 @@ def test_weights_hash_tracks_weights(cifar_model):
 
 def test_a_freshly_trained_model_hashes_like_its_cached_copy(tmp_path):
     """The first run (trains) and a later one (loads) key their adversarial sets by the same weights hash."""
-    from advopenood.demo import demo_model
+    from advopenood.models.demo import demo_model
 
     first = demo_model(tmp_path, progress=False)
     assert weights_hash(first) == weights_hash(demo_model(tmp_path, progress=False))
@@ -72,7 +72,7 @@ def test_trained_weights_come_from_the_seed_alone(demo_net, tmp_path):
     """A fresh cache gives the session's demo weights whatever drew from torch's generator before (the key
     holds the seed, so it must determine the weights), and a run that trains leaves the caller's generator where
     a run that loads the cached weights leaves it."""
-    from advopenood.demo import demo_model
+    from advopenood.models.demo import demo_model
 
     torch.manual_seed(2)
     torch.rand(1000)

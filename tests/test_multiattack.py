@@ -10,7 +10,7 @@ import pytest
 
 from advopenood import registry
 from advopenood.errors import UsageError
-from advopenood.metrics import ood_metrics
+from advopenood.evaluation.metrics import ood_metrics
 from advopenood_plugins.mead import SetInfo, worst_case_scores
 from advopenood_plugins.multiattack import (CURVE_COLUMNS, MULTI_COLUMNS, attack_label, chance_corrected,
                                             competitiveness, competitiveness_table, detection_accuracy,

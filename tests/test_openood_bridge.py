@@ -21,13 +21,15 @@ import torch
 from PIL import Image
 
 from advopenood import registry
-from advopenood.data import limit_dataset, make_loader
-from advopenood.detectors import create_detector, cuda_redirect, fit_subset, openood_importable, score_all
+from advopenood.data.datasets import limit_dataset, make_loader
+from advopenood.detection.bank import create_detector, fit_subset
+from advopenood.detection.openood_backend import cuda_redirect, openood_importable
+from advopenood.detection.scoring import score_all
 from advopenood.errors import UsageError
-from advopenood.metrics import ood_metrics
-from advopenood.models import weights_hash
-from advopenood.openood_bridge import README_SECTION
-from advopenood.store import AdvStore
+from advopenood.evaluation.metrics import ood_metrics
+from advopenood.models.classifier import weights_hash
+from advopenood.cli.openood_evaluator import README_SECTION
+from advopenood.attacks.store import AdvStore
 from advopenood_plugins.detectors import BUILTIN_DETECTORS
 
 HAVE_OPENOOD, WHY_NOT = openood_importable()
@@ -42,7 +44,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 @pytest.mark.skipif(HAVE_OPENOOD, reason="OpenOOD is installed here")
 def test_without_openood_eval_ood_says_how_to_install(tmp_path):
-    from advopenood.openood_bridge import eval_ood_main
+    from advopenood.cli.eval_ood import eval_ood_main
 
     with pytest.raises(UsageError, match=r"pip install -e \./OpenOOD"):
         eval_ood_main(["--root", str(tmp_path)])
@@ -55,7 +57,7 @@ def test_without_openood_eval_ood_says_how_to_install(tmp_path):
 def test_require_openood_points_at_the_readme_section(monkeypatch, installed, present, absent):
     """A broken OpenOOD (imgaug under NumPy 2) is sent to the README's patch, not told to reinstall; a missing one
     gets the install command. The section named exists in the README."""
-    from advopenood import openood_bridge as bridge
+    from advopenood.cli import openood_evaluator as bridge
 
     monkeypatch.setattr(bridge, "openood_importable", lambda: (False, "AttributeError: `np.sctypes` was removed"))
     monkeypatch.setattr(bridge, "openood_installed", lambda: installed)
@@ -134,7 +136,7 @@ def test_register_with_openood_fills_its_postprocessor_map():
     from openood.evaluation_api.postprocessor import postprocessors
     from openood.postprocessors import BasePostprocessor
 
-    from advopenood.openood_bridge import adapter_instance, register_with_openood
+    from advopenood.cli.openood_evaluator import adapter_instance, register_with_openood
 
     import openood.evaluation_api.evaluator as evaluator_module
     import openood.evaluation_api.postprocessor as postprocessor_module
@@ -143,7 +145,7 @@ def test_register_with_openood_fills_its_postprocessor_map():
     added = register_with_openood()
     assert {f"advopenood_{n}" for n in ALL} <= set(added) <= set(postprocessors)
     lookup = evaluator_module.get_postprocessor
-    assert lookup is postprocessor_module.get_postprocessor and lookup.__module__ == "advopenood.openood_bridge"
+    assert lookup is postprocessor_module.get_postprocessor and lookup.__module__ == "advopenood.cli.openood_evaluator"
     assert not hasattr(lookup.advopenood_original, "advopenood_original"), "registering twice stacked the lookups"
     assert issubclass(postprocessors["advopenood_knn"], BasePostprocessor)
     assert hasattr(api, "AdvEvaluator")
@@ -256,7 +258,7 @@ def no_download(monkeypatch):
 @needs_openood
 @pytest.mark.parametrize("postprocessor", ["msp", "advopenood_mds"])
 def test_eval_ood_adds_adversarial_splits_with_n_and_asr(openood_tree, runs, no_download, postprocessor):
-    from advopenood.openood_bridge import eval_ood_main
+    from advopenood.cli.eval_ood import eval_ood_main
 
     t = openood_tree
     code = eval_ood_main(eval_args(t, runs, postprocessor, "--save-csv", "--attack", "fgsm", "--eps", "1/255"))
@@ -281,7 +283,7 @@ def test_eval_ood_adds_adversarial_splits_with_n_and_asr(openood_tree, runs, no_
 def test_eval_ood_mead_on_a_trained_model_where_attacks_fail(openood_tree, runs, tmp_path, no_download):
     """MEAD through OpenOOD with FGSM failing on some images: the worst case equals one computed by hand from the
     saved OpenOOD scores and the stored success masks, and ``--save-csv`` still writes the table."""
-    from advopenood.openood_bridge import eval_ood_main
+    from advopenood.cli.eval_ood import eval_ood_main
 
     t, cache = openood_tree, tmp_path / "cache"
     args = eval_args(t, runs, "msp", "--attack", "fgsm,pgd", "--eps", "1/255", "--mead", "--save-csv", "--save-score")
@@ -309,7 +311,7 @@ def test_eval_ood_mead_on_a_trained_model_where_attacks_fail(openood_tree, runs,
 def test_eval_ood_split_where_every_attack_failed(openood_tree, runs, tmp_path):
     """FGSM at eps 1e-4 on four correctly classified images (seed 1) flips none: the split is scored with n 0 and
     blank metrics, left out of ``advood``, and MEAD has no positives; neither OpenOOD nor MEAD crashes."""
-    from advopenood.openood_bridge import eval_ood_main
+    from advopenood.cli.eval_ood import eval_ood_main
 
     t, cache = openood_tree, tmp_path / "cache"
     args = eval_args(t, runs, "msp", "--attack", "fgsm", "--eps", "1/10000", "--limit", "4", "--seed", "1", "--mead",
@@ -331,7 +333,7 @@ def test_evaluator_by_name_uses_our_configs_without_download(openood_tree, tmp_p
     from openood.evaluation_api import Evaluator
     from openood.networks import ResNet18_32x32
 
-    from advopenood.openood_bridge import register_with_openood
+    from advopenood.cli.openood_evaluator import register_with_openood
 
     register_with_openood()
     net = ResNet18_32x32(num_classes=10)
@@ -351,7 +353,7 @@ def test_evaluator_by_name_prefers_the_config_root_yaml(openood_tree, tmp_path, 
     """A YAML in ``<config_root>/postprocessors/`` still wins over our copy, as in OpenOOD."""
     import openood.evaluation_api.postprocessor as postprocessor_module
 
-    from advopenood.openood_bridge import register_with_openood
+    from advopenood.cli.openood_evaluator import register_with_openood
 
     register_with_openood()
     (tmp_path / "postprocessors").mkdir()
@@ -383,7 +385,7 @@ def test_readme_cpu_snippet_runs(openood_tree, tmp_path, monkeypatch, no_downloa
 
 @needs_openood
 def test_eval_ood_rejects_unknown_postprocessor(openood_tree, runs):
-    from advopenood.openood_bridge import eval_ood_main
+    from advopenood.cli.eval_ood import eval_ood_main
 
     with pytest.raises(UsageError, match="unknown postprocessor 'nope'; valid choices: .*advopenood_msp"):
         eval_ood_main(["--root", str(runs), "--postprocessor", "nope"])
@@ -393,7 +395,7 @@ def test_eval_ood_rejects_unknown_postprocessor(openood_tree, runs):
 def test_eval_ood_runs_a_detector_adaptive_attack(openood_tree, runs):
     """``--attack adaptive`` means adaptive_msp for MSP: fitted on OpenOOD's ID train split, it lowers MSP's
     AUROC below FGSM's."""
-    from advopenood.openood_bridge import eval_ood_main
+    from advopenood.cli.eval_ood import eval_ood_main
 
     t = openood_tree
     code = eval_ood_main(eval_args(t, runs, "msp", "--save-csv", "--attack", "fgsm,adaptive", "--eps", "8/255"))

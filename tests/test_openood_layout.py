@@ -19,10 +19,10 @@ import pandas as pd
 import pytest
 import torch
 
-from advopenood.config import validate
+from advopenood.config.loading import validate
 from advopenood.errors import UsageError
-from advopenood.models import build_model
-from advopenood.openood_benchmarks import BENCHMARKS, natural_group
+from advopenood.models.classifier import build_model
+from advopenood.data.benchmarks import BENCHMARKS, natural_group
 
 CLASSES, TRAIN_PER_CLASS, TEST_PER_CLASS, OOD_PER_SET = 3, 8, 4, 4
 
@@ -116,7 +116,7 @@ def test_natural_groups_follow_openood(dataset, name, group):
     (lambda r: next((r / "images_largescale/ssb_hard/test").iterdir()).unlink(), "ssb_hard"),
 ])
 def test_preflight_refuses_a_broken_layout_in_one_line(tmp_path, breakage, message):
-    from advopenood.pipeline import run
+    from advopenood.run.pipeline import run
 
     root = make_imagenet200_root(tmp_path / "data")
     cfg = validate(_config(root, "timm:resnet10t", tmp_path / "out", tmp_path / "cache"))
@@ -128,7 +128,7 @@ def test_preflight_refuses_a_broken_layout_in_one_line(tmp_path, breakage, messa
 
 
 def test_missing_checkpoint_is_one_line(openood_root, tmp_path):
-    from advopenood.preflight import preflight
+    from advopenood.run.preflight import preflight
 
     cfg = _config(openood_root, "swin_t", tmp_path / "out", tmp_path / "cache")
     cfg["model"]["checkpoint"] = "checkpoints/absent.pth"
@@ -138,8 +138,8 @@ def test_missing_checkpoint_is_one_line(openood_root, tmp_path):
 
 @pytest.mark.parametrize("arch, n_taps", [("resnet18", None), ("swin_t", 4), ("timm:resnet10t", 5)])
 def test_pipeline_at_224px(openood_root, tmp_path, arch, n_taps):
-    from advopenood.detectors import Taps
-    from advopenood.pipeline import run
+    from advopenood.detection.outputs import Taps
+    from advopenood.run.pipeline import run
 
     ctx = run(validate(_config(openood_root, arch, tmp_path / "out", tmp_path / "cache")), progress=False)
     out = tmp_path / "out"
@@ -168,7 +168,7 @@ def test_pipeline_at_224px(openood_root, tmp_path, arch, n_taps):
 
 
 def test_amp_is_a_stated_no_op_on_the_cpu():
-    from advopenood.models import set_precision, weights_hash
+    from advopenood.models.classifier import set_precision, weights_hash
 
     model = build_model("timm:resnet10t", CLASSES, input_size=224)
     before = weights_hash(model)
@@ -179,7 +179,7 @@ def test_amp_is_a_stated_no_op_on_the_cpu():
 
 @pytest.mark.parametrize("arch", ["swin_t", "timm:resnet18"])
 def test_gradcam_on_transformer_and_timm(openood_root, tmp_path, arch):
-    from advopenood.pipeline import run
+    from advopenood.run.pipeline import run
 
     cfg = _config(openood_root, arch, tmp_path / "out", tmp_path / "cache", detectors="msp", analyses=["gradcam"])
     cfg["data"]["groups"] = ["near"]
@@ -191,7 +191,7 @@ def test_gradcam_on_transformer_and_timm(openood_root, tmp_path, arch):
 
 def test_vit_tokens_reach_gradcam_on_the_grid():
     """ViT-B/16: the class token is dropped and the 196 patch tokens sit on the 14 x 14 grid."""
-    from advopenood.models import tokens_to_grid
+    from advopenood.models.backbones import tokens_to_grid
 
     tokens = torch.arange(2 * 197 * 5, dtype=torch.float32).reshape(2, 197, 5)
     grid = tokens_to_grid(tokens)
@@ -202,7 +202,7 @@ def test_vit_tokens_reach_gradcam_on_the_grid():
 def test_own_entries_inherit_the_benchmarks_preprocessing():
     """Entries that replace a benchmark's keep OpenOOD's resize-and-centre-crop unless they say otherwise
     (issue 24, item 14)."""
-    from advopenood.config import DataSection
+    from advopenood.config.schema import DataSection
 
     own = {"kind": "openood", "imglist": "benchmark_imglist/imagenet200/test_mine.txt", "name": "mine"}
     data = DataSection.model_validate({
@@ -215,7 +215,7 @@ def test_own_entries_inherit_the_benchmarks_preprocessing():
 
 def test_pre_size_crops_an_npz_set_like_openood(tmp_path):
     """An npz entry with pre_size: shorter side resized, then the centre crop (not the whole image squashed)."""
-    from advopenood.data import build_dataset
+    from advopenood.data.datasets import build_dataset
 
     x = np.zeros((1, 40, 80, 3), dtype=np.uint8)
     x[:, :, 16:64] = 255  # a white band over the middle 60 % of the width

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from advopenood import io as aio
-from advopenood.cli import main
+from advopenood.cli.main import main
 
 
 def _files(folder: Path) -> set[str]:

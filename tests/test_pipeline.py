@@ -8,13 +8,13 @@ import pandas as pd
 import pytest
 
 from advopenood import registry
-from advopenood.cli import main
-from advopenood.data import build_dataset, limit_dataset
-from advopenood.demo import DEMO_MODEL
-from advopenood.models import build_from_config
-from advopenood.training import train_classifier
+from advopenood.cli.main import main
+from advopenood.data.datasets import build_dataset, limit_dataset
+from advopenood.models.demo import DEMO_MODEL
+from advopenood.models.classifier import build_from_config
+from advopenood.models.training import train_classifier
 from advopenood.errors import UsageError
-from advopenood.plots import pick_examples
+from advopenood.outputs.plots import pick_examples
 
 REPO = Path(__file__).resolve().parents[1]
 

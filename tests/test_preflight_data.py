@@ -12,7 +12,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from advopenood.cli import main
+from advopenood.cli.main import main
 
 
 def _npz(folder: Path, name: str, n: int = 6, labels: np.ndarray | None | str = "ok") -> str:
@@ -92,8 +92,8 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_malformed_data_is_refused_before_any_model_is_built(case, tmp_path, capsys, monkeypatch):
-    import advopenood.models as models
-    import advopenood.training as training
+    import advopenood.models.classifier as models
+    import advopenood.models.training as training
 
     def built(*args, **kwargs):
         raise AssertionError("a model was built before the data was checked")
@@ -114,8 +114,8 @@ def test_malformed_data_is_refused_before_any_model_is_built(case, tmp_path, cap
 
 def test_ood_sets_need_no_labels(tmp_path):
     """Unlabelled natural OOD sets (label -1 or none) pass the check."""
-    from advopenood.config import validate
-    from advopenood.preflight import check_data
+    from advopenood.config.loading import validate
+    from advopenood.run.preflight import check_data
 
     cfg = _base(tmp_path)
     cfg["data"]["ood"] = [{"kind": "npz", "path": _npz(tmp_path, "o.npz", labels=None), "name": "o"},

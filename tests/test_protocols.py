@@ -10,9 +10,9 @@ import pytest
 import torch
 from torchvision import transforms
 
-from advopenood import protocols
-from advopenood.cli import main
-from advopenood.models import build_model
+from advopenood.config import protocols
+from advopenood.cli.main import main
+from advopenood.models.classifier import build_model
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -16,14 +16,16 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from advopenood import io as aio
-from advopenood import outputs, registry
-from advopenood.context import CleanRecord, RunContext
-from advopenood.data import build_dataset, limit_dataset, make_loader, stack
-from advopenood.models import weights_hash
-from advopenood.outputs import Bullets, Figure, Results, Paragraph, Section, Table
-from advopenood.plots import ood_matrix, plot_roc, roc_sets
-from advopenood.report import asr_section, build_report, eps_label, read_asr, write_report
-from advopenood.store import AdvStore, library_versions
+from advopenood import registry
+from advopenood.outputs import results as outputs
+from advopenood.evaluation.context import CleanRecord, RunContext
+from advopenood.data.datasets import build_dataset, limit_dataset, make_loader, stack
+from advopenood.models.classifier import weights_hash
+from advopenood.outputs.results import Bullets, Figure, Results, Paragraph, Section, Table
+from advopenood.outputs.plots import ood_matrix, plot_roc, roc_sets
+from advopenood.outputs.report import asr_section, build_report, eps_label, read_asr, write_report
+from advopenood.attacks.store import AdvStore
+from advopenood.provenance import library_versions
 from advopenood_plugins.bintest import bintest_section, read_bintest
 from advopenood_plugins.gradcam import read_gradcam
 from advopenood_plugins.ood_eval import compare_natural_adversarial, ood_plots, read_ood
@@ -208,7 +210,7 @@ def test_report_renders_again_from_the_folder_alone(tiny_run, tmp_path):
 
 
 def test_report_module_names_no_plugin_and_no_plugin_file():
-    import advopenood.report as report
+    import advopenood.outputs.report as report
 
     source = Path(report.__file__).read_text()
     plugins = registry.names("evaluators") + registry.names("analyses") + ["adaptive"]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
-from advopenood.cli import main
+from advopenood.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -93,8 +93,8 @@ def test_fit_work_is_read_back(cifar_model, pack_set, cifar_batch, tmp_path):
     fit-pass file is recomputed with a warning."""
     import torch
 
-    from advopenood.detectors import fit_detectors
-    from advopenood.scorecache import ScoreCache
+    from advopenood.detection.scoring import fit_detectors
+    from advopenood.detection.scorecache import ScoreCache
 
     fit, cache = pack_set("cifar10_train", "cifar10_train_10k.npz", 200), ScoreCache(tmp_path / "scores")
     kwargs = dict(batch_size=64, device="cpu", seed=0, progress=False, cache=cache, model_hash="resnet20")

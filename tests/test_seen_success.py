@@ -11,8 +11,8 @@ import pytest
 import torch
 import yaml
 
-from advopenood.cli import main
-from advopenood.protocols import quantize
+from advopenood.cli.main import main
+from advopenood.config.protocols import quantize
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,14 +13,14 @@ import torch
 from PIL import Image
 
 from advopenood import registry
-from advopenood.cli import main
-from advopenood.data import build_dataset
-from advopenood.errors import UsageError
-from advopenood.store import AdvStore, code_identity
+from advopenood.cli.main import main
+from advopenood.data.datasets import build_dataset
+from advopenood.attacks.store import AdvStore
+from advopenood.provenance import code_identity
 
 ATTACK_SRC = '''
 import torch
-from advopenood.attacks import Attack
+from advopenood.attacks.base import Attack
 
 
 class Step(Attack):
@@ -168,7 +168,8 @@ def test_one_eps_for_two_threat_models_is_refused(attacks, capsys):
 
 
 def test_one_eps_for_one_threat_model_applies(capsys):
-    from advopenood.config import apply_overrides, expand_attacks, load_config
+    from advopenood.config.loading import apply_overrides, load_config
+    from advopenood.config.plan import expand_attacks
 
     cfg, folder = load_config("demo")
     cfg = apply_overrides(cfg, config_dir=folder, attack="pgd,fgsm,df", eps="4/255")

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from advopenood import registry
-from advopenood.data import Subset, stack
-from advopenood.models import weights_hash
-from advopenood.store import AdvStore
+from advopenood.data.datasets import Subset, stack
+from advopenood.models.classifier import weights_hash
+from advopenood.attacks.store import AdvStore
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def test_round_trip_is_float_exact_and_records_are_right(tmp_path, small, cifar_
 
 
 def adv_seed(i: int) -> int:
-    from advopenood.store import derive_seed
+    from advopenood.provenance import derive_seed
 
     return derive_seed(0, i)
 

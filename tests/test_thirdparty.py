@@ -17,8 +17,8 @@ import yaml
 
 from advopenood import registry
 from advopenood.capabilities import is_differentiable
-from advopenood.cli import main
-from advopenood.detectors import grad_outputs
+from advopenood.cli.main import main
+from advopenood.detection.outputs import grad_outputs
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGINS = {"detectors": "topgap", "attacks": "randsign", "evaluators": "meanconf", "analyses": "pertnorm"}

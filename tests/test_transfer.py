@@ -11,12 +11,13 @@ import torch
 
 import advopenood_plugins.transfer as transfer
 from advopenood import registry
-from advopenood.config import apply_overrides, load_config, thaw
+from advopenood.config.loading import apply_overrides, load_config
+from advopenood.config.frozen import thaw
 from advopenood.errors import UsageError
-from advopenood.metrics import id_threshold
-from advopenood.models import build_model
-from advopenood.pipeline import run
-from advopenood.outputs import Paragraph, Table
+from advopenood.evaluation.metrics import id_threshold
+from advopenood.models.classifier import build_model
+from advopenood.run.pipeline import run
+from advopenood.outputs.results import Paragraph, Table
 from advopenood_plugins.transfer import (CSV_COLUMNS, PROTOCOL_SETTINGS, CWCNN, TransferAnalysis, clean_correct,
                                          defense_accuracy, detection_metrics, fraction_rows, jacobian_augment,
                                          read_transfer, transfer_asr, transfer_section)

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from advopenood.cli import main
-from advopenood.verify import as_csv_float, compare
+from advopenood.cli.main import main
+from advopenood.evaluation.verify import as_csv_float, compare
 
 
 @pytest.fixture(scope="module", params=["strong", "lorenz2024"])

@@ -17,6 +17,7 @@ import sys  # noqa: E402
 from typing import Callable, Sequence  # noqa: E402
 
 from advopenood import __version__, registry  # noqa: E402
+from advopenood.cli.parsing import OneLineParser, positive_int  # noqa: E402
 from advopenood.errors import UsageError  # noqa: E402
 
 #: The core's subcommands; analyses add theirs between ``demo`` and ``list`` (:func:`commands`).
@@ -58,25 +59,8 @@ def commands() -> dict[str, str]:
     return dict(core[:3] + extra + core[3:])
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad flag in one line (a UsageError, exit 2) instead of usage + error."""
-
-    def error(self, message: str) -> None:
-        raise UsageError(f"{self.prog}: {message}")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; valid choices: a positive integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value} is not positive; valid choices: a positive integer")
-    return value
-
-
 def _cores(text: str) -> int:
-    value = _positive_int(text) if text != "0" else 0
+    value = positive_int(text) if text != "0" else 0
     cores = os.cpu_count() or 1
     if value > cores:
         raise argparse.ArgumentTypeError(f"{value} exceeds the {cores} cores of this machine; valid choices: 0..{cores}")
@@ -84,7 +68,7 @@ def _cores(text: str) -> int:
 
 
 def _common_flags(p: argparse.ArgumentParser, config_required: bool) -> None:
-    from advopenood.config import packaged_configs
+    from advopenood.config.loading import packaged_configs
 
     p.add_argument("--config", required=config_required,
                    help=f"YAML path or packaged name: {', '.join(packaged_configs())}")
@@ -94,7 +78,7 @@ def _common_flags(p: argparse.ArgumentParser, config_required: bool) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="write into an output folder that holds files advopenood did not write (they are kept)")
     p.add_argument("--protocol", help="strong (default, ours) | lorenz2024 | mahmood2021; see README, 'Protocols'")
-    p.add_argument("--limit", type=_positive_int,
+    p.add_argument("--limit", type=positive_int,
                    help="evaluate the first N images of a seeded permutation of each test set (ID and natural OOD)")
     p.add_argument("--device", help="cpu | cuda | cuda:N")
     p.add_argument("--seed", type=int, help="seed of every random choice (default 0); written into every result")
@@ -108,7 +92,7 @@ def _common_flags(p: argparse.ArgumentParser, config_required: bool) -> None:
 def _attack_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attack", help="comma-separated attacks, e.g. pgd,fgsm,df,mpgd (advopenood list attacks)")
     p.add_argument("--eps", help="budget(s) for bounded attacks, e.g. 8/255 or 0.01,0.03 (a sweep)")
-    p.add_argument("--shard-size", type=_positive_int, help="images per stored shard (default 256)")
+    p.add_argument("--shard-size", type=positive_int, help="images per stored shard (default 256)")
     p.add_argument("--recompute", help="attack sets and/or detectors (comma-separated, or all) whose stored work is "
                                        "computed again and replaced, e.g. after changing a plugin's code in place")
     p.add_argument("--export-png", action="store_true",
@@ -155,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _config(args: argparse.Namespace, **forced):
     """The validated config of a subcommand's flags (``forced`` values replace flags)."""
-    from advopenood.config import apply_overrides, load_config
+    from advopenood.config.loading import apply_overrides, load_config
 
     cfg, folder = load_config(args.config or "demo")
     names = ("data_root", "out", "protocol", "attack", "eps", "detectors", "detector_backend", "evaluator", "analysis",
@@ -179,7 +163,7 @@ def cmd_list(kind: str) -> int:
 
 def cmd_verify(run: str) -> int:
     """Print every difference between a run's tables and their re-derivation; 1 if there is one, else 0."""
-    from advopenood.verify import verify_run
+    from advopenood.evaluation.verify import verify_run
 
     diffs, notes = verify_run(run)
     for line in notes:
@@ -194,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv[:1] == ["eval-ood"]:
-            from advopenood.openood_bridge import eval_ood_main
+            from advopenood.cli.eval_ood import eval_ood_main
 
             return eval_ood_main(argv[1:])
         parser = build_parser()
@@ -206,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_list(args.kind)
         if args.command == "verify":
             return cmd_verify(args.run)
-        from advopenood import pipeline
+        from advopenood.run import pipeline
 
         analyses = analysis_commands()
         forced = dict(analyses[args.command].command_settings) if args.command in analyses else \

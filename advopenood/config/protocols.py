@@ -21,13 +21,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from advopenood.attacks.store import Quantize, quantize  # noqa: F401  (quantize re-exported: protocols.quantize)
 from advopenood.errors import UsageError
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 Positives = Literal["successful", "all"]
-Quantize = Literal["none", "uint8_trunc"]
 
 
 @dataclass(frozen=True)
@@ -64,17 +64,3 @@ def get(name: str) -> Protocol:
     if name not in PROTOCOLS:
         raise UsageError(f"unknown protocol {name!r}; valid choices: {', '.join(PROTOCOLS)}")
     return PROTOCOLS[name]
-
-
-def quantize(x: torch.Tensor, mode: Quantize) -> torch.Tensor:
-    """Images as the detectors see them under ``mode``.
-
-    ``uint8_trunc`` reproduces the paper's storage: ``ToPILImage`` turns a float image into bytes with
-    ``pic.mul(255).byte()`` (truncation toward zero, in float32) and ``ToTensor`` reads the PNG back as
-    ``byte / 255``. ``none`` returns ``x`` unchanged.
-    """
-    if mode == "none":
-        return x
-    import torch
-
-    return x.float().mul(255).to(torch.uint8).to(torch.float32).div(255)

@@ -13,7 +13,7 @@ DataFrame is read as ``Results(tables=...)``):
 
 The core never reads a plugin's files to build the report: it saves every run's sections in
 ``report_sections.json`` (figure paths relative to the output folder) and renders ``report.md`` /
-``report.html`` from that file (:func:`advopenood.report.write_report`), so a report can be rendered again from
+``report.html`` from that file (:func:`advopenood.outputs.report.write_report`), so a report can be rendered again from
 an output folder alone.
 """
 from __future__ import annotations

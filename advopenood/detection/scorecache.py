@@ -12,6 +12,7 @@ when the detector reads nothing else.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import pickle
 import shutil
@@ -23,25 +24,33 @@ import numpy as np
 import torch
 
 from advopenood import io as aio
-from advopenood.store import canonical_key, library_versions, source_sha
+from advopenood.provenance import canonical_key, library_versions, source_sha
+
+
+#: the detector machinery whose source enters every detector and pass key (files beside this one)
+MACHINERY = ("outputs.py", "postprocessor.py", "bank.py", "scoring.py", "openood_backend.py")
+
+
+def machinery_sha() -> str:
+    """SHA-256 over the source of the detector machinery (:data:`MACHINERY`), read as files, not imported."""
+    h = hashlib.sha256()
+    for name in MACHINERY:
+        h.update((Path(__file__).parent / name).read_bytes())
+    return h.hexdigest()
 
 
 def detector_key(*, model_hash: str, name: str, backend: str, detector: Any, params: Mapping[str, Any],
                  fit_identity: Mapping[str, Any], seed: int, batch_size: int) -> str:
     """The key of one fitted detector's scores (see the module docstring)."""
-    import advopenood.detectors as machinery
-
     inner = getattr(detector, "inner", detector)
     return canonical_key({"model": model_hash, "detector": name, "backend": backend, "params": dict(params),
-                          "code": [source_sha(inner), source_sha(machinery)], "fit": dict(fit_identity),
+                          "code": [source_sha(inner), machinery_sha()], "fit": dict(fit_identity),
                           "seed": int(seed), "batch_size": int(batch_size), "versions": library_versions()})
 
 
 def _pass_key(kind: str, data: str, identity: Mapping[str, Any], model_hash: str, model: Any, batch_size: int) -> str:
     """The key of one network pass's outputs over ``identity``'s images (stored under ``data``)."""
-    import advopenood.detectors as machinery
-
-    return canonical_key({"kind": kind, "model": model_hash, "code": [source_sha(model), source_sha(machinery)],
+    return canonical_key({"kind": kind, "model": model_hash, "code": [source_sha(model), machinery_sha()],
                           data: dict(identity), "batch_size": int(batch_size), "versions": library_versions()})
 
 

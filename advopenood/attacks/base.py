@@ -1,6 +1,6 @@
 """Base class for attack plugins, and the foolbox plumbing they share.
 
-An attack plugin is a class registered under ``advopenood.attacks``: ``defaults(input_size)`` gives its
+An attack plugin is a class registered under ``advopenood.attacks.base``: ``defaults(input_size)`` gives its
 parameters for an input size under the default protocol (``strong``, ours), ``protocol_defaults(protocol,
 input_size)`` what a named protocol (e.g. ``lorenz2024``) sets over them, the constructor takes (and
 validates) parameters, and calling it on ``(model, x, y, seed)`` returns adversarial images in [0, 1]. The model is a
@@ -80,7 +80,7 @@ class Attack:
 
     @classmethod
     def protocol_defaults(cls, protocol: str, input_size: int) -> dict[str, Any]:
-        """Parameters a named protocol (:mod:`advopenood.protocols`) sets over :meth:`defaults`; none by default.
+        """Parameters a named protocol (:mod:`advopenood.config.protocols`) sets over :meth:`defaults`; none by default.
 
         The effective parameters are ``{**defaults(size), **protocol_defaults(protocol, size), **user params}``,
         so an attack that ignores protocols keeps its defaults under every protocol.

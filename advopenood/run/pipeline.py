@@ -19,19 +19,24 @@ import torch
 from tqdm.auto import tqdm
 
 from advopenood import io as aio
-from advopenood import outputs, protocols, registry
-from advopenood.attacks import build_attack
+from advopenood.outputs import results as outputs
+from advopenood.config import protocols
+from advopenood.attacks.base import build_attack
 from advopenood.capabilities import bind_attack
-from advopenood.config import AttackSpec, Config, cache_dir, expand_attacks, thaw, validate
-from advopenood.context import CleanRecord, RunContext
-from advopenood.data import build_dataset, limit_dataset, make_loader
-from advopenood.detectors import score_all
-from advopenood.errors import UsageError
-from advopenood.models import Classifier, build_from_config, set_precision, weights_hash
-from advopenood.preflight import checkpoint_path, output_dir, preflight
-from advopenood.scorecache import ScoreCache
-from advopenood.store import AdvSet, AdvStore, library_versions
-from advopenood.training import trained_model
+from advopenood.config.plan import AttackSpec, cache_dir, expand_attacks
+from advopenood.config.frozen import Config, thaw
+from advopenood.config.loading import validate
+from advopenood.evaluation.context import CleanRecord, RunContext
+from advopenood.data.datasets import build_dataset, limit_dataset, make_loader
+from advopenood.detection.scoring import score_all
+from advopenood.models.classifier import Classifier, build_from_config, set_precision, weights_hash
+from advopenood.run.preflight import checkpoint_path, output_dir, preflight
+from advopenood.detection.scorecache import ScoreCache
+from advopenood.attacks.store import AdvSet, AdvStore
+from advopenood.provenance import library_versions
+from advopenood.models.training import trained_model
+from advopenood.config.plan import source_set
+from advopenood.run.preflight import build_plugins
 
 ASR_COLUMNS = ["dataset", "arch", "attack", "eps", "n", "clean_acc", "asr", "asr_all", "mean_linf", "mean_l2", "seed",
                "source", "protocol"]
@@ -107,30 +112,6 @@ def rank_device(device: str, rank: int) -> torch.device:
     return torch.device(device)
 
 
-def source_name(spec: AttackSpec, ood_names: list[str]) -> str:
-    """The images an attack perturbs: ``"id"`` (the ID test set), or for OOD->ID attacks (class ``source``
-    ``"ood"``) the natural OOD set named by its ``ood_set`` parameter, default the config's first."""
-    if registry.get("attacks", spec.attack).source == "id":
-        return "id"
-    name = spec.params.get("ood_set") or next(iter(ood_names), None)
-    if name not in ood_names:
-        raise UsageError(f"attack {spec.set_name!r} perturbs natural OOD images, but ood_set {name!r} is not one of the "
-                         f"run's OOD sets; valid choices: {', '.join(ood_names) or 'none (add data.ood to the config)'}")
-    return str(name)
-
-
-def check_sources(specs: list[AttackSpec], ood_names: list[str]) -> None:
-    """Every OOD->ID attack names one of the run's natural OOD sets."""
-    for spec in specs:
-        source_name(spec, ood_names)
-
-
-def source_set(spec: AttackSpec, id_set, ood_sets: dict[str, Any]) -> tuple[str, Any]:
-    """``(source name, dataset)`` an attack perturbs (:func:`source_name`)."""
-    name = source_name(spec, list(ood_sets))
-    return (name, id_set) if name == "id" else (name, ood_sets[name])
-
-
 def generate_sets(cfg: Mapping[str, Any], specs: list[AttackSpec], model: Classifier, id_set, device: torch.device,
                   *, fit_set, ood_sets: dict[str, Any], rank: int = 0, world_size: int = 1,
                   progress: bool = True) -> dict[str, AdvSet]:
@@ -185,22 +166,11 @@ def prepare(cfg: Mapping[str, Any], progress: bool = True) -> tuple[Classifier, 
     return model, id_set, fit_set, ood_sets, specs
 
 
-def build_plugins(cfg: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    """``(timing label, plugin)`` for every configured evaluator and analysis, constructed with its parameters
-    before any work, so that a bad parameter stops the run before anything is computed."""
-    plugins = []
-    for kind, section, label in (("evaluators", "evaluator_params", "evaluator"),
-                                 ("analyses", "analysis_params", "analysis")):
-        plugins += [(f"{label}:{name}", registry.create(kind, name, **thaw(cfg[section].get(name) or {})))
-                    for name in cfg[kind]]
-    return plugins
-
-
 def run(cfg: Mapping[str, Any], *, attack_only: bool = False, progress: bool = True, overwrite: bool = False,
         export_png: bool = False) -> RunContext:
     """Run the whole pipeline (or only the attack stage) and write every output under the output folder.
 
-    The preflight (:func:`advopenood.preflight.preflight`) runs first; nothing is written when it fails. Outputs
+    The preflight (:func:`advopenood.run.preflight.preflight`) runs first; nothing is written when it fails. Outputs
     go to a staging folder beside the output folder and replace the previous run's files (those its
     ``manifest.json`` lists) at the end, so the folder only ever shows one run's files.
     Under ``torchrun`` every rank shares the attack stage and the detector stage (fit pass and scoring, sharded
@@ -255,7 +225,7 @@ def _execute(cfg: Config, model: Classifier, id_set, fit_set, ood_sets: dict[str
     aio.write_csv(out / "asr.csv", asr)
 
     if not attack_only:
-        from advopenood.report import asr_section
+        from advopenood.outputs.report import asr_section
 
         sections = [asr_section(outputs.as_written(asr))] if len(asr) else []
         t = time.perf_counter()
@@ -268,7 +238,7 @@ def _execute(cfg: Config, model: Classifier, id_set, fit_set, ood_sets: dict[str
             timings[label] = time.perf_counter() - t
         outputs.write_sections(out, sections)
     if export_png:
-        from advopenood.export import export_openood
+        from advopenood.run.export import export_openood
 
         ctx.extras["export"] = export_openood(ctx)
     timings["total"] = time.perf_counter() - t0
@@ -352,7 +322,7 @@ def write_scores(ctx: RunContext) -> None:
 
 def _report(out: Path) -> None:
     """The readable report from ``run.json`` and the sections the plugins returned (``report_sections.json``)."""
-    from advopenood.report import write_report
+    from advopenood.outputs.report import write_report
 
     write_report(out)
 

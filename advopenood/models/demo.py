@@ -1,7 +1,7 @@
 """The embedded demo: its CNN (16x16 grey digits), trained on first use and cached.
 
 The demo needs nothing beyond a fresh ``pip install``: the digits ship with scikit-learn, the far-OOD
-textures with scikit-image. Training and its cache are :mod:`advopenood.training`'s.
+textures with scikit-image. Training and its cache are :mod:`advopenood.models.training`'s.
 """
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import torch
 
-from advopenood.data import build_dataset
-from advopenood.models import Classifier
-from advopenood.training import trained_model
+from advopenood.data.datasets import build_dataset
+from advopenood.models.classifier import Classifier
+from advopenood.models.training import trained_model
 
 #: The demo CNN's recipe (as ``configs/demo.yaml``): mixup keeps its logits low off the digits, so the logit
 #: detectors separate natural OOD; plain training leaves textures more confident than digits.

@@ -16,10 +16,10 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from advopenood import io as aio
-from advopenood.data import stack
+from advopenood.data.datasets import stack
 from advopenood.errors import UsageError
-from advopenood.models import Classifier, build_from_config
-from advopenood.store import canonical_key, library_versions, seeded
+from advopenood.models.classifier import Classifier, build_from_config
+from advopenood.provenance import canonical_key, library_versions, seeded
 
 #: The default recipe (``model.train`` fills the rest from here): Adam, cosine schedule, no mixup.
 RECIPE = {"epochs": 30, "lr": 0.01, "batch": 64}

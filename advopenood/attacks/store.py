@@ -16,17 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import hashlib
-import inspect
 import io
 import json
-import random
 import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal
 
 import numpy as np
 import pandas as pd
@@ -35,98 +31,33 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from advopenood import io as aio
-from advopenood.attacks import Attack
-from advopenood.data import stack
-from advopenood.protocols import quantize
+from advopenood.provenance import canonical_key, code_identity, derive_seed, library_versions
+from advopenood.attacks.base import Attack
+from advopenood.data.datasets import stack
 
 RECORD_COLUMNS = ("index", "y", "clean_pred", "adv_pred", "success", "linf", "l2")
 
 
-def library_versions() -> dict[str, str]:
-    """Versions that change attack results; written into every key and every result."""
-    import foolbox
-    import numpy
-    import torchvision
-
-    import advopenood
-
-    return {"advopenood": advopenood.__version__, "torch": torch.__version__, "torchvision": torchvision.__version__,
-            "foolbox": foolbox.__version__, "numpy": numpy.__version__}
-
-
-def source_sha(obj: Any) -> str:
-    """SHA-256 of the file that defines ``obj`` (its class for an instance); ``""`` when there is none."""
-    target = obj if inspect.isclass(obj) or inspect.ismodule(obj) else type(obj)
-    try:
-        path = inspect.getsourcefile(target)
-    except TypeError:
-        return ""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else ""
-
-
-def distribution_version(obj: Any) -> str:
-    """``name==version`` of the installed distribution that ships ``obj``'s module; ``""`` when none does
-    (a module on ``sys.path`` only)."""
-    from importlib import metadata
-
-    module = (obj if inspect.isclass(obj) else type(obj)).__module__.split(".")[0]
-    names = _distributions().get(module) or []
-    for name in names:
-        try:
-            return f"{name}=={metadata.version(name)}"
-        except metadata.PackageNotFoundError:
-            continue
-    return ""
-
-
-@functools.lru_cache(maxsize=1)
-def _distributions() -> dict[str, list[str]]:
-    """Top-level module -> the distributions that ship it (one scan of the installed metadata per process)."""
-    from importlib import metadata
-
-    return dict(metadata.packages_distributions())
-
-
-def code_identity(cls: type) -> dict[str, Any]:
-    """What an attack's results depend on besides its parameters: the SHA-256 of every file defining a class of
-    its MRO (its own module, the base classes it inherits behaviour from; builtins have none) and the version of
-    the distribution that ships it. Part of the attack key, so editing ``perturb`` recomputes the sets."""
-    files = []
-    for klass in cls.__mro__:
-        sha = source_sha(klass)
-        if sha and sha not in files:
-            files.append(sha)
-    return {"files": files, "distribution": distribution_version(cls)}
-
-
-def canonical_key(spec: dict[str, Any]) -> str:
-    """SHA-256 of the spec as canonical JSON (sorted keys, no whitespace)."""
-    blob = json.dumps(spec, sort_keys=True, separators=(",", ":"),
-                      default=lambda o: dict(o) if isinstance(o, Mapping) else str(o))
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def derive_seed(seed: int, shard: int) -> int:
-    """Per-shard seed, independent of which process or run generates the shard."""
-    return int(hashlib.sha256(f"{seed}:{shard}".encode()).hexdigest()[:15], 16)
-
-
-@contextlib.contextmanager
-def seeded(seed: int, device: torch.device | None = None) -> Iterator[None]:
-    """Seed Python's and torch's generators (and a CUDA ``device``'s) for the block, without disturbing the
-    caller's state: what the block draws depends on ``seed`` alone, and the caller's generators resume after."""
-    state = random.getstate()
-    random.seed(seed)
-    try:
-        with torch.random.fork_rng(devices=[device] if device is not None and device.type == "cuda" else []):
-            torch.manual_seed(seed)
-            yield
-    finally:
-        random.setstate(state)
-
-
 def _sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+#: how adversarial images reach the detectors: as stored (float32) or truncated to 8 bits (ToPILImage)
+Quantize = Literal["none", "uint8_trunc"]
+
+
+def quantize(x: torch.Tensor, mode: Quantize) -> torch.Tensor:
+    """Images as the detectors see them under ``mode``.
+
+    ``uint8_trunc`` reproduces the paper's storage: ``ToPILImage`` turns a float image into bytes with
+    ``pic.mul(255).byte()`` (truncation toward zero, in float32) and ``ToTensor`` reads the PNG back as
+    ``byte / 255``. ``none`` returns ``x`` unchanged.
+    """
+    if mode == "none":
+        return x
+    import torch
+
+    return x.float().mul(255).to(torch.uint8).to(torch.float32).div(255)
 
 
 @dataclass
@@ -144,7 +75,7 @@ class AdvSet:
     set_name: str = ""
     #: the attacked images: ``"id"`` (row i = ID test row i) or the natural OOD set's name (OOD->ID attacks)
     source: str = "id"
-    #: how readers see the stored float images (:func:`advopenood.protocols.quantize`): ``none`` or ``uint8_trunc``
+    #: how readers see the stored float images (:func:`advopenood.config.protocols.quantize`): ``none`` or ``uint8_trunc``
     quantize: str = "none"
     #: per-row success of the images as the detectors see them (:attr:`quantize` applied), set by the run when
     #: quantization is on (:meth:`see`); None = the stored ``success`` (the float images are what is seen)
@@ -157,7 +88,7 @@ class AdvSet:
     @property
     def records(self) -> pd.DataFrame:
         """One row per sample: ``index, y, clean_pred, adv_pred, success, linf, l2`` (success = adv_pred != y,
-        or the attack's own criterion, :meth:`advopenood.attacks.Attack.succeeded`)."""
+        or the attack's own criterion, :meth:`advopenood.attacks.base.Attack.succeeded`)."""
         if self._records is None:
             parts = []
             for shard in self.shards:

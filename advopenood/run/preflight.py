@@ -19,8 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from advopenood import registry
 from advopenood.errors import UsageError
 from advopenood.io import MANIFEST
+from advopenood.config.frozen import thaw
 
 
 def output_dir(cfg: Mapping[str, Any]) -> Path:
@@ -128,7 +130,7 @@ def check_npz_labels(path: Path, where: str, num_classes: int) -> None:
 
 def check_idx(spec: Mapping[str, Any], root: Path | None, where: str, labelled: bool, num_classes: int) -> None:
     """An IDX pair: both files readable uint8 IDX arrays, as many labels as images, labels in range for ID sets."""
-    from advopenood.data import read_idx
+    from advopenood.data.datasets import read_idx
 
     arrays = []
     for key in ("images", "labels"):
@@ -242,7 +244,7 @@ def check_model(cfg: Mapping[str, Any]) -> None:
             raise UsageError("model has neither checkpoint nor train; valid choices: model.checkpoint: FILE "
                              "(relative to the data root) or model.train: {epochs, lr, batch}")
         return
-    from advopenood.models import build_model
+    from advopenood.models.classifier import build_model
 
     build_model(str(m["arch"]), int(m["num_classes"]), path, input_size=int(m["input_size"]),
                 in_channels=int(m["in_channels"]))
@@ -260,17 +262,17 @@ def check_runtime(cfg: Mapping[str, Any]) -> None:
         if importlib.util.find_spec("openood") is None:
             raise UsageError("detector backend 'openood' needs OpenOOD, which is not installed (see README, "
                              "'OpenOOD bridge'); valid choices: --detector-backend pytorch-ood or auto")
-        from advopenood.detectors import resolve_backend
+        from advopenood.detection.openood_backend import resolve_backend
 
         resolve_backend("openood")
 
 
 def check_plugins(cfg: Mapping[str, Any], attack_only: bool = False) -> None:
     """Every attack, detector, evaluator and analysis builds with its parameters; OOD->ID attacks have a source."""
-    from advopenood.config import expand_attacks
-    from advopenood.data import dataset_name
-    from advopenood.detectors import check_detectors
-    from advopenood.pipeline import build_plugins, check_sources
+    from advopenood.config.plan import expand_attacks
+    from advopenood.data.datasets import dataset_name
+    from advopenood.detection.bank import check_detectors
+    from advopenood.config.plan import check_sources
 
     specs = expand_attacks(cfg, int(cfg["model"]["input_size"]))
     check_sources(specs, [dataset_name(s) for s in cfg["data"].get("ood") or []])
@@ -284,9 +286,20 @@ def check_plugins(cfg: Mapping[str, Any], attack_only: bool = False) -> None:
         build_plugins(cfg)
 
 
+def build_plugins(cfg: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """``(timing label, plugin)`` for every configured evaluator and analysis, constructed with its parameters
+    before any work, so that a bad parameter stops the run before anything is computed."""
+    plugins = []
+    for kind, section, label in (("evaluators", "evaluator_params", "evaluator"),
+                                 ("analyses", "analysis_params", "analysis")):
+        plugins += [(f"{label}:{name}", registry.create(kind, name, **thaw(cfg[section].get(name) or {})))
+                    for name in cfg[kind]]
+    return plugins
+
+
 def preflight(cfg: Mapping[str, Any], *, overwrite: bool = False, attack_only: bool = False) -> None:
     """All checks, cheapest first; the first failure raises a one-line UsageError and nothing is written."""
-    from advopenood.config import cache_dir
+    from advopenood.config.plan import cache_dir
 
     check_output(output_dir(cfg), overwrite)
     check_folder(cache_dir(cfg), "cache folder")

@@ -10,7 +10,7 @@
 :func:`pick_examples` chooses the rows of an example grid (clean image next to its adversarial version): only
 images the model classifies correctly when clean, so that every row shows an attack that changed a right answer.
 
-Conventions follow :mod:`advopenood.metrics` (OpenOOD): OOD/adversarial is the positive class, the decision
+Conventions follow :mod:`advopenood.evaluation.metrics` (OpenOOD): OOD/adversarial is the positive class, the decision
 score is ``-conf``; the ROC's x axis is the share of ID samples flagged as OOD, the y axis the share of OOD
 samples detected.
 """

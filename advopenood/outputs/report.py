@@ -2,7 +2,7 @@
 
 The core knows no plugin: :func:`write_report` renders ``run.json`` (the run's facts, config, timings) and the
 sections that the run's evaluators and analyses returned, saved in ``report_sections.json``
-(:mod:`advopenood.outputs`), followed by any plot under ``plots/`` that no section shows. The first section is
+(:mod:`advopenood.outputs.results`), followed by any plot under ``plots/`` that no section shows. The first section is
 the core's own, the attack success rates of ``asr.csv`` (:func:`asr_section`). Every plugin generates its
 sections' text from its numbers; the helpers here (:func:`name`, :func:`eps_label`, :func:`fmt`, :func:`join`,
 :func:`pct`) keep their wording uniform. The report is built once as a list of blocks and rendered twice, to
@@ -23,8 +23,8 @@ import pandas as pd
 import yaml
 
 from advopenood import io as aio
-from advopenood.outputs import Bullets, Figure, Paragraph, Section, Table, read_sections
-from advopenood.plots import PLOT_DIR
+from advopenood.outputs.results import Bullets, Figure, Paragraph, Section, Table, read_sections
+from advopenood.outputs.plots import PLOT_DIR
 
 CHANCE = 50.0
 

@@ -1,0 +1,1 @@
+"""Run configuration: the YAML schema, loading and validation, protocols and the resolved run plan."""

@@ -1,0 +1,260 @@
+"""Run configuration: a typed schema (pydantic) over YAML files and CLI overrides.
+
+Every key at every level is declared in :class:`RunConfig`; an unknown key, a wrong type or an out-of-range
+value is refused with one line naming its full path, the closest valid key or the valid choices, and its
+YAML line and column. The validated config is a read-only mapping (:class:`Config`): the rest of the code
+reads it and never mutates it, and ``run.json`` records it in full. Plugin parameters
+(``attack_params.<name>`` and the like) are checked by constructing the plugins (:mod:`advopenood.run.preflight`).
+"""
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from advopenood import registry
+from advopenood.errors import UsageError
+from advopenood.config.frozen import Config, thaw
+from advopenood.config.plan import check_one_threat, expand_attacks
+from advopenood.config.schema import DATA_KINDS, RunConfig, _choice_message, parse_eps
+
+
+# --- YAML with positions ---------------------------------------------------------------------------------------
+
+
+def _positions(node: yaml.Node, path: tuple = ()) -> Iterator[tuple[tuple, tuple[int, int]]]:
+    """``(path, (line, column))`` of every key and list item of a composed YAML document, 1-based."""
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            sub = path + (key.value,)
+            yield sub, (key.start_mark.line + 1, key.start_mark.column + 1)
+            yield from _positions(value, sub)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            yield path + (i,), (item.start_mark.line + 1, item.start_mark.column + 1)
+            yield from _positions(item, path + (i,))
+
+
+def _read_yaml(text: str, label: str) -> tuple[dict[str, Any], dict[tuple, tuple[int, int]]]:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UsageError(f"config {label} is not valid YAML{where}: {problem}") from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"config {label} must be a YAML mapping of keys (name, model, data, ...), "
+                         f"not {type(raw).__name__}")
+    return raw, dict(_positions(node)) if node is not None else {}
+
+
+def packaged_configs() -> list[str]:
+    """Names of the configs shipped inside the package (``advopenood.configs``)."""
+    return sorted(p.name[:-5] for p in resources.files("advopenood.configs").iterdir() if p.name.endswith(".yaml"))
+
+
+def load_config(spec: str) -> tuple[Config, Path | None]:
+    """Read and validate a YAML config from a path or a packaged name (``demo``, ``cifar10_resnet20``).
+
+    A relative ``data.root`` is taken relative to the config file's folder. Returns (config, its folder).
+    """
+    path = Path(spec).expanduser()
+    if path.is_file():
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"config {spec!r} cannot be read: {exc}") from None
+        folder, label = path.parent.resolve(), path.name
+    else:
+        name = Path(spec).name.removesuffix(".yaml")
+        packaged = resources.files("advopenood.configs") / f"{name}.yaml"
+        if not packaged.is_file():
+            raise UsageError(f"config {spec!r} not found; valid choices: a YAML path or one of "
+                             f"{', '.join(packaged_configs())}")
+        text, folder, label = packaged.read_text(), Path(str(packaged)).parent, f"{name}.yaml"
+    raw, positions = _read_yaml(text, label)
+    root = (raw.get("data") or {}).get("root") if isinstance(raw.get("data"), dict) else None
+    if isinstance(root, str) and not Path(root).expanduser().is_absolute():
+        raw["data"]["root"] = str((folder / root).resolve())
+    return validate(raw, source=label, folder=folder, positions=positions), folder
+
+
+# --- validation --------------------------------------------------------------------------------------------------
+
+
+def _unwrap(tp: Any) -> Any:
+    while get_origin(tp) is Annotated:
+        tp = get_args(tp)[0]
+    return tp
+
+
+def _step(tp: Any, item: Any) -> Any:
+    """The type at ``item`` below ``tp`` (a field, a list item, a dict value, or a union member by tag/name)."""
+    tp = _unwrap(tp)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        field = tp.model_fields.get(str(item))
+        return field.annotation if field is not None else None
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (list, tuple) and isinstance(item, int):
+        return args[0]
+    if origin is dict:
+        return args[1]
+    if origin is Union or str(origin) == "types.UnionType":
+        for arg in args:
+            arg = _unwrap(arg)
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                kind = arg.model_fields.get("kind")
+                if arg.__name__ == item or (kind is not None and item in get_args(kind.annotation)):
+                    return arg
+        for arg in args:
+            found = _step(arg, item)
+            if found is not None:
+                return found
+    return None
+
+
+def _clean_loc(raw: Any, loc: tuple) -> tuple:
+    """A pydantic error location without union tags and member names: the path as the user wrote it."""
+    out, node = [], raw
+    for i, item in enumerate(loc):
+        if isinstance(node, dict) and item in node:
+            node = node[item]
+            out.append(item)
+        elif isinstance(node, list) and isinstance(item, int) and item < len(node):
+            node = node[item]
+            out.append(item)
+        elif i == len(loc) - 1 or not isinstance(node, (dict, list)) or isinstance(item, int):
+            out.append(item)
+    return tuple(out)
+
+
+def _dotted(loc: tuple) -> str:
+    text = ""
+    for item in loc:
+        text += f"[{item}]" if isinstance(item, int) else (f".{item}" if text else str(item))
+    return text
+
+
+def _where(loc: tuple, source: str, positions: Mapping[tuple, tuple[int, int]]) -> str:
+    """`` (file line L, column C)`` of ``loc`` or its closest ancestor written in the file, else ``""``."""
+    for n in range(len(loc), 0, -1):
+        if loc[:n] in positions:
+            line, col = positions[loc[:n]]
+            return f" ({source} line {line}, column {col})"
+    return ""
+
+
+def _error_line(err: dict[str, Any], raw: dict[str, Any], source: str,
+                positions: Mapping[tuple, tuple[int, int]]) -> str:
+    loc = _clean_loc(raw, tuple(err["loc"]))
+    where = _where(loc, source, positions)
+    path = _dotted(loc)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parent: Any = RunConfig
+        for item in err["loc"][:-1]:
+            parent = _step(parent, item) if parent is not None else None
+        parent = _unwrap(parent)
+        valid = list(parent.model_fields) if isinstance(parent, type) and issubclass(parent, BaseModel) else []
+        close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
+        prefix = _dotted(loc[:-1])
+        hint = f"; did you mean {prefix + '.' if prefix else ''}{close[0]}?" if close else ""
+        return f"unknown key {path}{hint}{where}; valid keys here: {', '.join(valid)}"
+    if kind == "missing":
+        return f"missing key {path}{where}"
+    if kind == "union_tag_not_found":
+        return f"{path} has no 'kind'{where}; valid choices: {', '.join(DATA_KINDS)}"
+    if kind == "union_tag_invalid":
+        return f"{path}.kind {err['ctx'].get('tag')!r} is not a data kind{where}; valid choices: {', '.join(DATA_KINDS)}"
+    message = str(err["msg"]).removeprefix("Value error, ")
+    if kind == "literal_error":
+        message = f"{err['input']!r} is not valid; valid choices: {err['ctx']['expected']}"
+    elif kind == "string_pattern_mismatch" and loc == ("device",):
+        message = f"{err['input']!r} is not a device; valid choices: cpu, cuda, cuda:N"
+    elif "input" in err and not isinstance(err["input"], (dict, list)) and kind != "value_error":
+        message = f"{message} (got {err['input']!r})"
+    return f"{path}: {message}{where}"
+
+
+def validate(raw: Mapping[str, Any], *, source: str = "config", folder: Path | None = None,
+             positions: Mapping[tuple, tuple[int, int]] | None = None) -> Config:
+    """Validate a raw config mapping into a read-only :class:`Config` (plugin names checked against the registry).
+
+    The first problem raises a UsageError of one line: its key path, what is wrong, the valid keys or
+    choices, and the YAML line and column when the key came from a file.
+    """
+    raw = thaw(raw)
+    positions = positions or {}
+    try:
+        model = RunConfig.model_validate(raw)
+    except ValidationError as exc:
+        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")  # a typo explains the rest
+        raise UsageError(_error_line(errors[0], raw, source, positions)) from None
+    data = model.model_dump(mode="python")
+    data["attacks"] = [a if isinstance(a, str) else {k: v for k, v in a.items() if v not in (None, {})}
+                       for a in data["attacks"]]
+    section = data["data"]  # data entries keep only the keys given or defaulted, so readers' .get(key, default) works
+    for key in ("id", "fit"):
+        if section[key] is not None:
+            section[key] = {k: v for k, v in section[key].items() if v is not None}
+    section["ood"] = [{k: v for k, v in spec.items() if v is not None} for spec in section["ood"]]
+    data["detectors"] = registry.parse_names("detectors", list(data["detectors"]))
+    data["evaluators"] = registry.parse_names("evaluators", list(data["evaluators"]))
+    data["analyses"] = registry.parse_names("analyses", list(data["analyses"]))
+    for section, kind in (("attack_params", "attacks"), ("detector_params", "detectors"),
+                          ("evaluator_params", "evaluators"), ("analysis_params", "analyses")):
+        data[section] = {str(k).lower(): v for k, v in data[section].items()}
+        for name in data[section]:
+            if name not in registry.entries(kind):
+                where = _where((section, name), source, positions)
+                singular = kind[:-1] if kind != "analyses" else "analysis"
+                raise UsageError(f"{section}.{name}{where}: " + _choice_message(singular, name, registry.names(kind)))
+    return Config(data, source=source, folder=folder, positions=positions)
+
+
+def apply_overrides(cfg: Mapping[str, Any], *, data_root: str | None = None, out: str | None = None,
+                    protocol: str | None = None, attack: str | None = None, eps: str | None = None,
+                    detectors: str | None = None, detector_backend: str | None = None, evaluator: str | None = None,
+                    analysis: str | None = None, limit: int | None = None, device: str | None = None,
+                    seed: int | None = None, cache_dir: str | None = None, shard_size: int | None = None,
+                    num_workers: int | None = None, config_dir: Path | None = None, amp: bool | None = None,
+                    channels_last: bool | None = None, recompute: str | None = None) -> Config:
+    """Apply CLI flags to a config and validate the result (a new :class:`Config`; ``cfg`` is not changed)."""
+    raw = thaw(cfg)
+    if data_root is not None:
+        raw["data"]["root"] = str(Path(data_root).expanduser().resolve())
+    elif raw["data"].get("root") and config_dir is not None and not Path(raw["data"]["root"]).is_absolute():
+        raw["data"]["root"] = str((config_dir / raw["data"]["root"]).resolve())
+    if attack is not None:
+        raw["attacks"] = [a.strip().lower() for a in attack.split(",") if a.strip()]
+    if eps is not None:
+        values = [parse_eps(e) for e in str(eps).split(",") if e.strip()]
+        raw["attacks"] = [_with_eps(a, values) for a in raw["attacks"]]
+    for key, value in (("protocol", protocol), ("detectors", detectors), ("detector_backend", detector_backend),
+                       ("limit", limit), ("device", device), ("seed", seed), ("cache_dir", cache_dir), ("out", out),
+                       ("shard_size", shard_size), ("num_workers", num_workers), ("evaluators", evaluator),
+                       ("analyses", analysis), ("amp", amp), ("channels_last", channels_last)):
+        if value is not None:
+            raw[key] = value
+    if recompute is not None:
+        raw["recompute"] = recompute
+    result = validate(raw, source=cfg.source, folder=cfg.folder, positions=cfg.positions) \
+        if isinstance(cfg, Config) else validate(raw)
+    if eps is not None:
+        check_one_threat(expand_attacks(result, int(result["model"]["input_size"])), f"--eps {eps}")
+    return result
+
+
+def _with_eps(entry: Any, values: list[float]) -> Any:
+    """Give a bounded attack entry the CLI's eps (DeepFool and other minimal attacks keep eps=None)."""
+    entry = {"name": entry} if isinstance(entry, str) else dict(entry)
+    if registry.get("attacks", entry["name"]).bounded:
+        entry["eps"] = values if len(values) > 1 else values[0]
+    return entry

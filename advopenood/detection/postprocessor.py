@@ -1,0 +1,187 @@
+"""Post-hoc OOD detectors: OpenOOD's postprocessor interface, two backends, and the shared pass.
+
+Every detector follows OpenOOD's ``BasePostprocessor`` interface: ``setup(net, id_loader_dict,
+ood_loader_dict)``, ``postprocess(net, data) -> (pred, conf)`` with *higher conf = more in-distribution*,
+and ``inference(net, loader) -> (pred, conf, label)``. Two backends implement the 16 built-in detectors:
+
+* ``openood`` (default when ``import openood`` works): OpenOOD's own postprocessor classes, built from our
+  copies of its YAML configs (``advopenood/configs/openood/*.yml``), so OpenOOD never tries to download a
+  config. Its hard-coded ``.cuda()`` calls are redirected to the run's device, and the network is wrapped
+  in ``ReactNet`` / ``ASHNet`` / ``ScaleNet`` for REACT / ASH / SCALE exactly as OpenOOD's ``Evaluator`` does.
+* ``pytorch-ood`` (always available): the same detectors from the pytorch-ood package with OpenOOD's default
+  hyperparameters mapped (see ``plugins/detectors.py`` and README.md, "Detectors").
+
+:func:`score_all` scores every selected detector from *one* network pass per input batch (logits,
+penultimate features and last-block maps are computed once and handed to each detector; GRAM reads every
+tapped map of the same pass); only ODIN (input gradients) adds its own step. Fitting works the same way: one
+pass over the fit set, shared by every detector that fits on ID data (GRAM keeps per-sample statistics of
+the tapped maps, never the maps). With a :class:`~advopenood.detection.scorecache.ScoreCache`, the fit pass, fitted
+states, each scored set's logits and features, and score vectors are read back instead of recomputed; under
+``torchrun`` the fit pass and the scoring are sharded by batch over the ranks.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import cache
+from importlib import resources
+from typing import Any, ClassVar
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from advopenood import registry
+from advopenood.errors import UsageError
+from advopenood.detection.outputs import Batches, FIT_SIZE, Outputs, collect_outputs, iter_xy, net_device, pass_outputs, take_rows
+
+
+@cache
+def openood_config(name: str) -> dict[str, Any]:
+    """Our copy of OpenOOD's ``configs/postprocessors/<name>.yml`` as a dict."""
+    import yaml
+
+    path = resources.files("advopenood.configs") / "openood" / f"{name}.yml"
+    if not path.is_file():
+        raise UsageError(f"no OpenOOD config shipped for detector {name!r}")
+    return yaml.safe_load(path.read_text())
+
+
+def openood_args(name: str) -> dict[str, Any]:
+    """OpenOOD's default hyperparameters (``postprocessor_args``) of a detector; empty when it has none."""
+    return dict(openood_config(name)["postprocessor"].get("postprocessor_args") or {})
+
+
+def vim_dim(dim: int, feature_dim: int) -> int:
+    """ViM's principal-subspace size: OpenOOD's ``dim`` when it leaves a residual, else half the feature width.
+
+    OpenOOD's 256 (and its 1000 sweep value) assume >= 512-d features; on narrower ones the residual is
+    empty, the virtual logit is 0/0 and every score is NaN.
+    """
+    return int(dim) if int(dim) < feature_dim else max(1, feature_dim // 2)
+
+
+class Postprocessor:
+    """Base class of advopenood's detectors, with OpenOOD's postprocessor interface.
+
+    Subclasses implement :meth:`score` (and :meth:`fit` when ``requires_fit``); the class attributes
+    (:class:`advopenood.capabilities.DetectorNeeds`) declare what the shared pass must provide, and a subclass of
+    :class:`advopenood.capabilities.DifferentiableDetector` declares a differentiable score (``grad_score``). ``openood_name`` names the OpenOOD postprocessor (and our YAML copy)
+    that the ``openood`` backend runs instead; its ``postprocessor_args`` are the default parameters.
+    """
+
+    openood_name: ClassVar[str | None] = None
+    #: the network wrapper OpenOOD's ``Evaluator`` runs this detector on (module, class), for the ``openood`` backend
+    openood_wrapper: ClassVar[tuple[str, str] | None] = None
+    #: fits on ID training data (``setup`` / :meth:`fit`)
+    requires_fit: ClassVar[bool] = False
+    #: needs input gradients or intermediate maps: scored with its own network pass
+    own_pass: ClassVar[bool] = False
+    #: reads every tapped map (``Outputs.taps``); the shared pass records them only when such a detector scores
+    needs_taps: ClassVar[bool] = False
+    #: differentiates the shared pass's outputs in its input: when such a detector scores, the shared pass runs
+    #: with gradients (``x`` a leaf that requires grad, ``Outputs`` carrying the graph) and hands the others the
+    #: detached outputs; a detector then gets its input gradient for one backward, without a forward of its own
+    needs_input_grad: ClassVar[bool] = False
+    #: reads ``Outputs.maps`` (the last block's maps): always scored from a network pass; the others may be
+    #: scored from a set's stored logits and features (a re-run with one detector's parameter changed)
+    needs_maps: ClassVar[bool] = False
+    #: fits from the shared fit pass's outputs (False: only from ``batches``, its own pass)
+    shared_fit: ClassVar[bool] = True
+    #: the per-channel std a network divides its inputs by (OpenOOD's networks), for detectors that step in input
+    #: space (ODIN); None for our [0, 1]-input networks
+    input_std: tuple[float, ...] | None = None
+    #: run settings, overridden per instance by ``score_all`` (and ``setup``)
+    device: torch.device = torch.device("cpu")
+    seed: int = 0
+    batch_size: int = 128
+    progress: bool = True
+
+    def __init__(self, **params: Any):
+        valid = self.default_params()
+        registry.check_params("detector", self.name, params, valid, (FIT_SIZE,))
+        fit_size = params.get(FIT_SIZE)
+        if fit_size is not None and (not str(fit_size).isdigit() or int(fit_size) < 1):
+            raise UsageError(f"{FIT_SIZE} {fit_size!r} for detector {self.name!r} is out of range; "
+                             "valid choices: a positive whole number, or null for the whole fit set")
+        self.params = {**valid, **params}
+
+    @property
+    def name(self) -> str:
+        return self.openood_name or type(self).__name__.lower()
+
+    @classmethod
+    def default_params(cls) -> dict[str, Any]:
+        """OpenOOD's ``postprocessor_args`` for this detector (from our YAML copy)."""
+        return openood_args(cls.openood_name) if cls.openood_name else {}
+
+    @property
+    def fit_size(self) -> int | None:
+        value = self.params.get(FIT_SIZE)
+        return None if value is None else int(value)
+
+    @classmethod
+    def openood_adapt_args(cls, args: dict[str, Any], feature_dim: int) -> dict[str, Any]:
+        """The ``postprocessor_args`` the ``openood`` backend passes to OpenOOD's class for this detector, given the
+        network's feature width (unchanged by default)."""
+        return args
+
+    @classmethod
+    def openood_adapt(cls, pp: Any) -> None:
+        """Adapt the ``openood`` backend's constructed postprocessor to our [0, 1]-input networks (no-op by default)."""
+
+    def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
+        """Fit on ID training data: shared-pass ``outputs`` (logits, features) with ``labels``; ``batches``
+        re-reads the same rows as ``(x, y)`` for detectors with their own pass."""
+
+    def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        """Confidence per sample of batch ``x`` (higher = more ID), from the shared-pass outputs ``out``."""
+        raise NotImplementedError
+
+    def tap_statistics(self, taps: list[Tensor]) -> Tensor:
+        """For a fitting detector with ``needs_taps``: the per-sample statistics (``B x ...``) of one fit batch's
+        tapped maps that :meth:`fit` reads as ``outputs.stats`` (the fit pass keeps them, never the maps)."""
+        raise NotImplementedError(f"detector {self.name!r} reads no tapped maps when fitting")
+
+    def fit_state(self) -> dict[str, Tensor] | None:
+        """The fitted state as tensors, for the store (None: not stored; the detector refits from the fit pass)."""
+        return None
+
+    def load_fit_state(self, net: nn.Module, state: dict[str, Tensor]) -> None:
+        """Restore a state from :meth:`fit_state` instead of fitting."""
+        raise NotImplementedError(f"detector {self.name!r} has no stored fit state")
+
+    def rows_needed(self, n: int) -> int:
+        """How many of ``n`` available fit rows :meth:`fit` reads (``fit_size``, or fewer for a small bank)."""
+        return n if self.fit_size is None else min(n, self.fit_size)
+
+    def setup(self, net: nn.Module, id_loader_dict: dict[str, Any], ood_loader_dict: dict[str, Any]) -> None:
+        """OpenOOD's ``setup``: fit on ``id_loader_dict['train']`` with this detector's own pass."""
+        if not self.requires_fit:
+            return
+        loader = id_loader_dict["train"]
+        self.device = net_device(net)
+        self.batch_size = getattr(loader, "batch_size", None) or self.batch_size
+        dataset = getattr(loader, "dataset", None)
+        n = self.rows_needed(len(dataset)) if dataset is not None else self.fit_size
+        batches = lambda: take_rows(iter_xy(loader), n)
+        reducers = {self.name: self.tap_statistics} if self.needs_taps else None
+        fit_pass = collect_outputs(net, batches(), self.device, reducers=reducers)
+        self.fit(net, *fit_pass.for_detector(self.name, len(fit_pass.labels)), batches)
+
+    def postprocess(self, net: nn.Module, data: Tensor) -> tuple[Tensor, Tensor]:
+        """OpenOOD's ``postprocess``: ``(pred, conf)`` for one batch, with this detector's own pass."""
+        data, graph, out = pass_outputs(net, data, self.needs_taps, self.needs_input_grad)
+        return out.logits.argmax(1), self.score(net, data, graph)
+
+    def inference(self, net: nn.Module, data_loader: Iterable, progress: bool = True):
+        """OpenOOD's ``inference``: ``(pred, conf, label)`` numpy arrays over a loader."""
+        device = net_device(net)
+        preds, confs, labels = [], [], []
+        for x, y in tqdm(iter_xy(data_loader), disable=not progress, leave=False):
+            pred, conf = self.postprocess(net, x.to(device))
+            preds.append(pred.cpu())
+            confs.append(torch.as_tensor(conf).detach().reshape(-1).cpu().double())
+            labels.append(torch.as_tensor(y).cpu())
+        return (torch.cat(preds).numpy().astype(int), torch.cat(confs).numpy(),
+                torch.cat(labels).numpy().astype(int))

@@ -1,0 +1,279 @@
+"""Post-hoc OOD detectors: OpenOOD's postprocessor interface, two backends, and the shared pass.
+
+Every detector follows OpenOOD's ``BasePostprocessor`` interface: ``setup(net, id_loader_dict,
+ood_loader_dict)``, ``postprocess(net, data) -> (pred, conf)`` with *higher conf = more in-distribution*,
+and ``inference(net, loader) -> (pred, conf, label)``. Two backends implement the 16 built-in detectors:
+
+* ``openood`` (default when ``import openood`` works): OpenOOD's own postprocessor classes, built from our
+  copies of its YAML configs (``advopenood/configs/openood/*.yml``), so OpenOOD never tries to download a
+  config. Its hard-coded ``.cuda()`` calls are redirected to the run's device, and the network is wrapped
+  in ``ReactNet`` / ``ASHNet`` / ``ScaleNet`` for REACT / ASH / SCALE exactly as OpenOOD's ``Evaluator`` does.
+* ``pytorch-ood`` (always available): the same detectors from the pytorch-ood package with OpenOOD's default
+  hyperparameters mapped (see ``plugins/detectors.py`` and README.md, "Detectors").
+
+:func:`score_all` scores every selected detector from *one* network pass per input batch (logits,
+penultimate features and last-block maps are computed once and handed to each detector; GRAM reads every
+tapped map of the same pass); only ODIN (input gradients) adds its own step. Fitting works the same way: one
+pass over the fit set, shared by every detector that fits on ID data (GRAM keeps per-sample statistics of
+the tapped maps, never the maps). With a :class:`~advopenood.detection.scorecache.ScoreCache`, the fit pass, fitted
+states, each scored set's logits and features, and score vectors are read back instead of recomputed; under
+``torchrun`` the fit pass and the scoring are sharded by batch over the ranks.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from advopenood.data.datasets import make_loader
+from advopenood.errors import UsageError
+from advopenood.detection.scorecache import ScoreCache, fit_pass_key, set_pass_key
+from advopenood.provenance import canonical_key
+from advopenood.detection.bank import DetectorBank, FIT_WORK, LazyBank, ScoreResult, _barrier, _detector_key, _fail, backend_label, check_detectors, create_detector, fit_subset, join_batches, reads_outputs_only
+from advopenood.detection.openood_backend import resolve_backend
+from advopenood.detection.outputs import FitPass, Outputs, collect_outputs, fc_layer, merge_fit_passes, take_rows
+from advopenood.detection.postprocessor import Postprocessor
+
+
+def run_fit_pass(model: nn.Module, fit_data: Dataset, *, batch_size: int, device: torch.device,
+                 reducers: dict[str, Callable[[list[Tensor]], Tensor]], cache: ScoreCache | None, model_hash: str,
+                 rank: int = 0, world_size: int = 1, progress: bool = True) -> tuple[FitPass, bool]:
+    """The shared fit pass, and whether it was computed (False: read from the store).
+
+    Logits, features and labels are stored (never the tap statistics, which only fitting detectors without a
+    stored state need: then the pass runs again with taps). Under torchrun each rank runs the batches
+    ``b % world_size == rank`` and the ranks exchange their shares through the store.
+    """
+    key = fit_pass_key(model_hash=model_hash, model=model, fit_identity=fit_data.identity(), batch_size=batch_size)
+    if cache is not None and not reducers:
+        stored = cache.load_tensors("fitpass", key)
+        if stored is not None:
+            return FitPass(Outputs(stored["logits"], stored["features"]), stored["labels"]).to(device), False
+    loader = make_loader(fit_data, batch_size)
+    if cache is None or world_size == 1:
+        result = collect_outputs(model, loader, device, desc="fit pass", progress=progress, reducers=reducers)
+    else:
+        share = collect_outputs(model, loader, device, desc="fit pass", progress=progress, reducers=reducers,
+                                select=lambda b: b % world_size == rank)
+        run_key = canonical_key({"fit-pass": key, "stats": sorted(reducers), "world": world_size})
+        cache.save_part(run_key, rank, share.to(torch.device("cpu")))
+        _barrier(world_size)
+        result = merge_fit_passes(cache.load_parts(run_key, world_size)).to(device)
+        _barrier(world_size)
+        if rank == 0:
+            cache.drop_parts(run_key)
+    if cache is not None and rank == 0:
+        cache.save_tensors("fitpass", key, {"logits": result.outputs.logits, "features": result.outputs.features,
+                                            "labels": result.labels})
+    return result, True
+
+
+def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dataset, *, batch_size: int,
+                  device: torch.device, seed: int, params: dict[str, dict] | None = None,
+                  progress: bool = True, cache: ScoreCache | None = None, model_hash: str = "",
+                  rank: int = 0, world_size: int = 1, refit: set[str] | None = None) -> DetectorBank:
+    """Build and fit every detector in ``names`` with one shared pass over the fit set.
+
+    A detector that fails to build or fit is skipped with its reason in ``errors``; the others go on.
+    An unknown detector name (or parameter) raises :class:`~advopenood.errors.UsageError` before any work.
+    With a ``cache``, stored fitted states are read back and the fit pass's outputs too when no detector left
+    to fit needs the tapped maps; the bank's ``work`` counts ``fits_computed``, ``fit_states_reused``,
+    ``fit_pass_computed`` and ``fit_pass_reused``. Under torchrun (``world_size > 1``, with a cache) every
+    rank calls this; the fit pass is sharded by batch and every rank ends with the same fitted detectors.
+    ``refit``: detectors fitted again even when a fitted state is stored.
+    """
+    resolved = resolve_backend(backend)
+    params = check_detectors(names, params)
+    keys = [n.strip().lower() for n in names]
+    device = torch.device(device)
+    num_classes = fc_layer(model).out_features
+    dets: dict[str, Postprocessor] = {}
+    errors: dict[str, str] = {}
+    traces: dict[str, str] = {}
+    seconds: dict[str, float] = {}
+    work = dict(FIT_WORK)
+    for key in keys:
+        try:
+            dets[key] = create_detector(key, resolved, params.get(key), num_classes=num_classes, device=device,
+                                        seed=seed, batch_size=batch_size, progress=progress)
+        except UsageError:
+            raise
+        except Exception as exc:  # a broken detector is skipped, never fatal for the others
+            _fail(errors, traces, key, "construction", exc)
+    model.eval()
+
+    fitting = [k for k, d in dets.items() if d.requires_fit]
+    det_keys = {k: _detector_key(dets[k], k, resolved, model_hash, fit_set, seed, batch_size) for k in fitting} \
+        if cache is not None else {}
+    for key in list(fitting):
+        if key in (refit or ()):
+            continue
+        state = cache.load_tensors(f"state-{key}", det_keys[key]) if cache is not None else None
+        if state is not None:
+            dets[key].load_fit_state(model, state)
+            fitting.remove(key)
+            work["fit_states_reused"] += 1
+    if fitting:
+        sizes = [dets[k].fit_size for k in fitting]
+        fit_data = fit_subset(fit_set, seed, None if None in sizes else max(sizes))
+        fit_pass = FitPass(Outputs(torch.empty(0), torch.empty(0)), torch.empty(0, dtype=torch.long))
+        if any(dets[k].shared_fit for k in fitting):
+            reducers = {k: dets[k].tap_statistics for k in fitting if dets[k].needs_taps and dets[k].shared_fit}
+            fit_pass, computed = run_fit_pass(model, fit_data, batch_size=batch_size, device=device, reducers=reducers,
+                                              cache=cache, model_hash=model_hash, rank=rank, world_size=world_size,
+                                              progress=progress)
+            work["fit_pass_computed" if computed else "fit_pass_reused"] += 1
+        for key in fitting:
+            det = dets[key]
+            n = det.rows_needed(len(fit_data))
+            batches = lambda n=n: take_rows(make_loader(fit_data, batch_size), n)
+            start = time.perf_counter()
+            try:
+                det.fit(model, *fit_pass.for_detector(key, n), batches)
+                work["fits_computed"] += 1
+                state = det.fit_state()
+                if cache is not None and state is not None and rank == 0:
+                    cache.save_tensors(f"state-{key}", det_keys[key], state)
+            except Exception as exc:  # skipped with its reason
+                _fail(errors, traces, key, "fit", exc)
+                del dets[key]
+            seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - start
+    bank = DetectorBank(model, dets, keys, errors, resolved, device, seconds, work)
+    bank.traces.update(traces)
+    return bank
+
+
+def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset,
+              sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]], *, batch_size: int,
+              device: torch.device, seed: int, params: dict[str, dict] | None = None,
+              progress: bool = True, cache: ScoreCache | None = None,
+              identities: dict[str, dict[str, Any]] | None = None, model_hash: str = "",
+              rank: int = 0, world_size: int = 1, recompute: set[str] | None = None) -> ScoreResult:
+    """Fit (:func:`fit_detectors`) and score every detector in ``names`` with one shared network pass per batch.
+
+    ``sets`` maps a set name to a zero-argument callable yielding ``(x, y)`` batches of [0, 1] images. With a
+    ``cache`` (and each set's identity in ``identities``), score vectors already in the store are read back,
+    only the detectors with a missing vector are fitted (from the stored fit pass and states where possible),
+    and only the missing vectors are computed; ``work`` counts both. Each scored set's logits and features are
+    stored too (one process only): when every detector missing a vector of that set scores from those alone
+    (:func:`reads_outputs_only`), they are read back instead of running the network. The returned bank (a
+    :class:`LazyBank`) fits the rest when an analysis needs them.
+
+    Under torchrun (``world_size > 1``; needs a ``cache``, the shared store) every rank calls this: the fit
+    pass is sharded by batch, each rank scores the batches ``b % world_size == rank`` of every set and writes
+    its share to the store, and rank 0 merges them into the score vectors, bit-identical to one process's
+    (same batches, same fitted detectors). Only rank 0's result holds the scores.
+
+    ``recompute``: detectors whose stored work (score vectors, fitted state) is ignored, computed again and
+    replaced; the sets they score run their network pass again.
+    """
+    resolved = resolve_backend(backend)
+    params = check_detectors(names, params)
+    keys = [n.strip().lower() for n in names]
+    device = torch.device(device)
+    if world_size > 1 and cache is None:
+        raise UsageError("sharded scoring over torchrun ranks needs the shared store (a ScoreCache)")
+    sharding = {"rank": rank, "world_size": world_size}
+    recompute = set(recompute or ())
+
+    def fit(subset: list[str]) -> DetectorBank:
+        return fit_detectors(subset, resolved, model, fit_set, batch_size=batch_size, device=device, seed=seed,
+                             params=params, progress=progress, cache=cache, model_hash=model_hash,
+                             refit=recompute, **sharding)
+
+    if cache is None:
+        bank = fit(keys)
+        scores = bank.score(sets, progress)
+        computed = sum(len(v) for v in scores.values())
+        return ScoreResult(scores, bank.errors, bank.backend, bank.seconds, bank,
+                           {**bank.work, "fitted": len(bank.dets), "fits_reused": 0, "score_sets_computed": computed,
+                            "score_sets_reused": 0}, bank.traces, {k: backend_label(k, resolved) for k in keys})
+    identities = identities or {}
+    num_classes = fc_layer(model).out_features
+    errors: dict[str, str] = {}
+    traces: dict[str, str] = {}
+    det_keys: dict[str, str] = {}
+    for key in keys:
+        try:
+            det = create_detector(key, resolved, params.get(key), num_classes=num_classes, device=device, seed=seed,
+                                  batch_size=batch_size)
+        except UsageError:
+            raise
+        except Exception as exc:  # a broken detector is skipped, never fatal for the others
+            _fail(errors, traces, key, "construction", exc)
+            continue
+        det_keys[key] = _detector_key(det, key, resolved, model_hash, fit_set, seed, batch_size)
+    found: dict[str, dict[str, np.ndarray]] = {k: {} for k in det_keys}
+    for key, det_key in det_keys.items():
+        if key in recompute:
+            continue
+        for set_name in sets:
+            cached = cache.load(key, det_key, identities[set_name])
+            if cached is not None:
+                found[key][set_name] = cached
+    reused = sum(len(v) for v in found.values())
+    bank = LazyBank(fit, list(det_keys), errors, resolved, model, device)
+    bank.traces.update(traces)
+    need = [k for k in det_keys if len(found[k]) < len(sets)]
+    bank.fit(need)
+    sharding.update(rank=0, world_size=1)  # later fits (analyses, on rank 0 alone) run unsharded
+    todo = {set_name: [k for k in need if set_name not in found[k] and k in bank.dets] for set_name in sets}
+    select = None if world_size == 1 else (lambda b: b % world_size == rank)
+    share: dict[str, dict[str, dict[int, np.ndarray]]] = {}
+    pass_work = {"set_passes_computed": 0, "set_passes_reused": 0}
+    for set_name, make_batches in sets.items():
+        who = [k for k in todo[set_name] if k in bank.dets]  # a detector that failed on an earlier set is gone
+        if not who:
+            continue
+        # one process keeps each scored set's logits and features, so that a detector whose parameter changed
+        # scores from them without a network pass
+        pass_key = set_pass_key(model_hash=model_hash, model=model, identity=identities[set_name],
+                                batch_size=batch_size) if world_size == 1 else None
+        stored = None
+        if pass_key is not None and not recompute & set(who) and all(reads_outputs_only(bank.dets[k]) for k in who):
+            tensors = cache.load_tensors("setpass", pass_key)
+            if tensors is not None:
+                stored = Outputs(tensors["logits"].to(device), tensors["features"].to(device))
+        record: list[Outputs] | None = [] if pass_key is not None and stored is None else None
+        share[set_name] = bank.score_batches(set_name, make_batches(), who, progress, select, stored, record)
+        pass_work["set_passes_reused" if stored is not None else "set_passes_computed"] += 1
+        if record and any(k in bank.dets for k in who):
+            cache.save_tensors("setpass", pass_key, {"logits": torch.cat([o.logits for o in record]),
+                                                     "features": torch.cat([o.features for o in record])})
+    if world_size > 1:
+        run_key = canonical_key({"score": det_keys, "sets": {k: identities[k] for k in sets}, "world": world_size})
+        cache.save_part(run_key, rank, {"scores": share, "errors": {k: bank.errors[k] for k in need
+                                                                     if k in bank.errors}})
+        _barrier(world_size)
+        if rank != 0:
+            return ScoreResult({}, bank.errors, resolved, bank.seconds, bank,
+                               {**FIT_WORK, **bank.work, **pass_work,
+                                "fitted": len([k for k in need if k not in bank.errors])})
+        parts = cache.load_parts(run_key, world_size)
+        cache.drop_parts(run_key)
+        for part in parts:
+            for key, reason in part["errors"].items():
+                bank.drop(key, reason)
+        share = {set_name: {key: {b: conf for part in parts for b, conf in part["scores"].get(set_name, {})
+                                  .get(key, {}).items()} for key in who if key in bank.dets}
+                 for set_name, who in todo.items() if who}
+    computed = 0
+    for set_name, by_det in share.items():
+        for key, by_batch in by_det.items():
+            if key not in bank.dets:
+                continue
+            found[key][set_name] = join_batches(by_batch)
+            cache.save(key, det_keys[key], identities[set_name], found[key][set_name])
+            computed += 1
+    scores = {k: found[k] for k in keys if k in det_keys and k not in bank.errors}
+    return ScoreResult(scores, bank.errors, resolved, bank.seconds, bank,
+                       {**FIT_WORK, **bank.work, **pass_work, "fitted": len([k for k in need if k not in bank.errors]),
+                        "fits_reused": len(det_keys) - len(need),
+                        "score_sets_computed": computed, "score_sets_reused": reused}, bank.traces,
+                       {k: backend_label(k, resolved) for k in keys})

@@ -1,0 +1,116 @@
+"""What a run hands to evaluator and analysis plugins.
+
+Evaluators and analyses are registered classes (``advopenood.evaluators`` / ``advopenood.analyses``)
+constructed with their config section (``evaluator_params.<name>`` / ``analysis_params.<name>``) as keyword
+arguments and called as ``plugin(ctx) -> advopenood.outputs.results.Results``: its ``tables`` (file name under
+``ctx.out`` -> DataFrame, e.g. ``"ood.csv"``) are written atomically by the pipeline, its ``figures`` are the
+plots it saved under ``ctx.plot_dir`` (through :func:`advopenood.io.save_figure`), and its ``sections`` are its
+part of the report. A plain ``dict[str, pandas.DataFrame]`` is read as tables only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from advopenood.config import protocols
+from advopenood.models.classifier import Classifier
+from advopenood.attacks.store import AdvSet
+
+
+@dataclass
+class CleanRecord:
+    """Clean-ID predictions of the classifier: labels ``y`` and predictions ``pred`` for the evaluated rows."""
+
+    y: np.ndarray
+    pred: np.ndarray
+
+    @property
+    def accuracy(self) -> float:
+        """Top-1 accuracy in percent."""
+        return float(100.0 * np.mean(self.pred == self.y)) if len(self.y) else float("nan")
+
+
+@dataclass
+class RunContext:
+    """Everything a plugin may read. ``scores[detector][set_name]`` holds per-sample detector confidences
+    (higher = more in-distribution, OpenOOD's convention); set names are ``"id"``, the natural OOD set
+    names and the attack names (``adv_sets`` keys). ``scores`` is empty when no detector was selected."""
+
+    config: dict[str, Any]
+    out: Path
+    model: Classifier
+    device: torch.device
+    seed: int
+    dataset: str
+    arch: str
+    id_set: Dataset
+    fit_set: Dataset
+    ood_sets: dict[str, Dataset]
+    adv_sets: dict[str, AdvSet]
+    clean: CleanRecord
+    batch_size: int = 128
+    #: the named evaluation protocol (``strong``, ``lorenz2024``, ``mahmood2021``); every CSV carries it
+    protocol: str = "strong"
+    rank: int = 0
+    progress: bool = True
+    backend: str = ""
+    #: what computed each detector's scores (``openood``, ``pytorch-ood`` or ``plugin:<distribution>``)
+    backends: dict[str, str] = field(default_factory=dict)
+    scores: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    detector_errors: dict[str, str] = field(default_factory=dict)
+    #: evaluators and analyses that raised (``evaluator:<name>`` / ``analysis:<name>`` -> one line); their
+    #: outputs are not written, every other output is
+    plugin_errors: dict[str, str] = field(default_factory=dict)
+    #: the traceback of each failure (``detector:<name>`` or the plugin's label), for ``errors.log``
+    traces: dict[str, str] = field(default_factory=dict)
+    #: the fitted detectors (:class:`advopenood.detectors.DetectorBank`); ``bank.score(sets)`` scores new sets
+    bank: Any = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id_adv_sets(self) -> dict[str, AdvSet]:
+        """The adversarial sets made from the ID test images (row ``i`` = ``id_set`` row ``i``), without the
+        OOD->ID sets, whose rows are natural OOD images."""
+        return {name: adv for name, adv in self.adv_sets.items() if adv.source == "id"}
+
+    def backend_of(self, detector: str) -> str:
+        """The ``backend`` column of a detector's rows: what computed its scores."""
+        return self.backends.get(detector, self.backend)
+
+    @property
+    def failures(self) -> dict[str, str]:
+        """Every failed plugin of the run, ``detector:<name>``, ``evaluator:<name>`` or ``analysis:<name>`` -> one
+        line; a run with failures exits with code 3."""
+        return {**{f"detector:{k}": v for k, v in self.detector_errors.items()}, **self.plugin_errors}
+
+    def success(self, name: str) -> np.ndarray:
+        """Per-row success of adversarial set ``name`` on the images the detectors score (after the protocol's
+        quantization: an 8-bit truncated image can stop being adversarial), ``AdvSet.seen_success``. Evaluators
+        that select successful examples use this mask, never the stored float-image ``success``."""
+        return self.adv_sets[name].seen_success
+
+    @property
+    def positives_rule(self) -> str:
+        """Which rows of an ID->ID adversarial set are OOD positives under the run's protocol: ``successful``
+        (protocol ``strong``, ``mahmood2021``) or ``all`` (``lorenz2024``: "all attacked test images")."""
+        return protocols.get(self.protocol).ood_positives
+
+    def ood_positives(self, name: str) -> np.ndarray:
+        """The rows of adversarial set ``name`` that count as OOD under the run's protocol: every row for an OOD->ID
+        set (its images are OOD) or under ``positives_rule == "all"``, else :meth:`success`. Every built-in
+        evaluator selects its positives through this one rule."""
+        adv = self.adv_sets[name]
+        if adv.source != "id" or self.positives_rule == "all":
+            return np.ones(len(adv), dtype=bool)
+        return self.success(name)
+
+    @property
+    def plot_dir(self) -> Path:
+        path = self.out / "plots"
+        path.mkdir(parents=True, exist_ok=True)
+        return path

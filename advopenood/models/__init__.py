@@ -1,0 +1,1 @@
+"""Classifiers: backbones (CIFAR ResNets, torchvision, timm), the normalising wrapper, training and the demo model."""

@@ -1,0 +1,1 @@
+"""The run: preflight checks, the pipeline and the OpenOOD export."""
