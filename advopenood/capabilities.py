@@ -11,7 +11,7 @@ Attacks (:class:`advopenood.attacks.base.Attack` subclasses):
   attacked detector's confidence through ``detector_score``.
 * :class:`Invertible`: has an ``inverted()`` twin (the binarization test's inverted variant).
 * :class:`AttackFamily` (a registered class that is not an attack): a name standing for several attacks,
-  ``members(cfg)``, expanded when a config is read.
+  ``members(plan)``, expanded when a config is read.
 
 Detectors (:class:`advopenood.detectors.Postprocessor` subclasses) declare what the shared pass must provide
 with class attributes (``requires_fit``, ``own_pass``, ``needs_taps``, ``needs_input_grad``, ``shared_fit``; see
@@ -96,8 +96,8 @@ class AttackFamily(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def members(cls, cfg: Mapping[str, Any]) -> list[str]:
-        """Registered attack names the family stands for under ``cfg`` (possibly none)."""
+    def members(cls, plan: Any) -> list[str]:
+        """Registered attack names the family stands for in ``plan`` (its ``detectors``, ``attacks``; possibly none)."""
 
 
 class CommandAnalysis(abc.ABC):

@@ -1,7 +1,14 @@
 """The detector plugin interface, where third-party detectors import it from (``from advopenood.detectors import
 Postprocessor, Outputs``). The machinery lives in :mod:`advopenood.detection`."""
 from advopenood.detection.bank import create_detector, fit_subset
-from advopenood.detection.outputs import Batches, Outputs, Taps, fc_layer, forward_outputs, grad_outputs
+from advopenood.detection.outputs import (
+           Batches,
+           Outputs,
+           Taps,
+           fc_layer,
+           forward_outputs,
+           grad_outputs,
+)
 from advopenood.detection.postprocessor import Postprocessor
 from advopenood.detection.scoring import fit_detectors, score_all
 

@@ -11,7 +11,7 @@ import tempfile
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable, IO
+from typing import IO, Any, Callable
 
 import numpy as np
 import pandas as pd

@@ -10,7 +10,7 @@ import time
 
 from _common import DATA, REPO
 from advopenood.config.loading import apply_overrides, load_config
-from advopenood.config.frozen import thaw
+from advopenood.config.schema import thaw
 from advopenood.run.pipeline import run
 
 

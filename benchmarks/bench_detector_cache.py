@@ -16,7 +16,7 @@ from pathlib import Path
 
 from _common import DATA, REPO
 from advopenood.config.loading import apply_overrides, load_config
-from advopenood.config.frozen import thaw
+from advopenood.config.schema import thaw
 from advopenood.run.pipeline import run
 
 

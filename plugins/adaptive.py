@@ -276,9 +276,9 @@ class AdaptiveFamily(AttackFamily):
     remedy: ClassVar[str] = "select such detectors (--detectors mds,knn) or name the attacks (adaptive_mds)"
 
     @classmethod
-    def members(cls, cfg: dict[str, Any]) -> list[str]:
+    def members(cls, plan: Any) -> list[str]:
         available = set(registry.names("attacks"))
-        return [cls.prefix + d for d in cfg.get("detectors") or [] if cls.prefix + d in available]
+        return [cls.prefix + d for d in plan.detectors if cls.prefix + d in available]
 
 
 registry.register("attacks", "adaptive")(type("adaptive", (AdaptiveFamily,), {

@@ -46,6 +46,7 @@ from packaging.version import Version
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
+from advopenood.config.schema import thaw
 from advopenood.attacks.base import Attack, build_attack, default_eps, frozen
 from advopenood.capabilities import CommandAnalysis, DetectorAware, Invertible, bind_attack
 from advopenood.evaluation.context import RunContext
@@ -559,10 +560,10 @@ class BinarizationTest(CommandAnalysis):
         if name in ctx.adv_sets:
             attack = build_attack(attack_name, ctx.adv_sets[name].params)
         else:
-            overrides = (ctx.config.get("attack_params") or {}).get(name) or {}
+            overrides = ctx.plan.params("attack_params", name)
             attack = build_attack(name, overrides, input_size=ctx.model.input_size, protocol=ctx.protocol)
         return bind_attack(attack, ctx.model, ctx.fit_set, seed=ctx.seed, batch_size=ctx.batch_size,
-                           device=ctx.device, detector_params=ctx.config.get("detector_params"))
+                           device=ctx.device, detector_params=thaw(ctx.plan.detector_params))
 
     def _rows(self, ctx: RunContext) -> np.ndarray:
         """Rows of ``ctx.id_set`` to consider: up to the ``limit``-th correctly classified one (all by default)."""
@@ -586,7 +587,7 @@ class BinarizationTest(CommandAnalysis):
         return threshold_at_fpr(torch.cat(scores), self.detector_fpr)
 
     def __call__(self, ctx: RunContext) -> Results:
-        names = self.attacks or list(ctx.id_adv_sets) or list(ctx.config.get("attacks") or [])
+        names = self.attacks or list(ctx.id_adv_sets) or [s.set_name for s in ctx.plan.attack_specs]
         if not names:
             raise UsageError("the binarization test needs an attack; pass --attack NAME (valid choices: "
                              f"{', '.join(get_names('attacks'))})")

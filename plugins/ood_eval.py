@@ -102,10 +102,9 @@ def pivot_table(df: pd.DataFrame) -> pd.DataFrame:
 def set_groups(ctx: RunContext) -> dict[str, str]:
     """Group of every natural set of the run: the data entry's ``group``, else OpenOOD v1.5's for
     ``data.dataset`` (:func:`advopenood.data.benchmarks.natural_group`)."""
-    data = ctx.config.get("data") or {}
-    declared = {dataset_name(spec): spec.get("group") for spec in data.get("ood") or []}
-    return {name: declared.get(name) or natural_group(data.get("dataset") or ctx.dataset, name)
-            for name in ctx.ood_sets}
+    data = ctx.plan.data
+    declared = {dataset_name(spec): spec.group for spec in data.ood}
+    return {name: declared.get(name) or natural_group(data.dataset or ctx.dataset, name) for name in ctx.ood_sets}
 
 
 def _group_mean(part: pd.DataFrame, metric: str) -> float:

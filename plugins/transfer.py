@@ -69,7 +69,6 @@ from advopenood import io as aio
 from advopenood import registry
 from advopenood.attacks.base import Attack, build_attack, frozen
 from advopenood.capabilities import is_detector_aware
-from advopenood.config.plan import cache_dir
 from advopenood.config.schema import parse_eps
 from advopenood.evaluation.context import RunContext
 from advopenood.data.datasets import Subset, seeded_prefix, stack
@@ -471,7 +470,7 @@ class TransferAnalysis:
         """The surrogate of one threat model, from the cache or trained and saved there atomically."""
         spec = self._spec(ctx, settings, mode, fraction, query, threshold)
         key = canonical_key(spec)
-        path = cache_dir(ctx.config) / "surrogates" / f"{key[:16]}.pt"
+        path = ctx.plan.cache / "surrogates" / f"{key[:16]}.pt"
         if path.is_file():
             queries = int(torch.load(path, map_location="cpu", weights_only=True)["queries"])
             return Surrogate(mode, fraction, self._build(ctx, settings["arch"], path), queries)
@@ -544,7 +543,7 @@ class TransferAnalysis:
                 "jacobian": {key: settings[f"jacobian_{key}"] for key in ("rounds", "lambda", "direction")}
                 | {"max_augment": settings["max_augment"]},
                 "query_detector": query, "threshold": None if threshold is None else float(f"{threshold:.6g}"),
-                "detector_params": (ctx.config.get("detector_params") or {}).get(query) if query else None,
+                "detector_params": ctx.plan.params("detector_params", query) or None,
                 "backend": ctx.backend if query else None})
         return spec
 
@@ -555,7 +554,7 @@ class TransferAnalysis:
                   show: bool) -> list[dict[str, Any]]:
         """Craft every attack on the surrogate (cached in the store), submit it to the target, score and rate it."""
         bs = self.batch_size or ctx.batch_size
-        store = AdvStore(cache_dir(ctx.config) / "transfer_adv", shard_size=int(ctx.config.get("shard_size", 256)))
+        store = AdvStore(ctx.plan.cache / "transfer_adv", shard_size=ctx.plan.shard_size)
         data: Dataset = Subset(ctx.id_set, rows)
         sur_hash = weights_hash(sur.model)
         sets = {}

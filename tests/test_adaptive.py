@@ -11,7 +11,7 @@ import torch
 from advopenood import registry
 from advopenood.config.loading import apply_overrides, load_config
 from advopenood.config.plan import expand_attacks
-from advopenood.config.frozen import thaw
+from advopenood.config.schema import thaw
 from advopenood.data.datasets import limit_dataset
 from advopenood.detection.scoring import fit_detectors
 from advopenood.detection.outputs import forward_outputs, grad_outputs

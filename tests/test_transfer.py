@@ -12,7 +12,7 @@ import torch
 import advopenood_plugins.transfer as transfer
 from advopenood import registry
 from advopenood.config.loading import apply_overrides, load_config
-from advopenood.config.frozen import thaw
+from advopenood.config.schema import thaw
 from advopenood.errors import UsageError
 from advopenood.evaluation.metrics import id_threshold
 from advopenood.models.classifier import build_model

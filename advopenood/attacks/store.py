@@ -31,9 +31,14 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from advopenood import io as aio
-from advopenood.provenance import canonical_key, code_identity, derive_seed, library_versions
 from advopenood.attacks.base import Attack
 from advopenood.data.datasets import stack
+from advopenood.provenance import (
+    canonical_key,
+    code_identity,
+    derive_seed,
+    library_versions,
+)
 
 RECORD_COLUMNS = ("index", "y", "clean_pred", "adv_pred", "success", "linf", "l2")
 

@@ -28,6 +28,7 @@ import pickle
 from collections.abc import Sequence
 from glob import glob
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -38,14 +39,27 @@ from torch.utils.data import DataLoader
 
 from advopenood import io as aio
 from advopenood.attacks.base import build_attack
+from advopenood.attacks.store import AdvSet, AdvStore
 from advopenood.capabilities import bind_attack, is_detector_aware
+from advopenood.cli.openood_evaluator import (
+    ADAPTER_PREFIX,
+    DEFAULT_PROTOCOL,
+    ID_DATA,
+    NUM_CLASSES,
+    SPECIAL_NETS,
+    AdvSplit,
+    OpenOODPixels,
+    PixelNet,
+    adv_evaluator_class,
+    openood_root,
+    register_with_openood,
+    require_openood,
+)
+from advopenood.cli.parsing import OneLineParser
 from advopenood.data.datasets import file_sha256, limit_dataset
 from advopenood.detection.openood_backend import cuda_redirect
-from advopenood.cli.parsing import OneLineParser
 from advopenood.errors import UsageError
 from advopenood.models.classifier import weights_hash
-from advopenood.attacks.store import AdvSet, AdvStore
-from advopenood.cli.openood_evaluator import ADAPTER_PREFIX, AdvSplit, DEFAULT_PROTOCOL, ID_DATA, NUM_CLASSES, OpenOODPixels, PixelNet, SPECIAL_NETS, adv_evaluator_class, openood_root, register_with_openood, require_openood
 
 
 def _update(d: dict, u: dict) -> dict:
@@ -88,7 +102,8 @@ def _attacks(spec: str | None, eps: str | None, input_size: int, postprocessor: 
     from advopenood.config.schema import parse_eps
 
     requested = [s.strip().lower() for s in (spec or "").split(",") if s.strip()]
-    entries = attack_entries({"attacks": requested, "detectors": [postprocessor.removeprefix(ADAPTER_PREFIX)]})
+    selection = SimpleNamespace(attacks=tuple(requested), detectors=(postprocessor.removeprefix(ADAPTER_PREFIX),))
+    entries = attack_entries(selection)
     budget = None if eps is None else parse_eps(eps)
     return {entry["name"]: build_attack(entry["name"], input_size=input_size, protocol=None, eps=budget)
             for entry, _ in entries}
@@ -130,7 +145,7 @@ def _adv_sets(evaluator, args: argparse.Namespace, net: nn.Module, attacks: dict
                            f":crop{size}")
     data = limit_dataset(pixels, args.limit, args.seed)
     model = PixelNet(net, mean, std, NUM_CLASSES[args.id_data]).to(device).eval()
-    store = AdvStore(cache_dir({"cache_dir": args.cache_dir}) / "adv")
+    store = AdvStore(cache_dir(SimpleNamespace(cache_dir=args.cache_dir)) / "adv")
     sets = {}
     for name, attack in attacks.items():
         if attack.source != "id":

@@ -137,17 +137,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _config(args: argparse.Namespace, **forced):
-    """The validated config of a subcommand's flags (``forced`` values replace flags)."""
+def _plan(args: argparse.Namespace, **forced):
+    """The run plan of a subcommand's config and flags (``forced`` values replace flags)."""
     from advopenood.config.loading import apply_overrides, load_config
 
-    cfg, folder = load_config(args.config or "demo")
+    plan, folder = load_config(args.config or "demo")
     names = ("data_root", "out", "protocol", "attack", "eps", "detectors", "detector_backend", "evaluator", "analysis",
              "limit", "device", "seed", "cache_dir", "shard_size", "num_workers", "amp", "recompute")
     flags = {k: getattr(args, k, None) for k in names}
     flags["channels_last"] = flags["amp"]
     flags.update({k: v for k, v in forced.items() if v is not None})
-    return apply_overrides(cfg, config_dir=folder, **flags)
+    return apply_overrides(plan, config_dir=folder, **flags)
 
 
 def cmd_list(kind: str) -> int:
@@ -195,8 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         analyses = analysis_commands()
         forced = dict(analyses[args.command].command_settings) if args.command in analyses else \
             FORCED.get(args.command, {})
-        cfg = _config(args, **forced)
-        ctx = pipeline.run(cfg, attack_only=args.command == "attack", progress=not args.quiet,
+        plan = _plan(args, **forced)
+        ctx = pipeline.run(plan, attack_only=args.command == "attack", progress=not args.quiet,
                            overwrite=args.overwrite, export_png=args.export_png)
         for line in ctx.extras.get("export", []):
             print(line)

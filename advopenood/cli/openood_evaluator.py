@@ -35,11 +35,11 @@ import torch.nn as nn
 from torch.utils.data import Dataset, IterableDataset
 
 from advopenood import registry
-from advopenood.detection.openood_backend import OPENOOD_INSTALL, openood_importable
+from advopenood.attacks.store import AdvSet
 from advopenood.detection.bank import create_detector
+from advopenood.detection.openood_backend import OPENOOD_INSTALL, openood_importable
 from advopenood.errors import UsageError
 from advopenood.run.pipeline import asr_row
-from advopenood.attacks.store import AdvSet
 
 ADAPTER_PREFIX = "advopenood_"
 ID_DATA = ("cifar10", "cifar100", "imagenet200")

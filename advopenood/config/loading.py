@@ -18,11 +18,10 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from advopenood import registry
+from advopenood.config.plan import RunPlan, check_one_threat
+from advopenood.config.schema import DATA_KINDS, RunConfig, parse_eps, thaw
 from advopenood.errors import UsageError
-from advopenood.config.frozen import Config, thaw
-from advopenood.config.plan import check_one_threat, expand_attacks
-from advopenood.config.schema import DATA_KINDS, RunConfig, _choice_message, parse_eps
-
+from advopenood.spec import choice_message
 
 # --- YAML with positions ---------------------------------------------------------------------------------------
 
@@ -60,7 +59,7 @@ def packaged_configs() -> list[str]:
     return sorted(p.name[:-5] for p in resources.files("advopenood.configs").iterdir() if p.name.endswith(".yaml"))
 
 
-def load_config(spec: str) -> tuple[Config, Path | None]:
+def load_config(spec: str) -> tuple[RunPlan, Path | None]:
     """Read and validate a YAML config from a path or a packaged name (``demo``, ``cifar10_resnet20``).
 
     A relative ``data.root`` is taken relative to the config file's folder. Returns (config, its folder).
@@ -183,51 +182,45 @@ def _error_line(err: dict[str, Any], raw: dict[str, Any], source: str,
     return f"{path}: {message}{where}"
 
 
-def validate(raw: Mapping[str, Any], *, source: str = "config", folder: Path | None = None,
-             positions: Mapping[tuple, tuple[int, int]] | None = None) -> Config:
-    """Validate a raw config mapping into a read-only :class:`Config` (plugin names checked against the registry).
+def validate(raw: Any, *, source: str = "config", folder: Path | None = None,
+             positions: Mapping[tuple, tuple[int, int]] | None = None) -> RunPlan:
+    """Validate a raw config (a mapping, or a plan to re-check) into the :class:`RunPlan` (plugin names checked
+    against the registry, ``all`` expanded).
 
     The first problem raises a UsageError of one line: its key path, what is wrong, the valid keys or
     choices, and the YAML line and column when the key came from a file.
     """
-    raw = thaw(raw)
-    positions = positions or {}
+    raw = raw.dump() if isinstance(raw, RunPlan) else thaw(raw)
+    positions = dict(positions or {})
     try:
-        model = RunConfig.model_validate(raw)
+        plan = RunPlan.model_validate(raw)
     except ValidationError as exc:
         errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")  # a typo explains the rest
         raise UsageError(_error_line(errors[0], raw, source, positions)) from None
-    data = model.model_dump(mode="python")
-    data["attacks"] = [a if isinstance(a, str) else {k: v for k, v in a.items() if v not in (None, {})}
-                       for a in data["attacks"]]
-    section = data["data"]  # data entries keep only the keys given or defaulted, so readers' .get(key, default) works
-    for key in ("id", "fit"):
-        if section[key] is not None:
-            section[key] = {k: v for k, v in section[key].items() if v is not None}
-    section["ood"] = [{k: v for k, v in spec.items() if v is not None} for spec in section["ood"]]
-    data["detectors"] = registry.parse_names("detectors", list(data["detectors"]))
-    data["evaluators"] = registry.parse_names("evaluators", list(data["evaluators"]))
-    data["analyses"] = registry.parse_names("analyses", list(data["analyses"]))
+    resolved: dict[str, Any] = {kind: registry.parse_names(kind, list(getattr(plan, kind)))
+                                for kind in ("detectors", "evaluators", "analyses")}
     for section, kind in (("attack_params", "attacks"), ("detector_params", "detectors"),
                           ("evaluator_params", "evaluators"), ("analysis_params", "analyses")):
-        data[section] = {str(k).lower(): v for k, v in data[section].items()}
-        for name in data[section]:
+        resolved[section] = {str(k).lower(): v for k, v in getattr(plan, section).items()}
+        for name in resolved[section]:
             if name not in registry.entries(kind):
                 where = _where((section, name), source, positions)
                 singular = kind[:-1] if kind != "analyses" else "analysis"
-                raise UsageError(f"{section}.{name}{where}: " + _choice_message(singular, name, registry.names(kind)))
-    return Config(data, source=source, folder=folder, positions=positions)
+                raise UsageError(f"{section}.{name}{where}: " + choice_message(singular, name, registry.names(kind)))
+    plan = RunPlan.model_validate({**plan.dump(), **resolved})
+    plan._source, plan._folder, plan._positions = source, folder, positions
+    return plan
 
 
-def apply_overrides(cfg: Mapping[str, Any], *, data_root: str | None = None, out: str | None = None,
+def apply_overrides(plan: RunPlan, *, data_root: str | None = None, out: str | None = None,
                     protocol: str | None = None, attack: str | None = None, eps: str | None = None,
                     detectors: str | None = None, detector_backend: str | None = None, evaluator: str | None = None,
                     analysis: str | None = None, limit: int | None = None, device: str | None = None,
                     seed: int | None = None, cache_dir: str | None = None, shard_size: int | None = None,
                     num_workers: int | None = None, config_dir: Path | None = None, amp: bool | None = None,
-                    channels_last: bool | None = None, recompute: str | None = None) -> Config:
-    """Apply CLI flags to a config and validate the result (a new :class:`Config`; ``cfg`` is not changed)."""
-    raw = thaw(cfg)
+                    channels_last: bool | None = None, recompute: str | None = None) -> RunPlan:
+    """Apply CLI flags to a plan and validate the result (a new :class:`RunPlan`; ``plan`` is not changed)."""
+    raw = plan.dump()
     if data_root is not None:
         raw["data"]["root"] = str(Path(data_root).expanduser().resolve())
     elif raw["data"].get("root") and config_dir is not None and not Path(raw["data"]["root"]).is_absolute():
@@ -245,10 +238,9 @@ def apply_overrides(cfg: Mapping[str, Any], *, data_root: str | None = None, out
             raw[key] = value
     if recompute is not None:
         raw["recompute"] = recompute
-    result = validate(raw, source=cfg.source, folder=cfg.folder, positions=cfg.positions) \
-        if isinstance(cfg, Config) else validate(raw)
+    result = validate(raw, source=plan.source, folder=plan.folder, positions=plan.positions)
     if eps is not None:
-        check_one_threat(expand_attacks(result, int(result["model"]["input_size"])), f"--eps {eps}")
+        check_one_threat(list(result.attack_specs), f"--eps {eps}")
     return result
 
 

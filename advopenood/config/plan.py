@@ -1,25 +1,94 @@
-"""Run configuration: a typed schema (pydantic) over YAML files and CLI overrides.
+"""The run plan: the validated config with every name and default resolved, read by attribute.
 
-Every key at every level is declared in :class:`RunConfig`; an unknown key, a wrong type or an out-of-range
-value is refused with one line naming its full path, the closest valid key or the valid choices, and its
-YAML line and column. The validated config is a read-only mapping (:class:`Config`): the rest of the code
-reads it and never mutates it, and ``run.json`` records it in full. Plugin parameters
-(``attack_params.<name>`` and the like) are checked by constructing the plugins (:mod:`advopenood.run.preflight`).
+:func:`advopenood.config.loading.validate` builds a :class:`RunPlan` once, from YAML and flags; the preflight
+checks it, the pipeline executes it, plugins read it (``ctx.plan``) and ``run.json``'s ``config`` is its dump.
+Nothing downstream reads raw config dictionaries. The attack specs (one per adversarial set) are resolved here
+too (:func:`expand_attacks`).
 """
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from pydantic import PrivateAttr
 
 from advopenood import registry
 from advopenood.capabilities import is_family
+from advopenood.config import protocols
+from advopenood.config.schema import RunConfig, parse_eps, thaw
 from advopenood.errors import UsageError
-from advopenood.config.frozen import thaw
-from advopenood.config.schema import parse_eps
+
+
+class RunPlan(RunConfig):
+    """A validated run: :class:`~advopenood.config.schema.RunConfig`'s fields with ``detectors``, ``evaluators``
+    and ``analyses`` resolved to registered names (``all`` expanded), the plugin parameter sections keyed by
+    lower-case name, and derived settings as properties. Frozen; built by
+    :func:`advopenood.config.loading.validate`."""
+
+    _source: str = PrivateAttr("config")
+    _folder: Path | None = PrivateAttr(None)
+    _positions: dict = PrivateAttr(default_factory=dict)
+
+    @property
+    def source(self) -> str:
+        """The YAML file (or ``config``) the plan came from, for error messages."""
+        return self._source
+
+    @property
+    def folder(self) -> Path | None:
+        """The folder of that YAML file (relative data roots are resolved against it)."""
+        return self._folder
+
+    @property
+    def positions(self) -> dict:
+        """``key path -> (line, column)`` of every key written in the YAML file."""
+        return self._positions
+
+    @cached_property
+    def protocol_spec(self) -> protocols.Protocol:
+        """The named protocol's core settings (positives rule, quantization)."""
+        return protocols.get(self.protocol)
+
+    @cached_property
+    def attack_specs(self) -> tuple[AttackSpec, ...]:
+        """One spec per adversarial set, parameters fully resolved (:func:`expand_attacks`)."""
+        return tuple(expand_attacks(self, self.model.input_size))
+
+    @property
+    def cache(self) -> Path:
+        """The store's folder (:func:`cache_dir`)."""
+        return cache_dir(self)
+
+    @property
+    def output(self) -> Path:
+        """The run's output folder: ``out``, else ``runs/<name>``."""
+        return Path(self.out or Path("runs") / self.name).expanduser()
+
+    @property
+    def data_root(self) -> Path | None:
+        """The folder data paths and the checkpoint are relative to."""
+        return Path(self.data.root) if self.data.root else None
+
+    def params(self, section: str, name: str | None) -> dict[str, Any]:
+        """A plain copy of ``<section>.<name>`` (e.g. ``params("detector_params", "knn")``); empty when unset."""
+        return thaw(getattr(self, section).get(name) or {}) if name else {}
+
+    def recomputes(self, name: str) -> bool:
+        """Whether this run recomputes the stored work of attack set or detector ``name`` (``recompute``)."""
+        return "all" in self.recompute or name in self.recompute
+
+    def dump(self) -> dict[str, Any]:
+        """The plan as plain JSON types: ``run.json``'s ``config``, and the input of a re-validation."""
+        return self.model_dump(mode="json")
+
+    def replace(self, **changes: Any) -> RunPlan:
+        """A new plan with ``changes`` applied and validated again (the source and positions kept)."""
+        plan = RunPlan.model_validate({**self.dump(), **changes})
+        plan._source, plan._folder, plan._positions = self._source, self._folder, self._positions
+        return plan
 
 
 def attack_norm(spec: AttackSpec) -> str:
@@ -52,8 +121,8 @@ class AttackSpec:
     params: dict[str, Any]
 
 
-def expand_attacks(cfg: Mapping[str, Any], input_size: int) -> list[AttackSpec]:
-    """Config ``attacks`` (names or ``{name, eps, params, label}``) -> one spec per (attack, eps).
+def expand_attacks(plan: RunConfig, input_size: int) -> list[AttackSpec]:
+    """The plan's ``attacks`` (names or ``{name, eps, params, label}``) -> one spec per (attack, eps).
 
     Parameters, lowest precedence first: the attack's ``defaults``, the protocol's ``protocol_defaults``,
     ``attack_params.<family>``, ``attack_params.<name>``, the entry's ``params``; an eps list gives one set per
@@ -64,10 +133,10 @@ def expand_attacks(cfg: Mapping[str, Any], input_size: int) -> list[AttackSpec]:
     from advopenood.attacks.base import attack_params, build_attack
 
     specs: list[AttackSpec] = []
-    by_name = cfg.get("attack_params") or {}
-    for entry, family in attack_entries(cfg):
+    by_name = plan.attack_params
+    for entry, family in attack_entries(plan):
         name = entry["name"]
-        params = attack_params(name, input_size, str(cfg.get("protocol", "strong")), thaw(by_name.get(family) or {}),
+        params = attack_params(name, input_size, plan.protocol, thaw(by_name.get(family) or {}),
                                thaw(by_name.get(name) or {}), thaw(entry.get("params") or {}))
         eps_list = entry.get("eps")
         eps_list = params.get("eps") if eps_list is None else eps_list
@@ -84,17 +153,18 @@ def expand_attacks(cfg: Mapping[str, Any], input_size: int) -> list[AttackSpec]:
     return specs
 
 
-def attack_entries(cfg: Mapping[str, Any]) -> list[tuple[dict[str, Any], str | None]]:
-    """Config ``attacks`` as ``(entry, family)`` with lower-case names, families replaced by their members."""
+def attack_entries(plan: Any) -> list[tuple[dict[str, Any], str | None]]:
+    """The plan's ``attacks`` as ``(entry, family)`` with lower-case names, families replaced by their members
+    (``members(plan)``: any object with the plan's ``attacks`` and ``detectors`` attributes)."""
     out: list[tuple[dict[str, Any], str | None]] = []
-    for entry in cfg.get("attacks") or []:
+    for entry in plan.attacks:
         entry = {"name": entry} if isinstance(entry, str) else thaw(entry)
         entry["name"] = str(entry.get("name", "")).lower()
         cls = registry.get("attacks", entry["name"])
         if not is_family(cls):
             out.append((entry, None))
             continue
-        members = cls.members(cfg)
+        members = cls.members(plan)
         if not members:
             raise UsageError(f"attack {entry['name']!r} stands for {cls.hint or 'several attacks'}, but this config "
                              f"selects none; valid choices: {cls.remedy or 'name its members'}")
@@ -102,9 +172,11 @@ def attack_entries(cfg: Mapping[str, Any]) -> list[tuple[dict[str, Any], str | N
     return out
 
 
-def cache_dir(cfg: Mapping[str, Any]) -> Path:
-    """Where adversarial sets and trained models live: config, then $ADVOPENOOD_CACHE, then ~/.cache/advopenood."""
-    return Path(cfg.get("cache_dir") or os.environ.get("ADVOPENOOD_CACHE") or "~/.cache/advopenood").expanduser()
+def cache_dir(plan: Any = None) -> Path:
+    """Where adversarial sets and trained models live: the plan's ``cache_dir``, then $ADVOPENOOD_CACHE, then
+    ~/.cache/advopenood."""
+    chosen = getattr(plan, "cache_dir", None)
+    return Path(chosen or os.environ.get("ADVOPENOOD_CACHE") or "~/.cache/advopenood").expanduser()
 
 
 def source_name(spec: AttackSpec, ood_names: list[str]) -> str:

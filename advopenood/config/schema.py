@@ -8,16 +8,30 @@ reads it and never mutates it, and ``run.json`` records it in full. Plugin param
 """
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
 
 from advopenood.config import protocols
+from advopenood.data.specs import DATA_KINDS, DataSpec  # noqa: F401  (DATA_KINDS: the loader's messages)
 from advopenood.errors import UsageError
+from advopenood.models.specs import ModelSpec
+from advopenood.spec import StrictModel, choice_message
+
+
+def thaw(value: Any) -> Any:
+    """Plain dicts and lists of a plan, a section, a mapping or a sequence (for JSON, YAML and parameters)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="python")
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [thaw(v) for v in value]
+    return value
+
 
 BACKENDS = ("auto", "openood", "pytorch-ood")
 DEVICE_PATTERN = r"^(cpu|cuda(:\d+)?)$"
@@ -54,116 +68,13 @@ Names = Annotated[tuple[str, ...], BeforeValidator(_names)]
 Params = dict[str, dict[str, Any]]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
-
-class TrainSpec(_Strict):
-    """``model.train``: train the architecture on the fit set on first use (cached by recipe and data)."""
-
-    epochs: int = Field(30, ge=1)
-    lr: float = Field(0.01, gt=0)
-    batch: int = Field(64, ge=1)
-    #: mixup's Beta parameter (Zhang et al. 2018); 0 trains without mixup
-    mixup: float = Field(0.0, ge=0)
-
-
-class ModelSpec(_Strict):
-    """``model``: architecture, classes, input layout, normalisation, and a checkpoint or a training recipe."""
-
-    arch: str
-    num_classes: int = Field(10, ge=2)
-    in_channels: Literal[1, 3] = 3
-    input_size: int = Field(32, ge=8)
-    checkpoint: str | None = None
-    mean: tuple[float, ...] | None = None
-    std: tuple[Annotated[float, Field(gt=0)], ...] | None = None
-    train: TrainSpec | None = None
-
-    @field_validator("arch")
-    @classmethod
-    def _known_arch(cls, value: str) -> str:
-        from advopenood.models.classifier import ARCHS
-        from advopenood.models.backbones import TIMM_PREFIX, check_timm_name
-
-        if value.startswith(TIMM_PREFIX):
-            try:
-                check_timm_name(value[len(TIMM_PREFIX):])
-            except UsageError as exc:
-                raise ValueError(str(exc)) from None
-            return value
-        if value not in ARCHS:
-            raise ValueError(_choice_message("architecture", value, list(ARCHS) + [f"{TIMM_PREFIX}<name>"]))
-        return value
-
-    @model_validator(mode="after")
-    def _channels(self) -> "ModelSpec":
-        for key in ("mean", "std"):
-            value = getattr(self, key)
-            if value is not None and len(value) != self.in_channels:
-                raise ValueError(f"{key} has {len(value)} values but in_channels is {self.in_channels}")
-        return self
-
-
-class _DataSpec(_Strict):
-    name: str | None = None
-    #: OpenOOD's group of a natural set (near-OOD, far-OOD, covariate-shifted ID); default: by name for data.dataset
-    group: Literal["near", "far", "csid", "other"] | None = None
-
-
-class NpzSpec(_DataSpec):
-    """An ``.npz`` file holding ``x`` (uint8, NHWC or NHW) and ``y`` (int labels)."""
-
-    kind: Literal["npz"]
-    path: str
-    #: resize the shorter side to ``pre_size``, then centre-crop to the input size (as OpenOOD's test
-    #: preprocessing); unset: the whole image is resized to the input size
-    pre_size: int | None = Field(None, ge=8)
-
-
-class IdxSpec(_DataSpec):
-    """MNIST-style IDX image and label files."""
-
-    kind: Literal["idx"]
-    images: str
-    labels: str
-
-
-class OpenOODSpec(_DataSpec):
-    """An OpenOOD image list under the data root (``benchmark_imglist/...``) and its image folder."""
-
-    kind: Literal["openood"]
-    imglist: str
-    images: str = "images_classic"
-    #: OpenOOD's test preprocessing: resize the shorter side to ``pre_size``, centre-crop to the input size
-    pre_size: int | None = Field(None, ge=8)
-
-
-class TorchvisionSpec(_DataSpec):
-    """A torchvision dataset by name, read from the data root."""
-
-    kind: Literal["torchvision"]
-    dataset: str | None = None
-    split: str | None = None
-    download: bool = False
-
-
-class DemoSpec(_DataSpec):
-    """A data set embedded in the installed packages (the demo's)."""
-
-    kind: Literal["demo"]
-    split: Literal["train", "test"] = "test"
-    name_as: str | None = None
-
-
-DataSpec = Annotated[Union[NpzSpec, IdxSpec, OpenOODSpec, TorchvisionSpec, DemoSpec], Field(discriminator="kind")]
-DATA_KINDS = ("npz", "idx", "openood", "torchvision", "demo")
 
 
 _BENCHMARK_NAMES = ("cifar10", "cifar100", "imagenet200", "imagenet")
 
 
-class DataSection(_Strict):
+class DataSection(StrictModel):
     """``data``: the ID test set, the fit (training) set, natural OOD sets, and the folder they are under."""
 
     root: str | None = None
@@ -198,7 +109,7 @@ class DataSection(_Strict):
         return self
 
 
-class AttackEntry(_Strict):
+class AttackEntry(StrictModel):
     """One entry of ``attacks``: a name, optional eps (a list gives a sweep), parameters and an output label."""
 
     name: str
@@ -212,7 +123,7 @@ class AttackEntry(_Strict):
         return value.strip().lower()
 
 
-class RunConfig(_Strict):
+class RunConfig(StrictModel):
     """A whole run. Every key is listed here; anything else is an error."""
 
     name: str = "run"
@@ -247,7 +158,7 @@ class RunConfig(_Strict):
     @classmethod
     def _known_protocol(cls, value: str) -> str:
         if value not in protocols.PROTOCOLS:
-            raise ValueError(_choice_message("protocol", value, list(protocols.PROTOCOLS)))
+            raise ValueError(choice_message("protocol", value, list(protocols.PROTOCOLS)))
         return value
 
     @field_validator("num_workers")
@@ -259,8 +170,3 @@ class RunConfig(_Strict):
         return value
 
 
-def _choice_message(what: str, value: str, valid: list[str]) -> str:
-    """``unknown <what> 'x'; did you mean 'y'? valid choices: ...`` (the hint only when one is close)."""
-    close = difflib.get_close_matches(value, valid, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ";"
-    return f"unknown {what} {value!r}{hint} valid choices: {', '.join(valid)}"

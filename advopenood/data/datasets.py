@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
+from advopenood.data.specs import DataSpec, TorchvisionSpec, as_data_spec
 from advopenood.errors import UsageError
 
 DATASET_KINDS = ("npz", "idx", "openood", "torchvision", "demo")
@@ -252,70 +253,69 @@ def _demo_noise(n: int = 400) -> tuple[np.ndarray, np.ndarray]:
     return rng.integers(0, 256, size=(n, 16, 16), dtype=np.uint8), np.full(n, -1, dtype=np.int64)
 
 
-def dataset_name(spec: Mapping[str, Any]) -> str:
+def dataset_name(spec: DataSpec | Mapping[str, Any]) -> str:
     """The name a data entry's set gets in outputs: ``name`` (a demo set: ``name_as``, else the set's name, with
     the split for the digits), else the stem of its file or image list, else its kind."""
-    if spec.get("kind") == "demo":
-        which = str(spec.get("name") or "digits")
-        return str(spec.get("name_as") or (which if which != "digits" else f"digits_{spec.get('split', 'test')}"))
-    source = spec.get("path", spec.get("imglist", spec.get("kind")))
-    return str(spec.get("name") or Path(str(source)).stem)
+    spec = as_data_spec(spec)
+    if spec.kind == "demo":
+        which = spec.name or "digits"
+        return spec.name_as or (which if which != "digits" else f"digits_{spec.split}")
+    source = {"npz": getattr(spec, "path", None), "openood": getattr(spec, "imglist", None)}.get(spec.kind) or spec.kind
+    return spec.name or Path(str(source)).stem
 
 
-def build_dataset(spec: dict[str, Any], root: Path | None, channels: int, size: int,
+def build_dataset(spec: DataSpec | Mapping[str, Any], root: Path | None, channels: int, size: int,
                   image_identity: str = "stat") -> Dataset:
-    """Build one dataset from a config entry (``kind`` is one of :data:`DATASET_KINDS`); ``image_identity`` says
-    how an image list's images enter its identity (:func:`images_fingerprint`)."""
-    kind = spec.get("kind")
+    """Build one dataset from a data entry (a typed spec, or a mapping such as ``{"kind": "npz", "path": ...}``,
+    validated the same way); ``image_identity`` says how an image list's images enter its identity
+    (:func:`images_fingerprint`)."""
+    spec = as_data_spec(spec)
     name = dataset_name(spec)
-    if kind == "npz":
-        path = _resolve(spec["path"], root)
+    if spec.kind == "npz":
+        path = _resolve(spec.path, root)
         if not path.is_file():
             raise UsageError(f"data file {str(path)!r} not found (data root {str(root)!r}); "
                              "pass --data-root DIR holding the .npz files named in the config")
         x, y, fp = _load_npz(str(path))
-        return ArrayDataset(x, y, name, fp, channels, size, spec.get("pre_size"))
-    if kind == "idx":
-        paths = [_resolve(spec[k], root) for k in ("images", "labels")]
+        return ArrayDataset(x, y, name, fp, channels, size, spec.pre_size)
+    if spec.kind == "idx":
+        paths = [_resolve(spec.images, root), _resolve(spec.labels, root)]
         missing = [str(p) for p in paths if not p.is_file()]
         if missing:
             raise UsageError(f"IDX file {missing[0]!r} not found; pass --data-root DIR holding the config's files")
         fp = hashlib.sha256("".join(file_sha256(p) for p in paths).encode()).hexdigest()
         return ArrayDataset(read_idx(paths[0]), read_idx(paths[1]).astype(np.int64), name, fp, channels, size)
-    if kind == "openood":
+    if spec.kind == "openood":
         if root is None or not root.is_dir():
             raise UsageError(f"OpenOOD data root {str(root)!r} not found; pass --data-root DIR (OpenOOD's data/ folder)")
-        return ImglistDataset(root, spec["imglist"], spec.get("images", "images_classic"), name, channels, size,
-                              spec.get("pre_size"), image_identity)
-    if kind == "torchvision":
+        return ImglistDataset(root, spec.imglist, spec.images, name, channels, size, spec.pre_size, image_identity)
+    if spec.kind == "torchvision":
         return _torchvision_dataset(spec, root, name, channels, size)
-    if kind == "demo":
-        makers: dict[str, Callable[[], tuple[np.ndarray, np.ndarray]]] = {
-            "digits": lambda: _demo_digits(spec.get("split", "test")),
-            "textures": _demo_textures,
-            "blobs": _demo_blobs,
-            "inverted": _demo_inverted,
-            "noise": _demo_noise,
-        }
-        which = spec.get("name", "digits")
-        if which not in makers:
-            raise UsageError(f"unknown demo dataset {which!r}; valid choices: {', '.join(DEMO_SETS)}")
-        x, y = makers[which]()
-        fp = hashlib.sha256(x.tobytes() + y.tobytes()).hexdigest()
-        return ArrayDataset(x, y, name, fp, channels, size)
-    raise UsageError(f"unknown dataset kind {kind!r} in {spec}; valid choices: {', '.join(DATASET_KINDS)}")
+    makers: dict[str, Callable[[], tuple[np.ndarray, np.ndarray]]] = {
+        "digits": lambda: _demo_digits(spec.split),
+        "textures": _demo_textures,
+        "blobs": _demo_blobs,
+        "inverted": _demo_inverted,
+        "noise": _demo_noise,
+    }
+    which = spec.name or "digits"
+    if which not in makers:
+        raise UsageError(f"unknown demo dataset {which!r}; valid choices: {', '.join(DEMO_SETS)}")
+    x, y = makers[which]()
+    fp = hashlib.sha256(x.tobytes() + y.tobytes()).hexdigest()
+    return ArrayDataset(x, y, name, fp, channels, size)
 
 
-def _torchvision_dataset(spec: dict[str, Any], root: Path | None, name: str, channels: int, size: int) -> Dataset:
+def _torchvision_dataset(spec: TorchvisionSpec, root: Path | None, name: str, channels: int, size: int) -> Dataset:
     """A torchvision dataset by name, read from ``root``; downloads only when ``download: true`` and online."""
     import torchvision
 
-    tv_name = spec.get("dataset", name)
+    tv_name = spec.dataset or name
     if tv_name not in TORCHVISION_SETS:
         raise UsageError(f"unknown torchvision dataset {tv_name!r}; valid choices: {', '.join(TORCHVISION_SETS)}")
-    kwargs = {"split": spec.get("split", "test")} if tv_name == "SVHN" else {"train": spec.get("split") == "train"}
+    kwargs = {"split": spec.split or "test"} if tv_name == "SVHN" else {"train": spec.split == "train"}
     try:
-        ds = getattr(torchvision.datasets, tv_name)(str(root or "."), download=bool(spec.get("download", False)), **kwargs)
+        ds = getattr(torchvision.datasets, tv_name)(str(root or "."), download=spec.download, **kwargs)
     except RuntimeError as exc:
         raise UsageError(f"torchvision dataset {tv_name!r} not found under {str(root)!r} ({exc}); "
                          "pass --data-root DIR holding it, or set download: true on an online machine") from None

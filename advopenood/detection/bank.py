@@ -37,12 +37,16 @@ from tqdm.auto import tqdm
 
 from advopenood import registry
 from advopenood.data.datasets import Subset, seeded_prefix
-from advopenood.errors import UsageError
-from advopenood.detection.scorecache import detector_key
-from advopenood.provenance import distribution_version
-from advopenood.detection.openood_backend import OpenOODPostprocessor, _PlainDetector, _construct_plain
+from advopenood.detection.openood_backend import (
+    OpenOODPostprocessor,
+    _construct_plain,
+    _PlainDetector,
+)
 from advopenood.detection.outputs import Outputs, pass_outputs
 from advopenood.detection.postprocessor import Postprocessor
+from advopenood.detection.scorecache import detector_key
+from advopenood.errors import UsageError
+from advopenood.provenance import distribution_version
 
 
 def create_detector(name: str, backend: str, params: dict[str, Any] | None = None, *, num_classes: int = 10,

@@ -36,10 +36,21 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from advopenood.attacks.base import frozen
 from advopenood.config.schema import BACKENDS
+from advopenood.detection.outputs import (
+    FIT_SIZE,
+    Batches,
+    Outputs,
+    fc_layer,
+    forward_outputs,
+    net_device,
+)
+from advopenood.detection.postprocessor import (
+    Postprocessor,
+    openood_args,
+    openood_config,
+)
 from advopenood.errors import UsageError
 from advopenood.provenance import seeded
-from advopenood.detection.outputs import Batches, FIT_SIZE, Outputs, fc_layer, forward_outputs, net_device
-from advopenood.detection.postprocessor import Postprocessor, openood_args, openood_config
 
 OPENOOD_INSTALL = ("git clone https://github.com/Jingkang50/OpenOOD && pip install -e ./OpenOOD && "
                    "pip install 'advopenood[openood]'")
@@ -101,9 +112,9 @@ def make_openood_postprocessor(name: str, args: dict[str, Any], num_classes: int
     from openood.utils.config import Config
 
     raw = openood_config(name)
-    pp_cfg = dict(raw["postprocessor"])
-    pp_cfg["postprocessor_args"] = {**(pp_cfg.get("postprocessor_args") or {}), **args}
-    config = Config({"postprocessor": pp_cfg, "dataset": {"name": openood_dataset_name(num_classes)}})
+    pp_settings = dict(raw["postprocessor"])
+    pp_settings["postprocessor_args"] = {**(pp_settings.get("postprocessor_args") or {}), **args}
+    config = Config({"postprocessor": pp_settings, "dataset": {"name": openood_dataset_name(num_classes)}})
     pp = postprocessors[name](config)
     pp.APS_mode = config.postprocessor.APS_mode
     pp.hyperparam_search_done = False

@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 from advopenood.attacks.base import frozen
 from advopenood.errors import UsageError
 from advopenood.models.classifier import Classifier
+
 #: Extra parameter every detector accepts: fit on the first ``fit_size`` rows of the (seeded, shuffled) fit set.
 FIT_SIZE = "fit_size"
 

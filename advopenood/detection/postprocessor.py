@@ -32,8 +32,17 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from advopenood import registry
+from advopenood.detection.outputs import (
+    FIT_SIZE,
+    Batches,
+    Outputs,
+    collect_outputs,
+    iter_xy,
+    net_device,
+    pass_outputs,
+    take_rows,
+)
 from advopenood.errors import UsageError
-from advopenood.detection.outputs import Batches, FIT_SIZE, Outputs, collect_outputs, iter_xy, net_device, pass_outputs, take_rows
 
 
 @cache

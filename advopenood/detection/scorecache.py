@@ -26,7 +26,6 @@ import torch
 from advopenood import io as aio
 from advopenood.provenance import canonical_key, library_versions, source_sha
 
-
 #: the detector machinery whose source enters every detector and pass key (files beside this one)
 MACHINERY = ("outputs.py", "postprocessor.py", "bank.py", "scoring.py", "openood_backend.py")
 

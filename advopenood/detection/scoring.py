@@ -32,13 +32,34 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from advopenood.data.datasets import make_loader
-from advopenood.errors import UsageError
-from advopenood.detection.scorecache import ScoreCache, fit_pass_key, set_pass_key
-from advopenood.provenance import canonical_key
-from advopenood.detection.bank import DetectorBank, FIT_WORK, LazyBank, ScoreResult, _barrier, _detector_key, _fail, backend_label, check_detectors, create_detector, fit_subset, join_batches, reads_outputs_only
+from advopenood.detection.bank import (
+    FIT_WORK,
+    DetectorBank,
+    LazyBank,
+    ScoreResult,
+    _barrier,
+    _detector_key,
+    _fail,
+    backend_label,
+    check_detectors,
+    create_detector,
+    fit_subset,
+    join_batches,
+    reads_outputs_only,
+)
 from advopenood.detection.openood_backend import resolve_backend
-from advopenood.detection.outputs import FitPass, Outputs, collect_outputs, fc_layer, merge_fit_passes, take_rows
+from advopenood.detection.outputs import (
+    FitPass,
+    Outputs,
+    collect_outputs,
+    fc_layer,
+    merge_fit_passes,
+    take_rows,
+)
 from advopenood.detection.postprocessor import Postprocessor
+from advopenood.detection.scorecache import ScoreCache, fit_pass_key, set_pass_key
+from advopenood.errors import UsageError
+from advopenood.provenance import canonical_key
 
 
 def run_fit_pass(model: nn.Module, fit_data: Dataset, *, batch_size: int, device: torch.device,

@@ -17,9 +17,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from advopenood.attacks.store import AdvSet
 from advopenood.config import protocols
 from advopenood.models.classifier import Classifier
-from advopenood.attacks.store import AdvSet
 
 
 @dataclass
@@ -41,7 +41,8 @@ class RunContext:
     (higher = more in-distribution, OpenOOD's convention); set names are ``"id"``, the natural OOD set
     names and the attack names (``adv_sets`` keys). ``scores`` is empty when no detector was selected."""
 
-    config: dict[str, Any]
+    #: the run plan (:class:`advopenood.config.plan.RunPlan`): every setting, typed, read by attribute
+    plan: Any
     out: Path
     model: Classifier
     device: torch.device
@@ -71,6 +72,12 @@ class RunContext:
     #: the fitted detectors (:class:`advopenood.detectors.DetectorBank`); ``bank.score(sets)`` scores new sets
     bank: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The plan as plain dicts (``plan.dump()``), for plugins written against the earlier mapping API; read
+        ``ctx.plan`` instead."""
+        return self.plan.dump()
 
     @property
     def id_adv_sets(self) -> dict[str, AdvSet]:

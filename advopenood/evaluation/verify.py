@@ -166,9 +166,9 @@ def verify_run(path: str | Path) -> tuple[list[str], list[str]]:
     notes = [line for line in diffs if "not re-derived" in line]
     diffs = [line for line in diffs if "not re-derived" not in line]
     failed = run.info.get("plugin_errors") or {}
-    cfg = run.config
+    settings = run.config
     for kind in ("evaluators", "analyses"):
-        for name in cfg.get(kind) or []:
+        for name in settings.get(kind) or []:
             singular = "evaluator" if kind == "evaluators" else "analysis"
             label = f"{singular} {name!r}"
             if f"{singular}:{name}" in failed:

@@ -8,7 +8,6 @@ Inputs are always images in [0, 1]; normalisation happens inside :class:`Classif
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
 
@@ -16,8 +15,19 @@ import torch
 import torch.nn as nn
 
 from advopenood.errors import UsageError
-from advopenood.models.backbones import Backbone, DemoCNN, IMAGENET_MEAN, IMAGENET_STD, ResNet18_32x32, ResNet20, TIMM_PREFIX, TimmBackbone, TorchvisionResNet, TorchvisionSwin, TorchvisionViT
-
+from advopenood.models.backbones import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    TIMM_PREFIX,
+    Backbone,
+    DemoCNN,
+    ResNet18_32x32,
+    ResNet20,
+    TimmBackbone,
+    TorchvisionResNet,
+    TorchvisionSwin,
+    TorchvisionViT,
+)
 
 ARCHS: dict[str, Callable[..., Backbone]] = {
     "resnet20": ResNet20,
@@ -212,8 +222,8 @@ def weights_hash(model: nn.Module) -> str:
     return h.hexdigest()
 
 
-def build_from_config(model_cfg: Mapping[str, Any], checkpoint: Path | None, device: torch.device | str) -> Classifier:
-    """:func:`build_model` from a config's ``model`` section."""
-    return build_model(str(model_cfg.get("arch")), int(model_cfg["num_classes"]), checkpoint, mean=model_cfg.get("mean"),
-                       std=model_cfg.get("std"), input_size=int(model_cfg["input_size"]),
-                       in_channels=int(model_cfg["in_channels"]), device=device)
+def build_from_config(spec: Any, checkpoint: Path | None, device: torch.device | str) -> Classifier:
+    """:func:`build_model` from a plan's ``model`` section (:class:`~advopenood.models.specs.ModelSpec`)."""
+    m = spec
+    return build_model(m.arch, m.num_classes, checkpoint, mean=m.mean, std=m.std, input_size=m.input_size,
+                       in_channels=m.in_channels, device=device)

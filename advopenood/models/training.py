@@ -6,6 +6,7 @@ under ``<cache>/models/`` keyed by architecture, data identity, recipe, seed and
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from advopenood import io as aio
 from advopenood.data.datasets import stack
 from advopenood.errors import UsageError
 from advopenood.models.classifier import Classifier, build_from_config
+from advopenood.models.specs import ModelSpec, as_model_spec
 from advopenood.provenance import canonical_key, library_versions, seeded
 
 #: The default recipe (``model.train`` fills the rest from here): Adam, cosine schedule, no mixup.
@@ -59,23 +61,24 @@ def train_classifier(model: Classifier, data: Dataset, recipe: dict[str, Any], s
     return model.eval()
 
 
-def trained_model(model_cfg: dict[str, Any], data: Dataset, cache: Path, seed: int = 0,
+def trained_model(spec: ModelSpec | Mapping[str, Any], data: Dataset, cache: Path, seed: int = 0,
                   device: torch.device | str = "cpu", progress: bool = True) -> Classifier:
-    """``model_cfg``'s architecture trained on ``data`` with ``model_cfg['train']`` (over :data:`RECIPE`),
+    """``spec``'s architecture trained on ``data`` with its ``train`` recipe (over :data:`RECIPE`),
     loaded from ``cache`` or trained once and saved there atomically (and then loaded from there, so the first
     run and later ones share the weights hash that keys their adversarial sets). The initial weights are drawn
     from ``seed`` too, so the key determines the weights in any process."""
-    recipe = {**RECIPE, **(model_cfg.get("train") or {})}
-    arch = {k: model_cfg.get(k) for k in ("arch", "num_classes", "in_channels", "input_size", "mean", "std")}
+    spec = as_model_spec(spec)
+    recipe = {**RECIPE, **(spec.train.model_dump() if spec.train else {})}
+    arch = {k: getattr(spec, k) for k in ("arch", "num_classes", "in_channels", "input_size", "mean", "std")}
     key = canonical_key({"model": arch, "data": data.identity(), "recipe": recipe, "seed": seed, "init": "seeded",
                          "torch": library_versions()["torch"]})[:16]
-    path = Path(cache) / "models" / f"{model_cfg['arch']}-{key}.pt"
+    path = Path(cache) / "models" / f"{spec.arch}-{key}.pt"
     if path.is_file():
-        return build_from_config(model_cfg, path, device)
+        return build_from_config(spec, path, device)
     # the initial weights come from the seed, not from whatever drew from torch's generator earlier in the process
     with seeded(seed, torch.device(device)):
-        model = train_classifier(build_from_config(model_cfg, None, device), data, recipe, seed, progress)
+        model = train_classifier(build_from_config(spec, None, device), data, recipe, seed, progress)
     buf = io.BytesIO()
     torch.save(model.backbone.state_dict(), buf)
     aio.atomic_write(path, lambda f: f.write(buf.getvalue()))
-    return build_from_config(model_cfg, path, device)  # as a later run loads it, so both hash the same
+    return build_from_config(spec, path, device)  # as a later run loads it, so both hash the same

@@ -2,9 +2,23 @@
 (:mod:`advopenood.outputs.results`), the report (:mod:`advopenood.outputs.report`) and plots
 (:mod:`advopenood.outputs.plots`). ``from advopenood.outputs import Results, Section, Table`` is the path an
 evaluator or analysis uses."""
-from advopenood.outputs.results import (Bullets, Figure, Item, Paragraph, Results, Section, Table, as_results,
-                                        as_written, collect, guarded, read_sections, relative, write_sections,
-                                        write_tables)
+from advopenood.outputs.results import (
+                                        Bullets,
+                                        Figure,
+                                        Item,
+                                        Paragraph,
+                                        Results,
+                                        Section,
+                                        Table,
+                                        as_results,
+                                        as_written,
+                                        collect,
+                                        guarded,
+                                        read_sections,
+                                        relative,
+                                        write_sections,
+                                        write_tables,
+)
 
 __all__ = ["Bullets", "Figure", "Item", "Paragraph", "Results", "Section", "Table", "as_results", "as_written",
            "collect", "guarded", "read_sections", "relative", "write_sections", "write_tables"]

@@ -23,8 +23,15 @@ import pandas as pd
 import yaml
 
 from advopenood import io as aio
-from advopenood.outputs.results import Bullets, Figure, Paragraph, Section, Table, read_sections
 from advopenood.outputs.plots import PLOT_DIR
+from advopenood.outputs.results import (
+    Bullets,
+    Figure,
+    Paragraph,
+    Section,
+    Table,
+    read_sections,
+)
 
 CHANCE = 50.0
 
@@ -131,8 +138,8 @@ def read_asr(asr: pd.DataFrame) -> list[str]:
 
 def _run_section(info: dict[str, Any]) -> list[Block]:
     blocks = [Block("h2", "Run")]
-    cfg = info.get("config") or {}
-    facts = {"seed": info.get("seed"), "dataset": (cfg.get("data") or {}).get("dataset"),
+    settings = info.get("config") or {}
+    facts = {"seed": info.get("seed"), "dataset": (settings.get("data") or {}).get("dataset"),
              "model": (info.get("model") or {}).get("arch"),
              "weights sha256": str((info.get("model") or {}).get("weights_sha256", ""))[:16],
              "ID images": ((info.get("data") or {}).get("id") or {}).get("n"),
@@ -164,8 +171,8 @@ def _run_section(info: dict[str, Any]) -> list[Block]:
         blocks.append(Block("p", "Plugins that failed (a detector's rows are empty, an evaluator's or analysis' "
                                  "outputs are missing; the tracebacks are in errors.log):"))
         blocks.append(Block("ul", failed))
-    if cfg:
-        blocks.append(Block("code", yaml.safe_dump(cfg, sort_keys=False, default_flow_style=None), "config"))
+    if settings:
+        blocks.append(Block("code", yaml.safe_dump(settings, sort_keys=False, default_flow_style=None), "config"))
     return blocks
 
 

@@ -8,8 +8,8 @@ import torch
 from PIL import Image
 
 from advopenood import io as aio
-from advopenood.evaluation.context import RunContext
 from advopenood.attacks.store import AdvSet
+from advopenood.evaluation.context import RunContext
 
 
 def to_uint8(x: torch.Tensor) -> np.ndarray:

@@ -10,6 +10,7 @@ import sys
 import time
 import traceback
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,24 +20,27 @@ import torch
 from tqdm.auto import tqdm
 
 from advopenood import io as aio
-from advopenood.outputs import results as outputs
-from advopenood.config import protocols
 from advopenood.attacks.base import build_attack
-from advopenood.capabilities import bind_attack
-from advopenood.config.plan import AttackSpec, cache_dir, expand_attacks
-from advopenood.config.frozen import Config, thaw
-from advopenood.config.loading import validate
-from advopenood.evaluation.context import CleanRecord, RunContext
-from advopenood.data.datasets import build_dataset, limit_dataset, make_loader
-from advopenood.detection.scoring import score_all
-from advopenood.models.classifier import Classifier, build_from_config, set_precision, weights_hash
-from advopenood.run.preflight import checkpoint_path, output_dir, preflight
-from advopenood.detection.scorecache import ScoreCache
 from advopenood.attacks.store import AdvSet, AdvStore
-from advopenood.provenance import library_versions
+from advopenood.capabilities import bind_attack
+from advopenood.config import protocols
+from advopenood.config.loading import validate
+from advopenood.config.plan import RunPlan, source_set
+from advopenood.config.schema import thaw
+from advopenood.data.datasets import build_dataset, limit_dataset, make_loader
+from advopenood.detection.scorecache import ScoreCache
+from advopenood.detection.scoring import score_all
+from advopenood.evaluation.context import CleanRecord, RunContext
+from advopenood.models.classifier import (
+    Classifier,
+    build_from_config,
+    set_precision,
+    weights_hash,
+)
 from advopenood.models.training import trained_model
-from advopenood.config.plan import source_set
-from advopenood.run.preflight import build_plugins
+from advopenood.outputs import results as outputs
+from advopenood.provenance import library_versions
+from advopenood.run.preflight import build_plugins, checkpoint_path, preflight
 
 ASR_COLUMNS = ["dataset", "arch", "attack", "eps", "n", "clean_acc", "asr", "asr_all", "mean_linf", "mean_l2", "seed",
                "source", "protocol"]
@@ -51,14 +55,13 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def load_model(cfg: Mapping[str, Any], fit_set, device: torch.device, progress: bool = True) -> Classifier:
-    """The configured classifier: a checkpoint (relative to the data root), or, with ``model.train``, the
+def load_model(plan: RunPlan, fit_set, device: torch.device, progress: bool = True) -> Classifier:
+    """The planned classifier: a checkpoint (relative to the data root), or, with ``model.train``, the
     architecture trained on the fit set on first use and cached."""
-    m = cfg["model"]
-    ckpt = checkpoint_path(cfg)
-    if m.get("train") is not None and ckpt is None:
-        return trained_model(m, fit_set, cache_dir(cfg), seed=int(cfg["seed"]), device=device, progress=progress)
-    return build_from_config(m, ckpt, device)
+    ckpt = checkpoint_path(plan)
+    if plan.model.train is not None and ckpt is None:
+        return trained_model(plan.model, fit_set, plan.cache, seed=plan.seed, device=device, progress=progress)
+    return build_from_config(plan.model, ckpt, device)
 
 
 def clean_predictions(model: Classifier, ds, batch_size: int, device: torch.device, progress: bool,
@@ -112,28 +115,28 @@ def rank_device(device: str, rank: int) -> torch.device:
     return torch.device(device)
 
 
-def generate_sets(cfg: Mapping[str, Any], specs: list[AttackSpec], model: Classifier, id_set, device: torch.device,
-                  *, fit_set, ood_sets: dict[str, Any], rank: int = 0, world_size: int = 1,
+def generate_sets(plan: RunPlan, model: Classifier, id_set, device: torch.device, *, fit_set,
+                  ood_sets: dict[str, Any], rank: int = 0, world_size: int = 1,
                   progress: bool = True) -> dict[str, AdvSet]:
     """One adversarial set per spec, from the store when it is already there.
 
     Detector-aware attacks are bound to the fit set (:func:`advopenood.capabilities.bind_attack`). Under torchrun
     each rank attacks the shards ``i % world_size == rank`` into the shared store; after a barrier rank 0 writes the manifests, and every rank sees the complete sets.
     """
-    store = AdvStore(cache_dir(cfg) / "adv", shard_size=int(cfg["shard_size"]))
+    store = AdvStore(plan.cache / "adv", shard_size=plan.shard_size)
     model_hash = weights_hash(model)
     sets: dict[str, AdvSet] = {}
-    for spec in specs:
+    for spec in plan.attack_specs:
         attack = build_attack(spec.attack, spec.params)
         source, data = source_set(spec, id_set, ood_sets)
-        bind_attack(attack, model, fit_set, seed=int(cfg["seed"]), batch_size=int(cfg["batch_size"]), device=device,
-                    detector_params=cfg.get("detector_params"))
-        redo = "all" in cfg["recompute"] or spec.set_name in cfg["recompute"]
-        adv = store.generate(data, model, attack, model_hash=model_hash, seed=int(cfg["seed"]), device=device,
-                             rank=rank, world_size=world_size, progress=progress, recompute=redo)
+        bind_attack(attack, model, fit_set, seed=plan.seed, batch_size=plan.batch_size, device=device,
+                    detector_params=thaw(plan.detector_params))
+        adv = store.generate(data, model, attack, model_hash=model_hash, seed=plan.seed, device=device,
+                             rank=rank, world_size=world_size, progress=progress,
+                             recompute=plan.recomputes(spec.set_name))
         adv.set_name, adv.source = spec.set_name, source
-        adv.quantize = protocols.get(str(cfg["protocol"])).quantize
-        adv.see(model, attack, int(cfg["batch_size"]), device)
+        adv.quantize = plan.protocol_spec.quantize
+        adv.see(model, attack, plan.batch_size, device)
         sets[spec.set_name] = adv
     if world_size > 1:
         import torch.distributed as dist
@@ -146,27 +149,33 @@ def generate_sets(cfg: Mapping[str, Any], specs: list[AttackSpec], model: Classi
     return sets
 
 
-def prepare(cfg: Mapping[str, Any], progress: bool = True) -> tuple[Classifier, Any, Any, dict[str, Any], list[AttackSpec]]:
-    """Model, ID test set (limited), fit set and natural OOD sets, and the attack specs (checked by the preflight)."""
-    m, d = cfg["model"], cfg["data"]
-    size, channels = int(m["input_size"]), int(m["in_channels"])
-    specs = expand_attacks(cfg, size)
-    root = Path(d["root"]) if d.get("root") else None
-    how = str(d.get("image_identity") or "stat")
-    id_set = limit_dataset(build_dataset(d["id"], root, channels, size, how), cfg["limit"], int(cfg["seed"]))
-    fit_set = build_dataset(d.get("fit") or d["id"], root, channels, size, how)
-    fit_set = limit_dataset(fit_set, d.get("fit_limit"), int(cfg["seed"]))
+@dataclass
+class Inputs:
+    """What a run reads: the model and the data sets, built from the plan by :func:`prepare`."""
+
+    model: Classifier
+    id_set: Any
+    fit_set: Any
+    ood_sets: dict[str, Any]
+
+
+def prepare(plan: RunPlan, progress: bool = True) -> Inputs:
+    """Model, ID test set (limited), fit set and natural OOD sets of the plan (checked by the preflight)."""
+    m, d = plan.model, plan.data
+    build = lambda spec: build_dataset(spec, plan.data_root, m.in_channels, m.input_size, d.image_identity)  # noqa: E731
+    id_set = limit_dataset(build(d.id), plan.limit, plan.seed)
+    fit_set = limit_dataset(build(d.fit or d.id), d.fit_limit, plan.seed)
     ood_sets = {}
-    for spec in d.get("ood") or []:
-        ds = build_dataset(spec, root, channels, size, how)
-        ood_sets[ds.name] = limit_dataset(ds, d.get("ood_limit") or cfg["limit"], int(cfg["seed"]))
-    device = torch.device(cfg["device"])
-    model = load_model(cfg, fit_set, device, progress)
-    model.precision = set_precision(model, device, bool(cfg.get("amp")), bool(cfg.get("channels_last")))
-    return model, id_set, fit_set, ood_sets, specs
+    for spec in d.ood:
+        ds = build(spec)
+        ood_sets[ds.name] = limit_dataset(ds, d.ood_limit or plan.limit, plan.seed)
+    device = torch.device(plan.device)
+    model = load_model(plan, fit_set, device, progress)
+    model.precision = set_precision(model, device, plan.amp, plan.channels_last)
+    return Inputs(model, id_set, fit_set, ood_sets)
 
 
-def run(cfg: Mapping[str, Any], *, attack_only: bool = False, progress: bool = True, overwrite: bool = False,
+def run(plan: RunPlan | Mapping[str, Any], *, attack_only: bool = False, progress: bool = True, overwrite: bool = False,
         export_png: bool = False) -> RunContext:
     """Run the whole pipeline (or only the attack stage) and write every output under the output folder.
 
@@ -178,44 +187,41 @@ def run(cfg: Mapping[str, Any], *, attack_only: bool = False, progress: bool = T
     """
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
-    cfg = cfg if isinstance(cfg, Config) else validate(cfg)
-    preflight(cfg, overwrite=overwrite, attack_only=attack_only)
-    seed = int(cfg["seed"])
-    seed_everything(seed)
+    plan = plan if isinstance(plan, RunPlan) else validate(plan)
+    preflight(plan, overwrite=overwrite, attack_only=attack_only)
+    seed_everything(plan.seed)
     rank, world_size = distributed()
     progress = progress and rank == 0
-    cfg = Config({**cfg, "device": str(rank_device(str(cfg["device"]), rank))}, cfg.source, cfg.folder, cfg.positions)
-    model, id_set, fit_set, ood_sets, specs = prepare(cfg, progress)
-    plugins = [] if attack_only else build_plugins(cfg)
-    final = output_dir(cfg)
+    plan = plan.replace(device=str(rank_device(plan.device, rank)))
+    inputs = prepare(plan, progress)
+    plugins = [] if attack_only else build_plugins(plan)
+    final = plan.output
     out = aio.begin_output(final) if rank == 0 else final
     timings["setup"] = time.perf_counter() - t0
     try:
-        return _execute(cfg, model, id_set, fit_set, ood_sets, specs, plugins, out, final, rank, world_size,
-                        timings, t0, attack_only=attack_only, progress=progress, export_png=export_png)
+        return _execute(plan, inputs, plugins, out, final, rank, world_size, timings, t0, attack_only=attack_only,
+                        progress=progress, export_png=export_png)
     except BaseException:
         if rank == 0:  # nothing half-written stays behind; finished shards and scores are in the store
             aio.discard_output(out)
         raise
 
 
-def _execute(cfg: Config, model: Classifier, id_set, fit_set, ood_sets: dict[str, Any], specs: list[AttackSpec],
-             plugins: list[tuple[str, Any]], out: Path, final: Path, rank: int, world_size: int,
-             timings: dict[str, float], t0: float, *, attack_only: bool, progress: bool,
+def _execute(plan: RunPlan, inputs: Inputs, plugins: list[tuple[str, Any]], out: Path, final: Path, rank: int,
+             world_size: int, timings: dict[str, float], t0: float, *, attack_only: bool, progress: bool,
              export_png: bool) -> RunContext:
     """The stages of :func:`run` after the set-up, writing into the staging folder ``out``."""
-    device = torch.device(cfg["device"])
-    seed = int(cfg["seed"])
-    bs = int(cfg["batch_size"])
+    device, seed, bs = torch.device(plan.device), plan.seed, plan.batch_size
+    model, id_set = inputs.model, inputs.id_set
 
     t = time.perf_counter()
-    clean = clean_predictions(model, id_set, bs, device, progress, int(cfg["num_workers"]))
-    adv_sets = generate_sets(cfg, specs, model, id_set, device, fit_set=fit_set, ood_sets=ood_sets, rank=rank,
+    clean = clean_predictions(model, id_set, bs, device, progress, plan.num_workers)
+    adv_sets = generate_sets(plan, model, id_set, device, fit_set=inputs.fit_set, ood_sets=inputs.ood_sets, rank=rank,
                              world_size=world_size, progress=progress)
     timings["attacks"] = time.perf_counter() - t
-    dataset, arch = str(cfg["data"].get("dataset") or id_set.name), model.arch
-    ctx = RunContext(cfg, out, model, device, seed, dataset, arch, id_set, fit_set, ood_sets, adv_sets, clean,
-                     batch_size=bs, protocol=str(cfg["protocol"]), rank=rank, progress=progress)
+    dataset, arch = plan.data.dataset or id_set.name, model.arch
+    ctx = RunContext(plan, out, model, device, seed, dataset, arch, id_set, inputs.fit_set, inputs.ood_sets, adv_sets,
+                     clean, batch_size=bs, protocol=plan.protocol, rank=rank, progress=progress)
     if rank != 0:
         if not attack_only:
             _score(ctx, progress, world_size)
@@ -255,9 +261,10 @@ def _score(ctx: RunContext, progress: bool, world_size: int = 1) -> None:
     """Detector confidences for ID, natural OOD and every adversarial set (one shared pass per set); score
     vectors already in the store (``<cache>/scores``) are read back instead of computed. Under torchrun every
     rank calls it and scores its share (:func:`advopenood.detectors.score_all`)."""
-    if not ctx.config["detectors"]:
+    plan = ctx.plan
+    if not plan.detectors:
         return
-    bs, workers = ctx.batch_size, int(ctx.config["num_workers"])
+    bs, workers = ctx.batch_size, plan.num_workers
     sets: dict[str, Callable[[], Any]] = {"id": lambda: make_loader(ctx.id_set, bs, workers)}
     identities: dict[str, dict[str, Any]] = {"id": ctx.id_set.identity()}
     for name, ds in ctx.ood_sets.items():
@@ -266,12 +273,11 @@ def _score(ctx: RunContext, progress: bool, world_size: int = 1) -> None:
     for name, adv in ctx.adv_sets.items():
         sets[name] = lambda adv=adv: adv.iter_batches(bs)
         identities[name] = {"adv": adv.key, "quantize": adv.quantize}
-    result = score_all(list(ctx.config["detectors"]), ctx.config["detector_backend"], ctx.model, ctx.fit_set, sets,
-                       batch_size=bs, device=ctx.device, seed=ctx.seed, params=thaw(ctx.config["detector_params"]),
-                       progress=progress, cache=ScoreCache(cache_dir(ctx.config) / "scores"), identities=identities,
+    result = score_all(list(plan.detectors), plan.detector_backend, ctx.model, ctx.fit_set, sets,
+                       batch_size=bs, device=ctx.device, seed=ctx.seed, params=thaw(plan.detector_params),
+                       progress=progress, cache=ScoreCache(plan.cache / "scores"), identities=identities,
                        model_hash=weights_hash(ctx.model), rank=ctx.rank, world_size=world_size,
-                       recompute=set(ctx.config["detectors"]) if "all" in ctx.config["recompute"]
-                       else set(ctx.config["recompute"]))
+                       recompute={d for d in plan.detectors if plan.recomputes(d)})
     ctx.scores, ctx.detector_errors, ctx.backend, ctx.bank = result.scores, result.errors, result.backend, result.bank
     ctx.traces.update({f"detector:{k}": v for k, v in result.traces.items()})
     ctx.backends = dict(result.backends)
@@ -330,7 +336,7 @@ def _report(out: Path) -> None:
 def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
     """run.json: config, seed, versions, cache keys, whether attacks were generated or reused, timings."""
     return {
-        "config": thaw(ctx.config),
+        "config": ctx.plan.dump(),
         "protocol": protocols.get(ctx.protocol).as_dict(),
         "seed": ctx.seed,
         "versions": {**library_versions(), "python": sys.version.split()[0], "platform": platform.platform()},

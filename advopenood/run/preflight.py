@@ -1,6 +1,6 @@
 """Checks that run before any model, data or attack work: a run that cannot be right does not start.
 
-:func:`preflight` takes a validated :class:`advopenood.config.Config` and raises a one-line
+:func:`preflight` takes the run plan (:class:`advopenood.config.plan.RunPlan`) and raises a one-line
 :class:`~advopenood.errors.UsageError` (exit 2 in the CLI) for the first problem it finds, writing nothing:
 the device, the detector backend, the output and cache folders, every data file (present, readable, the
 right dtype and layout, read from the file headers only), the checkpoint (loadable with
@@ -13,21 +13,17 @@ import importlib.util
 import os
 import stat
 import zipfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from advopenood import registry
+from advopenood.config.plan import RunPlan
+from advopenood.config.schema import thaw
+from advopenood.data.specs import IdxSpec, OpenOODSpec
 from advopenood.errors import UsageError
 from advopenood.io import MANIFEST
-from advopenood.config.frozen import thaw
-
-
-def output_dir(cfg: Mapping[str, Any]) -> Path:
-    """The run's output folder: ``out``, else ``runs/<name>``."""
-    return Path(cfg.get("out") or Path("runs") / str(cfg["name"])).expanduser()
 
 
 def _writable(folder: Path) -> bool:
@@ -128,13 +124,13 @@ def check_npz_labels(path: Path, where: str, num_classes: int) -> None:
     check_labels(np.asarray(y), where, f"data file {str(path)!r}", num_classes)
 
 
-def check_idx(spec: Mapping[str, Any], root: Path | None, where: str, labelled: bool, num_classes: int) -> None:
+def check_idx(spec: IdxSpec, root: Path | None, where: str, labelled: bool, num_classes: int) -> None:
     """An IDX pair: both files readable uint8 IDX arrays, as many labels as images, labels in range for ID sets."""
     from advopenood.data.datasets import read_idx
 
     arrays = []
     for key in ("images", "labels"):
-        path = _resolve(spec[key], root)
+        path = _resolve(getattr(spec, key), root)
         if not path.is_file() or not os.access(path, os.R_OK):
             raise UsageError(f"IDX file {str(path)!r} not found or unreadable; pass --data-root DIR holding it")
         try:
@@ -146,7 +142,7 @@ def check_idx(spec: Mapping[str, Any], root: Path | None, where: str, labelled: 
         raise UsageError(f"IDX files of {where}: images {images.shape} and labels {labels.shape}; valid: images "
                          "(N, H, W[, C]) and labels (N,)")
     if labelled:
-        check_labels(labels.astype(np.int64), where, f"IDX labels {spec['labels']!r}", num_classes)
+        check_labels(labels.astype(np.int64), where, f"IDX labels {spec.labels!r}", num_classes)
 
 
 def check_labels(y: np.ndarray, where: str, what: str, num_classes: int) -> None:
@@ -171,10 +167,10 @@ def imglist_rows(imglist: Path) -> list[tuple[str, str | None]]:
     return rows
 
 
-def check_imglist(root: Path, spec: Mapping[str, Any], where: str, labelled: bool, num_classes: int) -> None:
+def check_imglist(root: Path, spec: OpenOODSpec, where: str, labelled: bool, num_classes: int) -> None:
     """An OpenOOD image list: readable, not empty, every listed image present; for an ID set, every line with
     an integer label in ``[0, num_classes)``."""
-    lst, images = root / spec["imglist"], root / spec["images"]
+    lst, images = root / spec.imglist, root / spec.images
     for path in (lst, images):
         if not path.exists():
             raise UsageError(f"OpenOOD path {str(path)!r} not found; an OpenOOD data root holds "
@@ -187,7 +183,7 @@ def check_imglist(root: Path, spec: Mapping[str, Any], where: str, labelled: boo
         raise UsageError(f"image list {str(lst)!r} ({where}) lists no image; valid lines: 'relative/path.png label'")
     missing = [rel for rel, _ in rows if not (images / rel).is_file()]
     if missing:
-        raise UsageError(f"image {str(images / missing[0])!r} of {spec['imglist']!r} ({where}) not found "
+        raise UsageError(f"image {str(images / missing[0])!r} of {spec.imglist!r} ({where}) not found "
                          f"({len(missing)} of {len(rows)} listed images missing); the list's paths are relative to "
                          f"{str(images)!r} (OpenOOD's layout)")
     if labelled:
@@ -200,20 +196,19 @@ def check_imglist(root: Path, spec: Mapping[str, Any], where: str, labelled: boo
         check_labels(np.array([int(t) for t in texts]), where, f"image list {str(lst)!r}", num_classes)
 
 
-def check_data(cfg: Mapping[str, Any]) -> None:
-    """Every data file the config names is present and has the right layout; the ID test and fit sets carry
+def check_data(plan: RunPlan) -> None:
+    """Every data file the plan names is present and has the right layout; the ID test and fit sets carry
     labels in the model's class range."""
-    data = cfg["data"]
-    root = Path(data["root"]) if data.get("root") else None
+    data, root = plan.data, plan.data_root
     if root is not None and not root.is_dir():
         raise UsageError(f"data root {str(root)!r} is not a folder; pass --data-root DIR holding the config's data files")
-    channels, classes = int(cfg["model"]["in_channels"]), int(cfg["model"]["num_classes"])
-    specs = [("data.id", data["id"], True)] + ([("data.fit", data["fit"], True)] if data.get("fit") else [])
-    specs += [(f"data.ood[{i}]", s, False) for i, s in enumerate(data.get("ood") or [])]
+    channels, classes = plan.model.in_channels, plan.model.num_classes
+    specs = [("data.id", data.id, True)] + ([("data.fit", data.fit, True)] if data.fit else [])
+    specs += [(f"data.ood[{i}]", s, False) for i, s in enumerate(data.ood)]
     for where, spec, labelled in specs:
-        kind = spec["kind"]
+        kind = spec.kind
         if kind == "npz":
-            path = _resolve(spec["path"], root)
+            path = _resolve(spec.path, root)
             check_npz(path, channels)
             if labelled:
                 check_npz_labels(path, where, classes)
@@ -225,40 +220,37 @@ def check_data(cfg: Mapping[str, Any]) -> None:
             check_imglist(root, spec, where, labelled, classes)
 
 
-def checkpoint_path(cfg: Mapping[str, Any]) -> Path | None:
-    """The configured checkpoint, relative to the data root when relative; None when the model is trained."""
-    ckpt = cfg["model"].get("checkpoint")
-    if not ckpt:
+def checkpoint_path(plan: RunPlan) -> Path | None:
+    """The planned checkpoint, relative to the data root when relative; None when the model is trained."""
+    if not plan.model.checkpoint:
         return None
-    root = cfg["data"].get("root")
-    path = Path(ckpt).expanduser()
-    return path if path.is_absolute() or not root else Path(root) / path
+    path = Path(plan.model.checkpoint).expanduser()
+    return path if path.is_absolute() or plan.data_root is None else plan.data_root / path
 
 
-def check_model(cfg: Mapping[str, Any]) -> None:
+def check_model(plan: RunPlan) -> None:
     """A checkpoint loads with ``weights_only=True`` into the architecture (or a training recipe is given)."""
-    m = cfg["model"]
-    path = checkpoint_path(cfg)
+    m = plan.model
+    path = checkpoint_path(plan)
     if path is None:
-        if m.get("train") is None:
+        if m.train is None:
             raise UsageError("model has neither checkpoint nor train; valid choices: model.checkpoint: FILE "
                              "(relative to the data root) or model.train: {epochs, lr, batch}")
         return
     from advopenood.models.classifier import build_model
 
-    build_model(str(m["arch"]), int(m["num_classes"]), path, input_size=int(m["input_size"]),
-                in_channels=int(m["in_channels"]))
+    build_model(m.arch, m.num_classes, path, input_size=m.input_size, in_channels=m.in_channels)
 
 
-def check_runtime(cfg: Mapping[str, Any]) -> None:
+def check_runtime(plan: RunPlan) -> None:
     """The device exists and an explicitly chosen detector backend is installed."""
-    device = str(cfg["device"])
+    device = plan.device
     if device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
             raise UsageError(f"device {device!r} is not available on this machine; valid choices: cpu")
-    if cfg["detectors"] and cfg["detector_backend"] == "openood":
+    if plan.detectors and plan.detector_backend == "openood":
         if importlib.util.find_spec("openood") is None:
             raise UsageError("detector backend 'openood' needs OpenOOD, which is not installed (see README, "
                              "'OpenOOD bridge'); valid choices: --detector-backend pytorch-ood or auto")
@@ -267,43 +259,40 @@ def check_runtime(cfg: Mapping[str, Any]) -> None:
         resolve_backend("openood")
 
 
-def check_plugins(cfg: Mapping[str, Any], attack_only: bool = False) -> None:
+def check_plugins(plan: RunPlan, attack_only: bool = False) -> None:
     """Every attack, detector, evaluator and analysis builds with its parameters; OOD->ID attacks have a source."""
-    from advopenood.config.plan import expand_attacks
+    from advopenood.config.plan import check_sources
     from advopenood.data.datasets import dataset_name
     from advopenood.detection.bank import check_detectors
-    from advopenood.config.plan import check_sources
 
-    specs = expand_attacks(cfg, int(cfg["model"]["input_size"]))
-    check_sources(specs, [dataset_name(s) for s in cfg["data"].get("ood") or []])
-    check_detectors(list(cfg["detectors"]), cfg["detector_params"])
-    known = [s.set_name for s in specs] + list(cfg["detectors"])
-    for name in cfg["recompute"]:
+    specs = list(plan.attack_specs)
+    check_sources(specs, [dataset_name(s) for s in plan.data.ood])
+    check_detectors(list(plan.detectors), thaw(plan.detector_params))
+    known = [s.set_name for s in specs] + list(plan.detectors)
+    for name in plan.recompute:
         if name != "all" and name not in known:
             raise UsageError(f"recompute: {name!r} is neither an attack set nor a detector of this run; valid choices: "
                              f"all, {', '.join(known) or 'none'}")
     if not attack_only:
-        build_plugins(cfg)
+        build_plugins(plan)
 
 
-def build_plugins(cfg: Mapping[str, Any]) -> list[tuple[str, Any]]:
+def build_plugins(plan: RunPlan) -> list[tuple[str, Any]]:
     """``(timing label, plugin)`` for every configured evaluator and analysis, constructed with its parameters
     before any work, so that a bad parameter stops the run before anything is computed."""
     plugins = []
     for kind, section, label in (("evaluators", "evaluator_params", "evaluator"),
                                  ("analyses", "analysis_params", "analysis")):
-        plugins += [(f"{label}:{name}", registry.create(kind, name, **thaw(cfg[section].get(name) or {})))
-                    for name in cfg[kind]]
+        plugins += [(f"{label}:{name}", registry.create(kind, name, **plan.params(section, name)))
+                    for name in getattr(plan, kind)]
     return plugins
 
 
-def preflight(cfg: Mapping[str, Any], *, overwrite: bool = False, attack_only: bool = False) -> None:
+def preflight(plan: RunPlan, *, overwrite: bool = False, attack_only: bool = False) -> None:
     """All checks, cheapest first; the first failure raises a one-line UsageError and nothing is written."""
-    from advopenood.config.plan import cache_dir
-
-    check_output(output_dir(cfg), overwrite)
-    check_folder(cache_dir(cfg), "cache folder")
-    check_data(cfg)
-    check_runtime(cfg)
-    check_model(cfg)
-    check_plugins(cfg, attack_only)
+    check_output(plan.output, overwrite)
+    check_folder(plan.cache, "cache folder")
+    check_data(plan)
+    check_runtime(plan)
+    check_model(plan)
+    check_plugins(plan, attack_only)

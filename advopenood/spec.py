@@ -1,0 +1,19 @@
+"""The base of every typed settings object of a run (the config's sections, the data and model specs)."""
+from __future__ import annotations
+
+import difflib
+
+from pydantic import BaseModel, ConfigDict
+
+
+class StrictModel(BaseModel):
+    """Strict (an unknown key is an error) and frozen (read by attribute, never changed)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def choice_message(what: str, value: str, valid: list[str]) -> str:
+    """``unknown <what> 'x'; did you mean 'y'? valid choices: ...`` (the hint only when one is close)."""
+    close = difflib.get_close_matches(value, valid, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ";"
+    return f"unknown {what} {value!r}{hint} valid choices: {', '.join(valid)}"
