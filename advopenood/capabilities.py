@@ -18,7 +18,8 @@ with class attributes (``requires_fit``, ``own_pass``, ``needs_taps``, ``needs_i
 :class:`DetectorNeeds`), and a differentiable confidence by inheriting :class:`DifferentiableDetector`
 (``grad_score``), which is what detector-adaptive attacks need.
 
-Analyses may declare a command-line subcommand (:class:`CommandAnalysis`).
+Analyses may declare a command-line subcommand (:class:`CommandAnalysis`); evaluators and analyses may declare
+that ``advopenood verify`` can re-derive their tables (:class:`Verifiable`).
 """
 from __future__ import annotations
 
@@ -136,3 +137,20 @@ def bind_attack(attack: Any, model: Any, fit_set: Any, *, seed: int, batch_size:
         attack.bind(model, fit_set, seed=int(seed), batch_size=int(batch_size), device=device,
                     detector_params=params.get(attack.detector))
     return attack
+
+
+class Verifiable(abc.ABC):
+    """An evaluator or analysis whose tables ``advopenood verify RUN`` re-derives from the run's files
+    (:mod:`advopenood.verify`). Write ``verify`` as its own code path, apart from the code that wrote the tables
+    (e.g. a ``verify_<name>.py`` module, set as ``verify = staticmethod(fn)``)."""
+
+    @staticmethod
+    @abc.abstractmethod
+    def verify(run: Any) -> list[str]:
+        """One line per difference between the run's tables and their re-derivation from ``run``
+        (:class:`advopenood.verify.RunFiles`); empty when every number is re-derived."""
+
+
+def is_verifiable(obj: Any) -> bool:
+    """Whether a registered evaluator or analysis declares :class:`Verifiable`."""
+    return isinstance(obj, type) and issubclass(obj, Verifiable)

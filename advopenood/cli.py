@@ -1,7 +1,8 @@
 """``advopenood`` command line: run, attack, demo, list, eval-ood, and one subcommand per analysis that declares
 one (:class:`advopenood.capabilities.CommandAnalysis`).
 
-Bad input exits with code 2 and one line naming the bad value and the valid choices, no traceback.
+Bad input exits with code 2 and one line naming the bad value and the valid choices, no traceback. A run in which
+a plugin (detector, evaluator or analysis) failed writes every other output and exits with code 3.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ COMMANDS = {
     "attack": "generate (or reuse) the adversarial sets of a config and write asr.csv only",
     "demo": "the embedded demo (no download, about 20 s): every stage on built-in data",
     "list": "registered plugins of a kind (attacks, detectors, evaluators, analyses), one line each",
+    "verify": "re-derive every table of a run folder from its saved scores, masks and run.json; exit 1 on a difference",
     "eval-ood": "OpenOOD's scripts/eval_ood.py with adversarial splits (needs OpenOOD)",
 }
 #: Settings each core subcommand forces over the config.
@@ -31,7 +33,7 @@ FORCED = {"attack": {"analysis": "", "evaluator": "", "detectors": ""}}
 
 
 def analysis_commands() -> dict[str, type]:
-    """``command -> analysis class`` for every registered analysis declaring a subcommand."""
+    """``command -> analysis class`` for every registered analysis declaring a subcommand (imports them)."""
     from advopenood.capabilities import CommandAnalysis
 
     out: dict[str, type] = {}
@@ -46,9 +48,13 @@ def analysis_commands() -> dict[str, type]:
 
 
 def commands() -> dict[str, str]:
-    """Every subcommand with its help line, in help order."""
+    """Every subcommand with its help line, in help order (the analyses' from the plugin index: no import)."""
     core = list(COMMANDS.items())
-    extra = [(name, cls.command_help) for name, cls in analysis_commands().items()]
+    extra = list(registry.index()["commands"].items())
+    taken = [name for name, _ in extra if name in COMMANDS]
+    if taken:
+        raise UsageError(f"an analysis declares subcommand {taken[0]!r}, which is taken; valid choices: a name not in "
+                         f"{', '.join(COMMANDS)}")
     return dict(core[:3] + extra + core[3:])
 
 
@@ -103,6 +109,8 @@ def _attack_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attack", help="comma-separated attacks, e.g. pgd,fgsm,df,mpgd (advopenood list attacks)")
     p.add_argument("--eps", help="budget(s) for bounded attacks, e.g. 8/255 or 0.01,0.03 (a sweep)")
     p.add_argument("--shard-size", type=_positive_int, help="images per stored shard (default 256)")
+    p.add_argument("--recompute", help="attack sets and/or detectors (comma-separated, or all) whose stored work is "
+                                       "computed again and replaced, e.g. after changing a plugin's code in place")
     p.add_argument("--export-png", action="store_true",
                    help="also export adversarial sets as PNG + OpenOOD image lists under OUT/openood/")
 
@@ -129,14 +137,17 @@ def build_parser() -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"advopenood {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
-    analyses = analysis_commands()
-    for name, help_text in commands().items():
+    listed = commands()
+    analyses = [name for name in listed if name not in COMMANDS]
+    for name, help_text in listed.items():
         if name == "eval-ood":
             sub.add_parser(name, help=help_text, add_help=False)
             continue
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == "list":
             p.add_argument("kind", help=" | ".join(registry.KINDS))
+        if name == "verify":
+            p.add_argument("run", help="a run's output folder (the --out of advopenood run)")
         for add in ANALYSIS_FLAGS if name in analyses else SUBCOMMAND_FLAGS.get(name, []):
             add(p)
     return parser
@@ -148,7 +159,7 @@ def _config(args: argparse.Namespace, **forced):
 
     cfg, folder = load_config(args.config or "demo")
     names = ("data_root", "out", "protocol", "attack", "eps", "detectors", "detector_backend", "evaluator", "analysis",
-             "limit", "device", "seed", "cache_dir", "shard_size", "num_workers", "amp")
+             "limit", "device", "seed", "cache_dir", "shard_size", "num_workers", "amp", "recompute")
     flags = {k: getattr(args, k, None) for k in names}
     flags["channels_last"] = flags["amp"]
     flags.update({k: v for k, v in forced.items() if v is not None})
@@ -156,13 +167,27 @@ def _config(args: argparse.Namespace, **forced):
 
 
 def cmd_list(kind: str) -> int:
+    """One line per registered plugin of ``kind``: name and description (from the plugin index)."""
     if kind not in registry.KINDS:
         raise UsageError(f"unknown plugin kind {kind!r}; valid choices: {', '.join(registry.KINDS)}")
-    table = registry.entries(kind)
+    table = registry.index()[kind]
     width = max((len(n) for n in table), default=0)
-    for name, entry in table.items():
-        print(f"{name:<{width}}  {entry.description}")
+    for name, (description, _) in table.items():
+        print(f"{name:<{width}}  {description}")
     return 0
+
+
+def cmd_verify(run: str) -> int:
+    """Print every difference between a run's tables and their re-derivation; 1 if there is one, else 0."""
+    from advopenood.verify import verify_run
+
+    diffs, notes = verify_run(run)
+    for line in notes:
+        print(f"advopenood verify: note: {line}")
+    for line in diffs:
+        print(f"advopenood verify: DIFFERENCE: {line}")
+    print(f"advopenood verify: {run}: {len(diffs)} difference(s)" + (f", {len(notes)} note(s)" if notes else ""))
+    return 1 if diffs else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -179,6 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command == "list":
             return cmd_list(args.kind)
+        if args.command == "verify":
+            return cmd_verify(args.run)
         from advopenood import pipeline
 
         analyses = analysis_commands()
@@ -189,8 +216,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                            overwrite=args.overwrite, export_png=args.export_png)
         for line in ctx.extras.get("export", []):
             print(line)
-        if ctx.rank == 0:
-            print(f"advopenood: wrote {ctx.out}")
+        if ctx.rank != 0:
+            return 0
+        for label, reason in ctx.failures.items():
+            print(f"advopenood: {label} failed: {reason}", file=sys.stderr)
+        if ctx.failures:
+            print(f"advopenood: wrote {ctx.out} without the outputs of {len(ctx.failures)} failed plugin(s); "
+                  f"tracebacks in {ctx.out / 'errors.log'}", file=sys.stderr)
+            return 3
+        print(f"advopenood: wrote {ctx.out}")
         return 0
     except UsageError as exc:
         print(f"advopenood: error: {exc}", file=sys.stderr)

@@ -120,6 +120,9 @@ class NpzSpec(_DataSpec):
 
     kind: Literal["npz"]
     path: str
+    #: resize the shorter side to ``pre_size``, then centre-crop to the input size (as OpenOOD's test
+    #: preprocessing); unset: the whole image is resized to the input size
+    pre_size: int | None = Field(None, ge=8)
 
 
 class IdxSpec(_DataSpec):
@@ -178,6 +181,9 @@ class DataSection(_Strict):
     fit_limit: int | None = Field(None, ge=1)
     ood_limit: int | None = Field(None, ge=1)
     ood: tuple[DataSpec, ...] = ()
+    #: what identifies an image-list set's images in the store's keys (advopenood.data.ImglistDataset):
+    #: ``stat`` (each file's size and modification time) or ``content`` (each file's SHA-256; slower)
+    image_identity: Literal["stat", "content"] = "stat"
 
     @model_validator(mode="before")
     @classmethod
@@ -238,6 +244,8 @@ class RunConfig(_Strict):
     evaluator_params: Params = {}
     analyses: Names = ()
     analysis_params: Params = {}
+    #: attack set names or detector names (or ``all``) whose stored work this run recomputes on purpose
+    recompute: Names = ()
 
     @field_validator("protocol")
     @classmethod
@@ -512,7 +520,7 @@ def apply_overrides(cfg: Mapping[str, Any], *, data_root: str | None = None, out
                     analysis: str | None = None, limit: int | None = None, device: str | None = None,
                     seed: int | None = None, cache_dir: str | None = None, shard_size: int | None = None,
                     num_workers: int | None = None, config_dir: Path | None = None, amp: bool | None = None,
-                    channels_last: bool | None = None) -> Config:
+                    channels_last: bool | None = None, recompute: str | None = None) -> Config:
     """Apply CLI flags to a config and validate the result (a new :class:`Config`; ``cfg`` is not changed)."""
     raw = thaw(cfg)
     if data_root is not None:
@@ -530,9 +538,31 @@ def apply_overrides(cfg: Mapping[str, Any], *, data_root: str | None = None, out
                        ("analyses", analysis), ("amp", amp), ("channels_last", channels_last)):
         if value is not None:
             raw[key] = value
-    if isinstance(cfg, Config):
-        return validate(raw, source=cfg.source, folder=cfg.folder, positions=cfg.positions)
-    return validate(raw)
+    if recompute is not None:
+        raw["recompute"] = recompute
+    result = validate(raw, source=cfg.source, folder=cfg.folder, positions=cfg.positions) \
+        if isinstance(cfg, Config) else validate(raw)
+    if eps is not None:
+        check_one_threat(expand_attacks(result, int(result["model"]["input_size"])), f"--eps {eps}")
+    return result
+
+
+def attack_norm(spec: AttackSpec) -> str:
+    """The norm an attack set's eps is measured in: its ``norm`` parameter (AutoAttack's), else its class's."""
+    return str(spec.params.get("norm") or registry.get("attacks", spec.attack).norm).lower()
+
+
+def check_one_threat(specs: list[AttackSpec], what: str) -> None:
+    """A budget given once (``--eps``) must not reach bounded attacks of different norms:
+    an L2 attack would silently get an Linf budget (a one-line UsageError)."""
+    norms: dict[str, str] = {}
+    for spec in specs:
+        if registry.get("attacks", spec.attack).bounded:
+            norms.setdefault(attack_norm(spec), spec.set_name)
+    if len(norms) > 1:
+        listed = ", ".join(f"{name} ({norm})" for norm, name in norms.items())
+        raise UsageError(f"{what} would give attacks of different threat models the same budget: {listed}; "
+                         "valid choices: one norm per --eps, or each attack's eps in attack_params / its entry")
 
 
 def _with_eps(entry: Any, values: list[float]) -> Any:

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from advopenood import protocols
 from advopenood.models import Classifier
 from advopenood.store import AdvSet
 
@@ -58,8 +59,15 @@ class RunContext:
     rank: int = 0
     progress: bool = True
     backend: str = ""
+    #: what computed each detector's scores (``openood``, ``pytorch-ood`` or ``plugin:<distribution>``)
+    backends: dict[str, str] = field(default_factory=dict)
     scores: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     detector_errors: dict[str, str] = field(default_factory=dict)
+    #: evaluators and analyses that raised (``evaluator:<name>`` / ``analysis:<name>`` -> one line); their
+    #: outputs are not written, every other output is
+    plugin_errors: dict[str, str] = field(default_factory=dict)
+    #: the traceback of each failure (``detector:<name>`` or the plugin's label), for ``errors.log``
+    traces: dict[str, str] = field(default_factory=dict)
     #: the fitted detectors (:class:`advopenood.detectors.DetectorBank`); ``bank.score(sets)`` scores new sets
     bank: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
@@ -69,6 +77,37 @@ class RunContext:
         """The adversarial sets made from the ID test images (row ``i`` = ``id_set`` row ``i``), without the
         OOD->ID sets, whose rows are natural OOD images."""
         return {name: adv for name, adv in self.adv_sets.items() if adv.source == "id"}
+
+    def backend_of(self, detector: str) -> str:
+        """The ``backend`` column of a detector's rows: what computed its scores."""
+        return self.backends.get(detector, self.backend)
+
+    @property
+    def failures(self) -> dict[str, str]:
+        """Every failed plugin of the run, ``detector:<name>``, ``evaluator:<name>`` or ``analysis:<name>`` -> one
+        line; a run with failures exits with code 3."""
+        return {**{f"detector:{k}": v for k, v in self.detector_errors.items()}, **self.plugin_errors}
+
+    def success(self, name: str) -> np.ndarray:
+        """Per-row success of adversarial set ``name`` on the images the detectors score (after the protocol's
+        quantization: an 8-bit truncated image can stop being adversarial), ``AdvSet.seen_success``. Evaluators
+        that select successful examples use this mask, never the stored float-image ``success``."""
+        return self.adv_sets[name].seen_success
+
+    @property
+    def positives_rule(self) -> str:
+        """Which rows of an ID->ID adversarial set are OOD positives under the run's protocol: ``successful``
+        (protocol ``strong``, ``mahmood2021``) or ``all`` (``lorenz2024``: "all attacked test images")."""
+        return protocols.get(self.protocol).ood_positives
+
+    def ood_positives(self, name: str) -> np.ndarray:
+        """The rows of adversarial set ``name`` that count as OOD under the run's protocol: every row for an OOD->ID
+        set (its images are OOD) or under ``positives_rule == "all"``, else :meth:`success`. Every built-in
+        evaluator selects its positives through this one rule."""
+        adv = self.adv_sets[name]
+        if adv.source != "id" or self.positives_rule == "all":
+            return np.ones(len(adv), dtype=bool)
+        return self.success(name)
 
     @property
     def plot_dir(self) -> Path:

@@ -42,10 +42,20 @@ def to_model_input(x: torch.Tensor, channels: int, size: int) -> torch.Tensor:
     return x.contiguous()
 
 
+def resize_crop(t: torch.Tensor, pre_size: int, size: int) -> torch.Tensor:
+    """OpenOOD's test preprocessing on a ``C x H x W`` tensor in [0, 1]: the shorter side resized to ``pre_size``
+    (bilinear, antialiased), then a centre crop of ``size``."""
+    import torchvision.transforms.functional as TF
+
+    t = TF.resize(t, pre_size, TF.InterpolationMode.BILINEAR, antialias=True)
+    return TF.center_crop(t, [size, size]).clamp(0, 1)
+
+
 class ArrayDataset(Dataset):
     """Images held as a uint8 (or [0, 1] float) array ``N x H x W [x C]`` with integer labels."""
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, name: str, fingerprint: str, channels: int, size: int):
+    def __init__(self, x: np.ndarray, y: np.ndarray, name: str, fingerprint: str, channels: int, size: int,
+                 pre_size: int | None = None):
         if len(x) != len(y):
             raise UsageError(f"dataset {name!r}: {len(x)} images but {len(y)} labels")
         if x.dtype != np.uint8:
@@ -55,6 +65,7 @@ class ArrayDataset(Dataset):
                                  "valid inputs: uint8 pixels or floats in [0, 1] (normalisation lives in the model)")
         self.x, self.y = x, np.asarray(y, dtype=np.int64)
         self.name, self.fingerprint, self.channels, self.size = name, fingerprint, channels, size
+        self.pre_size = pre_size
 
     def __len__(self) -> int:
         return len(self.x)
@@ -64,10 +75,35 @@ class ArrayDataset(Dataset):
         t = torch.tensor(np.asarray(img))  # a copy: IDX arrays are read-only buffers
         t = t.float() / 255.0 if img.dtype == np.uint8 else t.float()
         t = t[None] if t.ndim == 2 else t.permute(2, 0, 1)
+        if self.pre_size is not None:
+            t = resize_crop(t, self.pre_size, self.size)
         return to_model_input(t[None], self.channels, self.size)[0], int(self.y[i])
 
     def identity(self) -> dict[str, Any]:
-        return {"name": self.name, "source": self.fingerprint, "n": len(self)}
+        ident: dict[str, Any] = {"name": self.name, "source": self.fingerprint, "n": len(self)}
+        if self.pre_size is not None:
+            ident["pre_size"] = self.pre_size
+        return ident
+
+
+def images_fingerprint(base: Path, rels: list[str], how: str = "stat") -> str:
+    """SHA-256 over every listed image file (in list order): its path and, with ``how="stat"``, its size and
+    modification time in nanoseconds (cheap: one ``stat`` per file; a copied tree gets new times, so its sets are
+    computed again, never served stale), or with ``how="content"`` the SHA-256 of its bytes. A listed file that
+    is missing enters as ``missing``."""
+    h = hashlib.sha256(how.encode())
+    for rel in rels:
+        path = base / rel
+        try:
+            if how == "content":
+                part = file_sha256(path)
+            else:
+                st = path.stat()
+                part = f"{st.st_size}:{st.st_mtime_ns}"
+        except OSError:
+            part = "missing"
+        h.update(f"{rel}\0{part}\n".encode())
+    return h.hexdigest()
 
 
 class ImglistDataset(Dataset):
@@ -79,7 +115,7 @@ class ImglistDataset(Dataset):
     is resized to the input size."""
 
     def __init__(self, root: Path, imglist: str, images: str, name: str, channels: int, size: int,
-                 pre_size: int | None = None):
+                 pre_size: int | None = None, image_identity: str = "stat"):
         list_path = root / imglist
         if not list_path.is_file():
             raise UsageError(f"image list {str(list_path)!r} not found; an OpenOOD data root holds "
@@ -95,6 +131,8 @@ class ImglistDataset(Dataset):
                 self.items.append((parts[0], int(label) if label.lstrip("-").isdigit() else -1))
         self.name, self.channels, self.size, self.pre_size = name, channels, size, pre_size
         self.fingerprint = file_sha256(list_path)
+        self.images_fingerprint = images_fingerprint(self.base, [rel for rel, _ in self.items], image_identity)
+        self.image_identity = image_identity
 
     def __len__(self) -> int:
         return len(self.items)
@@ -115,7 +153,10 @@ class ImglistDataset(Dataset):
         return to_model_input(t[None], self.channels, self.size)[0], label
 
     def identity(self) -> dict[str, Any]:
-        ident: dict[str, Any] = {"name": self.name, "source": self.fingerprint, "n": len(self)}
+        """The list file's SHA-256 and what the listed images are (:func:`images_fingerprint`), so that other
+        images behind an unchanged list get other keys."""
+        ident: dict[str, Any] = {"name": self.name, "source": self.fingerprint, "n": len(self),
+                                 "images": {self.image_identity: self.images_fingerprint}}
         if self.pre_size is not None:
             ident["pre_size"] = self.pre_size
         return ident
@@ -221,8 +262,10 @@ def dataset_name(spec: Mapping[str, Any]) -> str:
     return str(spec.get("name") or Path(str(source)).stem)
 
 
-def build_dataset(spec: dict[str, Any], root: Path | None, channels: int, size: int) -> Dataset:
-    """Build one dataset from a config entry (``kind`` is one of :data:`DATASET_KINDS`)."""
+def build_dataset(spec: dict[str, Any], root: Path | None, channels: int, size: int,
+                  image_identity: str = "stat") -> Dataset:
+    """Build one dataset from a config entry (``kind`` is one of :data:`DATASET_KINDS`); ``image_identity`` says
+    how an image list's images enter its identity (:func:`images_fingerprint`)."""
     kind = spec.get("kind")
     name = dataset_name(spec)
     if kind == "npz":
@@ -231,7 +274,7 @@ def build_dataset(spec: dict[str, Any], root: Path | None, channels: int, size: 
             raise UsageError(f"data file {str(path)!r} not found (data root {str(root)!r}); "
                              "pass --data-root DIR holding the .npz files named in the config")
         x, y, fp = _load_npz(str(path))
-        return ArrayDataset(x, y, name, fp, channels, size)
+        return ArrayDataset(x, y, name, fp, channels, size, spec.get("pre_size"))
     if kind == "idx":
         paths = [_resolve(spec[k], root) for k in ("images", "labels")]
         missing = [str(p) for p in paths if not p.is_file()]
@@ -243,7 +286,7 @@ def build_dataset(spec: dict[str, Any], root: Path | None, channels: int, size: 
         if root is None or not root.is_dir():
             raise UsageError(f"OpenOOD data root {str(root)!r} not found; pass --data-root DIR (OpenOOD's data/ folder)")
         return ImglistDataset(root, spec["imglist"], spec.get("images", "images_classic"), name, channels, size,
-                              spec.get("pre_size"))
+                              spec.get("pre_size"), image_identity)
     if kind == "torchvision":
         return _torchvision_dataset(spec, root, name, channels, size)
     if kind == "demo":
@@ -280,7 +323,9 @@ def _torchvision_dataset(spec: dict[str, Any], root: Path | None, name: str, cha
     if tv_name == "SVHN":
         x = x.transpose(0, 2, 3, 1)
     y = np.asarray(getattr(ds, "targets", getattr(ds, "labels", None)))
-    return ArrayDataset(x.astype(np.uint8), y, name, f"torchvision:{tv_name}:{len(x)}", channels, size)
+    x, y = x.astype(np.uint8), np.asarray(y, dtype=np.int64)
+    fp = hashlib.sha256(f"torchvision:{tv_name}:".encode() + x.tobytes() + y.tobytes()).hexdigest()
+    return ArrayDataset(x, y, name, fp, channels, size)
 
 
 def _resolve(path: str, root: Path | None) -> Path:

@@ -26,6 +26,7 @@ import importlib
 import importlib.util
 import inspect
 import time
+import traceback
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -47,7 +48,7 @@ from advopenood.data import Subset, make_loader, seeded_prefix
 from advopenood.errors import UsageError
 from advopenood.models import Classifier
 from advopenood.scorecache import ScoreCache, detector_key, fit_pass_key, set_pass_key
-from advopenood.store import canonical_key, seeded
+from advopenood.store import canonical_key, distribution_version, seeded
 
 OPENOOD_INSTALL = ("git clone https://github.com/Jingkang50/OpenOOD && pip install -e ./OpenOOD && "
                    "pip install 'advopenood[openood]'")
@@ -748,6 +749,21 @@ def create_detector(name: str, backend: str, params: dict[str, Any] | None = Non
     return det
 
 
+def backend_label(name: str, resolved: str) -> str:
+    """What computes detector ``name``'s scores, for the ``backend`` column: ``openood`` (OpenOOD's own class),
+    ``pytorch-ood`` (a built-in implementation, checked against pytorch-ood), or ``plugin:<distribution==version>``
+    (``plugin:<module>`` when no installed distribution ships it) for a third party's detector."""
+    obj = registry.get("detectors", name)
+    cls = obj if inspect.isclass(obj) else type(obj)
+    module = cls.__module__
+    if module.split(".")[0] == "openood" or (resolved == "openood" and issubclass(cls, Postprocessor)
+                                               and cls.openood_name and module.startswith("advopenood_plugins")):
+        return "openood"
+    if module.startswith("advopenood_plugins"):
+        return "pytorch-ood"
+    return f"plugin:{distribution_version(cls) or module}"
+
+
 # ----------------------------------------------------------------------------------------------- score_all
 
 
@@ -770,11 +786,21 @@ class ScoreResult:
     seconds: dict[str, float] = field(default_factory=dict)
     bank: DetectorBank | None = None
     work: dict[str, int] = field(default_factory=dict)
+    #: the traceback of each failure in ``errors`` (for the run's log file; ``errors`` holds one line each)
+    traces: dict[str, str] = field(default_factory=dict)
+    #: what computed each detector's scores (:func:`backend_label`)
+    backends: dict[str, str] = field(default_factory=dict)
 
 
 def _reason(stage: str, exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return f"{stage} failed: {type(exc).__name__}: {text[:300]}"
+
+
+def _fail(errors: dict[str, str], traces: dict[str, str], key: str, stage: str, exc: BaseException) -> None:
+    """Record a detector's failure: one line in ``errors``, the current traceback in ``traces``."""
+    errors[key] = _reason(stage, exc)
+    traces[key] = traceback.format_exc()
 
 
 def fit_rows(n: int, fit_size: int | None, seed: int) -> np.ndarray:
@@ -810,6 +836,7 @@ class DetectorBank:
         self.model, self.dets, self.order, self.errors = model, dets, order, errors
         self.backend, self.device, self.seconds = backend, device, seconds
         self.work = dict(work or {})
+        self.traces: dict[str, str] = {}
 
     @property
     def names(self) -> list[str]:
@@ -859,6 +886,7 @@ class DetectorBank:
                         raise ValueError(f"{len(conf)} scores for a batch of {len(x)}")
                     parts[key][b] = conf
                 except Exception as exc:  # skipped with its reason
+                    self.traces[key] = traceback.format_exc()
                     self.drop(key, _reason(f"scoring {set_name!r}", exc))
                     active.remove(key)
                     parts.pop(key)
@@ -906,6 +934,7 @@ class LazyBank(DetectorBank):
             self._fitted |= set(todo)
             self.dets.update(bank.dets)
             self.errors.update(bank.errors)
+            self.traces.update(bank.traces)
             for k, v in bank.seconds.items():
                 self.seconds[k] = self.seconds.get(k, 0.0) + v
             for k, v in bank.work.items():
@@ -993,7 +1022,7 @@ def run_fit_pass(model: nn.Module, fit_data: Dataset, *, batch_size: int, device
 def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dataset, *, batch_size: int,
                   device: torch.device, seed: int, params: dict[str, dict] | None = None,
                   progress: bool = True, cache: ScoreCache | None = None, model_hash: str = "",
-                  rank: int = 0, world_size: int = 1) -> DetectorBank:
+                  rank: int = 0, world_size: int = 1, refit: set[str] | None = None) -> DetectorBank:
     """Build and fit every detector in ``names`` with one shared pass over the fit set.
 
     A detector that fails to build or fit is skipped with its reason in ``errors``; the others go on.
@@ -1002,6 +1031,7 @@ def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dat
     to fit needs the tapped maps; the bank's ``work`` counts ``fits_computed``, ``fit_states_reused``,
     ``fit_pass_computed`` and ``fit_pass_reused``. Under torchrun (``world_size > 1``, with a cache) every
     rank calls this; the fit pass is sharded by batch and every rank ends with the same fitted detectors.
+    ``refit``: detectors fitted again even when a fitted state is stored.
     """
     resolved = resolve_backend(backend)
     params = check_detectors(names, params)
@@ -1010,6 +1040,7 @@ def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dat
     num_classes = fc_layer(model).out_features
     dets: dict[str, Postprocessor] = {}
     errors: dict[str, str] = {}
+    traces: dict[str, str] = {}
     seconds: dict[str, float] = {}
     work = dict(FIT_WORK)
     for key in keys:
@@ -1019,13 +1050,15 @@ def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dat
         except UsageError:
             raise
         except Exception as exc:  # a broken detector is skipped, never fatal for the others
-            errors[key] = _reason("construction", exc)
+            _fail(errors, traces, key, "construction", exc)
     model.eval()
 
     fitting = [k for k, d in dets.items() if d.requires_fit]
     det_keys = {k: _detector_key(dets[k], k, resolved, model_hash, fit_set, seed, batch_size) for k in fitting} \
         if cache is not None else {}
     for key in list(fitting):
+        if key in (refit or ()):
+            continue
         state = cache.load_tensors(f"state-{key}", det_keys[key]) if cache is not None else None
         if state is not None:
             dets[key].load_fit_state(model, state)
@@ -1053,10 +1086,12 @@ def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dat
                 if cache is not None and state is not None and rank == 0:
                     cache.save_tensors(f"state-{key}", det_keys[key], state)
             except Exception as exc:  # skipped with its reason
-                errors[key] = _reason("fit", exc)
+                _fail(errors, traces, key, "fit", exc)
                 del dets[key]
             seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - start
-    return DetectorBank(model, dets, keys, errors, resolved, device, seconds, work)
+    bank = DetectorBank(model, dets, keys, errors, resolved, device, seconds, work)
+    bank.traces.update(traces)
+    return bank
 
 
 def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset,
@@ -1064,7 +1099,7 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
               device: torch.device, seed: int, params: dict[str, dict] | None = None,
               progress: bool = True, cache: ScoreCache | None = None,
               identities: dict[str, dict[str, Any]] | None = None, model_hash: str = "",
-              rank: int = 0, world_size: int = 1) -> ScoreResult:
+              rank: int = 0, world_size: int = 1, recompute: set[str] | None = None) -> ScoreResult:
     """Fit (:func:`fit_detectors`) and score every detector in ``names`` with one shared network pass per batch.
 
     ``sets`` maps a set name to a zero-argument callable yielding ``(x, y)`` batches of [0, 1] images. With a
@@ -1079,6 +1114,9 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
     pass is sharded by batch, each rank scores the batches ``b % world_size == rank`` of every set and writes
     its share to the store, and rank 0 merges them into the score vectors, bit-identical to one process's
     (same batches, same fitted detectors). Only rank 0's result holds the scores.
+
+    ``recompute``: detectors whose stored work (score vectors, fitted state) is ignored, computed again and
+    replaced; the sets they score run their network pass again.
     """
     resolved = resolve_backend(backend)
     params = check_detectors(names, params)
@@ -1087,10 +1125,12 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
     if world_size > 1 and cache is None:
         raise UsageError("sharded scoring over torchrun ranks needs the shared store (a ScoreCache)")
     sharding = {"rank": rank, "world_size": world_size}
+    recompute = set(recompute or ())
 
     def fit(subset: list[str]) -> DetectorBank:
         return fit_detectors(subset, resolved, model, fit_set, batch_size=batch_size, device=device, seed=seed,
-                             params=params, progress=progress, cache=cache, model_hash=model_hash, **sharding)
+                             params=params, progress=progress, cache=cache, model_hash=model_hash,
+                             refit=recompute, **sharding)
 
     if cache is None:
         bank = fit(keys)
@@ -1098,10 +1138,11 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
         computed = sum(len(v) for v in scores.values())
         return ScoreResult(scores, bank.errors, bank.backend, bank.seconds, bank,
                            {**bank.work, "fitted": len(bank.dets), "fits_reused": 0, "score_sets_computed": computed,
-                            "score_sets_reused": 0})
+                            "score_sets_reused": 0}, bank.traces, {k: backend_label(k, resolved) for k in keys})
     identities = identities or {}
     num_classes = fc_layer(model).out_features
     errors: dict[str, str] = {}
+    traces: dict[str, str] = {}
     det_keys: dict[str, str] = {}
     for key in keys:
         try:
@@ -1110,17 +1151,20 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
         except UsageError:
             raise
         except Exception as exc:  # a broken detector is skipped, never fatal for the others
-            errors[key] = _reason("construction", exc)
+            _fail(errors, traces, key, "construction", exc)
             continue
         det_keys[key] = _detector_key(det, key, resolved, model_hash, fit_set, seed, batch_size)
     found: dict[str, dict[str, np.ndarray]] = {k: {} for k in det_keys}
     for key, det_key in det_keys.items():
+        if key in recompute:
+            continue
         for set_name in sets:
             cached = cache.load(key, det_key, identities[set_name])
             if cached is not None:
                 found[key][set_name] = cached
     reused = sum(len(v) for v in found.values())
     bank = LazyBank(fit, list(det_keys), errors, resolved, model, device)
+    bank.traces.update(traces)
     need = [k for k in det_keys if len(found[k]) < len(sets)]
     bank.fit(need)
     sharding.update(rank=0, world_size=1)  # later fits (analyses, on rank 0 alone) run unsharded
@@ -1129,7 +1173,7 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
     share: dict[str, dict[str, dict[int, np.ndarray]]] = {}
     pass_work = {"set_passes_computed": 0, "set_passes_reused": 0}
     for set_name, make_batches in sets.items():
-        who = todo[set_name]
+        who = [k for k in todo[set_name] if k in bank.dets]  # a detector that failed on an earlier set is gone
         if not who:
             continue
         # one process keeps each scored set's logits and features, so that a detector whose parameter changed
@@ -1137,7 +1181,7 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
         pass_key = set_pass_key(model_hash=model_hash, model=model, identity=identities[set_name],
                                 batch_size=batch_size) if world_size == 1 else None
         stored = None
-        if pass_key is not None and all(reads_outputs_only(bank.dets[k]) for k in who):
+        if pass_key is not None and not recompute & set(who) and all(reads_outputs_only(bank.dets[k]) for k in who):
             tensors = cache.load_tensors("setpass", pass_key)
             if tensors is not None:
                 stored = Outputs(tensors["logits"].to(device), tensors["features"].to(device))
@@ -1176,4 +1220,5 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
     return ScoreResult(scores, bank.errors, resolved, bank.seconds, bank,
                        {**FIT_WORK, **bank.work, **pass_work, "fitted": len([k for k in need if k not in bank.errors]),
                         "fits_reused": len(det_keys) - len(need),
-                        "score_sets_computed": computed, "score_sets_reused": reused})
+                        "score_sets_computed": computed, "score_sets_reused": reused}, bank.traces,
+                       {k: backend_label(k, resolved) for k in keys})

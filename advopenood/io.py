@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable, IO
 
+import numpy as np
 import pandas as pd
 
 
@@ -136,8 +138,14 @@ def begin_output(out: Path) -> Path:
     return stage
 
 
-def _files(folder: Path) -> list[str]:
-    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+def files_under(folder: Path) -> list[str]:
+    """Relative posix paths of every file below ``folder``, sorted."""
+    return sorted(p.relative_to(folder).as_posix() for p in Path(folder).rglob("*") if p.is_file())
+
+
+def discard_output(stage: Path) -> None:
+    """Remove a staging folder (a failed run's); the previous run's files in the output folder stay."""
+    shutil.rmtree(stage, ignore_errors=True)
 
 
 def commit_output(stage: Path, out: Path) -> list[str]:
@@ -158,7 +166,7 @@ def commit_output(stage: Path, out: Path) -> list[str]:
                 if parent == out or not parent.is_dir() or any(parent.iterdir()):
                     break
                 parent.rmdir()
-    files = _files(stage)
+    files = files_under(stage)
     digests = {}
     for rel in files:
         src, dst = stage / rel, out / rel
@@ -168,3 +176,11 @@ def commit_output(stage: Path, out: Path) -> list[str]:
     write_json(old, {"files": digests})
     shutil.rmtree(stage, ignore_errors=True)
     return files
+
+
+def write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    """``np.savez`` (uncompressed) written atomically."""
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    data = buf.getvalue()
+    atomic_write(path, lambda f: f.write(data))

@@ -121,7 +121,9 @@ def expand(data: Mapping[str, Any]) -> dict[str, Any]:
     OOD entries come in OpenOOD's order: near, far, then csid, each with its ``group``; ``groups`` picks which
     (default: those OpenOOD's download script ships for the benchmark). Every entry is an ``openood`` image
     list with OpenOOD's test preprocessing (resize the shorter side to ``pre_size``, centre-crop to the input
-    size), except ImageNet-C, which OpenOOD reads as stored.
+    size), except ImageNet-C, which OpenOOD reads as stored. The section's own ``id`` / ``fit`` / ``ood`` entries
+    (``openood`` or ``npz``) inherit the benchmark's ``pre_size`` unless they set ``pre_size`` themselves
+    (``pre_size: null``: resize the whole image to the input size).
     """
     out = dict(data)
     bench = BENCHMARKS[str(data["benchmark"])]
@@ -129,12 +131,24 @@ def expand(data: Mapping[str, Any]) -> dict[str, Any]:
     pre = bench["pre_size"]
     name = str(data["benchmark"])
     out["dataset"] = data.get("dataset") or name
-    if not data.get("id"):
-        out["id"] = _entry(*bench["test"], name, pre)
-    if not data.get("fit"):
-        out["fit"] = _entry(*bench["train"], f"{name}_train", pre)
-    if not data.get("ood"):
+    out["id"] = _inherit(data["id"], pre) if data.get("id") else _entry(*bench["test"], name, pre)
+    out["fit"] = _inherit(data["fit"], pre) if data.get("fit") else _entry(*bench["train"], f"{name}_train", pre)
+    if data.get("ood"):
+        out["ood"] = [_inherit(entry, pre) for entry in data["ood"]]
+    else:
         out["ood"] = [_entry(images, imglist, set_name, None if set_name in NO_RESIZE else pre, group)
                       for group in GROUPS if group in groups
                       for set_name, (images, imglist) in bench[group].items()]
     return out
+
+
+#: entry kinds that take ``pre_size``
+PRE_SIZED = ("openood", "npz")
+
+
+def _inherit(entry: Any, pre_size: int | None) -> Any:
+    """A user's data entry with the benchmark's ``pre_size`` when it takes one and does not set its own."""
+    if not isinstance(entry, Mapping) or entry.get("kind") not in PRE_SIZED or "pre_size" in entry \
+            or pre_size is None:
+        return entry
+    return {**entry, "pre_size": pre_size}

@@ -147,11 +147,12 @@ def as_written(table: pd.DataFrame, protocol: str | None = None) -> pd.DataFrame
 
 
 def write_tables(out: Path, tables: Mapping[str, pd.DataFrame], protocol: str) -> list[Path]:
-    """Write each table atomically under ``out`` by suffix; a CSV without ``protocol`` gets the run's."""
+    """Write each table atomically under ``out`` by suffix; a CSV or Markdown table without ``protocol`` gets the
+    run's, so a table pasted from either says how it was made."""
     written = []
     for fname, table in tables.items():
         path = Path(out) / fname
-        if fname.endswith(".csv") and "protocol" not in table.columns:  # every CSV says how it was made
+        if fname.endswith((".csv", ".md")) and "protocol" not in table.columns:
             table = table.assign(protocol=protocol)
         aio.write_table(path, table)
         written.append(path)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import platform
 import sys
 import time
+import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
@@ -146,10 +147,12 @@ def generate_sets(cfg: Mapping[str, Any], specs: list[AttackSpec], model: Classi
         source, data = source_set(spec, id_set, ood_sets)
         bind_attack(attack, model, fit_set, seed=int(cfg["seed"]), batch_size=int(cfg["batch_size"]), device=device,
                     detector_params=cfg.get("detector_params"))
+        redo = "all" in cfg["recompute"] or spec.set_name in cfg["recompute"]
         adv = store.generate(data, model, attack, model_hash=model_hash, seed=int(cfg["seed"]), device=device,
-                             rank=rank, world_size=world_size, progress=progress)
+                             rank=rank, world_size=world_size, progress=progress, recompute=redo)
         adv.set_name, adv.source = spec.set_name, source
         adv.quantize = protocols.get(str(cfg["protocol"])).quantize
+        adv.see(model, attack, int(cfg["batch_size"]), device)
         sets[spec.set_name] = adv
     if world_size > 1:
         import torch.distributed as dist
@@ -168,12 +171,13 @@ def prepare(cfg: Mapping[str, Any], progress: bool = True) -> tuple[Classifier, 
     size, channels = int(m["input_size"]), int(m["in_channels"])
     specs = expand_attacks(cfg, size)
     root = Path(d["root"]) if d.get("root") else None
-    id_set = limit_dataset(build_dataset(d["id"], root, channels, size), cfg["limit"], int(cfg["seed"]))
-    fit_set = build_dataset(d.get("fit") or d["id"], root, channels, size)
+    how = str(d.get("image_identity") or "stat")
+    id_set = limit_dataset(build_dataset(d["id"], root, channels, size, how), cfg["limit"], int(cfg["seed"]))
+    fit_set = build_dataset(d.get("fit") or d["id"], root, channels, size, how)
     fit_set = limit_dataset(fit_set, d.get("fit_limit"), int(cfg["seed"]))
     ood_sets = {}
     for spec in d.get("ood") or []:
-        ds = build_dataset(spec, root, channels, size)
+        ds = build_dataset(spec, root, channels, size, how)
         ood_sets[ds.name] = limit_dataset(ds, d.get("ood_limit") or cfg["limit"], int(cfg["seed"]))
     device = torch.device(cfg["device"])
     model = load_model(cfg, fit_set, device, progress)
@@ -213,11 +217,26 @@ def run(cfg: Mapping[str, Any], *, attack_only: bool = False, progress: bool = T
     cfg = Config({**cfg, "device": str(rank_device(str(cfg["device"]), rank))}, cfg.source, cfg.folder, cfg.positions)
     model, id_set, fit_set, ood_sets, specs = prepare(cfg, progress)
     plugins = [] if attack_only else build_plugins(cfg)
-    device = torch.device(cfg["device"])
     final = output_dir(cfg)
     out = aio.begin_output(final) if rank == 0 else final
-    bs = int(cfg["batch_size"])
     timings["setup"] = time.perf_counter() - t0
+    try:
+        return _execute(cfg, model, id_set, fit_set, ood_sets, specs, plugins, out, final, rank, world_size,
+                        timings, t0, attack_only=attack_only, progress=progress, export_png=export_png)
+    except BaseException:
+        if rank == 0:  # nothing half-written stays behind; finished shards and scores are in the store
+            aio.discard_output(out)
+        raise
+
+
+def _execute(cfg: Config, model: Classifier, id_set, fit_set, ood_sets: dict[str, Any], specs: list[AttackSpec],
+             plugins: list[tuple[str, Any]], out: Path, final: Path, rank: int, world_size: int,
+             timings: dict[str, float], t0: float, *, attack_only: bool, progress: bool,
+             export_png: bool) -> RunContext:
+    """The stages of :func:`run` after the set-up, writing into the staging folder ``out``."""
+    device = torch.device(cfg["device"])
+    seed = int(cfg["seed"])
+    bs = int(cfg["batch_size"])
 
     t = time.perf_counter()
     clean = clean_predictions(model, id_set, bs, device, progress, int(cfg["num_workers"]))
@@ -241,10 +260,11 @@ def run(cfg: Mapping[str, Any], *, attack_only: bool = False, progress: bool = T
         sections = [asr_section(outputs.as_written(asr))] if len(asr) else []
         t = time.perf_counter()
         _score(ctx, progress, world_size)
+        write_scores(ctx)
         timings["detectors"] = time.perf_counter() - t
         for label, plugin in plugins:
             t = time.perf_counter()
-            sections += outputs.collect(out, plugin(ctx), ctx.protocol, label.split(":", 1)[1])
+            sections += run_plugin(ctx, label, plugin)
             timings[label] = time.perf_counter() - t
         outputs.write_sections(out, sections)
     if export_png:
@@ -255,6 +275,7 @@ def run(cfg: Mapping[str, Any], *, attack_only: bool = False, progress: bool = T
     aio.write_json(out / "run.json", run_info(ctx, timings))
     if not attack_only:
         _report(out)
+    log_failures(ctx)
     aio.commit_output(out, final)
     ctx.out = final
     return ctx
@@ -278,9 +299,55 @@ def _score(ctx: RunContext, progress: bool, world_size: int = 1) -> None:
     result = score_all(list(ctx.config["detectors"]), ctx.config["detector_backend"], ctx.model, ctx.fit_set, sets,
                        batch_size=bs, device=ctx.device, seed=ctx.seed, params=thaw(ctx.config["detector_params"]),
                        progress=progress, cache=ScoreCache(cache_dir(ctx.config) / "scores"), identities=identities,
-                       model_hash=weights_hash(ctx.model), rank=ctx.rank, world_size=world_size)
+                       model_hash=weights_hash(ctx.model), rank=ctx.rank, world_size=world_size,
+                       recompute=set(ctx.config["detectors"]) if "all" in ctx.config["recompute"]
+                       else set(ctx.config["recompute"]))
     ctx.scores, ctx.detector_errors, ctx.backend, ctx.bank = result.scores, result.errors, result.backend, result.bank
+    ctx.traces.update({f"detector:{k}": v for k, v in result.traces.items()})
+    ctx.backends = dict(result.backends)
     ctx.extras["detector_work"] = result.work
+
+
+def run_plugin(ctx: RunContext, label: str, plugin: Callable[[RunContext], Any]) -> list[outputs.Section]:
+    """Run one evaluator or analysis and write its outputs; its sections for the report.
+
+    A plugin that raises costs only its own outputs: the files it wrote are removed, its failure is recorded in
+    ``ctx.plugin_errors`` (one line; the traceback goes to ``errors.log``) and the run goes on."""
+    before = set(aio.files_under(ctx.out))
+    try:
+        return outputs.collect(ctx.out, plugin(ctx), ctx.protocol, label.split(":", 1)[1])
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:
+        for rel in set(aio.files_under(ctx.out)) - before:
+            (ctx.out / rel).unlink(missing_ok=True)
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        ctx.plugin_errors[label] = f"{type(exc).__name__}: {text[:300]}"
+        ctx.traces[label] = traceback.format_exc()
+        return []
+
+
+def log_failures(ctx: RunContext) -> None:
+    """``errors.log`` with the traceback of every failed detector and plugin (none written when all ran)."""
+    failures = ctx.failures
+    if not failures:
+        return
+    parts = [f"== {label}: {reason}\n{ctx.traces.get(label, '')}" for label, reason in failures.items()]
+    aio.write_text(ctx.out / "errors.log", "\n".join(parts))
+
+
+def write_scores(ctx: RunContext) -> None:
+    """``scores/<detector>.npz`` for every scored detector: one float64 confidence array per set (``id``, each
+    natural OOD set, each adversarial set, in sample order) and, per adversarial set, ``<set>.success`` (success
+    of the images the detectors scored, :meth:`RunContext.success`) and ``<set>.positive`` (the protocol's OOD
+    positives, :meth:`RunContext.ood_positives`), so that every table can be re-derived (``advopenood verify``)."""
+    masks = {}
+    for name in ctx.adv_sets:
+        masks[f"{name}.success"] = ctx.success(name)
+        masks[f"{name}.positive"] = ctx.ood_positives(name)
+    for det, by_set in ctx.scores.items():
+        arrays = {name: np.asarray(conf, dtype=np.float64) for name, conf in by_set.items()}
+        aio.write_npz(ctx.out / "scores" / f"{det}.npz", {**arrays, **masks})
 
 
 def _report(out: Path) -> None:
@@ -302,12 +369,15 @@ def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
         "data": {"id": ctx.id_set.identity(), "fit": ctx.fit_set.identity(),
                  "ood": {k: v.identity() for k, v in ctx.ood_sets.items()}},
         "clean_acc": ctx.clean.accuracy,
-        "attacks": {name: {"attack": a.attack, "key": a.key, "path": str(a.path), "params": a.params, **a.stats}
+        "attacks": {name: {"attack": a.attack, "key": a.key, "path": str(a.path), "params": a.params, "source": a.source,
+                            "quantize": a.quantize, **a.stats}
                     for name, a in ctx.adv_sets.items()},
         "attack_work": {"shards_generated": sum(a.stats.get("generated", 0) for a in ctx.adv_sets.values()),
                         "shards_reused": sum(a.stats.get("reused", 0) for a in ctx.adv_sets.values())},
         "detector_work": ctx.extras.get("detector_work", {}),
         "detector_backend": ctx.backend,
+        "detector_backends": ctx.backends,
         "detector_errors": ctx.detector_errors,
+        "plugin_errors": ctx.plugin_errors,
         "timings_s": timings,
     }

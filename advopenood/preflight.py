@@ -116,45 +116,111 @@ def _resolve(path: str, root: Path | None) -> Path:
     return p if p.is_absolute() or root is None else root / p
 
 
-def _first_image(imglist: Path) -> str | None:
-    """The relative image path on the first non-empty line of an OpenOOD image list (``path label``)."""
+def check_npz_labels(path: Path, where: str, num_classes: int) -> None:
+    """An ID ``.npz`` has labels ``y`` in the model's class range (only ``y`` is read)."""
+    with np.load(path) as d:
+        if "y" not in d.files:
+            raise UsageError(f"data file {str(path)!r} ({where}) has no labels 'y'; an ID set needs integer labels "
+                             f"0..{num_classes - 1} for every image")
+        y = d["y"]
+    check_labels(np.asarray(y), where, f"data file {str(path)!r}", num_classes)
+
+
+def check_idx(spec: Mapping[str, Any], root: Path | None, where: str, labelled: bool, num_classes: int) -> None:
+    """An IDX pair: both files readable uint8 IDX arrays, as many labels as images, labels in range for ID sets."""
+    from advopenood.data import read_idx
+
+    arrays = []
+    for key in ("images", "labels"):
+        path = _resolve(spec[key], root)
+        if not path.is_file() or not os.access(path, os.R_OK):
+            raise UsageError(f"IDX file {str(path)!r} not found or unreadable; pass --data-root DIR holding it")
+        try:
+            arrays.append(read_idx(path))
+        except (OSError, EOFError, ValueError) as exc:
+            raise UsageError(f"IDX file {str(path)!r} ({where}) is not a readable IDX array ({exc})") from None
+    images, labels = arrays
+    if images.ndim not in (3, 4) or labels.ndim != 1 or len(labels) != len(images):
+        raise UsageError(f"IDX files of {where}: images {images.shape} and labels {labels.shape}; valid: images "
+                         "(N, H, W[, C]) and labels (N,)")
+    if labelled:
+        check_labels(labels.astype(np.int64), where, f"IDX labels {spec['labels']!r}", num_classes)
+
+
+def check_labels(y: np.ndarray, where: str, what: str, num_classes: int) -> None:
+    """The labels of an ID set (test or fit): present, integer, every one in ``[0, num_classes)``."""
+    if len(y) == 0:
+        raise UsageError(f"{what} {where} holds no images; valid input: at least one labelled image")
+    bad = np.flatnonzero((y < 0) | (y >= num_classes))
+    if len(bad):
+        raise UsageError(f"{what} {where}: label {int(y[bad[0]])} at row {int(bad[0])} ({len(bad)} of {len(y)} labels) "
+                         f"is outside the model's classes; valid labels: 0..{num_classes - 1} "
+                         f"(model.num_classes {num_classes}; an ID set needs every image labelled)")
+
+
+def imglist_rows(imglist: Path) -> list[tuple[str, str | None]]:
+    """``(relative path, label text or None)`` of every non-empty line of an OpenOOD image list."""
+    rows = []
     with open(imglist) as f:
         for line in f:
-            if line.strip():
-                return line.strip().split(" ", 1)[0]
-    return None
+            parts = line.strip().split(" ", 1)
+            if parts and parts[0]:
+                rows.append((parts[0], parts[1].strip() if len(parts) > 1 else None))
+    return rows
+
+
+def check_imglist(root: Path, spec: Mapping[str, Any], where: str, labelled: bool, num_classes: int) -> None:
+    """An OpenOOD image list: readable, not empty, every listed image present; for an ID set, every line with
+    an integer label in ``[0, num_classes)``."""
+    lst, images = root / spec["imglist"], root / spec["images"]
+    for path in (lst, images):
+        if not path.exists():
+            raise UsageError(f"OpenOOD path {str(path)!r} not found; an OpenOOD data root holds "
+                             "benchmark_imglist/<benchmark>/*.txt and images_classic/ or images_largescale/")
+    try:
+        rows = imglist_rows(lst)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"image list {str(lst)!r} ({where}) is not a readable text file ({exc})") from None
+    if not rows:
+        raise UsageError(f"image list {str(lst)!r} ({where}) lists no image; valid lines: 'relative/path.png label'")
+    missing = [rel for rel, _ in rows if not (images / rel).is_file()]
+    if missing:
+        raise UsageError(f"image {str(images / missing[0])!r} of {spec['imglist']!r} ({where}) not found "
+                         f"({len(missing)} of {len(rows)} listed images missing); the list's paths are relative to "
+                         f"{str(images)!r} (OpenOOD's layout)")
+    if labelled:
+        texts = [label for _, label in rows]
+        bad = next((i for i, t in enumerate(texts) if t is None or not t.lstrip("-").isdigit()), None)
+        if bad is not None:
+            raise UsageError(f"image list {str(lst)!r} ({where}), line {bad + 1}: {rows[bad][0]!r} has label "
+                             f"{texts[bad]!r}; an ID set needs an integer label on every line "
+                             f"(valid labels: 0..{num_classes - 1})")
+        check_labels(np.array([int(t) for t in texts]), where, f"image list {str(lst)!r}", num_classes)
 
 
 def check_data(cfg: Mapping[str, Any]) -> None:
-    """Every data file the config names is present and has the right layout."""
+    """Every data file the config names is present and has the right layout; the ID test and fit sets carry
+    labels in the model's class range."""
     data = cfg["data"]
     root = Path(data["root"]) if data.get("root") else None
     if root is not None and not root.is_dir():
         raise UsageError(f"data root {str(root)!r} is not a folder; pass --data-root DIR holding the config's data files")
-    channels = int(cfg["model"]["in_channels"])
-    specs = [("data.id", data["id"])] + ([("data.fit", data["fit"])] if data.get("fit") else [])
-    specs += [(f"data.ood[{i}]", s) for i, s in enumerate(data.get("ood") or [])]
-    for _, spec in specs:
+    channels, classes = int(cfg["model"]["in_channels"]), int(cfg["model"]["num_classes"])
+    specs = [("data.id", data["id"], True)] + ([("data.fit", data["fit"], True)] if data.get("fit") else [])
+    specs += [(f"data.ood[{i}]", s, False) for i, s in enumerate(data.get("ood") or [])]
+    for where, spec, labelled in specs:
         kind = spec["kind"]
         if kind == "npz":
-            check_npz(_resolve(spec["path"], root), channels)
+            path = _resolve(spec["path"], root)
+            check_npz(path, channels)
+            if labelled:
+                check_npz_labels(path, where, classes)
         elif kind == "idx":
-            for key in ("images", "labels"):
-                path = _resolve(spec[key], root)
-                if not path.is_file() or not os.access(path, os.R_OK):
-                    raise UsageError(f"IDX file {str(path)!r} not found or unreadable; pass --data-root DIR holding it")
+            check_idx(spec, root, where, labelled, classes)
         elif kind == "openood":
             if root is None:
                 raise UsageError("an openood data entry needs data.root (or --data-root): OpenOOD's data/ folder")
-            for path in (root / spec["imglist"], root / spec["images"]):
-                if not path.exists():
-                    raise UsageError(f"OpenOOD path {str(path)!r} not found; an OpenOOD data root holds "
-                                     "benchmark_imglist/<benchmark>/*.txt and images_classic/ or images_largescale/")
-            first = _first_image(root / spec["imglist"])
-            if first is not None and not (root / spec["images"] / first).is_file():
-                raise UsageError(f"image {str(root / spec['images'] / first)!r}, the first line of "
-                                 f"{spec['imglist']!r}, not found; the list's paths are relative to "
-                                 f"{str(root / spec['images'])!r} (OpenOOD's layout)")
+            check_imglist(root, spec, where, labelled, classes)
 
 
 def checkpoint_path(cfg: Mapping[str, Any]) -> Path | None:
@@ -209,6 +275,11 @@ def check_plugins(cfg: Mapping[str, Any], attack_only: bool = False) -> None:
     specs = expand_attacks(cfg, int(cfg["model"]["input_size"]))
     check_sources(specs, [dataset_name(s) for s in cfg["data"].get("ood") or []])
     check_detectors(list(cfg["detectors"]), cfg["detector_params"])
+    known = [s.set_name for s in specs] + list(cfg["detectors"])
+    for name in cfg["recompute"]:
+        if name != "all" and name not in known:
+            raise UsageError(f"recompute: {name!r} is neither an attack set nor a detector of this run; valid choices: "
+                             f"all, {', '.join(known) or 'none'}")
     if not attack_only:
         build_plugins(cfg)
 

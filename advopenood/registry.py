@@ -55,8 +55,12 @@ def _check_kind(kind: str) -> None:
 
 
 def _first_line(obj: Any) -> str:
+    """A plugin's description: the first sentence of its docstring's first paragraph (lines joined), so a
+    sentence wrapped over several lines is shown whole."""
     doc = inspect.getdoc(obj) or ""
-    return doc.strip().splitlines()[0] if doc.strip() else ""
+    paragraph = " ".join(doc.strip().split("\n\n")[0].split())
+    end = paragraph.find(". ")
+    return paragraph if end < 0 else paragraph[:end + 1]
 
 
 def register(kind: str, name: str | None = None, description: str | None = None) -> Callable[[T], T]:
@@ -87,6 +91,109 @@ def discover(kind: str) -> None:
             continue
         if not isinstance(obj, ModuleType) and ep.name.lower() not in _REGISTRY[kind]:
             register(kind, ep.name)(obj)
+
+
+# --------------------------------------------------------------------------------------------------- index
+# ``advopenood --help`` and ``advopenood list`` answer from an index of the installed plugins instead of importing
+# them (which imports torch): names, descriptions, sources and the analyses' subcommands, stored beside the cache
+# and rebuilt whenever the entry points or any file they name changed.
+
+INDEX_VERSION = 1
+
+
+def _index_path() -> Any:
+    import os
+    from pathlib import Path
+
+    return Path(os.environ.get("ADVOPENOOD_CACHE") or "~/.cache/advopenood").expanduser() / "registry-index.json"
+
+
+def _fingerprint() -> str:
+    """Every entry point of the four groups and the size and modification time of the file each one names (its
+    package's too), read without importing them."""
+    import hashlib
+    import os
+
+    from advopenood import __version__
+
+    parts = [f"v{INDEX_VERSION}", __version__]
+    for kind in KINDS:
+        for ep in sorted(entry_points(group=GROUP_PREFIX + kind), key=lambda e: e.name):
+            parts.append(f"{kind}:{ep.name}={ep.value}")
+            for origin in _module_files(ep.value.split(":")[0]):
+                try:
+                    st = os.stat(origin)
+                    parts.append(f"{origin}:{st.st_size}:{st.st_mtime_ns}")
+                except OSError:
+                    parts.append(f"{origin}:missing")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _module_files(module: str) -> list[str]:
+    """The source files of a dotted module and of its packages, found without importing any of them (a
+    package's ``__init__`` may import torch)."""
+    import importlib.util
+    import os
+
+    head, *rest = module.split(".")
+    try:
+        spec = importlib.util.find_spec(head)  # a top-level name: located, not imported
+    except (ImportError, ValueError):
+        return []
+    if spec is None:
+        return []
+    files = [spec.origin] if spec.origin and os.path.isfile(spec.origin) else []
+    folders = list(spec.submodule_search_locations or [])
+    for part in rest:
+        found = None
+        for folder in folders:
+            for candidate in (os.path.join(folder, part, "__init__.py"), os.path.join(folder, part + ".py")):
+                if os.path.isfile(candidate):
+                    found = candidate
+                    break
+            if found:
+                break
+        if found is None:
+            return files
+        files.append(found)
+        folders = [os.path.dirname(found)] if found.endswith("__init__.py") else []
+    return files
+
+
+def build_index() -> dict[str, Any]:
+    """Import every plugin (entry points and providers) and describe it: ``{kind: {name: [description,
+    source]}}`` and ``commands: {command: help}`` of the analyses that declare one."""
+    from advopenood.capabilities import CommandAnalysis
+
+    out: dict[str, Any] = {kind: {n: [e.description, e.source] for n, e in entries(kind).items()} for kind in KINDS}
+    out["commands"] = {obj.command: obj.command_help for obj in (e.obj for e in entries("analyses").values())
+                       if isinstance(obj, type) and issubclass(obj, CommandAnalysis) and obj.command}
+    return out
+
+
+def index() -> dict[str, Any]:
+    """The plugin index, read from its file when it matches the installed plugins, else built and stored. In a
+    process that has already loaded or registered plugins, it is built from them (no file involved)."""
+    import json
+
+    if _DISCOVERED or any(_REGISTRY.values()):
+        return build_index()
+    path, fingerprint = _index_path(), _fingerprint()
+    try:
+        stored = json.loads(path.read_text())
+        if stored.get("fingerprint") == fingerprint:
+            return stored["index"]
+    except (OSError, ValueError, KeyError, AttributeError):
+        pass
+    built = build_index()
+    try:
+        from advopenood.io import write_text
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(path, json.dumps({"fingerprint": fingerprint, "index": built}, sort_keys=True))
+    except OSError:  # a read-only home: the index is rebuilt next time
+        pass
+    return built
 
 
 def provide(kind: str, provider: Callable[[], None] | None = None) -> Any:

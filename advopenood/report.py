@@ -158,10 +158,12 @@ def _run_section(info: dict[str, Any]) -> list[Block]:
     if timings:
         seconds = [float(v) for v in timings.values()]
         blocks.append(Block("table", pd.DataFrame({"stage": list(timings), "seconds": seconds}), "timings"))
-    errors = info.get("detector_errors") or {}
-    if errors:
-        blocks.append(Block("p", "Detectors that failed (their rows are empty):"))
-        blocks.append(Block("ul", [f"{name(k)}: {v}" for k, v in errors.items()]))
+    failed = [f"detector {name(k)}: {v}" for k, v in (info.get("detector_errors") or {}).items()]
+    failed += [f"{k.replace(':', ' ', 1)}: {v}" for k, v in (info.get("plugin_errors") or {}).items()]
+    if failed:
+        blocks.append(Block("p", "Plugins that failed (a detector's rows are empty, an evaluator's or analysis' "
+                                 "outputs are missing; the tracebacks are in errors.log):"))
+        blocks.append(Block("ul", failed))
     if cfg:
         blocks.append(Block("code", yaml.safe_dump(cfg, sort_keys=False, default_flow_style=None), "config"))
     return blocks

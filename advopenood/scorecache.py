@@ -12,8 +12,6 @@ when the detector reads nothing else.
 """
 from __future__ import annotations
 
-import hashlib
-import inspect
 import io
 import pickle
 import shutil
@@ -25,17 +23,7 @@ import numpy as np
 import torch
 
 from advopenood import io as aio
-from advopenood.store import canonical_key, library_versions
-
-
-def _source_sha(obj: Any) -> str:
-    """SHA-256 of the file that defines ``obj`` (its class for an instance); ``""`` when there is none."""
-    target = obj if inspect.isclass(obj) or inspect.ismodule(obj) else type(obj)
-    try:
-        path = inspect.getsourcefile(target)
-    except TypeError:
-        return ""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else ""
+from advopenood.store import canonical_key, library_versions, source_sha
 
 
 def detector_key(*, model_hash: str, name: str, backend: str, detector: Any, params: Mapping[str, Any],
@@ -45,7 +33,7 @@ def detector_key(*, model_hash: str, name: str, backend: str, detector: Any, par
 
     inner = getattr(detector, "inner", detector)
     return canonical_key({"model": model_hash, "detector": name, "backend": backend, "params": dict(params),
-                          "code": [_source_sha(inner), _source_sha(machinery)], "fit": dict(fit_identity),
+                          "code": [source_sha(inner), source_sha(machinery)], "fit": dict(fit_identity),
                           "seed": int(seed), "batch_size": int(batch_size), "versions": library_versions()})
 
 
@@ -53,7 +41,7 @@ def _pass_key(kind: str, data: str, identity: Mapping[str, Any], model_hash: str
     """The key of one network pass's outputs over ``identity``'s images (stored under ``data``)."""
     import advopenood.detectors as machinery
 
-    return canonical_key({"kind": kind, "model": model_hash, "code": [_source_sha(model), _source_sha(machinery)],
+    return canonical_key({"kind": kind, "model": model_hash, "code": [source_sha(model), source_sha(machinery)],
                           data: dict(identity), "batch_size": int(batch_size), "versions": library_versions()})
 
 

@@ -1,7 +1,9 @@
 """Content-addressed, sharded, resumable store of adversarial datasets.
 
 A set lives in ``<cache>/<attack>-<key>/``, where ``key`` hashes the model weights, the dataset identity
-and row indices, the attack name and parameters, the seed, the shard size and the library versions.
+(what the images are, :meth:`identity` of the dataset) and row indices, the attack name and parameters, the
+attack's code (:func:`code_identity`: its source files and distribution version), the seed, the shard size and
+the library versions.
 Each shard ``shard_00000.npz`` (uncompressed, float32, float-exact) holds ``x_adv`` (N x C x H x W) and the
 per-sample record (``index, y, clean_pred, adv_pred, success, linf, l2``); its SHA-256 sits beside it in
 ``shard_00000.npz.sha256``. Both are written by atomic rename, so an interrupted run leaves whole shards
@@ -14,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
+import inspect
 import io
 import json
 import random
@@ -48,6 +52,51 @@ def library_versions() -> dict[str, str]:
 
     return {"advopenood": advopenood.__version__, "torch": torch.__version__, "torchvision": torchvision.__version__,
             "foolbox": foolbox.__version__, "numpy": numpy.__version__}
+
+
+def source_sha(obj: Any) -> str:
+    """SHA-256 of the file that defines ``obj`` (its class for an instance); ``""`` when there is none."""
+    target = obj if inspect.isclass(obj) or inspect.ismodule(obj) else type(obj)
+    try:
+        path = inspect.getsourcefile(target)
+    except TypeError:
+        return ""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else ""
+
+
+def distribution_version(obj: Any) -> str:
+    """``name==version`` of the installed distribution that ships ``obj``'s module; ``""`` when none does
+    (a module on ``sys.path`` only)."""
+    from importlib import metadata
+
+    module = (obj if inspect.isclass(obj) else type(obj)).__module__.split(".")[0]
+    names = _distributions().get(module) or []
+    for name in names:
+        try:
+            return f"{name}=={metadata.version(name)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return ""
+
+
+@functools.lru_cache(maxsize=1)
+def _distributions() -> dict[str, list[str]]:
+    """Top-level module -> the distributions that ship it (one scan of the installed metadata per process)."""
+    from importlib import metadata
+
+    return dict(metadata.packages_distributions())
+
+
+def code_identity(cls: type) -> dict[str, Any]:
+    """What an attack's results depend on besides its parameters: the SHA-256 of every file defining a class of
+    its MRO (its own module, the base classes it inherits behaviour from; builtins have none) and the version of
+    the distribution that ships it. Part of the attack key, so editing ``perturb`` recomputes the sets."""
+    files = []
+    for klass in cls.__mro__:
+        sha = source_sha(klass)
+        if sha and sha not in files:
+            files.append(sha)
+    return {"files": files, "distribution": distribution_version(cls)}
 
 
 def canonical_key(spec: dict[str, Any]) -> str:
@@ -97,6 +146,9 @@ class AdvSet:
     source: str = "id"
     #: how readers see the stored float images (:func:`advopenood.protocols.quantize`): ``none`` or ``uint8_trunc``
     quantize: str = "none"
+    #: per-row success of the images as the detectors see them (:attr:`quantize` applied), set by the run when
+    #: quantization is on (:meth:`see`); None = the stored ``success`` (the float images are what is seen)
+    seen: np.ndarray | None = None
     _records: pd.DataFrame | None = None
 
     def __post_init__(self) -> None:
@@ -116,6 +168,26 @@ class AdvSet:
 
     def __len__(self) -> int:
         return len(self.records)
+
+    @property
+    def seen_success(self) -> np.ndarray:
+        """Per-row success of the images the detectors score: :attr:`seen` when quantization is on, else the
+        stored ``success`` (``adv_pred != y``, or the attack's own criterion)."""
+        return self.seen if self.seen is not None else self.records["success"].to_numpy(dtype=bool)
+
+    @torch.no_grad()
+    def see(self, model: torch.nn.Module, attack: Attack, batch_size: int, device: torch.device) -> None:
+        """Recompute success on the images as the detectors see them (:attr:`quantize`): the stored float image
+        may be adversarial while its 8-bit truncation is not. A no-op without quantization."""
+        if self.quantize == "none":
+            self.seen = None
+            return
+        parts = []
+        for x, y in self.iter_batches(batch_size):
+            x, y = x.to(device), y.to(device)
+            pred = model(x).argmax(1)
+            parts.append(attack.succeeded(model, x, y, pred).cpu().numpy().astype(bool))
+        self.seen = np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
 
     def iter_batches(self, batch_size: int, mask: np.ndarray | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Yield ``(x_adv, y)`` batches in sample order, reading one shard at a time; ``mask`` selects rows.
@@ -165,15 +237,18 @@ class AdvStore:
 
     def spec(self, model_hash: str, data_identity: dict[str, Any], attack: Attack, seed: int) -> dict[str, Any]:
         spec = {"model": model_hash, "data": data_identity, "attack": attack.name, "params": attack.params,
-                "seed": int(seed), "shard_size": self.shard_size, "versions": library_versions()}
+                "seed": int(seed), "shard_size": self.shard_size, "versions": library_versions(),
+                "code": code_identity(type(attack))}
         return {**spec, "context": attack.context} if attack.context else spec
 
     def path_for(self, attack: Attack, key: str) -> Path:
         return self.root / f"{attack.name}-{key[:16]}"
 
     def generate(self, ds: Dataset, model: torch.nn.Module, attack: Attack, *, model_hash: str, seed: int,
-                 device: torch.device, rank: int = 0, world_size: int = 1, progress: bool = True) -> AdvSet:
-        """Attack every row of ``ds`` (shards ``i`` with ``i % world_size == rank``), reusing valid shards."""
+                 device: torch.device, rank: int = 0, world_size: int = 1, progress: bool = True,
+                 recompute: bool = False) -> AdvSet:
+        """Attack every row of ``ds`` (shards ``i`` with ``i % world_size == rank``), reusing valid shards unless
+        ``recompute`` (then every shard is generated again and replaces the stored one)."""
         spec = self.spec(model_hash, ds.identity(), attack, seed)
         key = canonical_key(spec)
         path = self.path_for(attack, key)
@@ -187,19 +262,20 @@ class AdvStore:
         for i in bar:
             shard = self._shard_path(path, i)
             state = self._check(shard)
-            if state == "ok":
+            if state == "ok" and not recompute:
                 reused += 1
                 continue
             with self._lock(shard):
-                state = self._check(shard, warn=True)
-                if state == "ok":
+                state = self._check(shard, warn=not recompute)
+                if state == "ok" and not recompute:
                     reused += 1
                     continue
                 regenerated += state == "corrupt"
                 self._write_shard(shard, ds, model, attack, i, seed, device)
                 generated += 1
         shards = [self._shard_path(path, i) for i in range(n_shards)]
-        stats = {"shards": n_shards, "generated": generated, "reused": reused, "regenerated": regenerated}
+        stats = {"shards": n_shards, "generated": generated, "reused": reused, "regenerated": regenerated,
+                 "recomputed": bool(recompute)}
         if rank == 0 and world_size == 1:
             self.write_manifest(path, spec, shards)
         return AdvSet(attack.name, attack.norm, attack.params.get("eps"), dict(attack.params), key, path, shards, stats)

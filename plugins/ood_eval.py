@@ -35,7 +35,6 @@ every metric can be recomputed with :func:`advopenood.metrics.ood_metrics`.
 """
 from __future__ import annotations
 
-import io
 import math
 from pathlib import Path
 from typing import Any
@@ -45,8 +44,8 @@ import pandas as pd
 import torch
 
 from advopenood import io as aio
-from advopenood.capabilities import is_detector_aware
-from advopenood import protocols, registry
+from advopenood.capabilities import Verifiable, is_detector_aware
+from advopenood import registry
 from advopenood.context import RunContext
 from advopenood.data import dataset_name, make_loader
 from advopenood.metrics import ood_metrics
@@ -54,6 +53,7 @@ from advopenood.openood_benchmarks import ADVERSARIAL, natural_group
 from advopenood.outputs import Bullets, Figure, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.plots import ood_matrix, plot_auroc_heatmap, plot_roc, roc_sets
 from advopenood.registry import register
+from advopenood_plugins.verify_ood import verify as verify_ood
 from advopenood.report import CHANCE, join
 from advopenood.report import name as label
 
@@ -182,13 +182,6 @@ def adaptive_table(df: pd.DataFrame, ctx: RunContext) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=ADAPTIVE_COLUMNS)
 
 
-def _save_scores(path, arrays: dict[str, np.ndarray]) -> None:
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    data = buf.getvalue()
-    aio.atomic_write(path, lambda f: f.write(data))
-
-
 # ------------------------------------------------------------------------------------------------- report
 
 def compare_natural_adversarial(nat: float, adv: float) -> str:
@@ -267,9 +260,18 @@ def read_adaptive(table: pd.DataFrame) -> list[str]:
     return out
 
 
+def positives_phrase(ood: pd.DataFrame) -> str:
+    """Which adversarial images were the positives, from the table's ``positives`` column."""
+    rules = set(ood.loc[ood["group"] == ADVERSARIAL, "positives"]) if len(ood) else set()
+    phrases = {"successful": "the successful adversarial examples", "all": "every attacked image, successful or not"}
+    said = [phrases[r] for r in ("successful", "all") if r in rules]
+    return "the positives are " + (" or ".join(said) + ", per the positives column" if len(said) > 1 else
+                                   said[0] if said else "the adversarial examples")
+
+
 def ood_section(ood: pd.DataFrame, figures: list[Path]) -> Section:
     """``OOD detection``: AUROC and FPR95 per detector and set, their readings, rows left empty, ``figures``."""
-    items: list[Any] = [Paragraph("Adversarial examples count as OOD (the positives are the successful attacks); AUROC "
+    items: list[Any] = [Paragraph(f"Adversarial examples count as OOD ({positives_phrase(ood)}); AUROC "
                                   "and FPR95 in percent, OpenOOD's conventions. AUROC below 50 means the detector rates "
                                   "adversarial examples as more in-distribution than clean images.")]
     if not ood.empty:
@@ -319,27 +321,30 @@ def leaderboard_section(board: pd.DataFrame) -> Section:
 
 
 @register("evaluators", "ood")
-class OODEvaluator:
+class OODEvaluator(Verifiable):
     """OOD metrics (FPR95, AUROC, AUPR-In/Out) of every detector vs natural OOD and adversarial sets."""
+
+    verify = staticmethod(verify_ood)
 
     def __init__(self, success_only: bool | None = None):
         """``success_only``: True = successful adversarial examples are the positives, False = all attacked
         images; None (default) = the run's protocol decides (``ood_positives``)."""
         self.success_only = None if success_only is None else bool(success_only)
 
-    def _success_only(self, ctx: RunContext) -> bool:
-        if self.success_only is not None:
-            return self.success_only
-        return protocols.get(ctx.protocol).ood_positives == "successful"
+    def _positives(self, ctx: RunContext, attack: str) -> np.ndarray | None:
+        """The positive rows of an adversarial set (None = every row): the protocol's rule
+        (:meth:`RunContext.ood_positives`), or successful / all rows when ``success_only`` says so."""
+        adv = ctx.adv_sets[attack]
+        successful = ctx.positives_rule == "successful" if self.success_only is None else self.success_only
+        if adv.source != "id" or not successful:
+            return None
+        return ctx.ood_positives(attack) if self.success_only is None else ctx.success(attack)
 
     def __call__(self, ctx: RunContext) -> Results:
         rows: list[dict[str, Any]] = []
         detectors = list(ctx.scores) + [d for d in ctx.detector_errors if d not in ctx.scores]
-        arrays = {}
         for det in detectors:
             rows += self._rows(ctx, det)
-            if det in ctx.scores:
-                arrays[det] = self._write_scores(ctx, det)
         df = pd.DataFrame(rows, columns=COLUMNS)
         df["n_id"] = df["n_id"].astype("Int64")
         df["n_ood"] = df["n_ood"].astype("Int64")
@@ -352,7 +357,7 @@ class OODEvaluator:
         out.tables.update({"leaderboard.csv": board, "leaderboard.md": board})
         if fsood is not None:
             out.tables["fsood.csv"] = fsood
-        out.figures = ood_plots(df, arrays, ctx.plot_dir)
+        out.figures = ood_plots(df, ctx.scores, ctx.plot_dir)
         out.sections = guarded("OOD detection", lambda: [ood_section(as_written(df, ctx.protocol), out.figures)])
         out.sections += guarded("Natural and adversarial robustness side by side",
                                 lambda: [leaderboard_section(as_written(board, ctx.protocol))])
@@ -370,7 +375,7 @@ class OODEvaluator:
             conf_id = np.concatenate([scores["id"]] + [scores[name] for name in csid])
             for name, group in groups.items():
                 if group in ("near", "far"):
-                    rows.append({"dataset": ctx.dataset, "arch": ctx.arch, "detector": det, "backend": ctx.backend,
+                    rows.append({"dataset": ctx.dataset, "arch": ctx.arch, "detector": det, "backend": ctx.backend_of(det),
                                  "ood_set": name, "group": group, **metric_row(conf_id, scores[name]),
                                  "csid_sets": ",".join(csid), "protocol": ctx.protocol})
         return pd.DataFrame(rows, columns=FSOOD_COLUMNS)
@@ -378,14 +383,13 @@ class OODEvaluator:
     def _targets(self, ctx: RunContext) -> list[tuple[str, float, str, np.ndarray | None]]:
         """``(attack, eps, ood_set, positive mask)`` for every natural OOD set and adversarial set."""
         out: list[tuple[str, float, str, np.ndarray | None]] = [("none", math.nan, name, None) for name in ctx.ood_sets]
-        success_only = self._success_only(ctx)
         for attack, adv in ctx.adv_sets.items():
-            mask = adv.records["success"].to_numpy(dtype=bool) if success_only and adv.source == "id" else None
+            mask = self._positives(ctx, attack)
             out.append((attack, math.nan if adv.eps is None else float(adv.eps), attack, mask))
         return out
 
     def _rows(self, ctx: RunContext, det: str) -> list[dict[str, Any]]:
-        head = {"dataset": ctx.dataset, "arch": ctx.arch, "detector": det, "backend": ctx.backend}
+        head = {"dataset": ctx.dataset, "arch": ctx.arch, "detector": det, "backend": ctx.backend_of(det)}
         scores = ctx.scores.get(det)
         groups = set_groups(ctx)
         rows = []
@@ -408,11 +412,3 @@ class OODEvaluator:
                 conf_ood = conf_ood[mask]
             rows.append({**row, **metric_row(scores["id"], conf_ood)})
         return rows
-
-    def _write_scores(self, ctx: RunContext, det: str) -> dict[str, np.ndarray]:
-        """Save ``scores/<det>.npz`` and return its arrays."""
-        arrays = {name: np.asarray(conf, dtype=np.float64) for name, conf in ctx.scores[det].items()}
-        for attack, adv in ctx.adv_sets.items():
-            arrays[f"{attack}.success"] = adv.records["success"].to_numpy(dtype=bool)
-        _save_scores(ctx.out / "scores" / f"{det}.npz", arrays)
-        return arrays

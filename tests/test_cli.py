@@ -292,3 +292,31 @@ def test_cli_sets_passive_openmp_unless_the_user_chose():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env).stdout.strip() == "PASSIVE"
     env["OMP_WAIT_POLICY"] = "ACTIVE"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env).stdout.strip() == "ACTIVE"
+
+
+FAST_COMMANDS = [["--help"], ["run", "--help"], ["verify", "--help"], ["bintest", "--help"], ["list", "detectors"],
+                 ["list", "analyses"]]
+
+
+@pytest.mark.parametrize("argv", FAST_COMMANDS, ids=" ".join)
+def test_help_and_list_answer_without_importing_torch(argv, tmp_path):
+    """The CLI shell reads the plugin index; torch is imported only to build it (once per change of plugins)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ADVOPENOOD_CACHE": str(tmp_path)}
+    probe = ("import sys, json; from advopenood.cli import main\n"
+             "try:\n    main(json.loads(sys.argv[1]))\nexcept SystemExit:\n    pass\n"
+             "print('TORCH=' + str('torch' in sys.modules), file=sys.stderr)")
+    first = subprocess.run([sys.executable, "-c", probe, json.dumps(argv)], env=env, capture_output=True, text=True)
+    assert first.returncode == 0 and (tmp_path / "registry-index.json").is_file()
+    second = subprocess.run([sys.executable, "-c", probe, json.dumps(argv)], env=env, capture_output=True, text=True)
+    assert second.stdout == first.stdout and "TORCH=False" in second.stderr
+
+
+def test_descriptions_are_whole_sentences(capsys):
+    assert main(["list", "detectors"]) == 0
+    odin = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("odin "))
+    assert odin.rstrip().endswith(".") and "the input gradient from the shared pass" in odin

@@ -197,3 +197,30 @@ def test_vit_tokens_reach_gradcam_on_the_grid():
     grid = tokens_to_grid(tokens)
     assert grid.shape == (2, 5, 14, 14)
     assert torch.equal(grid[1, :, 0, 1], tokens[1, 2])  # patch 1 (token 2) at row 0, column 1
+
+
+def test_own_entries_inherit_the_benchmarks_preprocessing():
+    """Entries that replace a benchmark's keep OpenOOD's resize-and-centre-crop unless they say otherwise
+    (issue 24, item 14)."""
+    from advopenood.config import DataSection
+
+    own = {"kind": "openood", "imglist": "benchmark_imglist/imagenet200/test_mine.txt", "name": "mine"}
+    data = DataSection.model_validate({
+        "benchmark": "imagenet200", "id": own,
+        "ood": [{"kind": "npz", "path": "arr.npz", "name": "arr"}, {**own, "name": "raw", "pre_size": None},
+                {**own, "name": "big", "pre_size": 512}]}).model_dump()
+    assert data["id"]["pre_size"] == 256 and data["fit"]["pre_size"] == 256
+    assert {o["name"]: o["pre_size"] for o in data["ood"]} == {"arr": 256, "raw": None, "big": 512}
+
+
+def test_pre_size_crops_an_npz_set_like_openood(tmp_path):
+    """An npz entry with pre_size: shorter side resized, then the centre crop (not the whole image squashed)."""
+    from advopenood.data import build_dataset
+
+    x = np.zeros((1, 40, 80, 3), dtype=np.uint8)
+    x[:, :, 16:64] = 255  # a white band over the middle 60 % of the width
+    np.savez(tmp_path / "wide.npz", x=x, y=np.zeros(1, dtype=np.int64))
+    cropped = build_dataset({"kind": "npz", "path": "wide.npz", "pre_size": 32}, tmp_path, 3, 32)[0][0]
+    squashed = build_dataset({"kind": "npz", "path": "wide.npz"}, tmp_path, 3, 32)[0][0]
+    assert cropped.min() > 0.99  # the centre 32x32 of the 32x64 resize lies inside the band
+    assert squashed[:, :, :4].max() < 0.01 and squashed[:, :, 14:18].min() > 0.99  # black margins kept

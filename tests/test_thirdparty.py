@@ -98,3 +98,20 @@ def test_adaptive_attack_is_discovered_for_the_third_party_detector():
     attack = registry.create("attacks", "adaptive_topgap", eps=8 / 255)
     assert attack.detector == "topgap" and re.search("topgap", registry.entries("attacks")["adaptive_topgap"].description,
                                                      re.IGNORECASE)
+
+
+def test_backend_column_says_what_computed_each_detector(thirdparty_run):
+    """A third party's detector is not labelled with the built-ins' backend (issue 24, item 11)."""
+    ood = pd.read_csv(thirdparty_run / "ood.csv")
+    backends = ood.groupby("detector")["backend"].unique()
+    assert list(backends["msp"]) == ["pytorch-ood"]
+    assert len(backends["topgap"]) == 1 and re.fullmatch(r"plugin:advopenood[-_]example[-_]plugin==0\.2\.0",
+                                                         backends["topgap"][0])
+    info = json.loads((thirdparty_run / "run.json").read_text())
+    assert info["detector_backends"]["topgap"] == backends["topgap"][0]
+
+
+def test_verify_rederives_the_run_and_names_the_unverifiable_plugins(thirdparty_run, capsys):
+    assert main(["verify", str(thirdparty_run)]) == 0
+    out = capsys.readouterr().out
+    assert "0 difference(s)" in out and "'meanconf' does not declare Verifiable" in out

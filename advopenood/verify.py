@@ -1,0 +1,186 @@
+"""``advopenood verify RUN``: re-derive a run's tables from the files it wrote, and report every difference.
+
+The run folder holds everything a table is computed from: ``scores/<detector>.npz`` (confidences per set, and
+per adversarial set the ``<set>.success`` and ``<set>.positive`` masks of the images the detectors scored),
+``run.json`` (config, protocol, seed, the attack sets' store paths and keys) and the store's shards. The core
+re-derives ``asr.csv`` from the shards; every evaluator or analysis that ran and declares a ``verify`` hook
+(:class:`advopenood.capabilities.Verifiable`) re-derives its own tables. Hooks are written as separate code
+paths from the ones that wrote the tables (other arithmetic, other libraries where possible), so that a bug in
+one does not hide in both.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from advopenood.errors import UsageError
+
+
+@dataclass
+class RunFiles:
+    """The files of one run folder, read lazily. ``info`` is ``run.json``."""
+
+    path: Path
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, path: str | Path) -> RunFiles:
+        """A run folder; a UsageError (exit 2) when it is not one."""
+        folder = Path(path)
+        info = folder / "run.json"
+        if not info.is_file():
+            raise UsageError(f"{str(folder)!r} is not a run folder (no run.json); valid input: the --out of a run")
+        try:
+            return cls(folder, json.loads(info.read_text()))
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"{str(info)!r} is not readable JSON ({exc})") from None
+
+    @property
+    def protocol(self) -> str:
+        return str(self.info.get("protocol", {}).get("name", "strong"))
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return dict(self.info.get("config") or {})
+
+    def table(self, name: str) -> pd.DataFrame:
+        """A CSV of the run as written (empty cells are NaN)."""
+        return pd.read_csv(self.path / name)
+
+    def has(self, name: str) -> bool:
+        return (self.path / name).is_file()
+
+    @cached_property
+    def detectors(self) -> list[str]:
+        """Detectors with saved scores."""
+        return sorted(p.stem for p in (self.path / "scores").glob("*.npz"))
+
+    def scores(self, det: str) -> dict[str, np.ndarray]:
+        """``scores/<det>.npz`` as a dict of arrays."""
+        with np.load(self.path / "scores" / f"{det}.npz") as d:
+            return {k: d[k] for k in d.files}
+
+
+def as_csv_float(value: float) -> float:
+    """A float as the run's CSVs hold it: 6 significant digits (``%.6g``, :func:`advopenood.io.write_csv`)."""
+    return float(f"{value:.6g}")
+
+
+def _same(want: Any, have: Any, atol: float) -> bool:
+    """Whether a written cell holds the re-derived value: NaN for NaN; for numbers, the value as a CSV writes it
+    (a re-derivation that lands within ``atol`` of a rounding boundary may round either way)."""
+    w_na, h_na = pd.isna(want), pd.isna(have)
+    if w_na or h_na:
+        return bool(w_na and h_na)
+    if isinstance(want, (int, float, np.number)) and isinstance(have, (int, float, np.number)):
+        w, h = float(want), float(have)
+        return h in {as_csv_float(w), as_csv_float(w - atol), as_csv_float(w + atol)} or \
+            math.isclose(w, h, rel_tol=0.0, abs_tol=atol)
+    return str(want) == str(have)
+
+
+def compare(expected: pd.DataFrame, written: pd.DataFrame, keys: list[str], columns: list[str],
+            atol: float = 1e-9, table: str = "") -> list[str]:
+    """One line per difference between re-derived rows ``expected`` and the ``written`` table, matched on
+    ``keys``: a missing or extra row, or a cell of ``columns`` whose written number is not the re-derived one as
+    the CSV writes it (6 significant digits; ``atol`` is the arithmetic slack of the re-derivation)."""
+    prefix = f"{table}: " if table else ""
+    key = lambda r: tuple("" if pd.isna(r[k]) else str(r[k]) for k in keys)  # noqa: E731
+    want = {key(r): r for r in expected.to_dict("records")}
+    have = {key(r): r for r in written.to_dict("records")}
+    lines = [f"{prefix}row {dict(zip(keys, k))} is missing" for k in want if k not in have]
+    lines += [f"{prefix}row {dict(zip(keys, k))} is not derivable from the run's files" for k in have if k not in want]
+    for k in want.keys() & have.keys():
+        for col in columns:
+            if not _same(want[k][col], have[k].get(col), atol):
+                lines.append(f"{prefix}{dict(zip(keys, k))} {col}: written {have[k].get(col)!r}, "
+                             f"re-derived {want[k][col]!r}")
+    return sorted(lines)
+
+
+def verify_asr(run: RunFiles) -> list[str]:
+    """Re-derive ``asr.csv`` from the stored shards' records (``asr``: success among clean-correct rows; ``asr_all``:
+    success among all rows; norms averaged over successful rows); sets whose shards are gone are reported."""
+    if not run.has("asr.csv"):
+        return []
+    rows, lines = [], []
+    for name, entry in (run.info.get("attacks") or {}).items():
+        shards = sorted(Path(entry["path"]).glob("shard_*.npz"))
+        if not shards:
+            lines.append(f"asr.csv: set {name!r}: its shards are no longer in the store ({entry['path']}); not re-derived")
+            continue
+        parts = []
+        for shard in shards:
+            with np.load(shard) as d:
+                parts.append({c: d[c] for c in ("y", "clean_pred", "success", "linf", "l2")})
+        rec = {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
+        success = rec["success"].astype(bool)
+        source = entry.get("source", "id")
+        correct = rec["clean_pred"] == rec["y"] if source == "id" else np.ones(len(success), dtype=bool)
+        rows.append({"attack": name, "n": len(success),
+                     "asr": 100.0 * success[correct].sum() / correct.sum() if correct.any() else math.nan,
+                     "asr_all": 100.0 * success.sum() / len(success),
+                     "mean_linf": float(np.mean(rec["linf"][success])) if success.any() else math.nan,
+                     "mean_l2": float(np.mean(rec["l2"][success])) if success.any() else math.nan})
+    if not rows:
+        return lines
+    written = run.table("asr.csv")
+    written = written[written["attack"].isin([r["attack"] for r in rows])]
+    return lines + compare(pd.DataFrame(rows), written, ["attack"], ["n", "asr", "asr_all", "mean_linf", "mean_l2"],
+                           atol=1e-4, table="asr.csv")
+
+
+def verify_masks(run: RunFiles) -> list[str]:
+    """Each saved ``<set>.positive`` mask follows the protocol's rule: every row under ``all`` or for an OOD->ID
+    set, the ``<set>.success`` rows otherwise."""
+    rule = str(run.info.get("protocol", {}).get("ood_positives", "successful"))
+    lines = []
+    for det in run.detectors:
+        arrays = run.scores(det)
+        for name, entry in (run.info.get("attacks") or {}).items():
+            if f"{name}.positive" not in arrays:
+                lines.append(f"scores/{det}.npz: no {name}.positive mask")
+                continue
+            every = rule == "all" or entry.get("source", "id") != "id"
+            want = np.ones_like(arrays[f"{name}.success"]) if every else arrays[f"{name}.success"]
+            if not np.array_equal(arrays[f"{name}.positive"], want):
+                lines.append(f"scores/{det}.npz: {name}.positive does not follow the protocol's rule {rule!r}")
+    return lines
+
+
+def verify_run(path: str | Path) -> tuple[list[str], list[str]]:
+    """``(differences, notes)`` for a run folder: every table re-derived by the core and by each plugin that ran
+    and declares ``verify``; ``notes`` name the plugins whose tables could not be checked and why."""
+    from advopenood import registry
+    from advopenood.capabilities import is_verifiable
+
+    run = RunFiles.open(path)
+    diffs = verify_asr(run) + verify_masks(run)
+    notes = [line for line in diffs if "not re-derived" in line]
+    diffs = [line for line in diffs if "not re-derived" not in line]
+    failed = run.info.get("plugin_errors") or {}
+    cfg = run.config
+    for kind in ("evaluators", "analyses"):
+        for name in cfg.get(kind) or []:
+            singular = "evaluator" if kind == "evaluators" else "analysis"
+            label = f"{singular} {name!r}"
+            if f"{singular}:{name}" in failed:
+                notes.append(f"{label} failed in the run ({failed[f'{singular}:{name}']}); it wrote no tables")
+                continue
+            try:
+                obj = registry.get(kind, name)
+            except UsageError:
+                notes.append(f"{label} is not installed here; its tables are not re-derived")
+                continue
+            if not is_verifiable(obj):
+                notes.append(f"{label} does not declare Verifiable; its tables are not re-derived")
+                continue
+            diffs += list(obj.verify(run))
+    return diffs, notes
