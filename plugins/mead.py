@@ -50,6 +50,7 @@ import numpy as np
 import pandas as pd
 
 from advopenood import registry
+from advopenood.capabilities import Verifiable
 from advopenood.context import RunContext
 from advopenood.errors import UsageError
 from advopenood.metrics import NaNScoreError, ood_metrics
@@ -114,14 +115,14 @@ class SetInfo:
 def set_info(name: str, adv: AdvSet, positive: np.ndarray | None = None) -> SetInfo:
     """:class:`SetInfo` of a run's adversarial set, its group and objective from the attack's registry class
     (an attack whose norm is a parameter, e.g. AutoAttack's ``norm``, is grouped by the set's own norm).
-    ``positive`` defaults to the stored success, right only where the detectors scored the stored float images
-    (the OpenOOD bridge); a run passes :meth:`RunContext.success` or :meth:`RunContext.ood_positives`."""
+    ``positive`` defaults to the success of the images the detectors see (``AdvSet.seen_success``, what
+    :meth:`RunContext.success` returns); ``multiattack`` passes :meth:`RunContext.ood_positives`."""
     cls = registry.get("attacks", adv.attack)
     norm, objective = attack_kind(cls)
     if "norm" in cls.defaults(32):
         norm = str(adv.params.get("norm") or norm)
     eps = float(adv.eps) if getattr(cls, "bounded", True) and adv.eps is not None else None
-    mask = adv.records["success"].to_numpy() if positive is None else positive
+    mask = adv.seen_success if positive is None else positive
     return SetInfo(name, norm, eps, objective, np.asarray(mask, dtype=bool))
 
 
@@ -161,6 +162,12 @@ def worst_case_metrics(conf_id: np.ndarray, conf: np.ndarray, success: np.ndarra
             return row
         row.update(auroc=m["auroc"], fpr95=m["fpr95"])
     return row
+
+
+def backend_for(backend: str | Mapping[str, str], detector: str) -> str:
+    """The ``backend`` column of a detector's rows: one name for all, or a name per detector
+    (:meth:`RunContext.backend_of`)."""
+    return backend if isinstance(backend, str) else str(backend.get(detector, ""))
 
 
 def _eps_key(eps: float | None) -> float | None:
@@ -208,12 +215,13 @@ def setting_members(members: list[SetInfo], setting: str) -> list[SetInfo]:
     return own + shared if own or len(shared) == len(members) else []
 
 
-def mead_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: Iterable[SetInfo], backend: str = "",
-               settings: Iterable[str] = SETTINGS, protocol: str = "strong") -> pd.DataFrame:
+def mead_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: Iterable[SetInfo],
+               backend: str | Mapping[str, str] = "", settings: Iterable[str] = SETTINGS,
+               protocol: str = "strong") -> pd.DataFrame:
     """One row per (detector, norm, eps group, setting): the ``mead.csv`` table.
 
-    ``scores[detector]`` maps ``"id"`` to the clean confidences and each set name to the set's confidences
-    (same row order); a detector without scores for a set skips the groups holding it. An objective setting is
+    ``backend``: :func:`backend_for`. ``scores[detector]`` maps ``"id"`` to the clean confidences and each set name
+    to the set's confidences (same row order); a detector without scores for a set skips the groups holding it. An objective setting is
     reported only when some set of the run has that objective; its members per group are
     :func:`setting_members`.
     """
@@ -234,7 +242,8 @@ def mead_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: Iterable[Se
                 continue
             conf = np.stack([np.asarray(by_set[m.name], dtype=np.float64) for m in chosen], axis=1)
             success = np.stack([m.positive for m in chosen], axis=1)
-            rows.append({"detector": detector, "backend": backend, "norm": norm, "eps": eps, "setting": setting,
+            rows.append({"detector": detector, "backend": backend_for(backend, detector), "norm": norm, "eps": eps,
+                         "setting": setting,
                          **worst_case_metrics(conf_id, conf, success), "protocol": protocol})
     return pd.DataFrame(rows, columns=MEAD_COLUMNS)
 
@@ -301,7 +310,7 @@ def mead_section(mead: pd.DataFrame) -> Section:
 
 
 @registry.register("evaluators", "mead")
-class MeadEvaluator:
+class MeadEvaluator(Verifiable):
     """MEAD worst-case AUROC/FPR95 per (norm, eps) group and objective (Granese et al. 2022): mead.csv."""
 
     def __init__(self, settings: list[str] | None = None, detectors: list[str] | None = None):
@@ -318,15 +327,16 @@ class MeadEvaluator:
     def __call__(self, ctx: RunContext) -> Results:
         scores = {d: s for d, s in ctx.scores.items() if self.detectors is None or d in self.detectors}
         success = {name: ctx.success(name) for name in ctx.id_adv_sets}
-        table = self.table(scores, ctx.id_adv_sets, ctx.backend, ctx.protocol, success)
+        table = self.table(scores, ctx.id_adv_sets, {d: ctx.backend_of(d) for d in scores}, ctx.protocol, success)
         sections = guarded("MEAD worst case", lambda: [mead_section(as_written(table, ctx.protocol))]) if len(table) else []
         return Results(tables={"mead.csv": table, "mead_summary.csv": mead_summary(table)}, sections=sections)
 
-    def table(self, scores: Mapping[str, Mapping[str, np.ndarray]], adv_sets: Mapping[str, AdvSet], backend: str = "",
-              protocol: str = "strong", success: Mapping[str, np.ndarray] | None = None) -> pd.DataFrame:
+    def table(self, scores: Mapping[str, Mapping[str, np.ndarray]], adv_sets: Mapping[str, AdvSet],
+              backend: str | Mapping[str, str] = "", protocol: str = "strong",
+              success: Mapping[str, np.ndarray] | None = None) -> pd.DataFrame:
         """``mead.csv`` of ``scores[detector][set]`` (``"id"`` the clean confidences, one entry per set of
         ``adv_sets``, same row order) with this evaluator's settings; what the OpenOOD bridge calls through the
-        registry. ``success[set]``: success of the images the detectors scored (default: the stored success)."""
+        registry. ``success[set]``: success of the images the detectors scored (default ``AdvSet.seen_success``)."""
         success = success or {}
         infos = [set_info(name, adv, success.get(name)) for name, adv in adv_sets.items()]
         return mead_table(scores, infos, backend, self.settings, protocol)

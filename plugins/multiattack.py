@@ -71,12 +71,13 @@ import numpy as np
 import pandas as pd
 
 from advopenood import io as aio
-from advopenood import protocols, registry
+from advopenood import registry
+from advopenood.capabilities import Verifiable
 from advopenood.context import RunContext
 from advopenood.errors import UsageError
 from advopenood.outputs import Results
 from advopenood.plots import safe_name
-from advopenood_plugins.mead import SetInfo, detector_groups, set_info, worst_case_metrics
+from advopenood_plugins.mead import SetInfo, backend_for, detector_groups, set_info, worst_case_metrics
 from advopenood_plugins.verify_multiattack import verify_multiattack
 
 METRICS = ("auroc", "fpr95")
@@ -216,7 +217,8 @@ def sweep_stability(perf: Mapping[str, float], labels: Mapping[str, str], eps: M
 
 
 def sweep_curves(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list[SetInfo],
-                 backend: str = "", protocol: str = "strong", positives: str = "successful") -> pd.DataFrame:
+                 backend: str | Mapping[str, str] = "", protocol: str = "strong",
+                 positives: str = "successful") -> pd.DataFrame:
     """Per detector and set: AUROC and FPR95 of clean vs the set's positive rows (``SetInfo.positive``); plus, per
     norm and eps shared by several attacks, the per-sample union (``attack = "union"``). The
     ``multiattack_curves.csv``; ``positives`` names the protocol's rule for its column."""
@@ -225,21 +227,24 @@ def sweep_curves(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list[SetI
         members = [m for m in members if m.name in by_set]
         for m in members:
             row = worst_case_metrics(conf_id, by_set[m.name], m.positive)
-            rows.append({"detector": detector, "backend": backend, "attack": attack_label(m.name), "norm": norm,
+            rows.append({"detector": detector, "backend": backend_for(backend, detector),
+                         "attack": attack_label(m.name), "norm": norm,
                          "eps": eps, "set": m.name, **{k: row[k] for k in ("auroc", "fpr95", "n_pos", "n_neg")},
                          "positives": positives, "protocol": protocol})
         if len({attack_label(m.name) for m in members}) > 1:
             conf = np.stack([np.asarray(by_set[m.name], dtype=np.float64) for m in members], axis=1)
             row = worst_case_metrics(conf_id, conf, np.stack([m.positive for m in members], axis=1))
-            rows.append({"detector": detector, "backend": backend, "attack": UNION, "norm": norm, "eps": eps,
+            rows.append({"detector": detector, "backend": backend_for(backend, detector), "attack": UNION, "norm": norm,
+                         "eps": eps,
                          "set": "+".join(m.name for m in members),
                          **{k: row[k] for k in ("auroc", "fpr95", "n_pos", "n_neg")}, "positives": positives,
                          "protocol": protocol})
     return pd.DataFrame(rows, columns=CURVE_COLUMNS)
 
 
-def multiattack_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list[SetInfo], backend: str = "",
-                      reference: str = "best", alpha: float = ALPHA, curves: pd.DataFrame | None = None,
+def multiattack_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list[SetInfo],
+                      backend: str | Mapping[str, str] = "", reference: str = "best", alpha: float = ALPHA,
+                      curves: pd.DataFrame | None = None,
                       protocol: str = "strong", positives: str = "successful") -> pd.DataFrame:
     """The ``multiattack.csv`` table: per detector and metric the average, worst and union over the sets, the
     competitiveness ratios against ``reference`` (MultiRobustBench's and the chance-corrected extension), the
@@ -268,7 +273,7 @@ def multiattack_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list
         for detector in detectors:
             values = raw.loc[detector].dropna()
             worst_set = str(values.idxmin() if metric == "auroc" else values.idxmax()) if len(values) else ""
-            rows.append({"detector": detector, "backend": backend, "metric": metric,
+            rows.append({"detector": detector, "backend": backend_for(backend, detector), "metric": metric,
                          "avg": float(values.mean()) if len(values) else float("nan"),
                          "worst": float(values[worst_set]) if len(values) else float("nan"), "worst_set": worst_set,
                          "union": union[detector][metric],
@@ -316,7 +321,7 @@ def plot_sweeps(curves: pd.DataFrame, plot_dir: Any) -> list[str]:
 
 
 @registry.register("evaluators", "multiattack")
-class MultiAttackEvaluator:
+class MultiAttackEvaluator(Verifiable):
     """Multi-attack metrics (MultiRobustBench): avg/worst/union, CR_ind-avg/-worst (and the chance-corrected
     extension), the stability constant (and its eps-sweep variant); eps-sweep plots."""
 
@@ -336,10 +341,10 @@ class MultiAttackEvaluator:
 
     def __call__(self, ctx: RunContext) -> Results:
         sets = [set_info(name, adv, ctx.ood_positives(name)) for name, adv in ctx.id_adv_sets.items()]
-        positives = protocols.get(ctx.protocol).ood_positives
         scores = {d: s for d, s in ctx.scores.items() if self.detectors is None or d in self.detectors}
-        curves = sweep_curves(scores, sets, ctx.backend, ctx.protocol, positives)
-        table = multiattack_table(scores, sets, ctx.backend, self.reference, self.alpha, curves, ctx.protocol,
-                                  positives)
+        backends = {d: ctx.backend_of(d) for d in scores}
+        curves = sweep_curves(scores, sets, backends, ctx.protocol, ctx.positives_rule)
+        table = multiattack_table(scores, sets, backends, self.reference, self.alpha, curves, ctx.protocol,
+                                  ctx.positives_rule)
         figures = [ctx.plot_dir / name for name in plot_sweeps(curves, ctx.plot_dir)] if self.plots else []
         return Results(tables={"multiattack.csv": table, "multiattack_curves.csv": curves}, figures=figures)

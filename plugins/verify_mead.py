@@ -5,41 +5,25 @@ mask, the success of the images the detectors scored) and ``run.json`` (each set
 source, the protocol, the detector backend, the evaluator's parameters). The code path is separate from
 :mod:`advopenood_plugins.mead` and imports nothing from it: the groups and objectives are read from the attack
 classes again, the worst case is a pandas group maximum over a long table of successful (sample, attack) pairs,
-AUROC is the Mann-Whitney statistic on average ranks (``scipy.stats.rankdata``) and FPR95 a count of clean
-samples at or above the score of the positive that first brings the TPR to 95 %; averages are plain loops.
-The helpers here (:func:`detection_metrics`, :func:`run_sets`, :func:`differences`) serve
+AUROC is the Mann-Whitney statistic on average ranks (``scipy.stats.rankdata``) and FPR95 is read off ROC points
+built from cumulative counts (:func:`detection_metrics`); averages are plain loops.
+Rows are compared with :func:`advopenood.verify.compare` (numbers as the CSV holds them). The helpers here serve
 :mod:`advopenood_plugins.verify_multiattack` too.
 """
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
 
 from advopenood import registry
+from advopenood.verify import RunFiles, as_csv_float, compare
 
 #: MEAD's settings (Sec. 5.1: all attacks, and one per objective) and advopenood's ``adaptive``, stated again.
 MEAD_SETTINGS = ["mead", "ce", "kl", "gini", "fr", "adaptive"]
-#: Relative tolerance of a comparison: tables are written with 6 significant digits (``%.6g``).
-RTOL = 1e-5
-
-
-class RunFiles(Protocol):
-    """What a hook reads of :class:`advopenood.verify.RunFiles`."""
-
-    path: Path
-    info: dict[str, Any]
-
-    def table(self, name: str) -> pd.DataFrame: ...
-
-    def scores(self, det: str) -> dict[str, np.ndarray]: ...
-
-    @property
-    def detectors(self) -> list[str]: ...
 
 
 def detection_metrics(neg: np.ndarray, pos: np.ndarray) -> tuple[float, float]:
@@ -96,7 +80,8 @@ def run_sets(run: RunFiles) -> list[dict[str, Any]]:
         bounded = bool(getattr(cls, "bounded", True))
         objective = getattr(cls, "objective", None) or ("ce" if bounded else None)
         eps = params.get("eps")
-        out.append({"name": name, "label": name.rsplit("@", 1)[0], "group": str(params.get("norm") or getattr(cls, "threat", cls.norm)),
+        group = str(params.get("norm") or getattr(cls, "threat", cls.norm))
+        out.append({"name": name, "label": name.rsplit("@", 1)[0], "group": group,
                     "eps": float(eps) if bounded and eps is not None else None, "objective": objective})
     return out
 
@@ -121,42 +106,14 @@ def chosen_detectors(run: RunFiles, params: dict[str, Any]) -> list[str]:
     return [d for d in run.detectors if keep is None or d in keep]
 
 
-def _key(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    if isinstance(value, (float, np.floating)):
-        return f"{float(value):.6g}"
-    return str(value)
+def backend_of(run: RunFiles, det: str) -> str:
+    """The ``backend`` a detector's rows carry: ``run.json``'s ``detector_backends``, else ``detector_backend``."""
+    return str((run.info.get("detector_backends") or {}).get(det, run.info.get("detector_backend", "")))
 
 
-def _same(want: Any, have: Any) -> bool:
-    if pd.isna(want) or pd.isna(have):
-        return bool(pd.isna(want) and pd.isna(have))
-    if isinstance(want, (int, float, np.number)) and not isinstance(want, bool):
-        try:
-            return math.isclose(float(want), float(have), rel_tol=RTOL, abs_tol=1e-9)
-        except (TypeError, ValueError):
-            return False
-    return str(want) == str(have)
-
-
-def differences(table: str, expected: pd.DataFrame, written: pd.DataFrame, keys: list[str],
-                columns: list[str]) -> list[str]:
-    """One line per difference between the re-derived rows and the written ``table``, rows matched on ``keys``
-    (floats as 6 significant digits): a row missing, a row not derivable, a cell off by more than :data:`RTOL`."""
-    want = {tuple(_key(v) for v in row[keys]): row for _, row in expected.iterrows()}
-    have = {tuple(_key(v) for v in row[keys]): row for _, row in written.iterrows()}
-    lines = [f"{table}: row {dict(zip(keys, k))} is missing" for k in want if k not in have]
-    lines += [f"{table}: row {dict(zip(keys, k))} is not derivable from the run's files" for k in have if k not in want]
-    for k in want.keys() & have.keys():
-        for col in columns:
-            if col not in written.columns:
-                lines.append(f"{table}: no column {col!r}")
-                break
-            if not _same(want[k][col], have[k][col]):
-                lines.append(f"{table}: {dict(zip(keys, k))} {col}: written {have[k][col]!r}, "
-                             f"re-derived {want[k][col]!r}")
-    return sorted(lines)
+def csv_eps(eps: float | None) -> float:
+    """An eps key as the CSV holds it (6 significant digits; NaN for none), for :func:`advopenood.verify.compare`."""
+    return math.nan if eps is None else as_csv_float(eps)
 
 
 def expected_mead(run: RunFiles) -> pd.DataFrame:
@@ -167,8 +124,6 @@ def expected_mead(run: RunFiles) -> pd.DataFrame:
     sets = run_sets(run)
     present = {s["objective"] for s in sets}
     single = set(MEAD_SETTINGS) - {"mead"}
-    protocol = str((run.info.get("protocol") or {}).get("name", "strong"))
-    backend = str(run.info.get("detector_backend", ""))
     rows = []
     for det in chosen_detectors(run, params):
         arrays = run.scores(det)
@@ -190,9 +145,9 @@ def expected_mead(run: RunFiles) -> pd.DataFrame:
                 worst, mean_hits = worst_case([arrays[m["name"]] for m in use],
                                               [arrays[f"{m['name']}.success"] for m in use])
                 auroc, fpr95 = detection_metrics(neg, worst)
-                rows.append({"detector": det, "backend": backend, "norm": group, "eps": eps, "setting": setting,
-                             "auroc": auroc, "fpr95": fpr95, "n_pos": len(worst), "n_neg": len(neg),
-                             "mean_successes": mean_hits, "protocol": protocol})
+                rows.append({"detector": det, "backend": backend_of(run, det), "norm": group, "eps": csv_eps(eps),
+                             "setting": setting, "auroc": auroc, "fpr95": fpr95, "n_pos": len(worst),
+                             "n_neg": len(neg), "mean_successes": mean_hits, "protocol": run.protocol})
     return pd.DataFrame(rows, columns=["detector", "backend", "norm", "eps", "setting", "auroc", "fpr95", "n_pos",
                                        "n_neg", "mean_successes", "protocol"])
 
@@ -231,11 +186,11 @@ def expected_summary(mead: pd.DataFrame) -> pd.DataFrame:
 def verify_mead(run: RunFiles) -> list[str]:
     """Differences between ``mead.csv`` / ``mead_summary.csv`` as written and as re-derived from the run's
     scores, masks and ``run.json`` (empty: both re-derived)."""
-    lines = [f"{name} was not written" for name in ("mead.csv", "mead_summary.csv") if not (run.path / name).is_file()]
+    lines = [f"{name} was not written" for name in ("mead.csv", "mead_summary.csv") if not run.has(name)]
     if lines:
         return lines
     mead = expected_mead(run)
-    return (differences("mead.csv", mead, run.table("mead.csv"), ["detector", "norm", "eps", "setting"],
-                        ["backend", "auroc", "fpr95", "n_pos", "n_neg", "mean_successes", "protocol"])
-            + differences("mead_summary.csv", expected_summary(mead), run.table("mead_summary.csv"),
-                          ["detector", "norm", "setting"], ["backend", "auroc", "fpr95", "n_groups", "protocol"]))
+    return (compare(mead, run.table("mead.csv"), ["detector", "norm", "eps", "setting"],
+                    ["backend", "auroc", "fpr95", "n_pos", "n_neg", "mean_successes", "protocol"], table="mead.csv")
+            + compare(expected_summary(mead), run.table("mead_summary.csv"), ["detector", "norm", "setting"],
+                      ["backend", "auroc", "fpr95", "n_groups", "protocol"], table="mead_summary.csv"))

@@ -15,11 +15,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood_plugins.verify_mead import (RunFiles, chosen_detectors, detection_metrics, differences, eps_groups,
+from advopenood.verify import RunFiles, compare
+from advopenood_plugins.verify_mead import (backend_of, chosen_detectors, csv_eps, detection_metrics, eps_groups,
                                             run_params, run_sets, worst_case)
 
 #: MultiRobustBench's alpha = 3 % (Sec. 4.1), the evaluator's default, and the slack on ``|ds| <= alpha``.
 PAPER_ALPHA, SLACK = 0.03, 1e-12
+
+
+def positives_rule(run: RunFiles) -> str:
+    """The protocol's rule for OOD positives (``successful`` or ``all``), from ``run.json``."""
+    return str((run.info.get("protocol") or {}).get("ood_positives", "successful"))
 
 
 def _mean(values: list[float]) -> float:
@@ -30,17 +36,15 @@ def expected_curves(run: RunFiles) -> pd.DataFrame:
     """``multiattack_curves.csv``: per detector and set, clean vs the set's positive rows; per (group, eps) with
     sets of more than one attack, their per-sample union."""
     params = run_params(run, "multiattack")
-    protocol = (run.info.get("protocol") or {})
-    rule, name = str(protocol.get("ood_positives", "successful")), str(protocol.get("name", "strong"))
-    backend = str(run.info.get("detector_backend", ""))
+    rule = positives_rule(run)
     rows = []
     for det in chosen_detectors(run, params):
         arrays = run.scores(det)
         neg = arrays["id"]
         for (group, eps), members in eps_groups(run_sets(run)).items():
             members = [m for m in members if m["name"] in arrays]
-            base = {"detector": det, "backend": backend, "norm": group, "eps": eps, "positives": rule,
-                    "protocol": name}
+            base = {"detector": det, "backend": backend_of(run, det), "norm": group, "eps": csv_eps(eps),
+                    "positives": rule, "protocol": run.protocol}
             for m in members:
                 mask = arrays[f"{m['name']}.positive"].astype(bool)
                 auroc, fpr95 = detection_metrics(neg, arrays[m["name"]][mask])
@@ -133,7 +137,8 @@ def expected_table(run: RunFiles, curves: pd.DataFrame) -> pd.DataFrame:
         for d in detectors:
             arrays = run.scores(d)
             here = [s for s in run_sets(run) if s["name"] in arrays]
-            worst_union, _ = worst_case([arrays[s["name"]] for s in here], [arrays[f"{s['name']}.positive"] for s in here])
+            worst_union, _ = worst_case([arrays[s["name"]] for s in here],
+                                        [arrays[f"{s['name']}.positive"] for s in here])
             union = detection_metrics(arrays["id"], worst_union)[0 if metric == "auroc" else 1]
             values = [(p, v) for p, v in raw[d].items() if not math.isnan(v)]
             worst_set, worst = "", math.nan
@@ -147,9 +152,7 @@ def expected_table(run: RunFiles, curves: pd.DataFrame) -> pd.DataFrame:
                          "n_sets_cr": n_cr, "cr_cc_ind_avg": cc_avg, "cr_cc_ind_worst": cc_worst, "n_sets_cr_cc": n_cc,
                          "stability": _sc(acc[d], strength, alpha), "alpha": alpha,
                          "stability_eps": _sweep(acc[d], sets), "reference": reference, "n_sets": len(values),
-                         "backend": str(run.info.get("detector_backend", "")),
-                         "positives": str((run.info.get("protocol") or {}).get("ood_positives", "successful")),
-                         "protocol": str((run.info.get("protocol") or {}).get("name", "strong"))})
+                         "backend": backend_of(run, d), "positives": positives_rule(run), "protocol": run.protocol})
     return pd.DataFrame(rows)
 
 
@@ -157,18 +160,21 @@ def verify_multiattack(run: RunFiles) -> list[str]:
     """Differences between ``multiattack_curves.csv`` / ``multiattack.csv`` as written and as re-derived from the
     run's scores, positive masks and ``run.json``; every ``multiattack.csv`` row must name its ``deviations``."""
     names = ("multiattack_curves.csv", "multiattack.csv")
-    lines = [f"{name} was not written" for name in names if not (run.path / name).is_file()]
+    lines = [f"{name} was not written" for name in names if not run.has(name)]
     if lines:
         return lines
     curves, written = expected_curves(run), run.table("multiattack.csv")
-    lines = differences("multiattack_curves.csv", curves, run.table("multiattack_curves.csv"), ["detector", "set"],
-                        ["backend", "attack", "norm", "eps", "auroc", "fpr95", "n_pos", "n_neg", "positives",
-                         "protocol"])
-    if len(curves[curves["attack"] != "union"]):
-        lines += differences("multiattack.csv", expected_table(run, curves), written, ["detector", "metric"],
-                             ["backend", "avg", "worst", "worst_set", "union", "cr_ind_avg", "cr_ind_worst", "n_sets_cr",
-                              "cr_cc_ind_avg", "cr_cc_ind_worst", "n_sets_cr_cc", "stability", "alpha",
-                              "stability_eps", "reference", "n_sets", "positives", "protocol"])
+    reference = str(run_params(run, "multiattack").get("reference", "best")).lower()
+    lines = compare(curves, run.table("multiattack_curves.csv"), ["detector", "set"],
+                    ["backend", "attack", "norm", "eps", "auroc", "fpr95", "n_pos", "n_neg", "positives", "protocol"],
+                    table="multiattack_curves.csv")
+    if reference != "best" and reference not in set(curves["detector"]):
+        lines.append(f"multiattack.csv: reference detector {reference!r} has no scores in the run")
+    elif len(curves[curves["attack"] != "union"]):
+        lines += compare(expected_table(run, curves), written, ["detector", "metric"],
+                         ["backend", "avg", "worst", "worst_set", "union", "cr_ind_avg", "cr_ind_worst", "n_sets_cr",
+                          "cr_cc_ind_avg", "cr_cc_ind_worst", "n_sets_cr_cc", "stability", "alpha", "stability_eps",
+                          "reference", "n_sets", "positives", "protocol"], table="multiattack.csv")
     elif len(written):
         lines.append("multiattack.csv: rows written but no set was scored")
     if "deviations" not in written.columns or (len(written) and written["deviations"].isna().any()):

@@ -2,9 +2,10 @@
 hand-built case, on MEAD's published rows and on real CIFAR-10 adversarial sets, and its ``verify`` hook."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-from dataclasses import dataclass, field
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +20,14 @@ import yaml
 from sklearn import metrics as skm
 
 from advopenood import io as aio
-from advopenood import protocols, registry
+from advopenood import registry
 from advopenood.context import CleanRecord, RunContext
 from advopenood.data import limit_dataset, make_loader
 from advopenood.errors import UsageError
 from advopenood.models import weights_hash
+from advopenood.pipeline import run_info, write_scores
 from advopenood.store import AdvStore
+from advopenood.verify import RunFiles
 from advopenood_plugins import mead_attacks as ma
 from advopenood.attacks import Attack
 from advopenood_plugins.mead import (MEAD_COLUMNS, NORM_ORDER, PATCH, SETTINGS, SUMMARY_COLUMNS, SetInfo, attack_kind,
@@ -32,40 +35,6 @@ from advopenood_plugins.mead import (MEAD_COLUMNS, NORM_ORDER, PATCH, SETTINGS, 
                                      worst_case_scores)
 
 REPO = Path(__file__).resolve().parents[1]
-
-if not hasattr(RunContext, "success"):  # the core contract of common.md, until master has it; then this block goes
-    def _success(self: RunContext, name: str) -> np.ndarray:
-        adv = self.adv_sets[name]
-        seen = getattr(adv, "seen", None)
-        return np.asarray(seen if seen is not None else adv.records["success"].to_numpy(), dtype=bool)
-
-    def _ood_positives(self: RunContext, name: str) -> np.ndarray:
-        adv = self.adv_sets[name]
-        if adv.source != "id" or protocols.get(self.protocol).ood_positives == "all":
-            return np.ones(len(adv), dtype=bool)
-        return self.success(name)
-
-    RunContext.success, RunContext.ood_positives = _success, _ood_positives
-
-try:
-    from advopenood.verify import RunFiles
-except ImportError:  # until master has advopenood/verify.py (common.md): the part of RunFiles the hooks read
-    @dataclass
-    class RunFiles:  # type: ignore[no-redef]
-        path: Path
-        info: dict[str, Any] = field(default_factory=dict)
-
-        def table(self, name: str) -> pd.DataFrame:
-            return pd.read_csv(self.path / name)
-
-        @property
-        def detectors(self) -> list[str]:
-            return sorted(p.stem for p in (self.path / "scores").glob("*.npz"))
-
-        def scores(self, det: str) -> dict[str, np.ndarray]:
-            with np.load(self.path / "scores" / f"{det}.npz") as d:
-                return {k: d[k] for k in d.files}
-
 
 # --- objectives ---------------------------------------------------------------------------------------------------
 
@@ -341,12 +310,6 @@ def logit_scores(model: nn.Module, batches) -> dict[str, np.ndarray]:
     return {"msp": torch.cat(msp).numpy(), "mls": torch.cat(mls).numpy()}
 
 
-def seen_success(model: nn.Module, adv) -> np.ndarray:
-    """Success (``pred != y``) of the images as the detectors see them (the set's ``quantize`` view)."""
-    with torch.no_grad():
-        return np.concatenate([(model(x).argmax(1) != y).numpy() for x, y in adv.iter_batches(64)])
-
-
 def build_context(model, ds, attacks: dict[str, tuple[str, dict]], out: Path, n: int,
                   quantize: str = "none") -> RunContext:
     """A RunContext by hand: ``n`` real CIFAR-10 test images, the given attacks (set name -> (registry name,
@@ -357,11 +320,11 @@ def build_context(model, ds, attacks: dict[str, tuple[str, dict]], out: Path, n:
     store = AdvStore(out / "adv", shard_size=64)
     adv_sets = {}
     for set_name, (name, params) in attacks.items():
-        adv = store.generate(id_set, model, registry.get("attacks", name)(**params), model_hash=weights_hash(model),
-                             seed=0, device=torch.device("cpu"), progress=False)
+        attack = registry.get("attacks", name)(**params)
+        adv = store.generate(id_set, model, attack, model_hash=weights_hash(model), seed=0, device=torch.device("cpu"),
+                             progress=False)
         adv.set_name, adv.quantize = set_name, quantize
-        if quantize != "none":
-            adv.seen = seen_success(model, adv)
+        adv.see(model, attack, 64, torch.device("cpu"))
         adv_sets[set_name] = adv
     clean = logit_scores(model, make_loader(id_set, 64))
     scores = {d: {"id": clean[d]} for d in clean}
@@ -583,22 +546,15 @@ def test_mead_csv_never_puts_mpgd_in_a_norm_group(patch_run):
 
 def write_run(out: Path, ctx: RunContext, tables: dict[str, pd.DataFrame], evaluator: str,
               params: dict[str, Any]) -> RunFiles:
-    """A run folder as the pipeline writes it (common.md): the tables (``%.6g``), ``scores/<det>.npz`` with each
-    set's ``.success`` and ``.positive`` masks, and ``run.json``."""
+    """A run folder as the pipeline writes it: the tables (``%.6g``), ``scores/<det>.npz`` with each set's
+    ``.success`` and ``.positive`` masks (the core's ``write_scores``) and ``run.json`` (``run_info``) for a run
+    of ``evaluator`` with ``params``."""
+    ctx = dataclasses.replace(ctx, out=out, config={"evaluators": [evaluator], "evaluator_params": {evaluator: params}})
     for name, table in tables.items():
         aio.write_csv(out / name, table)
-    masks = {}
-    for name in ctx.adv_sets:
-        masks[f"{name}.success"], masks[f"{name}.positive"] = ctx.success(name), ctx.ood_positives(name)
-    (out / "scores").mkdir(parents=True, exist_ok=True)
-    for det, by_set in ctx.scores.items():
-        np.savez(out / "scores" / f"{det}.npz", **by_set, **masks)
-    info = {"config": {"evaluators": [evaluator], "evaluator_params": {evaluator: params}},
-            "protocol": protocols.get(ctx.protocol).as_dict(), "detector_backend": ctx.backend,
-            "attacks": {name: {"attack": a.attack, "params": a.params, "source": a.source}
-                        for name, a in ctx.adv_sets.items()}}
-    (out / "run.json").write_text(json.dumps(info))
-    return RunFiles(out, info)
+    write_scores(ctx)
+    (out / "run.json").write_text(json.dumps(run_info(ctx, {}), default=str))
+    return RunFiles.open(out)
 
 
 L2_ATTACKS = {"pgd_ce_l2@0.25": ("mead_pgd_ce_l2", {"eps": 0.25, "steps": 2}),
@@ -677,3 +633,34 @@ def test_verify_follows_the_evaluators_parameters(df_run, tmp_path):
     assert verify(write_run(tmp_path / "a", ctx, tables, "mead", params)) == []
     lines = verify(write_run(tmp_path / "b", ctx, tables, "mead", {}))  # the same tables read as a default run's
     assert lines and all("is missing" in line for line in lines)
+
+
+@pytest.fixture(scope="module")
+def cli_run(session_cache, tmp_path_factory) -> Path:
+    """A real ``advopenood run`` (demo data and net) with FGSM, PGD and DeepFool, the mead and multiattack
+    evaluators, under ``lorenz2024`` (8-bit images, every attacked image an OOD positive)."""
+    from advopenood.cli import main
+
+    out = tmp_path_factory.mktemp("mead_cli") / "run"
+    assert main(["run", "--config", "demo", "--out", str(out), "--quiet", "--limit", "80", "--protocol", "lorenz2024",
+                 "--attack", "fgsm,pgd,df", "--detectors", "msp,ebo,knn,mds", "--evaluator", "mead,multiattack",
+                 "--analysis", ""]) == 0
+    return out
+
+
+@pytest.mark.parametrize("table, column", [(None, None), ("mead.csv", "fpr95"), ("mead_summary.csv", "auroc"),
+                                           ("multiattack.csv", "cr_ind_worst"), ("multiattack_curves.csv", "auroc")])
+def test_advopenood_verify_rederives_both_evaluators_tables(cli_run, tmp_path, capsys, table, column):
+    from advopenood.cli import main
+
+    run = tmp_path / "run"
+    shutil.copytree(cli_run, run)
+    if table is not None:
+        df = pd.read_csv(run / table)
+        df.loc[0, column] = df.loc[0, column] + 0.5
+        aio.write_csv(run / table, df)
+    assert main(["verify", str(run)]) == (0 if table is None else 1)
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if "DIFFERENCE" in line]
+    assert "not re-derived" not in out  # both evaluators declare Verifiable
+    assert (lines == []) if table is None else (len(lines) == 1 and f"{table}: " in lines[0] and column in lines[0])
