@@ -68,3 +68,12 @@ def demo_net(session_cache: Path):
     from advopenood.models.demo import demo_model
 
     return demo_model(session_cache, seed=0, progress=False)
+
+
+def make_plan(**settings):
+    """A run plan for tests that build a :class:`~advopenood.evaluation.context.RunContext` by hand: a CIFAR-size
+    model section and a demo ID set unless ``settings`` say otherwise, no attacks, detectors or plugins."""
+    from advopenood.config.loading import validate
+
+    return validate({"model": {"arch": "resnet20"}, "data": {"id": {"kind": "demo"}}, "attacks": [], "detectors": "",
+                     "evaluators": "", **settings})

@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from conftest import make_plan
 from advopenood import registry
 from advopenood.evaluation.context import CleanRecord, RunContext
 from advopenood.data.datasets import Subset, build_dataset, stack
@@ -295,7 +296,7 @@ def test_analysis_plugin_writes_both_tables(demo_net, tmp_path: Path):
     x, y = stack(id_set, list(range(8)))
     with torch.no_grad():
         pred = demo_net(x).argmax(1).numpy()
-    ctx = RunContext(config={"attacks": ["pgd", "df"], "attack_params": {"pgd": {"steps": 10}}}, out=tmp_path,
+    ctx = RunContext(plan=make_plan(attacks=["pgd", "df"], attack_params={"pgd": {"steps": 10}}), out=tmp_path,
                      model=demo_net, device=torch.device("cpu"), seed=0, dataset="digits", arch="democnn",
                      id_set=Subset(id_set, np.arange(8)), fit_set=id_set, ood_sets={}, adv_sets={},
                      clean=CleanRecord(y=y.numpy(), pred=pred))
@@ -315,7 +316,7 @@ def test_analysis_plugin_writes_both_tables(demo_net, tmp_path: Path):
 
 def test_analysis_without_an_attack_is_a_usage_error(demo_net, tmp_path: Path):
     id_set = build_dataset({"kind": "demo", "name": "digits", "split": "test"}, None, 1, 16)
-    ctx = RunContext(config={"attacks": []}, out=tmp_path, model=demo_net, device=torch.device("cpu"), seed=0,
+    ctx = RunContext(plan=make_plan(), out=tmp_path, model=demo_net, device=torch.device("cpu"), seed=0,
                      dataset="digits", arch="democnn", id_set=id_set, fit_set=id_set, ood_sets={}, adv_sets={},
                      clean=CleanRecord(y=np.zeros(0), pred=np.zeros(0)))
     with pytest.raises(UsageError, match="pgd"):

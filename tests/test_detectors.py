@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import make_plan
 from advopenood import registry
 from advopenood.evaluation.context import CleanRecord, RunContext
 from advopenood.data.datasets import limit_dataset, make_loader
@@ -293,7 +294,7 @@ def test_vim_dim_and_nnguide_bank():
 
 
 def _context(bench, tmp_path, scores, errors) -> RunContext:
-    return RunContext(config={}, out=tmp_path, model=bench["model"], device=CPU, seed=0, dataset="cifar10",
+    return RunContext(plan=make_plan(), out=tmp_path, model=bench["model"], device=CPU, seed=0, dataset="cifar10",
                       arch="resnet20", id_set=bench["id"], fit_set=bench["fit"], ood_sets={"mnist": bench["mnist"]},
                       adv_sets={"pgd": bench["adv"]}, clean=CleanRecord(np.zeros(1), np.zeros(1)), batch_size=BS,
                       backend="pytorch-ood", scores=scores, detector_errors=errors)

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
+from conftest import make_plan
 from advopenood import registry
 from advopenood.evaluation.context import CleanRecord, RunContext
 from advopenood.data.datasets import build_dataset, limit_dataset, stack
@@ -115,7 +116,7 @@ def weak_fgsm_run(cifar_model, data_root, tmp_path_factory):
     x, y = stack(ds)
     with torch.no_grad():
         pred = cifar_model(x).argmax(1).numpy()
-    ctx = RunContext(config={}, out=out, model=cifar_model, device=CPU, seed=0, dataset="cifar10", arch="resnet20",
+    ctx = RunContext(plan=make_plan(), out=out, model=cifar_model, device=CPU, seed=0, dataset="cifar10", arch="resnet20",
                      id_set=ds, fit_set=ds, ood_sets={}, adv_sets={"fgsm": adv}, clean=CleanRecord(y.numpy(), pred),
                      batch_size=40, protocol="lorenz2024", extras={"progress": False})
     clean_rule = GradCamAnalysis(target="clean", n_examples=0)(dataclasses.replace(ctx, out=out / "clean_target"))

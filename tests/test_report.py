@@ -15,9 +15,11 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
+from conftest import make_plan
 from advopenood import io as aio
 from advopenood import registry
-from advopenood.outputs import results as outputs
+from advopenood.outputs.results import results as outputs
+from advopenood.run.pipeline import write_scores
 from advopenood.evaluation.context import CleanRecord, RunContext
 from advopenood.data.datasets import build_dataset, limit_dataset, make_loader, stack
 from advopenood.models.classifier import weights_hash
@@ -68,14 +70,15 @@ def tiny_run(cifar_model, data_root, tmp_path_factory):
                "texture": _confidences(cifar_model, make_loader(ood_set, 16))}
     per_set.update({name: _confidences(cifar_model, adv.iter_batches(16)) for name, adv in adv_sets.items()})
     scores = {det: {s: per_set[s][det] for s in per_set} for det in ("msp", "mls", "ebo")}
-    config = {"name": "tiny", "seed": 0, "data": {"dataset": "cifar10"}, "attacks": list(attacks)}
-    ctx = RunContext(config=config, out=out, model=cifar_model, device=CPU, seed=0, dataset="cifar10", arch="resnet20",
+    plan = make_plan(name="tiny", data={"dataset": "cifar10", "id": {"kind": "demo"}}, attacks=list(attacks))
+    ctx = RunContext(plan=plan, out=out, model=cifar_model, device=CPU, seed=0, dataset="cifar10", arch="resnet20",
                      id_set=id_set, fit_set=id_set, ood_sets={"texture": ood_set}, adv_sets=adv_sets,
                      clean=CleanRecord(y.numpy(), pred), batch_size=N, backend="builtin", scores=scores,
                      extras={"progress": False})
     plugins = [registry.get("evaluators", "ood")(), registry.get("evaluators", "mead")(),
                registry.get("analyses", "gradcam")(n_examples=2),
                registry.get("analyses", "bintest")(n_inner=40, n_random=20, limit=2, attacks=["pgd"], progress=False)]
+    write_scores(ctx)  # the core's step before the evaluators
     results = [plugin(ctx) for plugin in plugins]
     clean_acc = float(100 * np.mean(pred == y.numpy()))
     asr = []
@@ -355,4 +358,4 @@ def test_collect_writes_tables_with_the_protocol(tmp_path):
     sections = outputs.collect(tmp_path, {"mine.csv": pd.DataFrame({"a": [1]}), "mine.md": pd.DataFrame({"a": [1]})},
                                "lorenz2024", "mine")
     assert sections == [] and pd.read_csv(tmp_path / "mine.csv").to_dict("list") == {"a": [1], "protocol": ["lorenz2024"]}
-    assert "protocol" not in (tmp_path / "mine.md").read_text()
+    assert "| protocol |" in (tmp_path / "mine.md").read_text()  # a pasted Markdown table says how it was made

@@ -303,7 +303,7 @@ def test_surrogate_is_a_real_model_of_the_target_input_format(cifar_run, session
 def test_mahmood2021_protocol_uses_the_papers_adversary_and_names_its_deviations(cifar_run, tmp_path):
     ctx, _, _ = cifar_run
     ctx = dataclasses.replace(ctx, protocol="mahmood2021", out=tmp_path,
-                              config={**ctx.config, "cache_dir": str(tmp_path / "cache")})
+                              plan=ctx.plan.replace(cache_dir=str(tmp_path / "cache")))
     got = TransferAnalysis(fractions=[], attacks=["fgsm"], epochs=1, limit=32)(ctx)["transfer.csv"]
     assert list(got.columns) == CSV_COLUMNS and len(got) == 2  # pure surrogate x fgsm x {msp, mds}
     assert (got.protocol == "mahmood2021").all() and np.allclose(got.eps, 0.05)  # App. B.2, not our 8/255
