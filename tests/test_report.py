@@ -94,7 +94,7 @@ def tiny_run(cifar_model, data_root, tmp_path_factory):
         sections += outputs.collect(out, result, "strong", label)
     outputs.write_sections(out, sections)
     aio.write_json(out / "run.json", {
-        "config": config, "seed": 0, "versions": library_versions(), "clean_acc": clean_acc,
+        "config": plan.dump(), "seed": 0, "versions": library_versions(), "clean_acc": clean_acc,
         "model": {"arch": "resnet20", "weights_sha256": weights_hash(cifar_model)},
         "data": {"id": id_set.identity()},
         "attacks": {k: {"attack": k, "key": a.key, "params": a.params, **a.stats} for k, a in adv_sets.items()},
