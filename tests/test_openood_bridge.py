@@ -286,7 +286,7 @@ def test_eval_ood_mead_on_a_trained_model_where_attacks_fail(openood_tree, runs,
     from advopenood.cli.eval_ood import eval_ood_main
 
     t, cache = openood_tree, tmp_path / "cache"
-    args = eval_args(t, runs, "msp", "--attack", "fgsm,pgd", "--eps", "1/255", "--mead", "--save-csv", "--save-score")
+    args = eval_args(t, runs, "msp", "--attack", "fgsm,pgd", "--eps", "1/255", "--evaluator", "mead", "--save-csv", "--save-score")
     assert eval_ood_main([*args, "--cache-dir", str(cache)]) == 0
     success = {a: _records(_stored(cache, a)).success.to_numpy(bool) for a in ("fgsm", "pgd")}
     assert not success["fgsm"].all()
@@ -314,7 +314,7 @@ def test_eval_ood_split_where_every_attack_failed(openood_tree, runs, tmp_path):
     from advopenood.cli.eval_ood import eval_ood_main
 
     t, cache = openood_tree, tmp_path / "cache"
-    args = eval_args(t, runs, "msp", "--attack", "fgsm", "--eps", "1/10000", "--limit", "4", "--seed", "1", "--mead",
+    args = eval_args(t, runs, "msp", "--attack", "fgsm", "--eps", "1/10000", "--limit", "4", "--seed", "1", "--evaluator", "mead",
                      "--save-csv")
     assert eval_ood_main([*args, "--cache-dir", str(cache)]) == 0
     assert _records(_stored(cache, "fgsm")).success.sum() == 0

@@ -38,6 +38,7 @@ import torch.nn as nn
 from torch.utils.data import DataLoader
 
 from advopenood import io as aio
+from advopenood import registry
 from advopenood.attacks.base import build_attack
 from advopenood.attacks.store import AdvSet, AdvStore
 from advopenood.capabilities import bind_attack, is_detector_aware
@@ -80,8 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save-csv", action="store_true")
     p.add_argument("--save-score", action="store_true")
     p.add_argument("--fsood", action="store_true")
-    p.add_argument("--mead", action="store_true",
-                   help="also print and save MEAD's worst case over the adversarial splits (OUT: <root>/ood/<pp>_mead_<s>.csv)")
+    p.add_argument("--evaluator", help="comma-separated registered evaluators run on the adversarial splits, e.g. mead "
+                                       "(OUT: <root>/ood/<pp>_<table>_<s>.csv for each table, e.g. msp_mead_s0.csv)")
     p.add_argument("--attack", help="comma-separated attacks whose adversarial test sets become OOD splits, e.g. pgd,fgsm")
     p.add_argument("--eps", help="attack budget, e.g. 8/255 (default: the paper's for the input size)")
     p.add_argument("--data-root", help="OpenOOD's data folder (default <OpenOOD checkout>/data, as the script)")
@@ -176,6 +177,7 @@ def eval_ood_main(argv: list[str]) -> int:
                          f"for it; valid choices here: plain-classifier postprocessors such as msp, odin, mds, knn")
     size = 224 if args.id_data == "imagenet200" else 32
     attacks = _attacks(args.attack, args.eps, size, args.postprocessor)
+    evaluators = registry.parse_names("evaluators", args.evaluator, [])
     device = torch.device(args.device)
     data_root = Path(args.data_root) if args.data_root else openood_root() / "data"
     config_root = Path(args.config_root) if args.config_root else openood_root() / "configs"
@@ -209,10 +211,13 @@ def eval_ood_main(argv: list[str]) -> int:
                     pickle.dump(pp, f, pickle.HIGHEST_PROTOCOL)
             metrics = evaluator.eval_ood(fsood=args.fsood)
             all_metrics.append(metrics.to_numpy())
-            if args.mead:
-                mead = evaluator.eval_mead(protocol=DEFAULT_PROTOCOL)
-                print(mead.to_string(index=False))
-                aio.write_csv(root / ("fsood" if args.fsood else "ood") / f"{name}_mead_{sub.name}.csv", mead)
+            for chosen in evaluators:
+                task = root / ("fsood" if args.fsood else "ood")
+                result = evaluator.evaluate(chosen, protocol=DEFAULT_PROTOCOL, out=task / f"{name}_{chosen}_{sub.name}")
+                for fname, table in result.tables.items():
+                    if fname.endswith(".csv"):
+                        print(table.to_string(index=False))
+                        aio.write_csv(task / f"{name}_{Path(fname).stem}_{sub.name}.csv", table)
             if args.save_score:
                 scores_file.parent.mkdir(parents=True, exist_ok=True)
                 with open(scores_file, "wb") as f:

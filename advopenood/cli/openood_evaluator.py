@@ -39,6 +39,9 @@ from advopenood.attacks.store import AdvSet
 from advopenood.detection.bank import create_detector
 from advopenood.detection.openood_backend import OPENOOD_INSTALL, openood_importable
 from advopenood.errors import UsageError
+from advopenood.config.loading import validate
+from advopenood.evaluation.context import CleanRecord, RunContext
+from advopenood.outputs.results import Results, as_results
 from advopenood.run.pipeline import asr_row
 
 ADAPTER_PREFIX = "advopenood_"
@@ -168,7 +171,7 @@ def adv_evaluator_class() -> type:
         def add_adv_split(self, name: str, loader: Any, adv: AdvSet | None = None) -> None:
             """Inject one adversarial set (a loader of ``{'data', 'label'}`` batches of its successful examples in
             sample order, normalised as the ID data); ``adv`` (its store entry) gives the row's ``asr`` and
-            enables :meth:`eval_mead`."""
+            enables :meth:`evaluate`."""
             self.dataloader_dict["ood"].setdefault("adv", {})[name] = loader
             if adv is not None:
                 self.__dict__.setdefault("adv_sets", {})[name] = adv
@@ -218,19 +221,33 @@ def adv_evaluator_class() -> type:
             metrics = compute_all_metrics(np.concatenate([id_list[1], conf]), label, np.concatenate([id_list[0], pred]))
             return [100.0 * m for m in metrics[:4]] + [np.nan, float(len(conf)), asr]
 
-        def eval_mead(self, protocol: str = DEFAULT_PROTOCOL) -> pd.DataFrame:
-            """advopenood's ``mead`` evaluator (through the registry) on the adversarial splits, after
-            :meth:`eval_ood`: the worst case over every successful attack per (norm, eps) group and objective,
-            clean ID test images as negatives; a ``protocol`` column labels the table."""
-            mead = registry.create("evaluators", "mead")
+        def evaluate(self, name: str, params: dict[str, Any] | None = None, protocol: str = DEFAULT_PROTOCOL,
+                     out: Path | None = None) -> Results:
+            """Any registered evaluator (``eval-ood --evaluator NAME``) on the adversarial splits, after
+            :meth:`eval_ood`: its ``RunContext`` holds the postprocessor's confidences on the ID test set and on each
+            split (NaN where the attack failed: a split holds its successful examples only), the splits' store
+            entries, the clean predictions and a plan naming this evaluation; the model and data sets are OpenOOD's
+            and not in the context. Figures go under ``out``."""
+            import tempfile
+
             adv_sets = self.__dict__.get("adv_sets", {})
             scored = self.scores["ood"].get("adv", {})
             if not adv_sets or any(scored.get(n) is None for n in adv_sets):
-                raise UsageError("eval_mead needs adversarial splits added with their AdvSet (add_adv_split) and "
-                                 "scored by eval_ood; valid order: add_adv_split, eval_ood, eval_mead")
+                raise UsageError(f"evaluator {name!r} needs adversarial splits added with their AdvSet (add_adv_split) "
+                                 "and scored by eval_ood; valid order: add_adv_split, eval_ood, evaluate")
+            plugin = registry.create("evaluators", name, **(params or {}))
+            pp = type(self.postprocessor).__name__
             conf = {"id": self.scores["id"]["test"][1]}
             conf.update({n: per_sample(scored[n][1], a, n) for n, a in adv_sets.items()})
-            return mead.table({type(self.postprocessor).__name__: conf}, adv_sets, backend="openood", protocol=protocol)
+            pred, _, label = self.scores["id"]["test"]
+            plan = validate({"name": f"eval-ood {pp}", "protocol": protocol, "model": {"arch": "resnet18_32x32"},
+                             "data": {"dataset": self.id_name, "id": {"kind": "demo"}}, "attacks": [],
+                             "detectors": "", "evaluators": [name], "evaluator_params": {name: params or {}}})
+            ctx = RunContext(plan, Path(out or tempfile.mkdtemp()), self.net, next(self.net.parameters()).device, 0,
+                             self.id_name, type(self.net).__name__, None, None, {}, dict(adv_sets),
+                             CleanRecord(np.asarray(label), np.asarray(pred)), protocol=protocol, backend="openood",
+                             scores={pp: conf})
+            return as_results(plugin(ctx))
 
         def _id_scores(self, fsood: bool) -> list[np.ndarray]:
             """The ID (plus covariate-shifted ID under ``fsood``) predictions, confidences and labels."""
