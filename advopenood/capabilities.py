@@ -14,9 +14,9 @@ Attacks (:class:`advopenood.attacks.base.Attack` subclasses):
   ``members(plan)``, expanded when a config is read.
 
 Detectors (:class:`advopenood.detectors.Postprocessor` subclasses) declare what the shared pass must provide
-with class attributes (``requires_fit``, ``own_pass``, ``needs_taps``, ``needs_input_grad``, ``shared_fit``; see
-:class:`DetectorNeeds`), and a differentiable confidence by inheriting :class:`DifferentiableDetector`
-(``grad_score``), which is what detector-adaptive attacks need.
+with class attributes (``requires_fit``, ``own_pass``, ``needs_taps``, ``needs_input_grad``, ``needs_maps``,
+``shared_fit``; see :class:`DetectorNeeds`), and a differentiable confidence by inheriting
+:class:`DifferentiableDetector` (``grad_score``), which is what detector-adaptive attacks need.
 
 Analyses may declare a command-line subcommand (:class:`CommandAnalysis`); evaluators and analyses may declare
 that ``advopenood verify`` can re-derive their tables (:class:`Verifiable`).
@@ -37,7 +37,10 @@ class DetectorNeeds(Protocol):
 
     #: fits on ID training data (``fit``)
     requires_fit: ClassVar[bool]
-    #: needs input gradients or its own forward pass: not scored from the shared pass's outputs
+    #: runs the network itself while scoring (e.g. ODIN's forward on the perturbed input, or a plain
+    #: OpenOOD-interface detector's ``postprocess``): it is handed the real network, not only the shared pass's
+    #: outputs, so it is never scored from a set's stored logits and features, and on the ``openood`` backend
+    #: OpenOOD's class runs on the real network instead of the cached one
     own_pass: ClassVar[bool]
     #: reads every tapped intermediate map (``Outputs.taps``); the shared pass records them only then
     needs_taps: ClassVar[bool]
@@ -53,7 +56,7 @@ class DetectorNeeds(Protocol):
 class DifferentiableDetector(abc.ABC):
     """A detector whose confidence is differentiable in the input (BPDA where a part is not: Athalye et al.,
     ICML 2018, "the forward value is the detector's, the backward pass a surrogate"). Every registered detector
-    that inherits this gets ``adaptive_<name>`` and ``adaptive_ood_<name>`` attacks."""
+    that inherits this gets ``adaptive_<name>``, ``adaptive_ood_<name>`` and ``adaptive_apgd_<name>`` attacks."""
 
     @abc.abstractmethod
     def grad_score(self, net: Any, x: Tensor, out: Any) -> Tensor:

@@ -9,7 +9,7 @@ and ``inference(net, loader) -> (pred, conf, label)``. Two backends implement th
   config. Its hard-coded ``.cuda()`` calls are redirected to the run's device, and the network is wrapped
   in ``ReactNet`` / ``ASHNet`` / ``ScaleNet`` for REACT / ASH / SCALE exactly as OpenOOD's ``Evaluator`` does.
 * ``pytorch-ood`` (always available): the same detectors from the pytorch-ood package with OpenOOD's default
-  hyperparameters mapped (see ``plugins/detectors.py`` and README.md, "Detectors").
+  hyperparameters mapped (see ``plugins/detectors.py`` and docs/detectors.md).
 
 :func:`score_all` scores every selected detector from *one* network pass per input batch (logits,
 penultimate features and last-block maps are computed once and handed to each detector; GRAM reads every
@@ -84,7 +84,10 @@ class Postprocessor:
     openood_wrapper: ClassVar[tuple[str, str] | None] = None
     #: fits on ID training data (``setup`` / :meth:`fit`)
     requires_fit: ClassVar[bool] = False
-    #: needs input gradients or intermediate maps: scored with its own network pass
+    #: runs the network itself while scoring (e.g. ODIN's forward on the perturbed input, or a plain
+    #: OpenOOD-interface detector's ``postprocess``): it is handed the real network, not only the shared pass's
+    #: outputs, so it is never scored from a set's stored logits and features, and on the ``openood`` backend
+    #: OpenOOD's class runs on the real network instead of the cached one
     own_pass: ClassVar[bool] = False
     #: reads every tapped map (``Outputs.taps``); the shared pass records them only when such a detector scores
     needs_taps: ClassVar[bool] = False
@@ -121,7 +124,11 @@ class Postprocessor:
 
     @classmethod
     def default_params(cls) -> dict[str, Any]:
-        """OpenOOD's ``postprocessor_args`` for this detector (from our YAML copy)."""
+        """The parameters this detector accepts, name -> default: the constructor refuses any other name (besides
+        ``fit_size``) in one line and checks each value's type against its default, and ``self.params`` holds the
+        defaults updated with the given values. A third-party detector declares its parameters by overriding this
+        classmethod (e.g. ``return {"temperature": 1.0}``); for a built-in with an ``openood_name`` it returns
+        OpenOOD's ``postprocessor_args`` from our copy of its YAML, and an empty mapping otherwise."""
         return openood_args(cls.openood_name) if cls.openood_name else {}
 
     @property
