@@ -40,13 +40,22 @@ setup(
         "matplotlib>=3.6",
     ],
     extras_require={
-        # OpenOOD is not on PyPI: install it from its repository first
-        # (git clone https://github.com/Jingkang50/OpenOOD && pip install --no-deps -e OpenOOD),
-        # then `pip install advopenood[openood]` adds the few packages its postprocessors import
-        # (libmr first needs `pip install Cython && pip install --no-build-isolation libmr`; under NumPy 2
-        # imgaug needs the three-line patch in README.md, "Installing OpenOOD (and the imgaug patch for NumPy 2)").
-        "openood": ["faiss-cpu", "statsmodels", "libmr", "diffdist", "timm", "imgaug", "gdown"],
+        # OpenOOD is not on PyPI (nor is advopenood): install it from its repository first, without its own
+        # requirements (they ask for faiss-gpu, opencv-python, pre-commit and pins we do not want):
+        #   git clone https://github.com/Jingkang50/OpenOOD && pip install --no-deps -e OpenOOD
+        # then, from this checkout, `pip install -e '.[openood]'` adds what importing OpenOOD's evaluation API needs
+        # (openood.evaluation_api imports foolbox too). imgaug must come separately, `pip install --no-deps imgaug`,
+        # because its requirements name opencv-python, which clashes with the headless build; the extra lists what
+        # it needs at import instead (six ... Shapely). libmr builds from source:
+        # `pip install Cython numpy && pip install --no-build-isolation libmr`. Under NumPy 2, imgaug needs the
+        # three-line patch in docs/openood.md, "Installing OpenOOD (and the imgaug patch for NumPy 2)".
+        "openood": ["faiss-cpu", "statsmodels", "diffdist", "timm", "gdown", "opencv-python-headless", "json5",
+                    "foolbox>=3.3,<3.4", "six", "scipy<2", "Pillow", "matplotlib", "scikit-image", "imageio",
+                    "Shapely"],
         "test": ["pytest>=7", "setuptools>=64", "wheel"],
+        # the manual: `mkdocs build --strict` (mkdocs.yml); mkdocstrings reads the sources without importing them
+        "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10", "mkdocstrings[python]>=1,<2",
+                 "mkdocstrings-python>=2,<3", "griffe-sphinx>=0.3,<1"],
     },
     entry_points={
         "console_scripts": ["advopenood = advopenood.cli:main"],
