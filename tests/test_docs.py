@@ -1,14 +1,26 @@
-"""The documents' links resolve, and the core imports no plugin (no data needed)."""
+"""The documents: links resolve, every CLI flag and every registered plugin has an entry in the manual, the README
+stays short, the manual builds in CI, and the core imports no plugin (no data needed)."""
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
 import pytest
+import yaml
+
+from advopenood import registry
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = ["README.md", "ARCHITECTURE.md", "benchmarks/README.md"]
+PAGES = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").rglob("*.md"))
+DOCS = ["README.md", "ARCHITECTURE.md", "benchmarks/README.md", *PAGES]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+#: pymdownx.snippets: a line ``--8<-- "path"`` is replaced by the file at ``path`` (relative to the repository root)
+SNIPPET = re.compile(r'^[ \t]*--8<--[ \t]+"([^"]+)"[ \t]*$', re.M)
+#: the page names the other branches' sections are moved into (issue 25): kept stable
+STABLE_PAGES = ["index", "getting-started", "concepts", "attacks", "detectors", "evaluators", "analyses", "openood",
+                "plugins", "reproducing", "benchmarks", "troubleshooting", "cli", "architecture"]
+README_MAX_LINES = 200
 
 
 def _prose(text: str) -> str:
@@ -32,6 +44,23 @@ def local_links(doc: str) -> list[str]:
             if not re.match(r"[a-z][a-z0-9+.-]*:", t)]  # http:, https:, mailto: are not checked
 
 
+def expanded(text: str) -> str:
+    """A page as the docs site shows it: every snippet line replaced by the file it names."""
+    return SNIPPET.sub(lambda m: (REPO / m.group(1)).read_text(), text)
+
+
+def manual() -> str:
+    """Every page of the manual, snippets included."""
+    return "\n".join(expanded((REPO / page).read_text()) for page in PAGES)
+
+
+def code_tokens(text: str) -> set[str]:
+    """The words of every inline code span and fenced code block (``adaptive_<det>`` stays one word)."""
+    blocks = re.findall(r"^```.*?^```", text, flags=re.S | re.M)
+    spans = re.findall(r"`([^`\n]+)`", re.sub(r"^```.*?^```", "", text, flags=re.S | re.M))
+    return {word for part in blocks + spans for word in re.findall(r"[\w<>]+", part)}
+
+
 @pytest.mark.parametrize("doc", DOCS)
 def test_every_local_link_resolves(doc):
     source = REPO / doc
@@ -42,6 +71,16 @@ def test_every_local_link_resolves(doc):
         assert file.exists(), f"{doc}: link to missing {target}"
         if anchor and file.suffix == ".md":
             assert anchor in anchors(file), f"{doc}: no heading for #{anchor} in {file.relative_to(REPO)}"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_pages_link_only_inside_the_manual(page):
+    """A page's relative links stay in ``docs/`` (the site has nothing else; ``mkdocs build --strict`` fails)."""
+    docs = (REPO / "docs").resolve()
+    for target in local_links(page):
+        path = target.partition("#")[0]
+        if path:
+            assert docs in (REPO / page).parent.joinpath(path).resolve().parents, f"{page}: {target} leaves docs/"
 
 
 @pytest.mark.parametrize("heading, expected", [
@@ -75,3 +114,117 @@ def test_code_names_only_documents_that_exist():
         for doc in re.findall(r"\b((?:docs|benchmarks)/[\w./-]+\.md|ARCHITECTURE\.md)\b", path.read_text()):
             if path.name != "test_docs.py":
                 assert (REPO / doc).is_file(), f"{path.name} names missing {doc}"
+
+
+# ------------------------------------------------------------------------------------------- the manual itself
+
+
+def test_readme_stays_short():
+    lines = len((REPO / "README.md").read_text().splitlines())
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; the manual (docs/) holds the rest"
+
+
+@pytest.mark.parametrize("page", STABLE_PAGES)
+def test_stable_page_exists(page):
+    assert (REPO / "docs" / f"{page}.md").is_file()
+
+
+def _nav_pages(nav) -> list[str]:
+    """The page files a mkdocs nav names, depth first."""
+    if isinstance(nav, str):
+        return [nav]
+    if isinstance(nav, dict):
+        return [p for value in nav.values() for p in _nav_pages(value)]
+    return [p for item in nav for p in _nav_pages(item)]
+
+
+def test_nav_names_every_page_and_only_pages():
+    nav = _nav_pages(yaml.safe_load((REPO / "mkdocs.yml").read_text())["nav"])
+    assert sorted(nav) == sorted(p.removeprefix("docs/") for p in PAGES)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_snippets_name_files_that_exist(page):
+    for path in SNIPPET.findall((REPO / page).read_text()):
+        assert (REPO / path).is_file(), f"{page} includes missing {path}"
+
+
+def test_ci_builds_the_manual_strictly():
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "pip install -q -e '.[docs]'" in ci and re.search(r"mkdocs build --strict\b", ci)
+    assert ci.index("pytest") < ci.index("mkdocs build")
+
+
+# ------------------------------------------------------------------------------ every flag has an entry
+
+
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    from advopenood.cli.eval_ood import build_parser as eval_ood_parser
+    from advopenood.cli.main import build_parser
+
+    top = build_parser()
+    sub = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    parsers = {"(top level)": top, **sub.choices}
+    parsers["eval-ood"] = eval_ood_parser()  # the bridge parses its own flags (its subparser has add_help=False)
+    return parsers
+
+
+def cli_flags() -> list[tuple[str, str]]:
+    """``(subcommand, flag)`` for every option of every subcommand of ``advopenood`` and of ``eval-ood``."""
+    return sorted({(name, flag) for name, parser in _subparsers().items() for action in parser._actions
+                   for flag in action.option_strings if flag.startswith("--") and flag != "--help"})
+
+
+def documented_flags() -> set[tuple[str, str]]:
+    """``(subcommand, flag)`` pairs of docs/cli.md: a row's first cell names the flags, its ``subcommands`` cell
+    (last column) the subcommands; rows of the ``advopenood eval-ood`` section belong to ``eval-ood``."""
+    pairs = set()
+    section = ""
+    for line in (REPO / "docs" / "cli.md").read_text().splitlines():
+        if line.startswith("## "):
+            section = line
+        if not line.startswith("| `"):
+            continue
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        commands = ["eval-ood"] if "eval-ood" in section else [c.strip() for c in cells[-1].split(",")]
+        pairs |= {(command, flag) for flag in re.findall(r"--[a-z][a-z-]*", cells[0]) for command in commands}
+    return pairs
+
+
+@pytest.mark.parametrize("command, flag", cli_flags(), ids=lambda v: v)
+def test_every_cli_flag_has_an_entry(command, flag):
+    assert (command, flag) in documented_flags(), f"docs/cli.md has no row for {flag} of advopenood {command}"
+
+
+def test_every_documented_flag_exists():
+    assert documented_flags() <= set(cli_flags())
+
+
+# --------------------------------------------------------------------------- every plugin has an entry
+
+
+def plugin_names() -> list[tuple[str, str]]:
+    """``(kind, name)`` for every registered plugin (the plugin index: built-ins, generated ones, third parties')."""
+    index = registry.index()
+    return [(kind, name) for kind in registry.KINDS for name in sorted(index[kind])]
+
+
+def documented(name: str, tokens: set[str], detectors: list[str]) -> bool:
+    """A name is documented when it appears as code in the manual, or, for a name generated per detector
+    (``<prefix>_<det>``, e.g. ``adaptive_ood_mds``), when its pattern ``<prefix>_<det>`` does."""
+    if name in tokens:
+        return True
+    return any(name.endswith("_" + det) and f"{name[:-len(det) - 1]}_<det>" in tokens for det in detectors)
+
+
+@pytest.mark.parametrize("kind, name", plugin_names(), ids=lambda v: v)
+def test_every_registered_plugin_has_an_entry(kind, name):
+    detectors = sorted(registry.index()["detectors"])
+    assert documented(name, code_tokens(manual()), detectors), f"the manual (docs/) never names {kind[:-1]} {name!r}"
+
+
+def test_a_generated_name_counts_only_through_its_documented_pattern():
+    tokens = code_tokens("`adaptive_<det>` and `fgsm`, and\n```\nadaptive_ood_<det>\n```\n")
+    assert {"adaptive_<det>", "fgsm", "adaptive_ood_<det>"} <= tokens
+    assert documented("adaptive_ood_knn", tokens, ["knn"]) and documented("fgsm", tokens, ["knn"])
+    assert not documented("adaptive_apgd_knn", tokens, ["knn"]) and not documented("pgd", tokens, ["knn"])

@@ -5,7 +5,8 @@
 * ``register_with_openood`` fills OpenOOD's postprocessor map and its config lookup (``Evaluator`` by name, no
   download); ``advopenood eval-ood`` runs OpenOOD's evaluation with adversarial splits on a miniature OpenOOD data
   folder built from the data pack, with the pack's trained ResNet-18, on which some attacks fail (MEAD, n, asr);
-* the README's CPU snippet runs as written; a missing or broken OpenOOD gets the right one-line message.
+* the manual's CPU snippet (docs/openood.md) runs as written; a missing or broken OpenOOD gets the right one-line
+  message.
 """
 from __future__ import annotations
 
@@ -39,7 +40,9 @@ BS = 128
 CPU = torch.device("cpu")
 
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+REPO = Path(__file__).resolve().parents[1]
+#: the manual's OpenOOD page: the install section and the CPU snippet
+OPENOOD_PAGE = REPO / "docs" / "openood.md"
 
 
 @pytest.mark.skipif(HAVE_OPENOOD, reason="OpenOOD is installed here")
@@ -54,10 +57,10 @@ def test_without_openood_eval_ood_says_how_to_install(tmp_path):
     (True, ["OpenOOD is installed but does not import", "np.sctypes"], ["pip install"]),
     (False, ["not installed", r"pip install -e ./OpenOOD"], ["np.sctypes"]),
 ])
-def test_require_openood_points_at_the_readme_section(monkeypatch, installed, present, absent):
-    """A broken OpenOOD (imgaug under NumPy 2) is sent to the README's patch, not told to reinstall; a missing one
-    gets the install command. The section named exists in the README."""
-    from advopenood.cli.main import openood_evaluator as bridge
+def test_require_openood_points_at_the_docs_section(monkeypatch, installed, present, absent):
+    """A broken OpenOOD (imgaug under NumPy 2) is sent to the manual's patch, not told to reinstall; a missing one
+    gets the install command. The page and section named exist."""
+    from advopenood.cli import openood_evaluator as bridge
 
     monkeypatch.setattr(bridge, "openood_importable", lambda: (False, "AttributeError: `np.sctypes` was removed"))
     monkeypatch.setattr(bridge, "openood_installed", lambda: installed)
@@ -66,8 +69,8 @@ def test_require_openood_points_at_the_readme_section(monkeypatch, installed, pr
     message = str(err.value)
     assert "\n" not in message and bridge.README_SECTION in message
     assert all(p in message for p in present) and not any(a in message for a in absent)
-    title = re.search(r"section '(.+)'", bridge.README_SECTION).group(1)
-    assert re.search(rf"^#+ {re.escape(title)}$", README.read_text(), re.M)
+    page, title = re.fullmatch(r"(\S+\.md), section '(.+)'", bridge.README_SECTION).groups()
+    assert page.startswith("docs/") and re.search(rf"^#+ {re.escape(title)}$", (REPO / page).read_text(), re.M)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +89,7 @@ def both(pack_set, cifar_model, tmp_path_factory):
     return {"run": run, "adv": adv, "fit": fit_set, "tin": tin, "model": cifar_model}
 
 
-#: Detectors whose backends cannot agree to 1 point (README.md, "Detectors"): GRAM draws its 10 % held-out split with
+#: Detectors whose backends cannot agree to 1 point (docs/detectors.md): GRAM draws its 10 % held-out split with
 #: Python's ``random`` in OpenOOD and ``torch.randperm`` in pytorch-ood, so its bounds and layer normalisers differ;
 #: pytorch-ood's GEN clamps probabilities to [1e-7, 1 - 1e-7], which ties the saturated softmax outputs that PGD
 #: produces. Their gaps are bounded more loosely; every other detector has the same ranking under both backends.
@@ -363,22 +366,22 @@ def test_evaluator_by_name_prefers_the_config_root_yaml(openood_tree, tmp_path, 
     assert postprocessor_module.get_postprocessor(str(tmp_path / "none"), "ebo", "cifar10").temperature == 1
 
 
-def readme_snippet(marker: str) -> str:
-    """The Python block of README.md that follows the line holding ``marker``."""
-    text = README.read_text()
+def page_snippet(marker: str) -> str:
+    """The Python block of the manual's OpenOOD page that follows the line holding ``marker``."""
+    text = OPENOOD_PAGE.read_text()
     return re.search(re.escape(marker) + r".*?```python\n(.*?)```", text, re.S).group(1)
 
 
 @needs_openood
-def test_readme_cpu_snippet_runs(openood_tree, tmp_path, monkeypatch, no_download):
-    """The README's 'OpenOOD's Evaluator on the CPU' snippet, as written, in a folder laid out as it assumes."""
+def test_docs_cpu_snippet_runs(openood_tree, tmp_path, monkeypatch, no_download):
+    """The manual's 'OpenOOD's Evaluator on the CPU' snippet, as written, in a folder laid out as it assumes."""
     results = tmp_path / "results" / "cifar10_resnet18_32x32_base_e100_lr0.1_default" / "s0"
     results.mkdir(parents=True)
     (results / "best.ckpt").symlink_to(openood_tree["checkpoint"])
     (tmp_path / "data").symlink_to(openood_tree["data"])
     monkeypatch.chdir(tmp_path)
     original_cuda, scope = torch.Tensor.cuda, {}
-    exec(compile(readme_snippet("<!-- cpu-snippet -->"), "README.md", "exec"), scope)
+    exec(compile(page_snippet("<!-- cpu-snippet -->"), str(OPENOOD_PAGE), "exec"), scope)
     assert scope["metrics"].loc["farood", "AUROC"] > 50 and scope["evaluator"].metrics["id_acc"] > 70
     assert torch.Tensor.cuda is original_cuda and not (tmp_path / "configs").exists()
 

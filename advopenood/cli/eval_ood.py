@@ -17,7 +17,7 @@
   samples are its successful adversarial examples. Every CSV it writes has a ``protocol`` column.
 
 OpenOOD is imported lazily; when it is missing or does not import, every entry point raises a UsageError
-pointing at the README's OpenOOD installation section.
+pointing at the manual's OpenOOD installation section.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@
   samples are its successful adversarial examples. Every CSV it writes has a ``protocol`` column.
 
 OpenOOD is imported lazily; when it is missing or does not import, every entry point raises a UsageError
-pointing at the README's OpenOOD installation section.
+pointing at the manual's OpenOOD installation section.
 """
 from __future__ import annotations
 
@@ -49,8 +49,8 @@ ID_DATA = ("cifar10", "cifar100", "imagenet200")
 NUM_CLASSES = {"cifar10": 10, "cifar100": 100, "imagenet200": 200}
 #: Postprocessors whose OpenOOD script builds a special network; eval-ood runs only plain classifiers.
 SPECIAL_NETS = ("conf_branch", "godin", "rotpred", "cider", "reweightood", "npos", "palm", "t2fnorm")
-#: Where the README explains installing OpenOOD, and the imgaug patch it needs under NumPy 2.
-README_SECTION = "README.md, section 'Installing OpenOOD (and the imgaug patch for NumPy 2)'"
+#: Where the manual explains installing OpenOOD, and the imgaug patch it needs under NumPy 2.
+README_SECTION = "docs/openood.md, section 'Installing OpenOOD (and the imgaug patch for NumPy 2)'"
 #: The protocol every eval-ood output is labelled with unless another is passed.
 DEFAULT_PROTOCOL = "strong"
 
@@ -62,7 +62,7 @@ def openood_installed() -> bool:
 
 def require_openood() -> None:
     """Raise a UsageError when OpenOOD does not import: how to install it when it is missing, else the import
-    problem and the README section that fixes it (the imgaug patch under NumPy 2)."""
+    problem and the manual's section that fixes it (the imgaug patch under NumPy 2)."""
     ok, why = openood_importable()
     if ok:
         return

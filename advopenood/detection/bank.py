@@ -9,7 +9,7 @@ and ``inference(net, loader) -> (pred, conf, label)``. Two backends implement th
   config. Its hard-coded ``.cuda()`` calls are redirected to the run's device, and the network is wrapped
   in ``ReactNet`` / ``ASHNet`` / ``ScaleNet`` for REACT / ASH / SCALE exactly as OpenOOD's ``Evaluator`` does.
 * ``pytorch-ood`` (always available): the same detectors from the pytorch-ood package with OpenOOD's default
-  hyperparameters mapped (see ``plugins/detectors.py`` and README.md, "Detectors").
+  hyperparameters mapped (see ``plugins/detectors.py`` and docs/detectors.md).
 
 :func:`score_all` scores every selected detector from *one* network pass per input batch (logits,
 penultimate features and last-block maps are computed once and handed to each detector; GRAM reads every

@@ -9,7 +9,7 @@ and ``inference(net, loader) -> (pred, conf, label)``. Two backends implement th
   config. Its hard-coded ``.cuda()`` calls are redirected to the run's device, and the network is wrapped
   in ``ReactNet`` / ``ASHNet`` / ``ScaleNet`` for REACT / ASH / SCALE exactly as OpenOOD's ``Evaluator`` does.
 * ``pytorch-ood`` (always available): the same detectors from the pytorch-ood package with OpenOOD's default
-  hyperparameters mapped (see ``plugins/detectors.py`` and README.md, "Detectors").
+  hyperparameters mapped (see ``plugins/detectors.py`` and docs/detectors.md).
 
 :func:`score_all` scores every selected detector from *one* network pass per input batch (logits,
 penultimate features and last-block maps are computed once and handed to each detector; GRAM reads every
@@ -214,7 +214,7 @@ class _DictBatches(IterableDataset):
 class OpenOODPostprocessor(Postprocessor):
     """One of OpenOOD's own postprocessors (unchanged), fed by the shared pass through :class:`CachedNet`.
 
-    Adaptations, all documented in README.md ("Detectors"): no automatic parameter search (APS needs an OOD
+    Adaptations, all documented in docs/detectors.md: no automatic parameter search (APS needs an OOD
     validation set; the YAML's ``postprocessor_args`` are used, as with ``APS_mode: False``); ID "val" data
     (KLM, REACT) is the fit set; ODIN's gradient is not divided by the normalisation std, because our
     networks take [0, 1] pixels (the step stays ``noise`` in pixel units, as in OpenOOD); ViM's ``dim``

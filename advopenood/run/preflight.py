@@ -252,8 +252,8 @@ def check_runtime(plan: RunPlan) -> None:
             raise UsageError(f"device {device!r} is not available on this machine; valid choices: cpu")
     if plan.detectors and plan.detector_backend == "openood":
         if importlib.util.find_spec("openood") is None:
-            raise UsageError("detector backend 'openood' needs OpenOOD, which is not installed (see README, "
-                             "'OpenOOD bridge'); valid choices: --detector-backend pytorch-ood or auto")
+            raise UsageError("detector backend 'openood' needs OpenOOD, which is not installed (see docs/openood.md, "
+                             "'Installing OpenOOD'); valid choices: --detector-backend pytorch-ood or auto")
         from advopenood.detection.openood_backend import resolve_backend
 
         resolve_backend("openood")
