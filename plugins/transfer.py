@@ -74,7 +74,7 @@ from tqdm.auto import tqdm
 from advopenood import io as aio
 from advopenood import registry
 from advopenood.attacks import Attack, build_attack
-from advopenood.capabilities import is_detector_aware
+from advopenood.capabilities import Verifiable, is_detector_aware
 from advopenood.config import cache_dir, parse_eps
 from advopenood.context import RunContext
 from advopenood.data import Subset, seeded_prefix, stack
@@ -385,7 +385,7 @@ def transfer_section(table: pd.DataFrame) -> Section:
 
 
 @register("analyses", "transfer")
-class TransferAnalysis:
+class TransferAnalysis(Verifiable):
     """Pure and mixed black-box transfer attacks: ASR, detector AUROC/FPR95, defense accuracy and its improvement.
 
     Adversary parameters (``None``: the value of the run's protocol, :data:`PROTOCOL_SETTINGS`): ``fractions``

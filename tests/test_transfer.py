@@ -6,8 +6,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import shutil
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -553,36 +551,11 @@ def test_mahmood2021_lists_every_deviation_from_the_authors_code(mahmood_run):
 # ------------------------------------------------------------------------------------------------ verify
 
 
-def _compare_stand_in(expected, written, keys, columns, atol=1e-9, table=""):
-    """advopenood.verify.compare's contract, until master has it."""
-    prefix = f"{table}: " if table else ""
-    key = lambda r: tuple("" if pd.isna(r[k]) else str(r[k]) for k in keys)  # noqa: E731
-    want = {key(r): r for r in expected.to_dict("records")}
-    have = {key(r): r for r in written.to_dict("records")}
-    lines = [f"{prefix}row {k} is missing" for k in want if k not in have]
-    lines += [f"{prefix}row {k} is not derivable from the run's files" for k in have if k not in want]
-    for k in want.keys() & have.keys():
-        for col in columns:
-            a, b = want[k][col], have[k].get(col)
-            same = (pd.isna(a) and pd.isna(b)) if pd.isna(a) or pd.isna(b) else \
-                math.isclose(float(a), float(b), rel_tol=0.0, abs_tol=atol)
-            if not same:
-                lines.append(f"{prefix}{k} {col}: written {b!r}, re-derived {a!r}")
-    return sorted(lines)
-
-
 @pytest.fixture
-def run_files(monkeypatch):
-    """``run_files(folder)``: the run folder as the verify hook reads it (``advopenood.verify.RunFiles`` where it
-    exists)."""
-    try:
-        from advopenood.verify import RunFiles
-    except ImportError:
-        module = types.ModuleType("advopenood.verify")
-        module.compare = _compare_stand_in
-        monkeypatch.setitem(sys.modules, "advopenood.verify", module)
-        return lambda path: types.SimpleNamespace(path=path, has=lambda n: (path / n).is_file(),
-                                                  table=lambda n: pd.read_csv(path / n))
+def run_files():
+    """``run_files(folder)``: the run folder as the verify hook reads it."""
+    from advopenood.verify import RunFiles
+
     return RunFiles.open
 
 
