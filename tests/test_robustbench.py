@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -61,6 +62,7 @@ def test_family_declarations(zoo_ready, arch, size, family, n_stages):
     """Logits equal the zoo network's own forward (its internal normalisation once, ours none), the penultimate
     feature is the pooled last stage map, GRAM reads the declared stage maps, Grad-CAM the last stage module."""
     from advopenood.detectors import Taps
+    from advopenood_plugins.gradcam import CamExtractor
 
     model = build_model(arch, 1000 if "imagenet" in arch else 10, input_size=size)
     bb = model.backbone
@@ -78,6 +80,10 @@ def test_family_declarations(zoo_ready, arch, size, family, n_stages):
     assert all(torch.equal(a, b) for a, b in zip(grams, maps))
     assert model.cam_layer is model.last_block is bb.model.get_submodule(bb._stage_names[-1])
     assert model.cam_reshape is None
+    with CamExtractor(model, torch.device("cpu")) as cam:
+        heat, preds = cam(x)
+    assert heat.shape == (2, size, size) and np.isfinite(heat).all()  # seeded weights: maps may be flat
+    assert np.array_equal(preds, logits.argmax(1).numpy())
 
 
 @pytest.mark.parametrize("arch, layout", [
