@@ -82,6 +82,7 @@ FAMILIES: tuple[Family, ...] = (
 
 
 def family_names() -> str:
+    """The declared families, for error messages."""
     return ", ".join(f.name for f in FAMILIES)
 
 

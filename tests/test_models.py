@@ -120,7 +120,8 @@ def test_the_cli_exits_2_on_an_html_checkpoint(data_root, tmp_path):
 
     cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "cifar10_resnet20.yaml").read_text())
     (tmp_path / "model.pt").write_text(HTML_PAGES["google drive"])
-    cfg["data"]["root"], cfg["model"]["checkpoint"], cfg["out"] = str(data_root), str(tmp_path / "model.pt"), str(tmp_path / "out")
+    cfg["data"]["root"], cfg["out"] = str(data_root), str(tmp_path / "out")
+    cfg["model"]["checkpoint"] = str(tmp_path / "model.pt")
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
     proc = subprocess.run([sys.executable, "-m", "advopenood.cli", "run", "--config", str(tmp_path / "cfg.yaml")],
                           capture_output=True, text=True, timeout=600)
