@@ -51,7 +51,7 @@ setup(
         # would replace the timm this package uses; advopenood imports only its model zoo), then this extra adds the
         # two packages the zoo's architectures import. README, "Robust backbones from RobustBench".
         "robustbench": ["geotorch>=0.3", "torchdiffeq>=0.2"],
-        "test": ["pytest>=7", "setuptools>=64", "wheel"],
+        "test": ["pytest>=7", "setuptools>=64", "wheel", "import-linter>=2.1,<3"],
     },
     entry_points={
         "console_scripts": ["advopenood = advopenood.cli:main"],
