@@ -52,7 +52,12 @@ setup(
         "openood": ["faiss-cpu", "statsmodels", "diffdist", "timm", "gdown", "opencv-python-headless", "json5",
                     "foolbox>=3.3,<3.4", "six", "scipy<2", "Pillow", "matplotlib", "scikit-image", "imageio",
                     "Shapely"],
-        "test": ["pytest>=7", "setuptools>=64", "wheel"],
+        # RobustBench's model zoo (`model.arch: robustbench:<dataset>/<threat>/<model_id>`): install robustbench itself
+        # with `pip install --no-deps robustbench==1.1.1` (its metadata pins timm==1.0.9 and gdown==5.1.0, which
+        # would replace the timm this package uses; advopenood imports only its model zoo), then this extra adds the
+        # two packages the zoo's architectures import. docs/detectors.md, "Robust backbones from RobustBench".
+        "robustbench": ["geotorch>=0.3", "torchdiffeq>=0.2"],
+        "test": ["pytest>=7", "setuptools>=64", "wheel", "import-linter>=2.1,<3"],
         # the manual: `mkdocs build --strict` (mkdocs.yml); mkdocstrings reads the sources without importing them
         "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10", "mkdocstrings[python]>=1,<2",
                  "mkdocstrings-python>=2,<3", "griffe-sphinx>=0.3,<1"],

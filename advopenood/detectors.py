@@ -1,6 +1,7 @@
 """The detector plugin interface, where third-party detectors import it from (``from advopenood.detectors import
 Postprocessor, Outputs``). The machinery lives in :mod:`advopenood.detection`."""
 from advopenood.detection.bank import create_detector, fit_subset
+from advopenood.detection.openood_backend import cuda_redirect
 from advopenood.detection.outputs import (
            Batches,
            Outputs,
@@ -12,5 +13,5 @@ from advopenood.detection.outputs import (
 from advopenood.detection.postprocessor import Postprocessor
 from advopenood.detection.scoring import fit_detectors, score_all
 
-__all__ = ["Batches", "Outputs", "Postprocessor", "Taps", "create_detector", "fc_layer", "fit_detectors",
+__all__ = ["Batches", "cuda_redirect", "Outputs", "Postprocessor", "Taps", "create_detector", "fc_layer", "fit_detectors",
            "fit_subset", "forward_outputs", "grad_outputs", "score_all"]

@@ -212,15 +212,16 @@ def validate(raw: Any, *, source: str = "config", folder: Path | None = None,
     return plan
 
 
-def apply_overrides(plan: RunPlan, *, data_root: str | None = None, out: str | None = None,
+def apply_overrides(plan: RunPlan | Mapping[str, Any], *, data_root: str | None = None, out: str | None = None,
                     protocol: str | None = None, attack: str | None = None, eps: str | None = None,
                     detectors: str | None = None, detector_backend: str | None = None, evaluator: str | None = None,
                     analysis: str | None = None, limit: int | None = None, device: str | None = None,
                     seed: int | None = None, cache_dir: str | None = None, shard_size: int | None = None,
                     num_workers: int | None = None, config_dir: Path | None = None, amp: bool | None = None,
                     channels_last: bool | None = None, recompute: str | None = None) -> RunPlan:
-    """Apply CLI flags to a plan and validate the result (a new :class:`RunPlan`; ``plan`` is not changed)."""
-    raw = plan.dump()
+    """Apply CLI flags to a plan (or a raw config mapping) and validate the result (a new :class:`RunPlan`;
+    ``plan`` is not changed)."""
+    raw = plan.dump() if isinstance(plan, RunPlan) else thaw(plan)
     if data_root is not None:
         raw["data"]["root"] = str(Path(data_root).expanduser().resolve())
     elif raw["data"].get("root") and config_dir is not None and not Path(raw["data"]["root"]).is_absolute():
@@ -238,7 +239,8 @@ def apply_overrides(plan: RunPlan, *, data_root: str | None = None, out: str | N
             raw[key] = value
     if recompute is not None:
         raw["recompute"] = recompute
-    result = validate(raw, source=plan.source, folder=plan.folder, positions=plan.positions)
+    result = validate(raw, source=plan.source, folder=plan.folder, positions=plan.positions) \
+        if isinstance(plan, RunPlan) else validate(raw)
     if eps is not None:
         check_one_threat(list(result.attack_specs), f"--eps {eps}")
     return result

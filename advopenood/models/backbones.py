@@ -7,7 +7,7 @@ Inputs are always images in [0, 1]; normalisation happens inside :class:`Classif
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn as nn
@@ -19,6 +19,18 @@ CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2470, 0.2435, 0.2616)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def _clean_state_dict(obj) -> dict[str, torch.Tensor]:
+    """Accept a bare state dict or a checkpoint dict (``state_dict``/``net``/``model``), strip ``module.``."""
+    if isinstance(obj, dict):
+        for key in ("state_dict", "net", "model"):
+            if key in obj and isinstance(obj[key], dict):
+                obj = obj[key]
+                break
+    if not isinstance(obj, dict):
+        raise UsageError(f"checkpoint holds a {type(obj).__name__}, not a state dict")
+    return {k.removeprefix("module."): v for k, v in obj.items() if torch.is_tensor(v)}
 
 
 class Backbone(nn.Module):
@@ -46,6 +58,10 @@ class Backbone(nn.Module):
     def checkpoint_module(self) -> nn.Module:
         """The module whose ``state_dict`` a checkpoint file holds."""
         return self
+
+    def checkpoint_state(self, loaded: Any) -> dict[str, torch.Tensor]:
+        """The state dict for :attr:`checkpoint_module` in what ``torch.load`` read (:func:`_clean_state_dict`)."""
+        return _clean_state_dict(loaded)
 
     def stages(self, x: torch.Tensor) -> list[torch.Tensor]:
         raise NotImplementedError
@@ -322,6 +338,8 @@ class TorchvisionViT(Backbone):
 
 
 TIMM_PREFIX = "timm:"
+#: RobustBench's model zoo (:mod:`advopenood.models.robustbench`, imported only when such an architecture is built)
+ZOO_PREFIX = "robustbench:"
 
 
 def check_timm_name(name: str) -> None:

@@ -55,6 +55,13 @@ class ModelSpec(StrictModel):
             value = getattr(self, key)
             if value is not None and len(value) != self.in_channels:
                 raise ValueError(f"{key} has {len(value)} values but in_channels is {self.in_channels}")
+        if self.arch.startswith("robustbench:"):
+            from advopenood.models.robustbench import zoo_normalisation
+
+            try:
+                zoo_normalisation(self.mean, self.std, self.in_channels)
+            except UsageError as exc:
+                raise ValueError(str(exc)) from None
         return self
 
 
