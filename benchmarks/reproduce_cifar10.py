@@ -20,7 +20,7 @@ as the paper's code does; with ``--limit 200`` each mPGD set has one position, a
 Writes ``OUT/compare.csv`` (one row per model x cell: ``ours``, ``paper``, ``diff`` = ours - paper, for AUROC
 ``same_side_50``: both >= 50 or both < 50; for mPGD ``ours`` is the mean over the position seeds, ``ours_min`` /
 ``ours_max`` their range, ``seeds`` their number and ``seeds_paper_side`` how many of them sit on the paper's side
-of 50) and ``OUT/compare.md``, and ends with a ``SUMMARY`` line. The paper's GRAM cells are compared with
+of 50), ``OUT/compare.md``, ``OUT/tables.md`` (the tables of benchmarks/README.md), and ends with a ``SUMMARY`` line. The paper's GRAM cells are compared with
 ``gram_legacy`` (counted) and with our fixed ``gram`` (listed beside, not counted). ``resnet18`` is the pack's
 ResNet-18 (OpenOOD ResNet18_32x32, the paper's CIFAR-10 architecture; 84.4 % clean accuracy on 1,000 JPEG test
 images vs the paper's 95.32 %), ``resnet20`` the pack's ResNet-20 (87.2 %).
@@ -30,6 +30,7 @@ Run: ``python benchmarks/reproduce_cifar10.py --limit 200 --models resnet20,resn
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shlex
 import subprocess
@@ -59,7 +60,9 @@ def paper_cells() -> pd.DataFrame:
     ``gram_legacy``'s."""
     paper = pd.read_csv(PAPER, keep_default_na=False)
     paper = paper.assign(paper=paper.value.astype(float))[["table", "detector", "attack", "metric", "paper"]]
-    return pd.concat([paper, paper[paper.detector == FIXED].assign(detector=LEGACY)], ignore_index=True)
+    legacy = paper[paper.detector == FIXED].assign(detector=LEGACY)
+    after = paper.index[paper.detector == FIXED][-1] + 1  # gram_legacy's rows right after gram's
+    return pd.concat([paper.loc[:after - 1], legacy, paper.loc[after:]], ignore_index=True)
 
 
 def run_config(model: str, seeds: list[int]) -> dict:
@@ -95,7 +98,7 @@ def our_cells(out: Path) -> pd.DataFrame:
                   "n": r.n_ood} for m in ("fpr95", "auroc")]
     df = pd.DataFrame(rows)
     seed = df.attack.str.extract(MPGD_SET, expand=False)
-    return df.assign(position_seed=seed.fillna(-1).astype(int), attack=df.attack.where(seed.isna(), "mpgd"))
+    return df.assign(position_seed=pd.to_numeric(seed).fillna(-1).astype(int), attack=df.attack.where(seed.isna(), "mpgd"))
 
 
 def spread(cells: pd.DataFrame) -> pd.DataFrame:
@@ -122,6 +125,73 @@ def compare(model: str, out: Path) -> pd.DataFrame:
                                          else pd.NA for r in df[auroc].itertuples()]
     return df[["model", "table", "detector", "attack", "metric", "ours", "ours_min", "ours_max", "seeds", "paper",
                "diff", "same_side_50", "seeds_paper_side", "n"]]
+
+
+def tables(df: pd.DataFrame) -> str:
+    """Per model, Table 3 and the AUROC grid as benchmarks/README.md shows them: ``ours / paper`` per cell, mPGD
+    as ``mean [min, max] / paper (k/n)`` with ``k`` of the ``n`` position seeds on the paper's side of 50; **x**:
+    ours (the mean) on the other side."""
+    out = []
+    for model, d in df.groupby("model", sort=False):
+        t3 = d[d.table == 3]
+        rows = [f"| {r.metric if r.attack == 'none' else r.attack + ' ASR'} | "
+                + (f"{r.ours:.1f} [{r.ours_min:.1f}, {r.ours_max:.1f}]" if r.seeds > 1 else f"{r.ours:.1f}")
+                + f" | {r.paper:g} |" for r in t3.itertuples()]
+        out += [f"### {model}", "", "| Table 3 | ours | paper |", "|---|---|---|", *rows, ""]
+        au = d[d.metric == "auroc"]
+        attacks = list(dict.fromkeys(au.attack))
+        out += ["| detector | " + " | ".join(a if a != "mpgd" else "mPGD (seeds on the paper's side)" for a in attacks)
+                + " |", "|---" * (len(attacks) + 1) + "|"]
+        for det, cells in au.groupby("detector", sort=False):
+            cell = cells.set_index("attack")
+            text = []
+            for a in attacks:
+                r = cell.loc[a]
+                ours = (f"{r.ours:.1f} [{r.ours_min:.1f}, {r.ours_max:.1f}]" if r.seeds > 1 else f"{r.ours:.1f}")
+                seeds = f" ({r.seeds_paper_side}/{r.seeds})" if r.seeds > 1 else ""
+                text.append(f"{ours} / {r.paper:.2f}{seeds}" + ("" if r.same_side_50 else " **x**"))
+            out.append(f"| {det} | " + " | ".join(text) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def patch_corners(out: Path) -> dict[int, list[tuple[int, int]]]:
+    """Per mPGD position seed, the top-left corner (row, column) of each patch of the run's stored set: where the
+    stored images differ from the run's clean test images, per group of ``REFERENCE_BATCH`` rows."""
+    import numpy as np
+    import torch
+
+    from advopenood.data import build_dataset, limit_dataset, stack
+
+    info = json.loads((out / "run.json").read_text())
+    test = limit_dataset(build_dataset({"kind": "npz", "path": "cifar10_test.npz", "name": "cifar10"}, DATA, 3, 32),
+                         info["config"]["limit"], int(info["seed"]))  # the run's rows: ``index`` counts them
+    corners = {}
+    for name, attack in info["attacks"].items():
+        match = MPGD_SET.match(name)
+        if not match:
+            continue
+        shards = [np.load(f) for f in sorted(Path(attack["path"]).glob("shard_*.npz"))]
+        x_adv = torch.from_numpy(np.concatenate([z["x_adv"] for z in shards]))
+        x, _ = stack(test, np.concatenate([z["index"] for z in shards]))
+        groups = ((x_adv[g:g + REFERENCE_BATCH] - x[g:g + REFERENCE_BATCH]).abs().amax((0, 1)) > 0
+                  for g in range(0, len(x), REFERENCE_BATCH))
+        corners[int(match.group(1))] = [tuple(changed.nonzero().min(0).values.tolist()) for changed in groups]
+    return corners
+
+
+def position_table(out: Path, detectors: tuple[str, ...] = ("msp", "mds", LEGACY, FIXED)) -> str:
+    """One row per mPGD position seed of a run: the patch corners, ASR (``asr_all``) and a few detectors' AUROC."""
+    cells = our_cells(out)
+    seeded = cells[cells.position_seed >= 0]
+    asr = seeded[seeded.metric == "asr_all"].set_index("position_seed").ours
+    au = seeded[seeded.metric == "auroc"].pivot(index="position_seed", columns="detector", values="ours")
+    corners = patch_corners(out)
+    rows = [f"| {s} | {', '.join(map(str, corners[s]))} | {asr[s]:.1f} | "
+            + " | ".join(f"{au.loc[s, d]:.1f}" for d in detectors) + " |" for s in asr.index]
+    return "\n".join(["| position seed | patch corner (row, col) | mPGD ASR | "
+                      + " | ".join(f"{d} AUROC" for d in detectors) + " |", "|---" * (len(detectors) + 3) + "|",
+                      *rows, ""])
 
 
 def summary(df: pd.DataFrame) -> str:
@@ -163,7 +233,7 @@ def main() -> None:
         parser.error(f"unknown model {bad[0]!r}; valid choices: {', '.join(MODELS)}")
     seeds = [int(s) for s in args.position_seeds.split(",") if s.strip()]
     out = Path(args.out)
-    tables = []
+    per_model = []
     for model in models:
         run_out = out / model
         if not args.compare_only:
@@ -174,11 +244,13 @@ def main() -> None:
             start = time.perf_counter()
             subprocess.run([sys.executable, "-m", "advopenood.cli", *cmd[1:]], check=True)
             print(f"{model}: {time.perf_counter() - start:.0f} s", flush=True)
-        tables.append(compare(model, run_out))
-    df = pd.concat(tables, ignore_index=True)
+        per_model.append(compare(model, run_out))
+    df = pd.concat(per_model, ignore_index=True)
     aio.write_csv(out / "compare.csv", df)
     text = markdown_table(df.drop(columns=["table"]))
     aio.write_text(out / "compare.md", text + "\n")
+    aio.write_text(out / "tables.md", tables(df) + "\n".join(f"\n### {m}: mPGD per position seed\n\n"
+                                                             + position_table(out / m) for m in models))
     print(text)
     print(summary(df))
 
