@@ -177,9 +177,10 @@ def build_index() -> dict[str, Any]:
     return out
 
 
-def index() -> dict[str, Any]:
-    """The plugin index, read from its file when it matches the installed plugins, else built and stored. In a
-    process that has already loaded or registered plugins, it is built from them (no file involved)."""
+def index(store: bool = True) -> dict[str, Any]:
+    """The plugin index, read from its file when it matches the installed plugins, else built (and stored when
+    ``store``). In a process that has already loaded or registered plugins, it is built from them (no file
+    involved)."""
     import json
 
     if _DISCOVERED or any(_REGISTRY.values()):
@@ -192,6 +193,8 @@ def index() -> dict[str, Any]:
     except (OSError, ValueError, KeyError, AttributeError):
         pass
     built = build_index()
+    if not store:
+        return built
     try:
         from advopenood.io import write_text
 

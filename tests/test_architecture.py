@@ -49,13 +49,13 @@ def test_nothing_reads_raw_config_dicts(path):
 
 @pytest.mark.parametrize("module, names", [
     ("advopenood.registry", ["register", "get", "create", "names", "provide"]),
-    ("advopenood.attacks", ["Attack", "build_attack", "default_eps", "foolbox_model", "frozen"]),
+    ("advopenood.attacks.base", ["Attack", "build_attack", "default_eps", "foolbox_model", "frozen"]),
     ("advopenood.detectors", ["Postprocessor", "Outputs", "grad_outputs", "forward_outputs", "fit_detectors",
                               "score_all", "create_detector", "fit_subset", "Taps", "cuda_redirect"]),
     ("advopenood.capabilities", ["DifferentiableDetector", "DetectorAware", "Invertible", "AttackFamily",
                                  "CommandAnalysis", "Verifiable"]),
-    ("advopenood.outputs", ["Results", "Section", "Table", "Paragraph", "Bullets", "Figure", "guarded", "as_written"]),
-    ("advopenood.context", ["RunContext", "CleanRecord"]),
+    ("advopenood.outputs.results", ["Results", "Section", "Table", "Paragraph", "Bullets", "Figure", "guarded", "as_written"]),
+    ("advopenood.evaluation.context", ["RunContext", "CleanRecord"]),
     ("advopenood.io", ["save_figure", "write_csv"]),
 ])
 def test_the_import_paths_plugins_use_keep_working(module, names):

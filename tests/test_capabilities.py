@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import Tensor
 
+from conftest import make_plan
 from advopenood import registry
 from advopenood.attacks.base import build_attack
 from advopenood.capabilities import (AttackFamily, DetectorAware, DifferentiableDetector, Invertible, bind_attack,
@@ -127,7 +128,7 @@ def test_a_detector_registered_at_run_time_gets_adaptive_attacks(test_detectors,
     listed = {line.split()[0] for line in capsys.readouterr().out.splitlines()}
     assert {"adaptive_zzenergy", "adaptive_ood_zzenergy"} <= listed
     assert not {n for n in listed if "zzflat" in n}
-    assert registry.get("attacks", "adaptive").members({"detectors": ["zzenergy", "zzflat"]}) == ["adaptive_zzenergy"]
+    assert registry.get("attacks", "adaptive").members(make_plan(detectors=["zzenergy", "zzflat"])) == ["adaptive_zzenergy"]
 
     fit = pack_set("cifar10_train", "cifar10_train_10k.npz", 500)
     x, y = cifar_batch[0][:8], cifar_batch[1][:8]

@@ -48,10 +48,11 @@ def analysis_commands() -> dict[str, type]:
     return out
 
 
-def commands() -> dict[str, str]:
-    """Every subcommand with its help line, in help order (the analyses' from the plugin index: no import)."""
+def commands(store_index: bool = True) -> dict[str, str]:
+    """Every subcommand with its help line, in help order (the analyses' from the plugin index: no import). A
+    command that runs work passes ``store_index=False``: a run refused by its checks writes nothing."""
     core = list(COMMANDS.items())
-    extra = list(registry.index()["commands"].items())
+    extra = list(registry.index(store=store_index)["commands"].items())
     taken = [name for name, _ in extra if name in COMMANDS]
     if taken:
         raise UsageError(f"an analysis declares subcommand {taken[0]!r}, which is taken; valid choices: a name not in "
@@ -116,13 +117,13 @@ SUBCOMMAND_FLAGS: dict[str, list[Callable[[argparse.ArgumentParser], None]]] = {
 ANALYSIS_FLAGS: list[Callable[[argparse.ArgumentParser], None]] = [lambda p: _common_flags(p, True), _attack_flags]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(store_index: bool = True) -> argparse.ArgumentParser:
     """The top-level parser; each subcommand has its own parser with only its own flags."""
     parser = OneLineParser(prog="advopenood", description="Adversarial robustness of OpenOOD's post-hoc OOD detectors.",
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"advopenood {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
-    listed = commands()
+    listed = commands(store_index)
     analyses = [name for name in listed if name not in COMMANDS]
     for name, help_text in listed.items():
         if name == "eval-ood":
@@ -182,7 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from advopenood.cli.eval_ood import eval_ood_main
 
             return eval_ood_main(argv[1:])
-        parser = build_parser()
+        asks_help = not argv or argv[0] == "list" or bool({"-h", "--help"} & set(argv))
+        parser = build_parser(store_index=asks_help)
         if not argv:
             parser.print_help()
             return 0
