@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from advopenood.cli.main import build_parser, commands, main
-from advopenood.config.loading import packaged_configs
+from advopenood.config.packaged import packaged_configs
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("ADVOPENOOD_TEST_DATA", REPO.parent / "shared" / "data"))

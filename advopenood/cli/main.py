@@ -69,7 +69,7 @@ def _cores(text: str) -> int:
 
 
 def _common_flags(p: argparse.ArgumentParser, config_required: bool) -> None:
-    from advopenood.config.loading import packaged_configs
+    from advopenood.config.packaged import packaged_configs
 
     p.add_argument("--config", required=config_required,
                    help=f"YAML path or packaged name: {', '.join(packaged_configs())}")

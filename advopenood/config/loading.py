@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from advopenood import registry
+from advopenood.config.packaged import packaged_configs
 from advopenood.config.plan import RunPlan, check_one_threat
 from advopenood.config.schema import DATA_KINDS, RunConfig, parse_eps, thaw
 from advopenood.errors import UsageError
@@ -52,11 +53,6 @@ def _read_yaml(text: str, label: str) -> tuple[dict[str, Any], dict[tuple, tuple
         raise UsageError(f"config {label} must be a YAML mapping of keys (name, model, data, ...), "
                          f"not {type(raw).__name__}")
     return raw, dict(_positions(node)) if node is not None else {}
-
-
-def packaged_configs() -> list[str]:
-    """Names of the configs shipped inside the package (``advopenood.configs``)."""
-    return sorted(p.name[:-5] for p in resources.files("advopenood.configs").iterdir() if p.name.endswith(".yaml"))
 
 
 def load_config(spec: str) -> tuple[RunPlan, Path | None]:
