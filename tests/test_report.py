@@ -18,7 +18,7 @@ from sklearn.metrics import roc_auc_score
 from conftest import make_plan
 from advopenood import io as aio
 from advopenood import registry
-from advopenood.outputs.results import results as outputs
+from advopenood import outputs
 from advopenood.run.pipeline import write_scores
 from advopenood.evaluation.context import CleanRecord, RunContext
 from advopenood.data.datasets import build_dataset, limit_dataset, make_loader, stack
