@@ -592,3 +592,6 @@ class SCALE(Postprocessor, DifferentiableDetector):
 
     def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return -with_grad(self._det(net).predict_feature_maps)(out.features[:, :, None, None])
+
+
+from advopenood_plugins import smoothed  # noqa: E402,F401  smoothed_<det> for every detector (plugins/smoothed.py)
