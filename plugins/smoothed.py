@@ -26,7 +26,8 @@ base model whose weights it does not touch: the wrapped detector's statistics ar
 network on clean ID data, and ``smoothed_<det>`` reuses the shared fit pass and the stored fitted state.
 
 Scoring needs its own network passes (``n`` per batch, on the noisy copies): ``own_pass``; the wrapped detector's
-needs (taps, input gradient) are met inside those passes, so the shared pass does not provide them. The wrapped
+input gradient (ODIN) and tapped maps (GRAM) come from those passes. ``needs_taps`` is the wrapped detector's, so
+that the fit pass records its tap statistics (the shared scoring pass then records taps it does not use). The wrapped
 detector is the pytorch-ood implementation (the built-in class, or a third party's class) whatever the run's
 backend, since the attacks differentiate it.
 
@@ -62,7 +63,6 @@ import math
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-import numpy as np
 import pandas as pd
 import torch
 import torch.nn as nn
@@ -75,6 +75,7 @@ from advopenood.detectors import (Batches, Outputs, Postprocessor, create_detect
 from advopenood.errors import UsageError
 from advopenood.outputs import Bullets, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.report import eps_label
+from advopenood_plugins.detectors import straight_through
 from advopenood_plugins.verify_smoothed import verify as verify_smoothed
 
 #: The smoothing parameters and their defaults; every other parameter goes to the wrapped detector.
@@ -108,16 +109,11 @@ def smooth(copies: Tensor, statistic: str) -> Tensor:
     return copies.quantile(0.5, dim=0, interpolation="linear")
 
 
-def straight_through(value: Tensor, surrogate: Tensor) -> Tensor:
-    """BPDA: the forward value of ``value``, the gradient of ``surrogate``."""
-    return surrogate + (value - surrogate).detach()
-
-
 # --------------------------------------------------------------------------------------------- detectors
 
 
 def _forward(attr: str) -> property:
-    """A run setting (``device``, ``seed``, ...) read from and written to the wrapped detector."""
+    """A setting (``device``, ``seed``, ``input_std``, ...) read from and written to the wrapped detector."""
     return property(lambda self: getattr(self.base, attr), lambda self, value: setattr(self.base, attr, value))
 
 
@@ -135,6 +131,7 @@ class SmoothedDetector(Postprocessor, Derived):
     seed = _forward("seed")
     batch_size = _forward("batch_size")
     progress = _forward("progress")
+    input_std = _forward("input_std")
 
     def __init__(self, **params: Any):
         clash = sorted(set(SMOOTHING_DEFAULTS) & set(self.base_defaults()))

@@ -62,6 +62,13 @@ def test_bad_parameters_are_refused(params):
         _smoothed(params)
 
 
+def test_run_settings_reach_the_wrapped_detector():
+    det = create_detector("smoothed_odin", "pytorch-ood", {"temperature": 10}, seed=3, batch_size=7)
+    det.input_std = (0.5, 0.5, 0.5)
+    assert (det.base.seed, det.base.batch_size, det.base.input_std) == (3, 7, (0.5, 0.5, 0.5))
+    assert det.base.params["temperature"] == 10 and det.params["n"] == N_COPIES
+
+
 def test_scores_are_seeded_reproducible_and_differ_from_msp(cifar_model, cifar_batch):
     """(a) The same seed gives the same scores whatever the batch split; another seed other scores; the scores are
     the median of MSP over the 8 noisy copies (by hand) and differ from MSP's; sigma 0 gives MSP itself."""
@@ -108,6 +115,18 @@ def test_sigma_zero_is_the_wrapped_detector(sigma_zero, det):
     assert sigma_zero.errors == {}
     np.testing.assert_allclose(sigma_zero.scores[f"smoothed_{det}"]["id"], sigma_zero.scores[det]["id"], rtol=1e-6,
                                atol=1e-9)
+
+
+@pytest.mark.parametrize("det", BUILTIN_DETECTORS)
+def test_attack_calibration_path_without_gradients(sigma_zero, cifar_model, cifar_batch, det):
+    """The attacks calibrate and judge acceptance with grad_score under no_grad: it is the detector's score (ODIN
+    too, whose score differentiates its own pass)."""
+    smoothed = sigma_zero.bank.dets[f"smoothed_{det}"]
+    x = cifar_batch[0][:8]
+    want = smoothed.score(cifar_model, x, None)
+    with torch.no_grad():
+        got = smoothed.grad_score(cifar_model, x, None)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
 def test_fit_state_is_the_wrapped_detectors(sigma_zero):
