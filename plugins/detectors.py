@@ -594,4 +594,6 @@ class SCALE(Postprocessor, DifferentiableDetector):
         return -with_grad(self._det(net).predict_feature_maps)(out.features[:, :, None, None])
 
 
+# GRAM as the paper ran it (OpenOOD's before bdf6a55); importing the module registers ``gram_legacy``
+from advopenood_plugins import gram_legacy as _gram_legacy  # noqa: E402,F401
 from advopenood_plugins import smoothed  # noqa: E402,F401  smoothed_<det> for every detector (plugins/smoothed.py)
