@@ -265,9 +265,13 @@ def smoothed_detector(detector: str) -> type[SmoothedDetector]:
 
 @registry.provide("detectors")
 def _smoothed_detectors() -> None:
-    """``smoothed_<det>`` for every registered detector that is not itself smoothed, built-in or third-party."""
+    """``smoothed_<det>`` for every registered detector that is not itself smoothed, built-in or third-party; the
+    twin of a detector unregistered since goes with it."""
     for name, entry in registry.entries("detectors").items():
-        if not is_smoothed(entry.obj) and not registry.registered("detectors", PREFIX + name):
+        if is_smoothed(entry.obj):
+            if not registry.registered("detectors", entry.obj.base_name):
+                registry.unregister("detectors", name)
+        elif not registry.registered("detectors", PREFIX + name):
             smoothed_detector(name)
 
 
@@ -342,7 +346,7 @@ def eot_attack(detector: str, prefix: str) -> type:
 
 @registry.provide("attacks")
 def _eot_attacks() -> None:
-    """The EOT attacks of every smoothed detector with a differentiable score, and their families
+    """The EOT attacks of every smoothed detector with a differentiable score (and no others), and their families
     (``adaptive_eot``, ``adaptive_ood_eot``, ``adaptive_apgd_eot``: one per selected detector, as ``adaptive``)."""
     from advopenood_plugins.adaptive import AdaptiveFamily
 
@@ -358,6 +362,10 @@ def _eot_attacks() -> None:
             for prefix in EOT_PREFIXES:
                 if not registry.registered("attacks", prefix + name):
                     eot_attack(name, prefix)
+    for name, entry in registry.entries("attacks").items():  # the EOT attacks of smoothed detectors gone since
+        if isinstance(entry.obj, type) and issubclass(entry.obj, EOTAttack) \
+                and not registry.registered("detectors", entry.obj.detector):
+            registry.unregister("attacks", name)
 
 
 # -------------------------------------------------------------------------------------------- evaluator

@@ -24,6 +24,8 @@ from advopenood_plugins.smoothed import noise_draws, smooth
 CPU = torch.device("cpu")
 N_COPIES = 8
 SIGMA = 0.05
+#: the 16 detectors and GRAM as the paper ran it (own pass, own fit pass, not differentiable)
+WRAPPED = (*BUILTIN_DETECTORS, "gram_legacy")
 
 
 def _smoothed(params: dict | None = None, seed: int = 0, name: str = "smoothed_msp"):
@@ -97,18 +99,18 @@ def _outputs(net, x):
 
 @pytest.fixture(scope="module")
 def sigma_zero(cifar_model, pack_set):
-    """All 16 detectors and their smoothed twins with sigma 0 (one copy), fitted and scored by one score_all."""
+    """The detectors and their smoothed twins with sigma 0 (one copy), fitted and scored by one score_all."""
     from advopenood.data import make_loader
 
     fit = pack_set("train", "cifar10_train_10k.npz", 384)
     ids = pack_set("cifar10", "cifar10_test.npz", 64)
-    twins = [f"smoothed_{d}" for d in BUILTIN_DETECTORS]
-    return score_all(list(BUILTIN_DETECTORS) + twins, "pytorch-ood", cifar_model, fit,
+    twins = [f"smoothed_{d}" for d in WRAPPED]
+    return score_all(list(WRAPPED) + twins, "pytorch-ood", cifar_model, fit,
                      {"id": lambda: make_loader(ids, 32)}, batch_size=64, device=CPU, seed=0,
                      params={t: {"sigma": 0.0, "n": 1} for t in twins}, progress=False)
 
 
-@pytest.mark.parametrize("det", BUILTIN_DETECTORS)
+@pytest.mark.parametrize("det", WRAPPED)
 def test_sigma_zero_is_the_wrapped_detector(sigma_zero, det):
     """Fitted as the wrapped detector on the same clean rows (shared fit pass, tap statistics included) and scored
     through its own pass, smoothed_<det> without noise gives <det>'s scores."""
@@ -127,6 +129,19 @@ def test_attack_calibration_path_without_gradients(sigma_zero, cifar_model, cifa
     with torch.no_grad():
         got = smoothed.grad_score(cifar_model, x, None)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_a_detector_gone_takes_its_twin_and_attacks_along():
+    from advopenood_plugins.detectors import EBO
+
+    registry.register("detectors", "zzebo")(type("ZZEBO", (EBO,), {"openood_name": None, "__module__": __name__}))
+    try:
+        assert {"smoothed_zzebo", "adaptive_eot_smoothed_zzebo"} <= {*registry.names("detectors"),
+                                                                       *registry.names("attacks")}
+    finally:
+        registry.unregister("detectors", "zzebo")
+    assert "smoothed_zzebo" not in registry.names("detectors")
+    assert not [a for a in registry.names("attacks") if a.endswith("eot_smoothed_zzebo")]
 
 
 def test_fit_state_is_the_wrapped_detectors(sigma_zero):
