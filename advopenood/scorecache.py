@@ -4,8 +4,9 @@ Each (detector, set) score vector is stored as ``<cache>/scores/<detector>-<key>
 SHA-256 sidecar, written by atomic rename. The detector key hashes everything that decides the scores: the
 model weights, the detector's registry name, its effective parameters and resolved backend, the source
 files of its class (and of the detector it wraps, ``wrapped``) and of the detector machinery, the fit data
-(identity, rows, seed), the batch size and the library versions. The set key hashes what the images are: a dataset's identity (file fingerprint and
-rows) or an adversarial set's store key and the view its readers get (``quantize``). A re-run of the same
+(identity, rows, seed), the batch size and the library versions. The set key hashes what the images are: a
+dataset's identity (file fingerprint and rows) or an adversarial set's store key and the view its readers get
+(``quantize``). A re-run of the same
 config fits nothing and runs no network pass for detectors; a changed parameter recomputes that detector only,
 from the stored fit pass and the stored outputs (logits, features) of each scored set, without a network pass
 when the detector reads nothing else.
