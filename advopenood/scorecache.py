@@ -6,10 +6,9 @@ model weights, the detector's registry name, its effective parameters and resolv
 files of its class (and of the detector it wraps, ``wrapped``) and of the detector machinery, the fit data
 (identity, rows, seed), the batch size and the library versions. The set key hashes what the images are: a
 dataset's identity (file fingerprint and rows) or an adversarial set's store key and the view its readers get
-(``quantize``). A re-run of the same
-config fits nothing and runs no network pass for detectors; a changed parameter recomputes that detector only,
-from the stored fit pass and the stored outputs (logits, features) of each scored set, without a network pass
-when the detector reads nothing else.
+(``quantize``). A re-run of the same config fits nothing and runs no network pass for detectors; a changed
+parameter recomputes that detector only, from the stored fit pass and the stored outputs (logits, features) of
+each scored set, without a network pass when the detector reads nothing else.
 """
 from __future__ import annotations
 
