@@ -18,6 +18,8 @@ with class attributes (``requires_fit``, ``own_pass``, ``needs_taps``, ``needs_i
 ``shared_fit``; see :class:`DetectorNeeds`), and a differentiable confidence by inheriting
 :class:`DifferentiableDetector` (``grad_score``), which is what detector-adaptive attacks need.
 
+A generated plugin (a wrapper of another) declares :class:`Derived`: ``all`` does not select it.
+
 Analyses may declare a command-line subcommand (:class:`CommandAnalysis`); evaluators and analyses may declare
 that ``advopenood verify`` can re-derive their tables (:class:`Verifiable`).
 """
@@ -111,6 +113,16 @@ class CommandAnalysis(abc.ABC):
     command_help: ClassVar[str] = ""
     #: config overrides (``apply_overrides`` keywords) the subcommand forces
     command_settings: ClassVar[Mapping[str, Any]] = {}
+
+
+class Derived(abc.ABC):
+    """A plugin generated from another registered one (e.g. ``smoothed_<det>`` from ``<det>``): selected by its
+    name, never by ``all``, so that a default run (``--detectors all``) keeps to the plugins themselves."""
+
+
+def is_derived(obj: Any) -> bool:
+    """Whether a registered object (class) is :class:`Derived`."""
+    return isinstance(obj, type) and issubclass(obj, Derived)
 
 
 def is_differentiable(detector: Any) -> bool:

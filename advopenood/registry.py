@@ -24,6 +24,7 @@ from importlib.metadata import entry_points
 from types import ModuleType
 from typing import Any, Callable, TypeVar
 
+from advopenood.capabilities import is_derived
 from advopenood.errors import UsageError
 
 KINDS = ("attacks", "detectors", "evaluators", "analyses")
@@ -252,12 +253,13 @@ def get(kind: str, name: str) -> Any:
 
 
 def parse_names(kind: str, spec: str | list[str] | None, default: list[str] | None = None) -> list[str]:
-    """Split a comma-separated selection (``all`` selects every plugin) and validate each name."""
+    """Split a comma-separated selection (``all`` selects every plugin except the generated ones,
+    :class:`~advopenood.capabilities.Derived`) and validate each name."""
     if spec is None:
         return list(default or [])
     items = spec if isinstance(spec, list) else [s for s in spec.split(",") if s.strip()]
-    if len(items) == 1 and str(items[0]).strip().lower() == "all":
-        return names(kind)
+    if len(items) == 1 and str(items[0]).strip().lower() == "all":  # every plugin but the derived ones
+        return [n for n, e in entries(kind).items() if not is_derived(e.obj)]
     out = []
     for item in items:
         get(kind, str(item))

@@ -298,3 +298,6 @@ def _adaptive_attacks() -> None:
             for direction, prefix in (("id", "adaptive_"), ("ood", "adaptive_ood_")):
                 if not registry.registered("attacks", prefix + name):
                     adaptive_attack(name, direction)
+
+
+from advopenood_plugins import smoothed  # noqa: E402,F401  the EOT attacks of smoothed detectors (plugins/smoothed.py)

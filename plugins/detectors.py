@@ -597,3 +597,4 @@ class SCALE(Postprocessor, DifferentiableDetector):
 
 # GRAM as the paper ran it (OpenOOD's before bdf6a55); importing the module registers ``gram_legacy``
 from advopenood_plugins import gram_legacy as _gram_legacy  # noqa: E402,F401
+from advopenood_plugins import smoothed  # noqa: E402,F401  smoothed_<det> for every detector (plugins/smoothed.py)

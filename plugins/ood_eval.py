@@ -418,3 +418,6 @@ class OODEvaluator(Verifiable):
                 conf_ood = conf_ood[mask]
             rows.append({**row, **metric_row(scores["id"], conf_ood)})
         return rows
+
+
+from advopenood_plugins import smoothed  # noqa: E402,F401  the smoothed evaluator (plugins/smoothed.py)

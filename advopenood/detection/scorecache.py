@@ -3,12 +3,12 @@
 Each (detector, set) score vector is stored as ``<cache>/scores/<detector>-<key>/<set key>.npy`` with a
 SHA-256 sidecar, written by atomic rename. The detector key hashes everything that decides the scores: the
 model weights, the detector's registry name, its effective parameters and resolved backend, the source
-files of its class and of the detector machinery, the fit data (identity, rows, seed), the batch size and
-the library versions. The set key hashes what the images are: a dataset's identity (file fingerprint and
-rows) or an adversarial set's store key and the view its readers get (``quantize``). A re-run of the same
-config fits nothing and runs no network pass for detectors; a changed parameter recomputes that detector only,
-from the stored fit pass and the stored outputs (logits, features) of each scored set, without a network pass
-when the detector reads nothing else.
+files of its class (and of the detector it wraps, ``wrapped``) and of the detector machinery, the fit data
+(identity, rows, seed), the batch size and the library versions. The set key hashes what the images are: a
+dataset's identity (file fingerprint and rows) or an adversarial set's store key and the view its readers get
+(``quantize``). A re-run of the same config fits nothing and runs no network pass for detectors; a changed
+parameter recomputes that detector only, from the stored fit pass and the stored outputs (logits, features) of
+each scored set, without a network pass when the detector reads nothing else.
 """
 from __future__ import annotations
 
@@ -42,8 +42,12 @@ def detector_key(*, model_hash: str, name: str, backend: str, detector: Any, par
                  fit_identity: Mapping[str, Any], seed: int, batch_size: int) -> str:
     """The key of one fitted detector's scores (see the module docstring)."""
     inner = getattr(detector, "inner", detector)
+    code = [source_sha(inner), machinery_sha()]
+    wrapped = getattr(detector, "wrapped", None)  # a detector wrapping another (smoothed_<det>): that one's code too
+    if wrapped is not None:
+        code.append(source_sha(getattr(wrapped, "inner", wrapped)))
     return canonical_key({"model": model_hash, "detector": name, "backend": backend, "params": dict(params),
-                          "code": [source_sha(inner), machinery_sha()], "fit": dict(fit_identity),
+                          "code": code, "fit": dict(fit_identity),
                           "seed": int(seed), "batch_size": int(batch_size), "versions": library_versions()})
 
 

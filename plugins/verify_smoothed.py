@@ -1,0 +1,100 @@
+"""Re-derivation of the ``smoothed`` evaluator's ``table_smoothed.csv`` from ``scores/*.npz`` and ``run.json``,
+written apart from ``plugins/smoothed.py`` and :mod:`advopenood.evaluation.metrics`: the metrics are
+:func:`advopenood_plugins.verify_ood.rederive_metrics` (sklearn on dense ranks, OpenOOD's definitions), the
+positives are the ``<set>.positive`` masks the core saved, and the attack sets' sources and parameters come from
+``run.json``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from advopenood_plugins.verify_ood import rederive_metrics
+
+TABLE = "table_smoothed.csv"
+
+
+def _named(value: Any) -> str:
+    """A set-name cell as written (an empty cell reads back as NaN)."""
+    return "" if pd.isna(value) else str(value)
+
+
+def _side(run: Any, arrays: dict[str, np.ndarray], name: str) -> tuple[dict[str, float], float]:
+    """(AUROC and FPR95, n_ood) of ID vs set ``name``: an attack set's saved positives, a natural set's every row."""
+    if not name:
+        return {"auroc": math.nan, "fpr95": math.nan}, math.nan
+    conf = arrays[name]
+    if name in (run.info.get("attacks") or {}):
+        conf = conf[arrays[f"{name}.positive"].astype(bool)]
+    got = rederive_metrics(arrays["id"], conf)
+    return {"auroc": got["auroc"], "fpr95": got["fpr95"]}, float(len(conf))
+
+
+def rederive(run: Any, table: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The written rows' numbers recomputed, and one line per row whose labels contradict ``run.json``."""
+    attacks = run.info.get("attacks") or {}
+    rule = str(run.info.get("protocol", {}).get("ood_positives", "successful"))
+    given = {str(k).lower(): v or {} for k, v in (run.config.get("detector_params") or {}).items()}
+    rows, lines = [], []
+    for r in table.to_dict("records"):
+        det, plain, eot = str(r["detector"]), _named(r["plain_attack"]), _named(r["eot_attack"])
+        if det not in run.detectors:
+            lines.append(f"{TABLE}: {det}: no saved scores")
+            continue
+        arrays = run.scores(det)
+        base, n_base = _side(run, arrays, _named(r["baseline"]))
+        got_plain, n_plain = _side(run, arrays, plain)
+        got_eot, n_eot = _side(run, arrays, eot)
+        source = attacks.get(plain or eot, {}).get("source", "id")
+        direction = "id->id" if source == "id" else "ood->id"
+        positives = "successful" if source == "id" and rule == "successful" else "all"
+        for col, want in (("direction", direction), ("positives", positives),
+                          *((k, given.get(det, {})[k]) for k in ("n", "sigma", "statistic") if k in given.get(det, {}))):
+            if str(r[col]).lower() != str(want).lower() and not (isinstance(want, (int, float))
+                                                                 and math.isclose(float(r[col]), float(want))):
+                lines.append(f"{TABLE}: {det} / {plain or eot}: {col} written {r[col]!r}, run.json gives {want!r}")
+        eot_params = attacks.get(eot, {}).get("params") or {}
+        samples = (eot_params.get("eot") or r["n"]) if eot else math.nan
+        rows.append({"detector": det, "direction": r["direction"], "eps": r["eps"], "plain_attack": plain,
+                     "eot_attack": eot, "auroc_baseline": base["auroc"], "fpr95_baseline": base["fpr95"],
+                     "auroc_plain": got_plain["auroc"], "fpr95_plain": got_plain["fpr95"], "n_ood_plain": n_plain,
+                     "auroc_eot": got_eot["auroc"], "fpr95_eot": got_eot["fpr95"], "n_ood_eot": n_eot,
+                     "eot_samples": samples, "delta_auroc": got_eot["auroc"] - got_plain["auroc"]})
+    return pd.DataFrame(rows), lines
+
+
+def missing_sets(run: Any, table: pd.DataFrame) -> list[str]:
+    """Attack sets of the run that target a smoothed detector with saved scores but appear in no row."""
+    from advopenood import registry
+    from advopenood.capabilities import is_detector_aware
+    from advopenood_plugins.smoothed import is_smoothed
+
+    listed = {_named(v) for col in ("plain_attack", "eot_attack") for v in table[col]}
+    lines = []
+    for name, entry in (run.info.get("attacks") or {}).items():
+        cls = registry.get("attacks", entry["attack"])
+        target = cls.detector if is_detector_aware(cls) else ""
+        if target in run.detectors and is_smoothed(registry.get("detectors", target)) and name not in listed:
+            lines.append(f"{TABLE}: attack set {name!r} on {target} is in no row")
+    return lines
+
+
+def verify(run: Any) -> list[str]:
+    """Differences between ``table_smoothed.csv`` and its re-derivation (``advopenood verify``)."""
+    from advopenood.evaluation.verify import compare
+
+    if not run.has(TABLE):
+        return []
+    table = run.table(TABLE)
+    rederived, lines = rederive(run, table)
+    lines += missing_sets(run, table)
+    if len(rederived):
+        keys = ["detector", "direction", "eps", "plain_attack", "eot_attack"]
+        written = table.assign(plain_attack=table["plain_attack"].map(_named), eot_attack=table["eot_attack"].map(_named))
+        lines += compare(rederived, written[written["detector"].isin(run.detectors)], keys,
+                         ["auroc_baseline", "fpr95_baseline", "auroc_plain", "fpr95_plain", "n_ood_plain", "auroc_eot",
+                          "fpr95_eot", "n_ood_eot", "eot_samples", "delta_auroc"], atol=1e-6, table=TABLE)
+    return lines

@@ -1,0 +1,273 @@
+"""Smoothed detectors ``smoothed_<det>`` and their plain and EOT attacks (issue 23, item 4), on the pack's trained
+CIFAR-10 ResNet-20."""
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from advopenood import registry
+from advopenood.attacks import build_attack
+from advopenood.capabilities import bind_attack, is_differentiable
+from advopenood.cli import main
+from advopenood.detection.bank import create_detector
+from advopenood.detection.scoring import fit_detectors, score_all
+from advopenood.evaluation.metrics import ood_metrics
+from advopenood.detection.scorecache import detector_key
+from advopenood_plugins.detectors import BUILTIN_DETECTORS, MSP
+from advopenood_plugins.smoothed import noise_draws, smooth
+
+CPU = torch.device("cpu")
+N_COPIES = 8
+SIGMA = 0.05
+#: the 16 detectors and GRAM as the paper ran it (own pass, own fit pass, not differentiable)
+WRAPPED = (*BUILTIN_DETECTORS, "gram_legacy")
+
+
+def _smoothed(params: dict | None = None, seed: int = 0, name: str = "smoothed_msp"):
+    return create_detector(name, "pytorch-ood", {"n": N_COPIES, "sigma": SIGMA, **(params or {})}, seed=seed)
+
+
+@pytest.mark.parametrize("det", BUILTIN_DETECTORS)
+def test_every_detector_has_a_smoothed_twin_outside_all(det):
+    names = registry.names("detectors")
+    assert f"smoothed_{det}" in names and f"smoothed_{det}" not in registry.parse_names("detectors", "all")
+    assert det in registry.parse_names("detectors", "all")
+    attacks = registry.names("attacks")
+    for prefix in ("adaptive_", "adaptive_ood_", "adaptive_apgd_", "adaptive_eot_", "adaptive_ood_eot_",
+                   "adaptive_apgd_eot_"):
+        assert prefix + f"smoothed_{det}" in attacks
+    assert is_differentiable(registry.get("detectors", f"smoothed_{det}"))
+
+
+@pytest.mark.parametrize("copies, statistic, expected", [
+    ([[1.0], [5.0], [2.0], [4.0]], "median", [3.0]),  # numpy's median: the mean of the two middle values
+    ([[1.0], [5.0], [2.0]], "median", [2.0]),
+    ([[1.0], [5.0], [2.0], [4.0]], "mean", [3.0]),
+    ([[0.0, 1.0], [0.0, 9.0], [6.0, 2.0]], "mean", [2.0, 4.0]),
+    ([[0.0, 1.0], [0.0, 9.0], [6.0, 2.0]], "median", [0.0, 2.0]),
+])
+def test_statistic(copies, statistic, expected):
+    got = smooth(torch.tensor(copies, dtype=torch.float64), statistic)
+    assert got.tolist() == expected
+
+
+@pytest.mark.parametrize("params", [{"n": 0}, {"sigma": -0.1}, {"statistic": "max"}, {"n": 2.5}])
+def test_bad_parameters_are_refused(params):
+    from advopenood.errors import UsageError
+
+    with pytest.raises(UsageError):
+        _smoothed(params)
+
+
+def test_run_settings_reach_the_wrapped_detector():
+    det = create_detector("smoothed_odin", "pytorch-ood", {"temperature": 10}, seed=3, batch_size=7)
+    det.input_std = (0.5, 0.5, 0.5)
+    assert (det.base.seed, det.base.batch_size, det.base.input_std) == (3, 7, (0.5, 0.5, 0.5))
+    assert det.base.params["temperature"] == 10 and det.params["n"] == N_COPIES
+
+
+def test_scores_are_seeded_reproducible_and_differ_from_msp(cifar_model, cifar_batch):
+    """(a) The same seed gives the same scores whatever the batch split; another seed other scores; the scores are
+    the median of MSP over the 8 noisy copies (by hand) and differ from MSP's; sigma 0 gives MSP itself."""
+    x, _ = cifar_batch
+    with torch.no_grad():
+        det = _smoothed()
+        whole = det.score(cifar_model, x, None).numpy()
+        split = np.concatenate([det.score(cifar_model, part, None).numpy() for part in x.split(16)])
+        other_seed = _smoothed(seed=1).score(cifar_model, x, None).numpy()
+        msp = MSP().score(cifar_model, x, _outputs(cifar_model, x)).double().numpy()
+        copies = np.stack([MSP().score(cifar_model, x + SIGMA * e, _outputs(cifar_model, x + SIGMA * e)).double().numpy()
+                           for e in noise_draws(x, 0, N_COPIES)])
+        noiseless = _smoothed({"sigma": 0.0}).score(cifar_model, x, None).numpy()
+    np.testing.assert_array_equal(whole, split)
+    np.testing.assert_allclose(whole, np.median(copies, axis=0), rtol=0, atol=1e-12)
+    assert np.abs(whole - other_seed).max() > 1e-3
+    assert np.abs(whole - msp).max() > 1e-2 and np.mean(whole != msp) > 0.9
+    np.testing.assert_allclose(noiseless, msp, rtol=0, atol=1e-12)
+
+
+def _outputs(net, x):
+    from advopenood.detection.outputs import forward_outputs
+
+    return forward_outputs(net, x)
+
+
+@pytest.fixture(scope="module")
+def sigma_zero(cifar_model, pack_set):
+    """The detectors and their smoothed twins with sigma 0 (one copy), fitted and scored by one score_all."""
+    from advopenood.data import make_loader
+
+    fit = pack_set("train", "cifar10_train_10k.npz", 384)
+    ids = pack_set("cifar10", "cifar10_test.npz", 64)
+    twins = [f"smoothed_{d}" for d in WRAPPED]
+    return score_all(list(WRAPPED) + twins, "pytorch-ood", cifar_model, fit,
+                     {"id": lambda: make_loader(ids, 32)}, batch_size=64, device=CPU, seed=0,
+                     params={t: {"sigma": 0.0, "n": 1} for t in twins}, progress=False)
+
+
+@pytest.mark.parametrize("det", WRAPPED)
+def test_sigma_zero_is_the_wrapped_detector(sigma_zero, det):
+    """Fitted as the wrapped detector on the same clean rows (shared fit pass, tap statistics included) and scored
+    through its own pass, smoothed_<det> without noise gives <det>'s scores."""
+    assert sigma_zero.errors == {}
+    np.testing.assert_allclose(sigma_zero.scores[f"smoothed_{det}"]["id"], sigma_zero.scores[det]["id"], rtol=1e-6,
+                               atol=1e-9)
+
+
+@pytest.mark.parametrize("det", BUILTIN_DETECTORS)
+def test_attack_calibration_path_without_gradients(sigma_zero, cifar_model, cifar_batch, det):
+    """The attacks calibrate and judge acceptance with grad_score under no_grad: it is the detector's score (ODIN
+    too, whose score differentiates its own pass)."""
+    smoothed = sigma_zero.bank.dets[f"smoothed_{det}"]
+    x = cifar_batch[0][:8]
+    want = smoothed.score(cifar_model, x, None)
+    with torch.no_grad():
+        got = smoothed.grad_score(cifar_model, x, None)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_a_detector_gone_takes_its_twin_and_attacks_along():
+    from advopenood_plugins.detectors import EBO
+
+    registry.register("detectors", "zzebo")(type("ZZEBO", (EBO,), {"openood_name": None, "__module__": __name__}))
+    try:
+        assert {"smoothed_zzebo", "adaptive_eot_smoothed_zzebo"} <= {*registry.names("detectors"),
+                                                                       *registry.names("attacks")}
+    finally:
+        registry.unregister("detectors", "zzebo")
+    assert "smoothed_zzebo" not in registry.names("detectors")
+    assert not [a for a in registry.names("attacks") if a.endswith("eot_smoothed_zzebo")]
+
+
+def test_fit_state_is_the_wrapped_detectors(sigma_zero):
+    plain, smoothed = sigma_zero.bank.dets["mds"], sigma_zero.bank.dets["smoothed_mds"]
+    tensors = {k: v for k, v in plain.det.__dict__.items() if isinstance(v, torch.Tensor)}
+    assert tensors and all(torch.equal(v, smoothed.base.det.__dict__[k]) for k, v in tensors.items())
+
+
+def test_store_key_holds_the_smoothing_and_the_wrapped_code(monkeypatch):
+    """n, sigma and statistic enter the detector key, and so does the wrapped detector's source file."""
+    import advopenood.detection.scorecache as scorecache
+
+    def key(det) -> str:
+        return detector_key(model_hash="m", name="smoothed_msp", backend="pytorch-ood", detector=det, params=det.params,
+                            fit_identity={"rows": 1}, seed=0, batch_size=8)
+
+    base = key(_smoothed())
+    assert len({base, key(_smoothed({"n": 9})), key(_smoothed({"sigma": 0.1})),
+                key(_smoothed({"statistic": "mean"}))}) == 4
+    real = scorecache.source_sha
+    monkeypatch.setattr(scorecache, "source_sha", lambda obj: "edited" if type(obj) is MSP else real(obj))
+    assert key(_smoothed()) != base
+
+
+def test_plain_and_eot_gradients(cifar_model, cifar_batch):
+    """Both attacks see the smoothed confidence itself; the plain gradient is MSP's at the noise-free image, the EOT
+    gradient (mean statistic, m = n) the exact gradient of the mean over the detector's own noise draws."""
+    x = cifar_batch[0][:4]
+    det = _smoothed({"statistic": "mean"})
+    xs = x.clone().requires_grad_()
+    value = det.grad_score(cifar_model, xs, None)
+    (plain,) = torch.autograd.grad(value.sum(), xs)
+    eot_det = det.with_eot(N_COPIES)
+    xe = x.clone().requires_grad_()
+    eot_value = eot_det.grad_score(cifar_model, xe, None)
+    (eot,) = torch.autograd.grad(eot_value.sum(), xe)
+    with torch.no_grad():
+        score = det.score(cifar_model, x, None)
+    torch.testing.assert_close(value.detach(), score, rtol=0, atol=0)
+    torch.testing.assert_close(eot_value.detach(), score, rtol=0, atol=0)
+    xr = x.clone().requires_grad_()
+    (msp_grad,) = torch.autograd.grad(MSP().score(cifar_model, xr, _outputs_grad(cifar_model, xr)).sum(), xr)
+    torch.testing.assert_close(plain, msp_grad)
+    xh = x.clone().requires_grad_()
+    mean = sum(MSP().score(cifar_model, xh + SIGMA * e, _outputs_grad(cifar_model, xh + SIGMA * e))
+               for e in noise_draws(x, 0, N_COPIES)) / N_COPIES
+    (exact,) = torch.autograd.grad(mean.sum(), xh)
+    torch.testing.assert_close(eot, exact)
+    assert (eot - plain).abs().max() > 1e-3 * plain.abs().max()
+
+
+def _outputs_grad(net, x):
+    from advopenood.detection.outputs import grad_outputs
+
+    return grad_outputs(net, x, keep_maps=False)
+
+
+def test_eot_attack_is_at_least_as_strong_as_the_plain_one(cifar_model, cifar_batch, pack_set):
+    """(b) Same 64 images, same budget (8/255, 5 steps, lambda 1), same start: the EOT attack lowers smoothed_msp's
+    AUROC (clean ID vs all adversarial images) at least as much as the plain attack."""
+    x, y = cifar_batch
+    fit = pack_set("cifar10", "cifar10_train_10k.npz", 64)
+    params = {"n": N_COPIES, "sigma": SIGMA}
+    bank = fit_detectors(["smoothed_msp"], "pytorch-ood", cifar_model, fit, batch_size=64, device=CPU, seed=0,
+                         params={"smoothed_msp": params}, progress=False)
+    det = bank.dets["smoothed_msp"]
+    with torch.no_grad():
+        clean = det.score(cifar_model, x, None).numpy()
+    auroc, fooled = {}, {}
+    for name in ("adaptive_smoothed_msp", "adaptive_eot_smoothed_msp"):
+        attack = build_attack(name, {"steps": 5, "lam": [1.0]}, input_size=32)
+        bind_attack(attack, cifar_model, fit, seed=0, batch_size=64, device=CPU, detector_params=params)
+        torch.manual_seed(0)
+        x_adv = attack.perturb(cifar_model, x, y)
+        assert (x_adv - x).abs().max() <= 8 / 255 + 1e-6
+        with torch.no_grad():
+            auroc[name] = ood_metrics(clean, det.score(cifar_model, x_adv, None).numpy())["auroc"]
+            fooled[name] = (cifar_model(x_adv).argmax(1) != y).float().mean().item()
+    print(auroc, fooled)
+    assert auroc["adaptive_eot_smoothed_msp"] <= auroc["adaptive_smoothed_msp"]
+    assert min(fooled.values()) > 0.9
+
+
+@pytest.fixture(scope="module")
+def smoothed_run(session_cache, tmp_path_factory) -> Path:
+    """A demo run with smoothed_msp under PGD, its plain and its EOT attack, and the smoothed evaluator."""
+    cfg = yaml.safe_load((resources.files("advopenood.configs") / "demo.yaml").read_text())
+    cfg.update(attacks=["pgd", "adaptive", "adaptive_eot"], detectors=["msp", "smoothed_msp"],
+               evaluators=["ood", "smoothed"], analyses=[],
+               attack_params={"pgd": {"steps": 5, "eps": "16/255"}, "adaptive": {"steps": 5, "eps": "16/255", "lam": [1.0]},
+                              "adaptive_eot": {"steps": 5, "eps": "16/255", "lam": [1.0]}},
+               detector_params={"smoothed_msp": {"n": 4, "sigma": 0.1}})
+    folder = tmp_path_factory.mktemp("smoothed")
+    (folder / "smoothed.yaml").write_text(yaml.safe_dump(cfg))
+    out = folder / "run"
+    assert main(["run", "--config", str(folder / "smoothed.yaml"), "--out", str(out), "--quiet", "--limit", "48"]) == 0
+    return out
+
+
+def test_the_report_puts_plain_and_eot_side_by_side(smoothed_run):
+    table = pd.read_csv(smoothed_run / "table_smoothed.csv")
+    assert len(table) == 1
+    row = table.iloc[0]
+    assert (row.detector, row.plain_attack, row.eot_attack, row.baseline) == \
+        ("smoothed_msp", "adaptive_smoothed_msp", "adaptive_eot_smoothed_msp", "pgd")
+    assert (row.n, row.sigma, row.statistic, row.eot_samples) == (4, 0.1, "median", 4)
+    ood = pd.read_csv(smoothed_run / "ood.csv").set_index(["detector", "attack"])
+    for attack, column in (("adaptive_smoothed_msp", "auroc_plain"), ("adaptive_eot_smoothed_msp", "auroc_eot"),
+                           ("pgd", "auroc_baseline")):
+        assert row[column] == pytest.approx(ood.loc[("smoothed_msp", attack), "auroc"], abs=1e-4)
+    report = (smoothed_run / "report.md").read_text()
+    assert "Smoothed detectors: plain vs EOT attacks" in report
+    assert f"AUROC {row.auroc_plain:.1f} under the plain attack" in report and f"{row.auroc_eot:.1f} under EOT" in report
+
+
+def test_the_smoothed_table_verifies(smoothed_run, tmp_path, capsys):
+    import shutil
+
+    assert main(["verify", str(smoothed_run)]) == 0
+    run = tmp_path / "run"
+    shutil.copytree(smoothed_run, run)
+    table = pd.read_csv(run / "table_smoothed.csv")
+    table.loc[0, "auroc_eot"] += 0.5
+    table.to_csv(run / "table_smoothed.csv", index=False, float_format="%.6g")
+    capsys.readouterr()
+    assert main(["verify", str(run)]) == 1
+    lines = [line for line in capsys.readouterr().out.splitlines() if "DIFFERENCE" in line]
+    assert len(lines) == 1 and "table_smoothed.csv" in lines[0] and "auroc_eot" in lines[0]
