@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from advopenood import protocols, registry
-from advopenood.capabilities import is_family
+from advopenood.capabilities import is_family, requires_attacks
 from advopenood.errors import UsageError
 
 BACKENDS = ("auto", "openood", "pytorch-ood")
@@ -618,6 +618,26 @@ def expand_attacks(cfg: Mapping[str, Any], input_size: int) -> list[AttackSpec]:
 
 
 def attack_entries(cfg: Mapping[str, Any]) -> list[tuple[dict[str, Any], str | None]]:
+    """Config ``attacks`` as ``(entry, family)`` with lower-case names, families replaced by their members, then the
+    attacks the configured evaluators and analyses require (:class:`~advopenood.capabilities.RequiresAttacks`)
+    whose set name the config does not already hold."""
+    out = _configured_entries(cfg)
+    labels = {e.get("label") or e["name"] for e, _ in out}
+    for kind, section in (("evaluators", "evaluator_params"), ("analyses", "analysis_params")):
+        for name in cfg.get(kind) or []:
+            obj = registry.get(kind, name)
+            if not requires_attacks(obj):
+                continue
+            for entry, family in obj.required_attacks(cfg, thaw((cfg.get(section) or {}).get(name) or {})):
+                entry = {**entry, "name": str(entry["name"]).lower()}
+                label = entry.get("label") or entry["name"]
+                if label not in labels:
+                    labels.add(label)
+                    out.append((entry, family))
+    return out
+
+
+def _configured_entries(cfg: Mapping[str, Any]) -> list[tuple[dict[str, Any], str | None]]:
     """Config ``attacks`` as ``(entry, family)`` with lower-case names, families replaced by their members."""
     out: list[tuple[dict[str, Any], str | None]] = []
     for entry in cfg.get("attacks") or []:

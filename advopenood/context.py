@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from advopenood import protocols
+from advopenood import protocols, registry
+from advopenood.capabilities import is_id_negative
 from advopenood.models import Classifier
 from advopenood.store import AdvSet
 
@@ -73,10 +74,17 @@ class RunContext:
     extras: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def positive_sets(self) -> dict[str, AdvSet]:
+        """The adversarial sets whose images count as OOD: every set except those of attacks that declare
+        :class:`~advopenood.capabilities.IdNegatives` (ID images pushed to look OOD, which stay ID negatives)."""
+        return {name: adv for name, adv in self.adv_sets.items()
+                if not is_id_negative(registry.get("attacks", adv.attack))}
+
+    @property
     def id_adv_sets(self) -> dict[str, AdvSet]:
         """The adversarial sets made from the ID test images (row ``i`` = ``id_set`` row ``i``), without the
-        OOD->ID sets, whose rows are natural OOD images."""
-        return {name: adv for name, adv in self.adv_sets.items() if adv.source == "id"}
+        OOD->ID sets, whose rows are natural OOD images, and without ID-negative sets (:attr:`positive_sets`)."""
+        return {name: adv for name, adv in self.positive_sets.items() if adv.source == "id"}
 
     def backend_of(self, detector: str) -> str:
         """The ``backend`` column of a detector's rows: what computed its scores."""
