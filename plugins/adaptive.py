@@ -295,3 +295,5 @@ def _adaptive_attacks() -> None:
             for direction, prefix in (("id", "adaptive_"), ("ood", "adaptive_ood_")):
                 if not registry.registered("attacks", prefix + name):
                     adaptive_attack(name, direction)
+
+import advopenood_plugins.robust_attacks  # noqa: E402,F401  (registers the robust-AUROC attacks beside these)
