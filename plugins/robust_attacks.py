@@ -182,7 +182,7 @@ class RobustPGD(RobustScoreAttack):
                               random_start=bool(p["random_start"]))
         _, clipped, _ = attack(foolbox_model(model, x.device), x, y, epsilons=float(p["eps"]))
         with torch.no_grad():
-            loss, success, value, _ = objective(clipped)
+            _, success, value, _ = objective(clipped)
         best.update(clipped, success, value)
 
 

@@ -145,8 +145,12 @@ class RobustAUROC(RequiresAttacks, Verifiable):
         """``method``: ``pgd`` (default), ``apgd`` or both (a list); ``eps``: budgets of the added sets (default:
         the config's explicit Linf budgets, else the attacks' default); ``ood_sets``: the natural OOD sets to
         attack (default: all of the run's)."""
-        self.methods = self.parse_methods(method)
-        self.eps, self.ood_sets = eps, ood_sets
+        self.parse_methods(method)  # the settings act through required_attacks; checked here before any work
+        budgets = eps if isinstance(eps, (list, tuple)) else [] if eps is None else [eps]
+        if any(not isinstance(e, (int, float)) or not 0 < float(e) <= 1 for e in budgets):
+            raise UsageError(f"evaluator robust_auroc: eps {eps!r}; valid choices: a number in (0, 1], a list of them")
+        if ood_sets is not None and not (isinstance(ood_sets, (list, tuple)) and all(isinstance(o, str) for o in ood_sets)):
+            raise UsageError(f"evaluator robust_auroc: ood_sets {ood_sets!r}; valid choices: a list of natural OOD set names")
 
     @staticmethod
     def parse_methods(method: Any) -> list[str]:

@@ -96,8 +96,37 @@ def verify_robust(run: Any) -> list[str]:
     if not run.has("robust_auroc.csv"):
         return ["robust_auroc.csv: the evaluator ran but the table is missing"]
     written = run.table("robust_auroc.csv")
-    return compare(rederive_robust(run), written, ["detector", "id_attack", "ood_attack"],
-                   ["ood_set", "eps", "method", *ROBUST_METRICS, "n_id", "n_ood"], atol=1e-6, table="robust_auroc.csv")
+    rederived = rederive_robust(run)
+    return compare(rederived, written, ["detector", "id_attack", "ood_attack"],
+                   ["ood_set", "eps", "method", *ROBUST_METRICS, "n_id", "n_ood"], atol=1e-6,
+                   table="robust_auroc.csv") + verify_entries(run, rederived)
+
+
+def verify_entries(run: Any, robust: pd.DataFrame) -> list[str]:
+    """The robust fields of ``leaderboard_openood.json``: per detector, the mean ``robust_auroc`` / ``robust_fpr95``
+    over the near and the far sets (groups from ``ood.csv``'s natural rows) at the largest eps, PGD rows when there
+    are any, to two decimals; ``/`` for a detector without robust rows."""
+    import json
+
+    if not run.has("leaderboard_openood.json") or not run.has("ood.csv"):
+        return []
+    ood = run.table("ood.csv")
+    groups = dict(zip(ood.loc[ood["attack"] == "none", "ood_set"], ood.loc[ood["attack"] == "none", "group"]))
+    lines = []
+    for entry in json.loads((run.path / "leaderboard_openood.json").read_text()):
+        det = entry["advopenood"]["detector"]
+        rows = robust[robust["detector"] == det]
+        if len(rows):
+            rows = rows[np.isclose(rows["eps"], rows["eps"].max())]
+            rows = rows[rows["method"] == ("pgd" if (rows["method"] == "pgd").any() else rows["method"].iloc[0])]
+        for group, title in (("near", "Near-OOD"), ("far", "Far-OOD")):
+            sub = rows[rows["ood_set"].map(groups) == group] if len(rows) else rows
+            for metric, name in (("robust_auroc", "AUROC"), ("robust_fpr95", "FPR95")):
+                want = "/" if not len(sub) else f"{sub[metric].to_numpy(float).sum() / len(sub):.2f}"
+                if entry.get(f"{title}_Robust_{name}") != want:
+                    lines.append(f"leaderboard_openood.json: {det} {title}_Robust_{name}: written "
+                                 f"{entry.get(f'{title}_Robust_{name}')!r}, re-derived {want!r}")
+    return lines
 
 
 # ------------------------------------------------------------------------------------------------- levels

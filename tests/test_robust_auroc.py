@@ -166,6 +166,8 @@ def test_evaluator_adds_its_sets_once_per_detector_method_and_ood_set(data_root,
         expand_attacks(dict(thaw(cfg), evaluator_params={"robust_auroc": {"ood_sets": ["svhn"]}}), 32)
     with pytest.raises(UsageError, match="method 'fgsm'; valid choices: pgd, apgd"):
         registry.create("evaluators", "robust_auroc", method="fgsm")
+    with pytest.raises(UsageError, match="eps 2.0; valid choices"):
+        registry.create("evaluators", "robust_auroc", eps=2.0)
 
 
 # ---------------------------------------------------------------------------------------------- verify hook
@@ -189,6 +191,17 @@ def test_one_changed_number_is_one_difference(robust_run, tmp_path, column, chan
     table.to_csv(copy / "robust_auroc.csv", index=False, float_format="%.6g")
     lines = verify_robust(RunFiles.open(copy))
     assert len(lines) == 1 and column in lines[0] and table.loc[1, "detector"] in lines[0]
+
+
+def test_a_changed_robust_field_of_a_leaderboard_entry_is_a_difference(robust_run, tmp_path):
+    _, out = robust_run
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    entries = json.loads((copy / "leaderboard_openood.json").read_text())
+    entries[0]["Far-OOD_Robust_AUROC"] = "99.99"
+    (copy / "leaderboard_openood.json").write_text(json.dumps(entries))
+    lines = verify_robust(RunFiles.open(copy))
+    assert len(lines) == 1 and "Far-OOD_Robust_AUROC" in lines[0] and "'99.99'" in lines[0]
 
 
 def test_a_missing_row_is_a_difference(robust_run, tmp_path):
