@@ -140,7 +140,7 @@ class RobustAUROC(RequiresAttacks, Verifiable):
 
     verify = staticmethod(verify_robust)
 
-    def __init__(self, method: str | list[str] = "pgd", eps: float | list[float] | None = None,
+    def __init__(self, method: str | list[str] | tuple[str, ...] = ("pgd",), eps: float | list[float] | None = None,
                  ood_sets: list[str] | None = None):
         """``method``: ``pgd`` (default), ``apgd`` or both (a list); ``eps``: budgets of the added sets (default:
         the config's explicit Linf budgets, else the attacks' default); ``ood_sets``: the natural OOD sets to

@@ -166,6 +166,7 @@ def test_evaluator_adds_its_sets_once_per_detector_method_and_ood_set(data_root,
         expand_attacks(dict(thaw(cfg), evaluator_params={"robust_auroc": {"ood_sets": ["svhn"]}}), 32)
     with pytest.raises(UsageError, match="method 'fgsm'; valid choices: pgd, apgd"):
         registry.create("evaluators", "robust_auroc", method="fgsm")
+    assert registry.create("evaluators", "robust_auroc", method=["pgd", "apgd"], eps=[4 / 255, 8 / 255])
     with pytest.raises(UsageError, match="eps 2.0; valid choices"):
         registry.create("evaluators", "robust_auroc", eps=2.0)
 
