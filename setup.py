@@ -44,6 +44,11 @@ setup(
         # (libmr first needs `pip install Cython && pip install --no-build-isolation libmr`; under NumPy 2
         # imgaug needs the three-line patch in README.md, "Installing OpenOOD (and the imgaug patch for NumPy 2)").
         "openood": ["faiss-cpu", "statsmodels", "libmr", "diffdist", "timm", "imgaug", "gdown"],
+        # RobustBench's model zoo (`model.arch: robustbench:<dataset>/<threat>/<model_id>`): install robustbench itself
+        # with `pip install --no-deps robustbench==1.1.1` (its metadata pins timm==1.0.9 and gdown==5.1.0, which
+        # would replace the timm this package uses; advopenood imports only its model zoo), then this extra adds the
+        # two packages the zoo's architectures import. README, "Robust backbones from RobustBench".
+        "robustbench": ["geotorch>=0.3", "torchdiffeq>=0.2"],
         "test": ["pytest>=7", "setuptools>=64", "wheel"],
     },
     entry_points={

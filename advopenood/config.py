@@ -88,16 +88,22 @@ class ModelSpec(_Strict):
     @field_validator("arch")
     @classmethod
     def _known_arch(cls, value: str) -> str:
-        from advopenood.models import ARCHS, TIMM_PREFIX, check_timm_name
+        from advopenood.models import ARCHS, TIMM_PREFIX, ZOO_PREFIX, check_timm_name
 
-        if value.startswith(TIMM_PREFIX):
+        if value.startswith((TIMM_PREFIX, ZOO_PREFIX)):
             try:
-                check_timm_name(value[len(TIMM_PREFIX):])
+                if value.startswith(TIMM_PREFIX):
+                    check_timm_name(value[len(TIMM_PREFIX):])
+                else:
+                    from advopenood.robustbench_zoo import check_zoo_name
+
+                    check_zoo_name(value[len(ZOO_PREFIX):])
             except UsageError as exc:
                 raise ValueError(str(exc)) from None
             return value
         if value not in ARCHS:
-            raise ValueError(_choice_message("architecture", value, list(ARCHS) + [f"{TIMM_PREFIX}<name>"]))
+            raise ValueError(_choice_message("architecture", value, list(ARCHS) + [
+                f"{TIMM_PREFIX}<name>", f"{ZOO_PREFIX}<dataset>/<threat>/<model_id>"]))
         return value
 
     @model_validator(mode="after")
@@ -106,6 +112,13 @@ class ModelSpec(_Strict):
             value = getattr(self, key)
             if value is not None and len(value) != self.in_channels:
                 raise ValueError(f"{key} has {len(value)} values but in_channels is {self.in_channels}")
+        if self.arch.startswith("robustbench:"):
+            from advopenood.robustbench_zoo import zoo_normalisation
+
+            try:
+                zoo_normalisation(self.mean, self.std, self.in_channels)
+            except UsageError as exc:
+                raise ValueError(str(exc)) from None
         return self
 
 

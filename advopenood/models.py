@@ -50,6 +50,10 @@ class Backbone(nn.Module):
         """The module whose ``state_dict`` a checkpoint file holds."""
         return self
 
+    def checkpoint_state(self, loaded: Any) -> dict[str, torch.Tensor]:
+        """The state dict for :attr:`checkpoint_module` in what ``torch.load`` read (:func:`_clean_state_dict`)."""
+        return _clean_state_dict(loaded)
+
     def stages(self, x: torch.Tensor) -> list[torch.Tensor]:
         raise NotImplementedError
 
@@ -325,6 +329,8 @@ class TorchvisionViT(Backbone):
 
 
 TIMM_PREFIX = "timm:"
+#: RobustBench's model zoo (:mod:`advopenood.robustbench_zoo`, imported only when such an architecture is built)
+ZOO_PREFIX = "robustbench:"
 
 
 def check_timm_name(name: str) -> None:
@@ -530,20 +536,39 @@ def _clean_state_dict(obj) -> dict[str, torch.Tensor]:
     return {k.removeprefix("module."): v for k, v in obj.items() if torch.is_tensor(v)}
 
 
+def html_page(path: Path) -> bool:
+    """The file starts like a web page (``<!DOCTYPE html``, ``<html``, or a ``<`` tag with ``<html`` soon after): what a
+    failed download saves under the checkpoint's name (RobustBench issues 158, 174, 177)."""
+    with open(path, "rb") as f:
+        head = f.read(2048).lstrip().lower()
+    return head.startswith((b"<!doctype html", b"<html")) or (head.startswith(b"<") and b"<html" in head)
+
+
 def build_model(arch: str, num_classes: int, checkpoint: str | Path | None = None, *, mean=None, std=None,
                 input_size: int = 32, in_channels: int = 3, device: str | torch.device = "cpu") -> Classifier:
-    """Build ``arch`` (a name in :data:`ARCHS` or ``timm:<name>``) without downloading anything, load
-    ``checkpoint`` strictly, and wrap it with its normalisation, in eval mode."""
+    """Build ``arch`` (a name in :data:`ARCHS`, ``timm:<name>`` or ``robustbench:<dataset>/<threat>/<model_id>``)
+    without downloading anything, load ``checkpoint`` strictly, and wrap it with its normalisation, in eval mode
+    (mean 0 and std 1 for RobustBench's models, which normalise inside)."""
+    path = Path(checkpoint) if checkpoint is not None else None
+    if path is not None and not path.is_file():
+        raise UsageError(f"checkpoint {str(path)!r} not found")
+    if path is not None and html_page(path):
+        raise UsageError(f"checkpoint {str(path)!r} is an HTML page ({path.stat().st_size} bytes), not a checkpoint: "
+                         "a download that failed saved the web page under the checkpoint's name; valid choices: the "
+                         "model's weights file (download it again, e.g. in a browser)")
     if arch.startswith(TIMM_PREFIX):
         backbone: Backbone = TimmBackbone(arch[len(TIMM_PREFIX):], num_classes=num_classes, in_channels=in_channels)
+    elif arch.startswith(ZOO_PREFIX):
+        from advopenood.robustbench_zoo import RobustBenchBackbone, zoo_normalisation
+
+        mean, std = zoo_normalisation(mean, std, in_channels)
+        backbone = RobustBenchBackbone(arch[len(ZOO_PREFIX):], num_classes, in_channels, input_size)
     elif arch in ARCHS:
         backbone = ARCHS[arch](num_classes=num_classes, in_channels=in_channels)
     else:
-        raise UsageError(f"unknown architecture {arch!r}; valid choices: {', '.join(ARCHS)}, {TIMM_PREFIX}<name>")
-    if checkpoint is not None:
-        path = Path(checkpoint)
-        if not path.is_file():
-            raise UsageError(f"checkpoint {str(path)!r} not found")
+        raise UsageError(f"unknown architecture {arch!r}; valid choices: {', '.join(ARCHS)}, {TIMM_PREFIX}<name>, "
+                         f"{ZOO_PREFIX}<dataset>/<threat>/<model_id>")
+    if path is not None:
         try:
             loaded = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # any unpickling or format error: the file is not a safe state dict
@@ -551,7 +576,7 @@ def build_model(arch: str, num_classes: int, checkpoint: str | Path | None = Non
             raise UsageError(f"checkpoint {str(path)!r} cannot be loaded as a state dict (torch.load with weights_only=True "
                              f"raised {type(exc).__name__}: {first}); valid choices: a file saved with "
                              "torch.save(model.state_dict(), path)") from None
-        state = _clean_state_dict(loaded)
+        state = backbone.checkpoint_state(loaded)
         target = backbone.checkpoint_module
         expected = {k: v for k, v in target.state_dict().items() if not k.endswith("num_batches_tracked")}
         state = {k: v for k, v in state.items() if not k.endswith("num_batches_tracked")}

@@ -4,8 +4,8 @@
 * :func:`plot_auroc_heatmap`: detector x set AUROC heatmap of an OOD-metrics table (natural OOD sets, then
   attacks; red below chance, green above).
 * :func:`plot_roc`: ROC curves of one detector, one curve per natural OOD set and attack, from per-sample
-  confidences (:func:`roc_sets` splits a saved score mapping; the adversarial positives are the successful
-  attacks, ``<attack>.success``).
+  confidences (:func:`roc_sets` splits a saved score mapping; the adversarial positives are the protocol's,
+  ``<attack>.positive``).
 
 :func:`pick_examples` chooses the rows of an example grid (clean image next to its adversarial version): only
 images the model classifies correctly when clean, so that every row shows an attack that changed a right answer.
@@ -152,11 +152,11 @@ def plot_roc(conf_id: np.ndarray, conf_ood: Mapping[str, np.ndarray], detector: 
 
 def roc_sets(scores: Mapping[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray], list[str]]:
     """Split a ``scores/<detector>.npz`` mapping into ID confidences, per-set OOD confidences (adversarial
-    sets restricted to their successful attacks) and the adversarial set names."""
-    masks = {k[: -len(".success")]: np.asarray(v, dtype=bool) for k, v in scores.items() if k.endswith(".success")}
+    sets restricted to their OOD positives, ``<set>.positive``) and the adversarial set names."""
+    masks = {k[: -len(".positive")]: np.asarray(v, dtype=bool) for k, v in scores.items() if k.endswith(".positive")}
     sets: dict[str, np.ndarray] = {}
     for name, conf in scores.items():
-        if name == "id" or name.endswith(".success"):
+        if name == "id" or name.endswith((".success", ".positive")):
             continue
         conf = np.asarray(conf, dtype=float)
         mask = masks.get(name)

@@ -9,9 +9,9 @@ from ours.
 * ``strong`` (default, **ours**): the strongest settings we ship; an adversarial example counts as OOD
   only when its attack succeeded, and detectors score the float images the attack produced.
 * ``lorenz2024``: Lorenz et al., "Deciphering the Definition of Adversarial Robustness for Post-Hoc OOD
-  Detectors" (Sec. 4, Tables 3 and 4) and its reference code (OpenOOD's
-  ``openood/evaluation_api/attackdataset.py``): "all attacked test images" are written as PNG through
-  ``torchvision.transforms.ToPILImage`` (``x.mul(255).byte()``, i.e. truncation to 8 bits) and read back
+  Detectors" (Sec. 4, Tables 3 and 4) and its reference code (``openood/evaluation_api/attackdataset.py`` of
+  adverML/AdvOpenOOD 14393a1, merged into OpenOOD as a8b4fc7): "all attacked test images" are written as PNG
+  through ``torchvision.transforms.ToPILImage`` (``x.mul(255).byte()``, i.e. truncation to 8 bits) and read back
   through OpenOOD's image lists, successful or not, and scored as OOD.
 * ``mahmood2021``: Mahmood et al., "Beware the Black-Box" for the black-box adversary of the plugins that
   declare one (``protocol_defaults``); everything else as ``strong``.
@@ -50,7 +50,10 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     Protocol("strong", "successful", "none", "ours",
              "our strongest settings; successful adversarial examples are the OOD positives"),
     Protocol("lorenz2024", "all", "uint8_trunc",
-             "Lorenz et al. 2024, Sec. 4 and Tables 3-4; reference code openood/evaluation_api/attackdataset.py",
+             "Lorenz et al. 2024, Sec. 4 and Tables 3-4; reference code openood/evaluation_api/attackdataset.py and "
+             "openood/attacks/patch_attacks/masked_pgd.py of adverML/AdvOpenOOD 14393a1 (merged into OpenOOD as "
+             "a8b4fc7); the paper's setting at 32 px only: at 224 px AdvOpenOOD attacks normalised tensors (README, "
+             "Protocols)",
              "the paper's attacks (foolbox defaults, reference masked PGD); every attacked image, stored as an "
              "8-bit PNG, is an OOD positive"),
     Protocol("mahmood2021", "successful", "none",

@@ -77,6 +77,12 @@ def register(kind: str, name: str | None = None, description: str | None = None)
     return deco
 
 
+def unregister(kind: str, name: str) -> None:
+    """Remove ``name`` from the registry of ``kind`` (plugins registered for a test or a session)."""
+    _check_kind(kind)
+    _REGISTRY[kind].pop(name.strip().lower(), None)
+
+
 def discover(kind: str) -> None:
     """Load every entry point of group ``advopenood.<kind>`` once; a broken plugin only warns."""
     _check_kind(kind)

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from advopenood.attacks import Attack, default_eps, foolbox_model
 from advopenood.errors import UsageError
 from advopenood.registry import register
+from advopenood.store import derive_seed
 
 #: the protocol whose settings come from Lorenz et al.'s reference code
 LORENZ = "lorenz2024"
@@ -226,6 +227,9 @@ class MaskedPGD(Attack):
     position comes from the seeded torch generator, once per ``group`` consecutive images of each call (the
     store calls an attack once per shard, so with a shard size that is a multiple of ``group`` the groups are
     the reference's batches of the (limited) test set). Patch 8 px at 32x32, 60 px at 224x224.
+    ``position_seed`` (default None: the call's own seed) redraws the positions on the same images: the call's
+    draws come from ``derive_seed(position_seed, call seed)`` instead, so runs that differ only in it measure how
+    much a cell depends on where the patches fell (``benchmarks/reproduce_cifar10.py``).
     """
 
     norm = "linf"
@@ -235,7 +239,7 @@ class MaskedPGD(Attack):
     def defaults(cls, input_size: int) -> dict[str, Any]:
         patch = max(1, input_size // 4) if input_size <= 64 else round(input_size * 60 / 224)
         return {"eps": 1.0, "patch": patch, "steps": 40, "rel_stepsize": None, "abs_stepsize": None,
-                "random_start": True, "group": 1, "variant": "strong"}
+                "random_start": True, "group": 1, "variant": "strong", "position_seed": None}
 
     @classmethod
     def protocol_defaults(cls, protocol: str, input_size: int) -> dict[str, Any]:
@@ -259,6 +263,8 @@ class MaskedPGD(Attack):
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         p = self.params
         patch, group, eps, steps = min(int(p["patch"]), *x.shape[-2:]), int(p["group"]), float(p["eps"]), int(p["steps"])
+        if p["position_seed"] is not None:  # __call__ seeded the generator for this call; redraw from both seeds
+            torch.manual_seed(derive_seed(int(p["position_seed"]), torch.initial_seed()))
         if p["variant"] == "reference":
             alpha = float(p["abs_stepsize"]) if p["abs_stepsize"] is not None else rel_stepsize(p) * eps
             positions = patch_positions(len(x), x.shape[-2], x.shape[-1], patch, group)

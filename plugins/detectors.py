@@ -592,3 +592,7 @@ class SCALE(Postprocessor, DifferentiableDetector):
 
     def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return -with_grad(self._det(net).predict_feature_maps)(out.features[:, :, None, None])
+
+
+# GRAM as the paper ran it (OpenOOD's before bdf6a55); importing the module registers ``gram_legacy``
+from advopenood_plugins import gram_legacy as _gram_legacy  # noqa: E402,F401

@@ -299,6 +299,13 @@ def adaptive_section(table: pd.DataFrame) -> Section:
         Table(table), Bullets(read_adaptive(table))])
 
 
+def with_positives(ctx: RunContext) -> dict[str, dict[str, np.ndarray]]:
+    """Each detector's confidences with every adversarial set's ``<set>.positive`` mask, as ``scores/*.npz``
+    holds them."""
+    masks = {f"{name}.positive": ctx.ood_positives(name) for name in ctx.adv_sets}
+    return {det: {**by_set, **masks} for det, by_set in ctx.scores.items()}
+
+
 def ood_plots(ood: pd.DataFrame, scores: dict[str, dict[str, np.ndarray]], plot_dir: Path,
               detector: str = "msp") -> list[Path]:
     """The AUROC heatmap (when ``ood`` holds an AUROC) and the ROC curves of ``detector`` (else the first
@@ -364,7 +371,7 @@ class OODEvaluator(Verifiable):
                            "leaderboard_openood.json": openood_entries(board, ctx, groups, robust_table(ctx))})
         if fsood is not None:
             out.tables["fsood.csv"] = fsood
-        out.figures = ood_plots(df, ctx.scores, ctx.plot_dir)
+        out.figures = ood_plots(df, with_positives(ctx), ctx.plot_dir)
         out.sections = guarded("OOD detection", lambda: [ood_section(as_written(df, ctx.protocol), out.figures)])
         out.sections += guarded("Natural and adversarial robustness side by side",
                                 lambda: [leaderboard_section(as_written(board, ctx.protocol))])

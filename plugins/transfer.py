@@ -1,59 +1,66 @@
 """Black-box transfer attacks on the detector-defended classifier (pure and mixed black-box adversaries).
 
 Mahmood, Gurevin, van Dijk, Nguyen, "Beware the Black-Box: on the Robustness of Recent Defenses to Adversarial
-Examples" (Entropy 2021), after Nguyen et al. 2019 and Papernot et al. 2017. The adversary never sees the
-target's weights, gradients or scores; it trains a *surrogate* ("synthetic") model, crafts white-box attacks
-(FGSM, PGD, MIM, ...) on it, and submits them to the defended target, here the classifier plus a post-hoc OOD
-detector that rejects inputs below its 95 %-TPR threshold.
+Examples" (Entropy 2021), after Nguyen et al. 2019 and Papernot et al. 2017, and the authors' code
+(MetaMain/BewareAdvML, commit ``52d489b565b0df36cb588b5709c29c2e8e4d3f49``; files below are under
+``AdversarialSampleGeneratorV11/AdversarialSampleGeneratorV11/``). The adversary never sees the target's
+weights, gradients or scores; it trains a *surrogate* ("synthetic") model, crafts white-box attacks on it, and
+submits them to the defended target, here the classifier plus a post-hoc OOD detector that rejects inputs below
+its 95 %-TPR threshold (a rejection is the defense's "noise class" label, DefenseMultiModel.py L12-31).
 
-Threat models (one surrogate each):
+Threat models:
 
 * **pure** black-box (Sec. 2.1 A, "The synthetic model is built using only the original training dataset"):
   the surrogate is trained on the ID training data (the run's fit set) with the *true* labels; no query
   reaches the target (``queries = 0``).
 * **mixed** black-box (Sec. 2.1 C, Nguyen et al.): the adversary holds ``fraction`` percent of the training
-  data (a seeded random subset; smaller fractions are prefixes of larger ones) and "can label both synthetic
-  and original training data by querying the defense", which answers with its top-1 label; inputs the query
-  detector rejects get no label and are dropped (App. B.4: "we do not use data which has an null class
-  label"). Then ``jacobian_rounds`` rounds of Jacobian-based dataset augmentation (App. B.3, Algorithm 1):
-  train the surrogate ``F`` on the current set, step up to ``max_augment`` seeded rows ``x`` of it by
-  ``lambda`` along a gradient sign (:func:`jacobian_augment`), label the new points by querying the target
-  (rejected ones dropped), and train again from the current weights. Every image sent to the target counts
-  as one query; the detector sees the same query.
+  data and "can label both synthetic and original training data by querying the defense", which answers with
+  its top-1 label; inputs the query detector rejects get no label and are dropped (App. B.4: "we do not use
+  data which has an null class label"). Then Jacobian-based dataset augmentation rounds
+  (:func:`advopenood_plugins.transfer_adversary.train_mixed`). Every image sent to the target counts as one query.
 
-The adversary's settings come from ``ctx.protocol`` (:data:`PROTOCOL_SETTINGS`): ``mahmood2021`` is the
-paper's CIFAR-10 adversary as far as the paper specifies it (App. B.2, B.3, Tables 2-4); every other protocol
-(``strong``, the default) uses our own, much cheaper adversary, which is *not* the paper's and whose numbers
-are not comparable with it. A parameter set in ``analysis_params.transfer`` wins over the protocol's value.
-Under ``mahmood2021`` the ``deviations`` column lists where a row's adversary differs from the paper's.
+The adversary comes from ``ctx.protocol`` (:data:`PROTOCOL_SETTINGS`); a parameter set in
+``analysis_params.transfer`` wins over the protocol's value.
 
-Metrics per (surrogate, attack) and per detector, in percent, all on the **clean-correct** ID test rows (the
-rows the target classifies correctly when clean; their count is ``n``): the paper attacks and scores only such
-samples (Sec. 2, "A trained classifier [F], correctly identified sample [x] with class label [y]. The goal of
-the adversary is to modify [x] ... such that [F] produces [a] class label [other than y]"). Hence
-``undefended_acc = 100 - asr`` on every row.
+* ``mahmood2021``: the authors' CIFAR-10 adversary as their code runs it (``PapernotAttackCIFAR10``,
+  DefaultMethodsVanilla.py L37-72, and AttackWrappersBlackBox.py), and their comparison (Sec. 3.10): every
+  defense is attacked by **its own** adversary and compared with the vanilla network attacked by its own. The
+  mixed adversary of a defense queries that defense, and attacks the first ``limit`` (1000) test images that
+  the *defended* oracle classifies correctly (``GetCleanCorrectlyIdentifiedSamples(oracleModel, ...)``,
+  AttackWrappersBlackBox.py L41, L229-247); the vanilla mixed adversary queries the classifier alone and
+  attacks the first 1000 it classifies correctly. The pure adversary attacks the first 1000 test images,
+  unfiltered (L274-275), and its examples are submitted to every defense and to the vanilla network
+  (``RunPureBlackBoxAttack``, L369-404). The ``deviations`` column lists every remaining difference.
+* ``strong`` (the default, and every other protocol): **ours**, much cheaper and not comparable with the
+  paper: one adversary per threat model (mixed ones query the run's first detector, or ``query_detector``),
+  whose examples of a seeded sample of the clean-correct test images are scored for every detector.
 
-* ``asr`` (:func:`transfer_asr`), ``undefended_acc`` and ``defense_acc`` (:func:`defense_accuracy`, Sec. 3.10),
-  ``improvement = defense_acc - undefended_acc`` (the paper's defense accuracy improvement; never negative
-  here because a detector can only add correct decisions). The detector rejects an input whose confidence is
-  below its operating threshold: the 5 % quantile of its confidences on *all* clean ID test images
-  (:func:`advopenood.metrics.id_threshold`), since a deployed detector cannot know which clean inputs the
-  classifier gets right. Clean ID images it rejects are its price, fixed at 5 % by the threshold.
-* ``auroc``, ``fpr95`` (:func:`detection_metrics`): negatives are the detector's confidences on the
-  clean-correct ID test rows of the run, positives those of the transferred examples (of clean-correct rows)
-  that fool the target; OpenOOD's convention (adversarial = OOD = positive). Clean images the target
-  misclassifies are left out, so the AUROC does not partly measure misclassification detection.
+Metrics per (surrogate, attack, detector) row, in percent, on the ``n`` test images the row's adversary attacked:
 
-Surrogates are cached under ``<cache>/surrogates/<key16>.pt``, keyed by everything that determines them
-(target weights and query detector for mixed ones, fit-set identity, fraction, hyper-parameters, seed, library
-versions); the crafted examples live in an :class:`advopenood.store.AdvStore` under ``<cache>/transfer_adv``
-keyed by the surrogate's weights, so a re-run trains and attacks nothing.
+* ``asr`` (:func:`transfer_asr`): the target alone misclassifies the transferred image; ``undefended_acc =
+  100 - asr``; ``defense_acc`` (:func:`defense_accuracy`): the defended system keeps the true label or rejects
+  the input; ``vanilla_acc``: the vanilla defense accuracy, i.e. ``undefended_acc`` of the vanilla adversary's
+  run (``mahmood2021``: its own run; ``strong``: the same examples); ``improvement`` (:func:`improvement`)
+  ``= defense_acc - vanilla_acc``, negative when the defense does worse than no defense (Fig. 1). Under
+  ``strong`` it cannot be negative, since a detector only adds correct decisions on the same examples. Rows with
+  an empty ``detector`` are the vanilla network's. The detector rejects inputs whose confidence is below the 5 %
+  quantile of its confidences on *all* clean ID test images (:func:`advopenood.metrics.id_threshold`).
+* ``auroc``, ``fpr95`` (:func:`detection_metrics`, ours): negatives are the detector's confidences on the
+  clean-correct ID test images, positives those of the row's transferred examples that flip a clean-correct
+  image; OpenOOD's convention (adversarial = OOD = positive).
+
+The run saves every per-sample array the table is computed from in ``transfer_samples.npz``
+(:func:`save_samples`); :func:`advopenood_plugins.verify_transfer.verify` re-derives the table from it.
+Surrogates are cached under ``<cache>/surrogates/<key16>.pt``, keyed by everything that determines them; the
+crafted examples live in an :class:`advopenood.store.AdvStore` under ``<cache>/transfer_adv``, so a re-run
+trains and attacks nothing.
 """
 from __future__ import annotations
 
 import io
+import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from numbers import Real
 from pathlib import Path
 from typing import Any, Sequence
@@ -61,85 +68,115 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 import torch
-from torch import Tensor
-from torch.utils.data import Dataset, TensorDataset
+from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from advopenood import io as aio
 from advopenood import registry
-from advopenood.attacks import Attack, build_attack, frozen
-from advopenood.capabilities import is_detector_aware
+from advopenood.attacks import Attack, build_attack
+from advopenood.capabilities import Verifiable, is_detector_aware
 from advopenood.config import cache_dir, parse_eps
 from advopenood.context import RunContext
 from advopenood.data import Subset, seeded_prefix, stack
-from advopenood.detectors import forward_outputs
 from advopenood.errors import UsageError
 from advopenood.metrics import id_threshold, ood_metrics
-from advopenood.models import ARCHS, Backbone, Classifier, build_model, weights_hash
+from advopenood.models import ARCHS, Classifier, build_model, weights_hash
 from advopenood.outputs import Bullets, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.registry import register
 from advopenood.report import fmt
 from advopenood.report import name as label
-from advopenood.store import AdvStore, canonical_key, derive_seed, library_versions, seeded
-from advopenood.training import RECIPE, train_classifier
+from advopenood.store import AdvStore, canonical_key, library_versions, seeded
+from advopenood.training import RECIPE
+from advopenood_plugins.transfer_adversary import (CW_CNN_MEAN, CW_CNN_STD, CWCNN, Oracle, first_rows,
+                                                   fraction_rows, jacobian_lambdas, surrogate_seed, train_mixed,
+                                                   train_pure)
+from advopenood_plugins.verify_transfer import verify as verify_transfer
 
-CSV_COLUMNS = ["protocol", "surrogate", "data_fraction", "queries", "attack", "asr", "detector", "auroc", "fpr95",
-               "defense_acc", "undefended_acc", "improvement", "surrogate_acc", "n", "eps", "seed", "deviations"]
-PAPER_TRAIN_SIZE = 50_000  # Table 3: the CIFAR-10 training set
-#: The adversary of each protocol. ``mahmood2021``: the CIFAR-10 setting of Mahmood et al. (App. B.2 for the
-#: attacks, App. B.3 / Tables 2-4 for the synthetic model, Sec. 4 and App. A.1 for the data fractions).
-#: ``strong``: ours. ``eps``/``steps`` ``None``: each attack's own default; ``max_augment`` ``None``: every row.
+CSV_COLUMNS = ["protocol", "surrogate", "data_fraction", "query_detector", "queries", "attack", "asr", "detector",
+               "auroc", "fpr95", "defense_acc", "undefended_acc", "vanilla_acc", "improvement", "surrogate_acc", "n",
+               "eps", "seed", "deviations"]
+SAMPLES_FILE = "transfer_samples.npz"
+AUTHORS_TRAIN_SIZE = 50_000  # the CIFAR-10 training set (Table 3; xTrain of DataManager.LoadCleanDataCIFAR10)
+#: Attacks the analysis builds from a registered one with fixed parameters: BIM is PGD without a random start
+#: (the authors call ``PGDNotTargeted`` with ``rStart = 0``, AttackWrappersBlackBox.py L92).
+ALIASES: dict[str, tuple[str, dict[str, Any]]] = {"bim": ("pgd", {"random_start": False})}
+#: The adversary of each protocol (the constructor's adversary parameters override the keys they name).
+#: ``mahmood2021`` (DefaultMethodsVanilla.py ``PapernotAttackCIFAR10`` unless noted): ``eps`` 0.05 (L39 epsFGSM,
+#: L42 maxChangeEpsBIM); ``steps`` 10 of eps/10 (L44 maxIterationsBIM, L41 epsForBIM 0.005) for BIM, MIM and PGD
+#: (PGD's random start uniform in the eps-ball: ``rand_init`` makes CleverHans v.3.0.1 set ``rand_minmax = eps``,
+#: attacks/__init__.py L681); MIM decay 1.0 (L45); C&W 1000 iterations (L48; 9 binary-search steps, lr 0.01,
+#: initial constant 0.001, confidence 0: l2_attack.py's defaults); ``limit`` 1000 (L51 attackSampleNumber);
+#: ``train_batch`` 128 (L52), ``epochs`` 10 per round (L54), ``jacobian_rounds`` 3: ``data_aug = 4`` trainings,
+#: augmenting after all but the last (L56; AttackWrappersBlackBox.py L173-189); ``jacobian_lambda`` 0.1 (L57)
+#: with CleverHans' sign schedule, unclipped, every row augmented and the whole set re-queried;
+#: fractions (L64); the ``cw_cnn`` surrogate with Adam lr 1e-4 (NetworkConstructors.py L19-45). Table 2 of the
+#: paper gives 100 epochs and batch 64 instead; the code is what ran. ``pure_epochs`` 100: the pure surrogate's
+#: training is not in the authors' code (DebugMethods.py L25 loads "SyntheticModelNoDataAug300Epochs.h5"); we
+#: take Table 2's 100 epochs. ``strong``: ours (``eps``/``steps`` ``None``: each attack's default).
 PROTOCOL_SETTINGS: dict[str, dict[str, Any]] = {
     "strong": {"fractions": (1, 25, 50, 75, 100), "attacks": ("fgsm", "pgd", "mim"), "eps": None, "steps": None,
-               "arch": "democnn", "epochs": 5, "lr": RECIPE["lr"], "train_batch": RECIPE["batch"],
-               "jacobian_rounds": 2, "jacobian_lambda": 0.1, "jacobian_direction": "logit",
-               "max_augment": "fraction"},
-    "mahmood2021": {"fractions": (1, 25, 50, 75, 100), "attacks": ("fgsm", "pgd", "mim"), "eps": 0.05, "steps": 10,
-                    "arch": "cw_cnn", "epochs": 100, "lr": 1e-4, "train_batch": 64, "jacobian_rounds": 4,
-                    "jacobian_lambda": 0.1, "jacobian_direction": "loss", "max_augment": None},
+               "cw_steps": None, "arch": "democnn", "epochs": 5, "pure_epochs": None, "lr": RECIPE["lr"],
+               "train_batch": RECIPE["batch"], "optimizer": "cosine", "data_rows": "seeded", "jacobian_rounds": 2,
+               "jacobian_lambda": 0.1, "jacobian_schedule": "constant", "jacobian_clip": True, "requery": False,
+               "max_augment": "fraction", "limit": None, "adversaries": "shared"},
+    "mahmood2021": {"fractions": (1, 25, 50, 75, 100), "attacks": ("fgsm", "bim", "mim", "pgd", "cw"), "eps": 0.05,
+                    "steps": 10, "cw_steps": 1000, "arch": "cw_cnn", "epochs": 10, "pure_epochs": 100, "lr": 1e-4,
+                    "train_batch": 128, "optimizer": "adam", "data_rows": "first", "jacobian_rounds": 3,
+                    "jacobian_lambda": 0.1, "jacobian_schedule": "cleverhans", "jacobian_clip": False,
+                    "requery": True, "max_augment": None, "limit": 1000, "adversaries": "per_defense"},
 }
-DIRECTIONS = ("logit", "loss")
 SURROGATE_ARCHS = ("cw_cnn", *ARCHS)
+#: What the ``mahmood2021`` adversary still does differently from the authors' code, whatever the parameters.
+FIXED_DEVIATIONS = (
+    "untargeted attacks only (the authors also run each attack targeted at a random other label, "
+    "AttackWrappersBlackBox.py L42, L49-80)",
+    "no EAD (the authors' sixth attack, ElasticNetMethod with beta 0.01, L131-150)",
+)
 
 
 # ------------------------------------------------------------------------------------------------ metrics
 
 
 def clean_correct(y: np.ndarray, clean_pred: np.ndarray) -> np.ndarray:
-    """Mask of the rows the target classifies correctly when clean (``clean_pred_i = y_i``): the only rows
-    Mahmood et al. attack and score (Sec. 2, "correctly identified sample [x] with class label [y]")."""
+    """Mask of the rows the target classifies correctly when clean (``clean_pred_i = y_i``)."""
     return np.asarray(clean_pred) == np.asarray(y)
 
 
-def transfer_asr(y: np.ndarray, clean_pred: np.ndarray, adv_pred: np.ndarray) -> float:
-    """``100 * |{i: clean_pred_i = y_i, adv_pred_i != y_i}| / |{i: clean_pred_i = y_i}|`` (NaN without a
-    clean-correct row): the untargeted attack "is considered successful as long as" the target's label of the
-    transferred image differs from the true one (Mahmood et al. Sec. 2), over clean-correct rows."""
-    correct = clean_correct(y, clean_pred)
-    fooled = np.asarray(adv_pred) != np.asarray(y)
-    return float(100.0 * fooled[correct].mean()) if correct.any() else math.nan
+def transfer_asr(y: np.ndarray, adv_pred: np.ndarray) -> float:
+    """``100 * |{i: adv_pred_i != y_i}| / n`` over the ``n`` attacked rows (NaN without rows): the untargeted
+    attack "is considered successful as long as" the target's label differs from the true one (Sec. 2)."""
+    wrong = np.asarray(adv_pred) != np.asarray(y)
+    return float(100.0 * wrong.mean()) if len(wrong) else math.nan
 
 
-def defense_accuracy(y: np.ndarray, clean_pred: np.ndarray, adv_pred: np.ndarray,
-                     rejected: np.ndarray | None = None) -> float:
-    """``100 * mean_{i: clean_pred_i = y_i}(adv_pred_i = y_i or rejected_i)`` (NaN without a clean-correct row).
+def defense_accuracy(y: np.ndarray, adv_pred: np.ndarray, rejected: np.ndarray | None = None) -> float:
+    """``100 * mean_i(adv_pred_i = y_i or rejected_i)`` over the attacked rows (NaN without rows).
 
-    Mahmood et al. Sec. 3.10: "The vanilla defense accuracy is the percent of adversarial examples the vanilla
-    network correctly identifies"; the adversarial examples are made from correctly identified samples (Sec. 2).
-    With ``rejected`` it is the defended system's accuracy: right when it keeps the true label or refuses the
-    input. Without it, ``100 - transfer_asr`` exactly."""
-    correct = clean_correct(y, clean_pred)
+    Sec. 3.10: "The vanilla defense accuracy is the percent of adversarial examples the vanilla network
+    correctly identifies"; the authors' ``evaluateAdversarialAttackSuccessRate`` (DefenseMultiModel.py L45-54)
+    counts an untargeted attack as won "only if we don't correctly label the sample AND the sample isn't given
+    the noise class label", and defense accuracy is one minus that (AttackWrappersBlackBox.py L86). Without
+    ``rejected`` (the vanilla network) it is ``100 - transfer_asr`` exactly."""
     right = np.asarray(adv_pred) == np.asarray(y)
     if rejected is not None:
         right = right | np.asarray(rejected, dtype=bool)
-    return float(100.0 * right[correct].mean()) if correct.any() else math.nan
+    return float(100.0 * right.mean()) if len(right) else math.nan
+
+
+def improvement(defense_acc: float, vanilla_acc: float) -> float:
+    """``defense_acc - vanilla_acc``, Sec. 3.10: "Defense accuracy improvement is the percent increase in
+    correctly recognized adversarial examples gained when implementing the defense as compared to having no
+    defense. We compute this value by first conducting a specific black-box attack on a vanilla network (no
+    defense). [...] We run the same attack on a given defense." Each run has its own adversary, so the value
+    is negative when the defense does worse than the vanilla network (Fig. 1)."""
+    return float(defense_acc) - float(vanilla_acc)
 
 
 def detection_metrics(conf_id: np.ndarray, id_correct: np.ndarray, conf_adv: np.ndarray,
                       adv_fooled: np.ndarray) -> dict[str, float]:
     """``{auroc, fpr95}`` in percent (:func:`advopenood.metrics.ood_metrics`, adversarial = positive) of the
     clean-correct ID confidences ``conf_id[id_correct]`` against the confidences of the transferred examples
-    that fool the target, ``conf_adv[adv_fooled]``; NaN when a side is empty or a score is NaN."""
+    that flip a clean-correct image, ``conf_adv[adv_fooled]``; NaN when a side is empty or a score is NaN."""
     try:
         m = ood_metrics(np.asarray(conf_id)[np.asarray(id_correct, bool)],
                         np.asarray(conf_adv)[np.asarray(adv_fooled, bool)])
@@ -148,110 +185,131 @@ def detection_metrics(conf_id: np.ndarray, id_correct: np.ndarray, conf_adv: np.
     return {"auroc": m["auroc"], "fpr95": m["fpr95"]}
 
 
-# ------------------------------------------------------------------------------------------- the adversary
-
-
-def fraction_rows(n: int, fraction: float, seed: int) -> np.ndarray:
-    """Sorted rows of a seeded random ``fraction`` percent (at least one) of ``n``; the first
-    ``round(n * fraction / 100)`` of one permutation, so a smaller fraction is a subset of a larger one."""
-    k = max(1, int(round(n * float(fraction) / 100.0)))
-    return seeded_prefix(n, k, seed)
-
-
-def surrogate_seed(seed: int, mode: str, fraction: float) -> int:
-    """The training seed of one surrogate, derived from the run seed, the threat model and the fraction."""
-    return int(canonical_key({"seed": int(seed), "mode": mode, "fraction": float(fraction)})[:15], 16)
-
-
-def jacobian_augment(model: torch.nn.Module, x: Tensor, labels: Tensor, lam: float, batch_size: int,
-                     direction: str = "logit") -> Tensor:
-    """One Jacobian-based augmentation step (Papernot et al. 2017; Mahmood et al. App. B.3, Algorithm 1, "the
-    data augmentation trick (i.e., Jacobian trick) is used to increase the samples in training dataset"):
-    ``clip(x + lam * sign(g), 0, 1)`` with the surrogate in eval mode, parameters frozen, on the CPU.
-
-    ``direction="logit"``: ``g = d F_label(x) / dx``, the gradient of the surrogate's logit of each row's label
-    (Papernot et al.'s ``sign(J_F(x)[O(x)])``; ours under ``strong``). ``direction="loss"``: ``g = d CE(F(x),
-    label) / dx``, an untargeted FGSM step of size ``lam`` on the oracle label, as the authors' reference
-    implementation of the mixed black-box attack builds its synthetic data (``mahmood2021``): it moves away from
-    the label instead of towards it."""
-    device = next(model.parameters()).device
-    out = []
-    with frozen(model), torch.enable_grad():
-        for i in range(0, len(x), batch_size):
-            xb = x[i:i + batch_size].to(device).requires_grad_(True)
-            logits, yb = model(xb), labels[i:i + batch_size].to(device)
-            objective = (logits.gather(1, yb[:, None]).sum() if direction == "logit"
-                         else torch.nn.functional.cross_entropy(logits, yb, reduction="sum"))
-            (grad,) = torch.autograd.grad(objective, xb)
-            out.append((xb.detach() + lam * grad.sign()).clamp(0.0, 1.0).cpu())
-    return torch.cat(out)
-
-
-class CWCNN(Backbone):
-    """The synthetic network of Mahmood et al. Table 4 (from Carlini and Wagner 2017 and Nguyen et al. 2019):
-    conv 3x3x64 + ReLU, conv 3x3x64 + ReLU, max-pool 2x2, conv 3x3x128 + ReLU, conv 3x3x128 + ReLU, max-pool
-    2x2, fully connected 256 + ReLU, fully connected 256 + ReLU, softmax over the classes (the head). The last
-    stage is the second 256-unit layer as a 1x1 map, so :class:`advopenood.models.Classifier`'s pooling is the
-    identity. Unpadded convolutions as in Carlini and Wagner's Keras model (32 -> 5 x 5 x 128)."""
-
-    last_block_name = "dense"
-
-    def __init__(self, num_classes: int = 10, in_channels: int = 3, input_size: int = 32):
-        super().__init__()
-        nn = torch.nn
-        self.block1 = nn.Sequential(nn.Conv2d(in_channels, 64, 3), nn.ReLU(), nn.Conv2d(64, 64, 3), nn.ReLU(),
-                                    nn.MaxPool2d(2))
-        self.block2 = nn.Sequential(nn.Conv2d(64, 128, 3), nn.ReLU(), nn.Conv2d(128, 128, 3), nn.ReLU(),
-                                    nn.MaxPool2d(2))
-        side = ((input_size - 4) // 2 - 4) // 2
-        self.dense = nn.Sequential(nn.Flatten(), nn.Linear(128 * side * side, 256), nn.ReLU(), nn.Linear(256, 256),
-                                   nn.ReLU())
-        self.fc = nn.Linear(256, num_classes)
-
-    def stages(self, x: Tensor) -> list[Tensor]:
-        f1 = self.block1(x)
-        f2 = self.block2(f1)
-        return [f1, f2, self.dense(f2)[:, :, None, None]]
-
-
-class Oracle:
-    """The defended target as the adversary sees it: top-1 labels, and whether the query detector accepts each
-    image (``conf >= threshold``; all accepted without a detector). Counts every image sent (``queries``)."""
-
-    def __init__(self, model: Classifier, detector: Any, threshold: float | None, batch_size: int,
-                 device: torch.device):
-        self.model, self.detector, self.threshold = model, detector, threshold
-        self.batch_size, self.device = batch_size, device
-        self.queries = 0
-
-    def __call__(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """``(labels, accepted)`` for the images ``x`` (CPU tensors)."""
-        labels, accepted = [], []
-        for i in range(0, len(x), self.batch_size):
-            xb = x[i:i + self.batch_size].to(self.device)
-            out = forward_outputs(self.model, xb)
-            labels.append(out.logits.argmax(1).cpu())
-            if self.detector is None:
-                accepted.append(torch.ones(len(xb), dtype=torch.bool))
-            else:
-                conf = torch.as_tensor(self.detector.score(self.model, xb, out)).detach().reshape(-1).cpu().double()
-                accepted.append(conf >= self.threshold)
-        self.queries += len(x)
-        return torch.cat(labels), torch.cat(accepted)
+# ------------------------------------------------------------------------------------------- the adversaries
 
 
 @dataclass
-class Surrogate:
-    """A trained surrogate: threat model, data fraction (percent), target queries spent."""
+class Adversary:
+    """One black-box adversary: threat model, data fraction (percent), the detector guarding its queries (None:
+    the classifier alone, or no query), the ID test rows it attacks, the table rows its examples give
+    (``defenses``; ``""`` is the vanilla network's row), and the index of the adversary whose undefended accuracy
+    is the vanilla defense accuracy of those rows."""
 
     mode: str
     fraction: float
-    model: Classifier
-    queries: int
+    oracle: str | None
+    rows: np.ndarray
+    defenses: list[str]
+    baseline: int
 
     @property
     def label(self) -> str:
-        return "pure" if self.mode == "pure" else f"mixed{self.fraction:g}"
+        if self.mode == "pure":
+            return "pure"
+        return f"mixed{self.fraction:g}" + ("" if self.oracle is None else f"@{self.oracle}")
+
+
+def _eval_rows(correct: np.ndarray, limit: int | None, seed: int) -> np.ndarray:
+    """The clean-correct ID rows (``correct`` is :func:`clean_correct` of the ID test set), or a sorted seeded
+    sample of ``limit`` of them (``strong``)."""
+    rows = np.flatnonzero(correct)
+    if limit is None or limit >= len(rows):
+        return rows
+    return rows[seeded_prefix(len(rows), limit, seed)]
+
+
+def first_where(mask: np.ndarray, limit: int | None) -> np.ndarray:
+    """The first ``limit`` rows where ``mask`` holds (all of them when None), in test-set order."""
+    return np.flatnonzero(np.asarray(mask, bool))[:limit]
+
+
+def plan(settings: dict[str, Any], detectors: list[str], id_correct: np.ndarray, accepted: dict[str, np.ndarray],
+         query: str | None, seed: int) -> list[Adversary]:
+    """The adversaries of a run and the test rows each attacks.
+
+    ``adversaries="shared"`` (``strong``): the pure adversary and one mixed adversary per fraction (queries
+    guarded by ``query``), all on :func:`_eval_rows`; each one's examples give a row per detector.
+    ``adversaries="per_defense"`` (``mahmood2021``): the pure adversary on the first ``limit`` test rows,
+    unfiltered (AttackWrappersBlackBox.py L274-275), giving the vanilla row and a row per detector; per
+    fraction, a vanilla mixed adversary on the first ``limit`` rows the classifier gets right, and per detector
+    ``d`` a mixed adversary that queries the classifier guarded by ``d`` and attacks the first ``limit`` rows the
+    defended classifier gets right (``id_correct & accepted[d]``; L41, L229-247), compared with the vanilla one."""
+    limit = settings["limit"]
+    if settings["adversaries"] == "shared":
+        rows, defenses = _eval_rows(id_correct, limit, seed), detectors or [""]
+        out = [Adversary("pure", 100.0, None, rows, defenses, 0)]
+        return out + [Adversary("mixed", float(f), query, rows, defenses, i + 1)
+                      for i, f in enumerate(settings["fractions"])]
+    out = [Adversary("pure", 100.0, None, first_where(np.ones(len(id_correct), bool), limit), ["", *detectors], 0)]
+    for f in settings["fractions"]:
+        base = len(out)
+        out.append(Adversary("mixed", float(f), None, first_where(id_correct, limit), [""], base))
+        out += [Adversary("mixed", float(f), d, first_where(id_correct & accepted[d], limit), [d], base)
+                for d in detectors]
+    return out
+
+
+@dataclass
+class Outcome:
+    """One attack of one adversary, on its rows: labels, the target's clean and adversarial predictions, the
+    surrogate's clean predictions, and per detector the confidences on the transferred images (None: failed)."""
+
+    y: np.ndarray
+    clean_pred: np.ndarray
+    adv_pred: np.ndarray
+    surrogate_pred: np.ndarray
+    eps: float
+    conf: dict[str, np.ndarray | None] = field(default_factory=dict)
+
+
+def table_rows(adversaries: list[Adversary], outcomes: list[dict[str, Outcome]], queries: list[int],
+               thresholds: dict[str, float], conf_id: dict[str, np.ndarray], id_correct: np.ndarray
+               ) -> list[dict[str, Any]]:
+    """One row per adversary, attack and defense (see the module docstring for the columns)."""
+    out = []
+    for adv, results, spent in zip(adversaries, outcomes, queries):
+        for attack, o in results.items():
+            undefended = defense_accuracy(o.y, o.adv_pred)
+            base = outcomes[adv.baseline][attack]
+            vanilla = defense_accuracy(base.y, base.adv_pred)
+            common = {"surrogate": adv.mode, "data_fraction": adv.fraction, "query_detector": adv.oracle or "",
+                      "queries": spent, "attack": attack, "asr": transfer_asr(o.y, o.adv_pred),
+                      "undefended_acc": undefended, "vanilla_acc": vanilla,
+                      "surrogate_acc": float(100.0 * np.mean(o.surrogate_pred == o.y)) if len(o.y) else math.nan,
+                      "n": len(o.y), "eps": o.eps}
+            fooled = clean_correct(o.y, o.clean_pred) & (o.adv_pred != o.y)
+            for det in adv.defenses:
+                conf = o.conf.get(det)
+                if not det:
+                    row = {"auroc": math.nan, "fpr95": math.nan, "defense_acc": undefended}
+                elif conf is None:  # the detector failed while scoring (reason in ctx.bank.errors)
+                    row = {"auroc": math.nan, "fpr95": math.nan, "defense_acc": math.nan}
+                else:
+                    row = {**detection_metrics(conf_id[det], id_correct, conf, fooled),
+                           "defense_acc": defense_accuracy(o.y, o.adv_pred, conf < thresholds[det])}
+                out.append({**common, "detector": det, **row,
+                            "improvement": improvement(row["defense_acc"], vanilla)})
+    return out
+
+
+def save_samples(path: Path, meta: dict[str, Any], adversaries: list[Adversary], outcomes: list[dict[str, Outcome]],
+                 id_y: np.ndarray, id_pred: np.ndarray, conf_id: dict[str, np.ndarray]) -> None:
+    """Write, atomically, every per-sample array the table is computed from (one ``.npz``): ``id.y``,
+    ``id.pred`` and ``id.conf.<det>`` over all ID test images; per adversary ``a<i>``: ``a<i>.rows`` (ID rows
+    attacked) and per attack ``a<i>.<attack>.adv_pred``, ``.surrogate_pred`` and ``.conf.<det>``; ``meta`` (JSON)
+    describes the adversaries."""
+    arrays: dict[str, np.ndarray] = {"meta": np.array(json.dumps(meta)), "id.y": np.asarray(id_y),
+                                     "id.pred": np.asarray(id_pred)}
+    arrays |= {f"id.conf.{d}": np.asarray(c, np.float64) for d, c in conf_id.items()}
+    for i, (adv, results) in enumerate(zip(adversaries, outcomes)):
+        arrays[f"a{i}.rows"] = np.asarray(adv.rows, np.int64)
+        for attack, o in results.items():
+            arrays[f"a{i}.{attack}.adv_pred"] = np.asarray(o.adv_pred)
+            arrays[f"a{i}.{attack}.surrogate_pred"] = np.asarray(o.surrogate_pred)
+            arrays |= {f"a{i}.{attack}.conf.{d}": np.asarray(c, np.float64) for d, c in o.conf.items() if c is not None}
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    aio.atomic_write(path, lambda f: f.write(buf.getvalue()))
 
 
 # --------------------------------------------------------------------------------------------- the analysis
@@ -263,19 +321,11 @@ def _check(cond: bool, message: str) -> None:
 
 
 def _transferable_attacks() -> list[str]:
-    """Registered attacks (not families) that perturb ID images without binding to the target or a detector."""
+    """Registered attacks (not families) that perturb ID images without binding to the target or a detector,
+    and the :data:`ALIASES`."""
     classes = {n: registry.get("attacks", n) for n in registry.names("attacks")}
-    return [n for n, cls in classes.items() if isinstance(cls, type) and issubclass(cls, Attack)
-            and cls.source == "id" and not is_detector_aware(cls)]
-
-
-def _eval_rows(correct: np.ndarray, limit: int | None, seed: int) -> np.ndarray:
-    """The clean-correct ID rows (``correct`` is :func:`clean_correct` of the ID test set), or a sorted seeded
-    sample of ``limit`` of them."""
-    rows = np.flatnonzero(correct)
-    if limit is None or limit >= len(rows):
-        return rows
-    return rows[seeded_prefix(len(rows), limit, seed)]
+    return sorted([n for n, cls in classes.items() if isinstance(cls, type) and issubclass(cls, Attack)
+                   and cls.source == "id" and not is_detector_aware(cls)] + list(ALIASES))
 
 
 @torch.no_grad()
@@ -285,11 +335,11 @@ def _predict(model: Classifier, batches: Any, device: torch.device) -> np.ndarra
 
 def read_transfer(table: pd.DataFrame) -> list[str]:
     """Per surrogate and data fraction: the attack with the highest transfer ASR (or that none fools the target),
-    and the detector that adds the most defense accuracy (or that none adds any), on ``n`` clean-correct rows."""
+    and the detector with the largest defense accuracy improvement (or that none improves, and the worst)."""
     out = []
     for (surrogate, fraction), part in table.groupby(["surrogate", "data_fraction"], sort=False):
-        line = (f"{surrogate} surrogate, {fmt(fraction)} % of the training data "
-                f"({int(part['n'].max())} clean-correct test images): ")
+        line = f"{surrogate} surrogate, {fmt(fraction)} % of the training data (up to {int(part['n'].max())} " \
+               "attacked test images): "
         asr = part.dropna(subset=["asr"])
         if asr.empty:
             out.append(line + "nothing to attack.")
@@ -300,10 +350,15 @@ def read_transfer(table: pd.DataFrame) -> list[str]:
         scored = part.dropna(subset=["improvement"])
         scored = scored[scored["detector"].astype("string").fillna("") != ""]
         if len(scored):
-            top = scored.loc[scored["improvement"].idxmax()]
-            line += (f"; {label(top['detector'])} adds the most defense accuracy, {top['improvement']:+.1f} points on "
-                     f"{top['attack']} ({top['undefended_acc']:.1f} % -> {top['defense_acc']:.1f} %)"
-                     if top["improvement"] > 0 else "; no detector adds defense accuracy")
+            top, worst = scored.loc[scored["improvement"].idxmax()], scored.loc[scored["improvement"].idxmin()]
+            if top["improvement"] > 0:
+                line += (f"; {label(top['detector'])} improves defense accuracy the most, {top['improvement']:+.1f} "
+                         f"points on {top['attack']} ({top['vanilla_acc']:.1f} % -> {top['defense_acc']:.1f} %)")
+            else:
+                line += "; no detector improves defense accuracy"
+            if worst["improvement"] < 0:
+                line += (f"; {label(worst['detector'])} does worse than no defense, {worst['improvement']:+.1f} "
+                         f"points on {worst['attack']}")
         out.append(line + ".")
     return out
 
@@ -311,43 +366,47 @@ def read_transfer(table: pd.DataFrame) -> list[str]:
 def transfer_section(table: pd.DataFrame) -> Section:
     """``Black-box transfer``: transfer ASR and defense accuracy per surrogate, attack and detector."""
     protocols = set(table["protocol"].astype(str)) if "protocol" in table else {"strong"}
-    adversary = ("the adversary is Mahmood et al.'s CIFAR-10 one (protocol mahmood2021); the deviations column "
-                 "lists where it differs from the paper's" if protocols == {"mahmood2021"} else
-                 "the adversary is ours (protocol " + ", ".join(sorted(protocols)) + "), weaker than the paper's; "
-                 "its numbers are not comparable with the paper's")
+    adversary = ("the adversary is Mahmood et al.'s CIFAR-10 one as their code runs it (protocol mahmood2021): "
+                 "each defense is attacked by its own adversary and compared with the vanilla network attacked by "
+                 "its own (rows without a detector), so an improvement can be negative; the deviations column "
+                 "lists where it differs from the authors' code" if protocols == {"mahmood2021"} else
+                 "the adversary is ours (protocol " + ", ".join(sorted(protocols)) + "), weaker than the paper's, "
+                 "and every detector is scored on the same examples; its numbers are not comparable with the paper's")
     return Section("Black-box transfer", [
         Paragraph("Mahmood et al., Beware the Black-Box: adversarial examples crafted on a surrogate (pure: trained on "
                   "the true labels; mixed: labels queried from the target, rejected queries dropped) and submitted to "
-                  "the target; " + adversary + ". Every metric is on the n test images the target classifies "
-                  "correctly when clean, as in the paper. asr: transfer success rate; undefended_acc = 100 - asr; "
-                  "defense_acc: share handled correctly (right label or rejected); percent."),
+                  "the target; " + adversary + ". Every metric is on the n test images the row's adversary attacked. "
+                  "asr: transfer success rate; undefended_acc = 100 - asr; defense_acc: share handled correctly "
+                  "(right label or rejected); vanilla_acc: the vanilla network's defense accuracy; improvement = "
+                  "defense_acc - vanilla_acc; percent."),
         Table(table.drop(columns=["deviations"], errors="ignore")), Bullets(read_transfer(table)),
-        *[Paragraph(f"Deviations from the paper's adversary: {text}.") for text in
+        *[Paragraph(f"Deviations from the authors' adversary: {text}.") for text in
           (table["deviations"].dropna().astype(str).unique() if "deviations" in table else []) if text]])
 
 
 @register("analyses", "transfer")
-class TransferAnalysis:
-    """Pure and mixed black-box transfer attacks: ASR, detector AUROC/FPR95 and defense accuracy.
+class TransferAnalysis(Verifiable):
+    """Pure and mixed black-box transfer attacks: ASR, detector AUROC/FPR95, defense accuracy and its improvement.
 
     Adversary parameters (``None``: the value of the run's protocol, :data:`PROTOCOL_SETTINGS`): ``fractions``
-    (percent of the fit set held by mixed adversaries; empty = pure only), ``attacks`` (registered attacks
-    crafted on each surrogate), ``eps`` (budget, e.g. ``8/255``), ``steps`` (iterations of the iterative
-    attacks, each of ``eps / steps``), ``arch`` (surrogate architecture: ``cw_cnn`` or one of
-    :data:`advopenood.models.ARCHS`), ``epochs``, ``lr``, ``train_batch`` (surrogate training per round, Adam
-    with a cosine schedule), ``jacobian_rounds``, ``jacobian_lambda``, ``jacobian_direction`` (``logit`` or
-    ``loss``, :func:`jacobian_augment`), ``max_augment`` (rows augmented per round). Run parameters:
-    ``query_detector`` (detector guarding the queries, default the run's first), ``limit`` (seeded subset of the
-    clean-correct ID test rows attacked), ``batch_size`` (default the run's), ``progress``.
+    (percent of the fit set held by mixed adversaries; empty = pure only), ``attacks`` (registered attacks, or
+    ``bim``, crafted on each surrogate), ``eps`` (budget, e.g. ``8/255``), ``steps`` (iterations of the iterative
+    Linf attacks, each of ``eps / steps``), ``arch`` (surrogate architecture: ``cw_cnn`` or one of
+    :data:`advopenood.models.ARCHS`), ``epochs`` (per training round), ``pure_epochs`` (the pure surrogate's),
+    ``lr``, ``train_batch``, ``jacobian_rounds`` (augmentations; one more training follows the last),
+    ``jacobian_lambda`` (its magnitude), ``max_augment`` (rows augmented per round), ``limit`` (test images
+    attacked per adversary). Run parameters: ``query_detector`` (``strong`` only: the detector guarding the
+    shared mixed adversaries' queries, default the run's first), ``batch_size`` (default the run's), ``progress``.
     """
+
+    verify = staticmethod(verify_transfer)
 
     def __init__(self, fractions: Sequence[float] | float | None = None, attacks: Sequence[str] | str | None = None,
                  eps: float | str | None = None, steps: int | None = None, arch: str | None = None,
-                 epochs: int | None = None, lr: float | None = None, train_batch: int | None = None,
-                 jacobian_rounds: int | None = None, jacobian_lambda: float | None = None,
-                 jacobian_direction: str | None = None, max_augment: int | None = None,
-                 query_detector: str | None = None, limit: int | None = None, batch_size: int | None = None,
-                 progress: bool = True):
+                 epochs: int | None = None, pure_epochs: int | None = None, lr: float | None = None,
+                 train_batch: int | None = None, jacobian_rounds: int | None = None,
+                 jacobian_lambda: float | None = None, max_augment: int | None = None, limit: int | None = None,
+                 query_detector: str | None = None, batch_size: int | None = None, progress: bool = True):
         explicit: dict[str, Any] = {}
         if fractions is not None:
             fractions = [fractions] if isinstance(fractions, Real) else list(fractions)
@@ -368,10 +427,9 @@ class TransferAnalysis:
             explicit["eps"] = parse_eps(eps)
         _check(arch is None or arch in SURROGATE_ARCHS,
                f"unknown transfer arch {arch!r}; valid choices: {', '.join(SURROGATE_ARCHS)}")
-        _check(jacobian_direction is None or jacobian_direction in DIRECTIONS,
-               f"unknown transfer jacobian_direction {jacobian_direction!r}; valid choices: {', '.join(DIRECTIONS)}")
-        for key, value in (("steps", steps), ("epochs", epochs), ("train_batch", train_batch),
-                           ("max_augment", max_augment), ("limit", limit), ("batch_size", batch_size)):
+        for key, value in (("steps", steps), ("epochs", epochs), ("pure_epochs", pure_epochs),
+                           ("train_batch", train_batch), ("max_augment", max_augment), ("limit", limit),
+                           ("batch_size", batch_size)):
             _check(value is None or (isinstance(value, Real) and int(value) == value and int(value) >= 1),
                    f"transfer {key} {value!r} is out of range; valid choices: an integer >= 1 or null")
         _check(jacobian_rounds is None or (isinstance(jacobian_rounds, Real) and int(jacobian_rounds) >= 0),
@@ -383,14 +441,14 @@ class TransferAnalysis:
         _check(query_detector is None or str(query_detector).lower() in detectors,
                f"unknown transfer query_detector {query_detector!r}; valid choices: {', '.join(detectors)}")
         for key, value, cast in (("arch", arch, str), ("steps", steps, int), ("epochs", epochs, int),
-                                 ("lr", lr, float), ("train_batch", train_batch, int),
+                                 ("pure_epochs", pure_epochs, int), ("lr", lr, float),
+                                 ("train_batch", train_batch, int),
                                  ("jacobian_rounds", jacobian_rounds, int), ("jacobian_lambda", jacobian_lambda, float),
-                                 ("jacobian_direction", jacobian_direction, str), ("max_augment", max_augment, int)):
+                                 ("max_augment", max_augment, int), ("limit", limit, int)):
             if value is not None:
                 explicit[key] = cast(value)
         self.explicit = explicit
         self.query_detector = None if query_detector is None else str(query_detector).lower()
-        self.limit = None if limit is None else int(limit)
         self.batch_size = None if batch_size is None else int(batch_size)
         self.progress = bool(progress)
         for protocol in PROTOCOL_SETTINGS:  # eps and steps against every attack either protocol may run
@@ -405,53 +463,85 @@ class TransferAnalysis:
 
     @staticmethod
     def _attack(name: str, settings: dict[str, Any], input_size: int) -> Attack:
-        defaults = registry.get("attacks", name).defaults(input_size)
-        steps = {}
-        if settings["steps"] is not None and "steps" in defaults:
-            steps = {"steps": settings["steps"], **({"rel_stepsize": 1.0 / settings["steps"]}
-                                                    if "rel_stepsize" in defaults else {})}
-        return build_attack(name, steps, input_size=input_size, protocol=None, eps=settings["eps"])
+        """The attack ``name`` (or alias) with the settings' budget, ``steps`` for the iterative Linf attacks
+        (those with a ``rel_stepsize``: steps of ``eps / steps``) and ``cw_steps`` for C&W."""
+        base, params = ALIASES.get(name, (name, {}))
+        params = dict(params)
+        defaults = registry.get("attacks", base).defaults(input_size)
+        if settings["steps"] is not None and "rel_stepsize" in defaults:
+            params |= {"steps": settings["steps"], "rel_stepsize": 1.0 / settings["steps"]}
+        if base == "cw" and settings["cw_steps"] is not None:
+            params["steps"] = settings["cw_steps"]
+        return build_attack(base, params, input_size=input_size, protocol=None, eps=settings["eps"])
 
-    @staticmethod
-    def _recipe(settings: dict[str, Any]) -> dict[str, Any]:
-        return {"epochs": settings["epochs"], "lr": settings["lr"], "batch": settings["train_batch"]}
-
-    def deviations(self, ctx: RunContext, settings: dict[str, Any]) -> str:
-        """Under ``mahmood2021``, where this run's adversary differs from the paper's CIFAR-10 one ("; "-joined);
-        empty under any other protocol, whose adversary is ours and claims nothing of the paper."""
+    def deviations(self, ctx: RunContext, settings: dict[str, Any]) -> list[str]:
+        """Under ``mahmood2021``, where this run's adversary differs from the authors' code (every row's); empty
+        under any other protocol, whose adversary is ours and claims nothing of the paper."""
         if ctx.protocol != "mahmood2021":
-            return ""
-        paper = PROTOCOL_SETTINGS["mahmood2021"]
-        out = [f"{key}={_show(settings[key])} (paper {_show(paper[key])})" for key in self.explicit
-               if settings[key] != paper[key]]
+            return []
+        authors = PROTOCOL_SETTINGS["mahmood2021"]
+        out = [f"{key}={_show(settings[key])} (authors {_show(authors[key])})" for key in self.explicit
+               if settings[key] != authors[key]]
         if ctx.dataset.lower() != "cifar10":
-            out.append(f"dataset {ctx.dataset} (paper CIFAR-10)")
-        if len(ctx.fit_set) != PAPER_TRAIN_SIZE:
-            out.append(f"adversary data {len(ctx.fit_set)} training images (paper {PAPER_TRAIN_SIZE}, Table 3)")
-        out.append("surrogate training: Adam with a cosine schedule, restarted each round (paper: Adam, lr 1e-4, "
-                   "Table 2)")
-        return "; ".join(out)
+            out.append(f"dataset {ctx.dataset} (authors CIFAR-10)")
+        if len(ctx.fit_set) != AUTHORS_TRAIN_SIZE:
+            out.append(f"adversary data: {len(ctx.fit_set)} training images (authors {AUTHORS_TRAIN_SIZE})")
+        if "indices" in ctx.id_set.identity():
+            out.append(f"test images: a seeded subset of {len(ctx.id_set)}, in test-set order (authors: the whole "
+                       "test set in order)")
+        out += FIXED_DEVIATIONS
+        if "cw" in settings["attacks"]:
+            out.append("cw: foolbox's L2CarliniWagnerAttack with the parameters of the authors' l2_attack.py "
+                       "(Carlini's code)")
+        return out
 
     # ------------------------------------------------------------------------------------------- the run
 
     def __call__(self, ctx: RunContext) -> Results:
         settings = self.settings(ctx.protocol)
         show = self.progress and ctx.progress
-        detectors = list(ctx.bank.names) if ctx.bank is not None else []
-        query = self._query_detector(detectors)
-        thresholds = {d: id_threshold(ctx.scores[d]["id"]) for d in detectors}
+        detectors = [d for d in (ctx.bank.names if ctx.bank is not None else []) if "id" in ctx.scores.get(d, {})]
+        _check(self.query_detector is None or settings["adversaries"] == "shared",
+               f"transfer query_detector {self.query_detector!r} applies to protocol strong's shared adversary; under "
+               f"{ctx.protocol} each defense is queried by its own adversary; valid choices: null")
+        query = self._query_detector(detectors) if settings["adversaries"] == "shared" else None
+        conf_id = {d: np.asarray(ctx.scores[d]["id"], np.float64) for d in detectors}
+        thresholds = {d: id_threshold(c) for d, c in conf_id.items()}
         id_correct = clean_correct(ctx.clean.y, ctx.clean.pred)
-        rows = _eval_rows(id_correct, self.limit, ctx.seed)
-        tag = {"protocol": ctx.protocol, "deviations": self.deviations(ctx, settings)}
-        targets = [("pure", 100.0)] + [("mixed", float(f)) for f in settings["fractions"]]
-        out: list[dict[str, Any]] = []
-        for mode, fraction in tqdm(targets, desc="transfer", unit="surrogate", disable=not show, leave=False):
-            sur = self._surrogate(ctx, settings, mode, fraction, query, thresholds.get(query), show)
-            out += [{**row, **tag} for row in self._evaluate(ctx, settings, sur, rows, detectors, thresholds,
-                                                             id_correct, show)]
-        table = pd.DataFrame(out, columns=CSV_COLUMNS)
+        adversaries = plan(settings, detectors, id_correct, {d: c >= thresholds[d] for d, c in conf_id.items()},
+                           query, ctx.seed)
+        outcomes, queries = [], []
+        for adv in tqdm(adversaries, desc="transfer", unit="adversary", disable=not show, leave=False):
+            model, spent = self._surrogate(ctx, settings, adv, thresholds, show)
+            outcomes.append(self._evaluate(ctx, settings, adv, model, show))
+            queries.append(spent)
+        rows = table_rows(adversaries, outcomes, queries, thresholds, conf_id, id_correct)
+        shared = self.deviations(ctx, settings)
+        for row in rows:
+            row.update(protocol=ctx.protocol, seed=ctx.seed,
+                       deviations="; ".join(shared + self._row_deviations(ctx, settings, row)))
+        table = pd.DataFrame(rows, columns=CSV_COLUMNS)
+        meta = {"protocol": ctx.protocol, "seed": ctx.seed, "adversaries": settings["adversaries"],
+                "limit": settings["limit"], "detectors": detectors,
+                "plan": [{"surrogate": a.mode, "data_fraction": a.fraction, "query_detector": a.oracle or "",
+                          "queries": q, "defenses": a.defenses, "baseline": a.baseline,
+                          "eps": {k: o.eps for k, o in res.items()}}
+                         for a, q, res in zip(adversaries, queries, outcomes)]}
+        save_samples(ctx.out / SAMPLES_FILE, meta, adversaries, outcomes, ctx.clean.y, ctx.clean.pred, conf_id)
         sections = guarded("Black-box transfer", lambda: [transfer_section(as_written(table))]) if len(table) else []
         return Results(tables={"transfer.csv": table}, sections=sections)
+
+    @staticmethod
+    def _row_deviations(ctx: RunContext, settings: dict[str, Any], row: dict[str, Any]) -> list[str]:
+        if ctx.protocol != "mahmood2021":
+            return []
+        out = []
+        if row["surrogate"] == "pure":
+            out.append(f"pure surrogate: {settings['pure_epochs']} epochs with the mixed rounds' optimiser (its "
+                       "training is not in the authors' code)")
+        if settings["limit"] is not None and row["n"] < settings["limit"]:
+            out.append(f"{row['n']} test images qualify (authors {settings['limit']})")
+        return out
 
     def _query_detector(self, detectors: list[str]) -> str | None:
         if self.query_detector is None:
@@ -463,130 +553,119 @@ class TransferAnalysis:
 
     # ------------------------------------------------------------------------------------------ surrogates
 
-    def _surrogate(self, ctx: RunContext, settings: dict[str, Any], mode: str, fraction: float, query: str | None,
-                   threshold: float | None, show: bool) -> Surrogate:
-        """The surrogate of one threat model, from the cache or trained and saved there atomically."""
-        spec = self._spec(ctx, settings, mode, fraction, query, threshold)
-        key = canonical_key(spec)
-        path = cache_dir(ctx.config) / "surrogates" / f"{key[:16]}.pt"
+    def _surrogate(self, ctx: RunContext, settings: dict[str, Any], adv: Adversary, thresholds: dict[str, float],
+                   show: bool) -> tuple[Classifier, int]:
+        """The surrogate of one adversary and the queries it spent, from the cache or trained and saved there
+        atomically."""
+        threshold = thresholds.get(adv.oracle) if adv.oracle is not None else None
+        spec = self._spec(ctx, settings, adv, threshold)
+        path = cache_dir(ctx.config) / "surrogates" / f"{canonical_key(spec)[:16]}.pt"
         if path.is_file():
             queries = int(torch.load(path, map_location="cpu", weights_only=True)["queries"])
-            return Surrogate(mode, fraction, self._build(ctx, settings["arch"], path), queries)
-        seed = surrogate_seed(ctx.seed, mode, fraction)
+            return self._build(ctx, settings["arch"], path), queries
+        seed = surrogate_seed(ctx.seed, adv.mode, adv.fraction)
+        bs = self.batch_size or ctx.batch_size
         with seeded(seed, ctx.device):
             model = self._build(ctx, settings["arch"], None)
-            if mode == "pure":
+            if adv.mode == "pure":
                 queries = 0
-                train_classifier(model, ctx.fit_set, self._recipe(settings), seed, show)
+                train_pure(model, *stack(ctx.fit_set), settings, seed, show)
             else:
-                det = ctx.bank.dets[query] if query is not None else None
-                oracle = Oracle(ctx.model, det, threshold, self.batch_size or ctx.batch_size, ctx.device)
-                self._train_mixed(ctx, settings, model, oracle, fraction, seed, show)
+                n = len(ctx.fit_set)
+                rows = (first_rows(n, adv.fraction) if settings["data_rows"] == "first"
+                        else fraction_rows(n, adv.fraction, ctx.seed))
+                x, _ = stack(ctx.fit_set, rows)  # the true labels stay unused: the target labels the data
+                oracle = Oracle(ctx.model, self._detector(ctx, adv.oracle), threshold, bs, ctx.device)
+                train_mixed(model, oracle, x, settings, seed, bs, show)
                 queries = oracle.queries
         buf = io.BytesIO()
         torch.save({"state_dict": model.backbone.state_dict(), "queries": queries}, buf)
         aio.atomic_write(path, lambda f: f.write(buf.getvalue()))
-        return Surrogate(mode, fraction, self._build(ctx, settings["arch"], path), queries)  # as a re-run loads it
+        return self._build(ctx, settings["arch"], path), queries  # as a re-run loads it
 
-    def _train_mixed(self, ctx: RunContext, settings: dict[str, Any], model: Classifier, oracle: Oracle,
-                     fraction: float, seed: int, show: bool) -> None:
-        """Query-label a fraction of the fit set, then Jacobian-augment and retrain ``jacobian_rounds`` times."""
-        rows = fraction_rows(len(ctx.fit_set), fraction, ctx.seed)
-        x, _ = stack(ctx.fit_set, rows)  # the true labels stay unused: the target labels the data
-        y, accepted = oracle(x)
-        x, y = x[accepted], y[accepted]
-        rng = np.random.default_rng(seed)
-        bs = self.batch_size or ctx.batch_size
-        rounds, cap = settings["jacobian_rounds"], settings["max_augment"]
-        _check(len(x) > 0, f"transfer: the query detector rejected all {oracle.queries} queries of the mixed "
-                           f"adversary at fraction {fraction:g} %; valid choices: a larger fraction")
-        for r in range(rounds + 1):
-            train_classifier(model, TensorDataset(x, y), self._recipe(settings), derive_seed(seed, r), show)
-            if r == rounds:
-                break
-            k = len(x) if cap is None else min(len(rows) if cap == "fraction" else int(cap), len(x))
-            pick = np.sort(rng.choice(len(x), size=k, replace=False))
-            x_new = jacobian_augment(model, x[pick], y[pick], settings["jacobian_lambda"], bs,
-                                     settings["jacobian_direction"])
-            y_new, accepted = oracle(x_new)
-            x, y = torch.cat([x, x_new[accepted]]), torch.cat([y, y_new[accepted]])
+    @staticmethod
+    def _detector(ctx: RunContext, name: str | None) -> Any:
+        """The fitted detector ``name`` (None for none); a lazily fitted bank fits it now."""
+        if name is None:
+            return None
+        if hasattr(ctx.bank, "fit"):
+            ctx.bank.fit([name])
+        _check(name in ctx.bank.dets, f"transfer: query detector {name!r} is not available "
+                                      f"({ctx.bank.errors.get(name, 'not fitted')}); valid choices: a working detector")
+        return ctx.bank.dets[name]
 
     @staticmethod
     def _build(ctx: RunContext, arch: str, checkpoint: Path | None) -> Classifier:
         m = ctx.model
-        mean, std = m.mean.flatten().tolist(), m.std.flatten().tolist()
         if arch != "cw_cnn":
-            return build_model(arch, m.num_classes, checkpoint, mean=mean, std=std, input_size=m.input_size,
-                               in_channels=m.in_channels, device=ctx.device)
+            return build_model(arch, m.num_classes, checkpoint, mean=m.mean.flatten().tolist(),
+                               std=m.std.flatten().tolist(), input_size=m.input_size, in_channels=m.in_channels,
+                               device=ctx.device)
         _check(m.input_size >= 16, f"transfer arch 'cw_cnn' needs inputs of at least 16 x 16, not {m.input_size}; "
                                    f"valid choices: {', '.join(ARCHS)}")
         backbone = CWCNN(m.num_classes, m.in_channels, m.input_size)
         if checkpoint is not None:
             backbone.load_state_dict(torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"])
-        return Classifier(backbone, tuple(mean), tuple(std), arch, m.input_size, m.in_channels).to(ctx.device).eval()
+        return Classifier(backbone, (CW_CNN_MEAN,) * m.in_channels, (CW_CNN_STD,) * m.in_channels, arch,
+                          m.input_size, m.in_channels).to(ctx.device).eval()
 
-    def _spec(self, ctx: RunContext, settings: dict[str, Any], mode: str, fraction: float, query: str | None,
-              threshold: float | None) -> dict[str, Any]:
+    @staticmethod
+    def _spec(ctx: RunContext, settings: dict[str, Any], adv: Adversary, threshold: float | None) -> dict[str, Any]:
         """What determines a surrogate (its cache key). A pure surrogate never meets the target, so only its
         input format enters; a mixed one depends on the target's weights and the query detector."""
         m = ctx.model
         spec: dict[str, Any] = {
-            "kind": "transfer-surrogate", "mode": mode, "fraction": float(fraction), "fit": ctx.fit_set.identity(),
+            "kind": "transfer-surrogate", "mode": adv.mode, "fraction": float(adv.fraction),
+            "fit": ctx.fit_set.identity(),
             "arch": {"arch": settings["arch"], "num_classes": m.num_classes, "in_channels": m.in_channels,
-                     "input_size": m.input_size, "mean": m.mean.flatten().tolist(), "std": m.std.flatten().tolist()},
-            "recipe": self._recipe(settings), "seed": int(ctx.seed), "versions": library_versions()}
-        if mode == "mixed":
+                     "input_size": m.input_size, "mean": m.mean.flatten().tolist(), "std": m.std.flatten().tolist(),
+                     "cw_cnn": "keras-init, dropout 0.5, inputs - 0.5" if settings["arch"] == "cw_cnn" else None},
+            "training": {k: settings[k] for k in ("lr", "train_batch", "optimizer")}
+            | {"epochs": settings["pure_epochs"] or settings["epochs"] if adv.mode == "pure" else settings["epochs"]},
+            "seed": int(ctx.seed), "versions": library_versions()}
+        if adv.mode == "mixed":
             spec.update({
-                "target": weights_hash(m),
-                "jacobian": {key: settings[f"jacobian_{key}"] for key in ("rounds", "lambda", "direction")}
-                | {"max_augment": settings["max_augment"]},
-                "query_detector": query, "threshold": None if threshold is None else float(f"{threshold:.6g}"),
-                "detector_params": (ctx.config.get("detector_params") or {}).get(query) if query else None,
-                "backend": ctx.backend if query else None})
+                "target": weights_hash(m), "data_rows": settings["data_rows"],
+                "jacobian": {"lambdas": jacobian_lambdas(settings["jacobian_rounds"], settings["jacobian_lambda"],
+                                                         settings["jacobian_schedule"]),
+                             **{k: settings[k] for k in ("jacobian_clip", "requery", "max_augment")}},
+                "query_detector": adv.oracle,
+                "threshold": None if threshold is None else float(f"{threshold:.6g}"),
+                "detector_params": (ctx.config.get("detector_params") or {}).get(adv.oracle) if adv.oracle else None,
+                "backend": ctx.backend if adv.oracle else None})
         return spec
 
     # ------------------------------------------------------------------------------------------ evaluation
 
-    def _evaluate(self, ctx: RunContext, settings: dict[str, Any], sur: Surrogate, rows: np.ndarray,
-                  detectors: list[str], thresholds: dict[str, float], id_correct: np.ndarray,
-                  show: bool) -> list[dict[str, Any]]:
-        """Craft every attack on the surrogate (cached in the store), submit it to the target, score and rate it."""
+    def _evaluate(self, ctx: RunContext, settings: dict[str, Any], adv: Adversary, model: Classifier,
+                  show: bool) -> dict[str, Outcome]:
+        """Craft every attack on the surrogate (cached in the store), submit it to the target, score it by the
+        detectors of the adversary's rows; an adversary without rows attacks nothing."""
         bs = self.batch_size or ctx.batch_size
+        y, clean_pred = ctx.clean.y[adv.rows], ctx.clean.pred[adv.rows]
+        if not len(adv.rows):
+            empty = np.zeros(0, np.int64)
+            return {a: Outcome(y, clean_pred, empty, empty,
+                               _eps(self._attack(a, settings, ctx.model.input_size).params.get("eps")),
+                               {d: np.zeros(0) for d in adv.defenses if d}) for a in settings["attacks"]}
         store = AdvStore(cache_dir(ctx.config) / "transfer_adv", shard_size=int(ctx.config.get("shard_size", 256)))
-        data: Dataset = Subset(ctx.id_set, rows)
-        sur_hash = weights_hash(sur.model)
-        sets = {}
-        for name in settings["attacks"]:
-            sets[name] = store.generate(data, sur.model, self._attack(name, settings, ctx.model.input_size),
-                                        model_hash=sur_hash, seed=ctx.seed, device=ctx.device, progress=show)
-        scores = ctx.bank.score({f"{sur.label}:{n}": (lambda a=a: a.iter_batches(bs)) for n, a in sets.items()},
-                                progress=show) if detectors else {}
-        y, clean_pred = ctx.clean.y[rows], ctx.clean.pred[rows]
-        correct = clean_correct(y, clean_pred)
-        out = []
-        for name, adv in sets.items():
-            rec = adv.records
-            adv_pred = _predict(ctx.model, adv.iter_batches(bs), ctx.device)
-            undefended = defense_accuracy(y, clean_pred, adv_pred)
-            base = {"surrogate": sur.mode, "data_fraction": sur.fraction, "queries": sur.queries, "attack": name,
-                    "asr": transfer_asr(y, clean_pred, adv_pred), "undefended_acc": undefended,
-                    "surrogate_acc": float(100.0 * np.mean(rec["clean_pred"].to_numpy()[correct] == y[correct]))
-                    if correct.any() else math.nan, "n": int(correct.sum()),
-                    "eps": math.nan if adv.eps is None else float(adv.eps), "seed": ctx.seed}
-            if not detectors:
-                out.append({**base, "detector": "", "auroc": math.nan, "fpr95": math.nan, "defense_acc": undefended,
-                            "improvement": 0.0})
-            for det in detectors:
-                conf = scores.get(det, {}).get(f"{sur.label}:{name}")
-                if conf is None:  # the detector failed while scoring (reason in ctx.bank.errors)
-                    out.append({**base, "detector": det, "auroc": math.nan, "fpr95": math.nan,
-                                "defense_acc": math.nan, "improvement": math.nan})
-                    continue
-                defended = defense_accuracy(y, clean_pred, adv_pred, conf < thresholds[det])
-                out.append({**base, "detector": det,
-                            **detection_metrics(ctx.scores[det]["id"], id_correct, conf, correct & (adv_pred != y)),
-                            "defense_acc": defended, "improvement": defended - undefended})
-        return out
+        data: Dataset = Subset(ctx.id_set, adv.rows)
+        sur_hash = weights_hash(model)
+        sets = {name: store.generate(data, model, self._attack(name, settings, ctx.model.input_size),
+                                     model_hash=sur_hash, seed=ctx.seed, device=ctx.device, progress=show)
+                for name in settings["attacks"]}
+        scored = [d for d in adv.defenses if d]
+        scores = ctx.bank.score({f"{adv.label}:{n}": (lambda a=a: a.iter_batches(bs)) for n, a in sets.items()},
+                                progress=show, only=scored) if scored else {}
+        return {name: Outcome(y, clean_pred, _predict(ctx.model, a.iter_batches(bs), ctx.device),
+                              a.records["clean_pred"].to_numpy(), _eps(a.eps),
+                              {d: scores.get(d, {}).get(f"{adv.label}:{name}") for d in scored})
+                for name, a in sets.items()}
+
+
+def _eps(eps: float | None) -> float:
+    """A budget as the table writes it, NaN for an unbounded attack."""
+    return math.nan if eps is None else float(eps)
 
 
 def _show(value: Any) -> str:

@@ -149,6 +149,17 @@ def test_reference_mpgd_one_patch_per_group_no_random_start(cifar_model, cifar_b
         assert delta[g:g + 8][outside].max() == 0
 
 
+def test_mpgd_position_seed_moves_the_patch_on_the_same_images(cifar_model, cifar_batch):
+    """``position_seed`` redraws the patch position for the same images and call seed; the same seed repeats it."""
+    x, y = cifar_batch
+    x, y = x[:8], y[:8]
+    run = lambda s: make("mpgd", protocol="lorenz2024", steps=2, position_seed=s)(cifar_model, x, y, seed=3)
+    corner = lambda a: tuple(((a - x).abs().amax(dim=(0, 1)) > 0).nonzero().min(0).values.tolist())
+    adv = {s: run(s) for s in (None, 0, 1, 2)}
+    assert torch.equal(adv[1], run(1))
+    assert len({corner(a) for a in adv.values()}) > 1
+
+
 def test_reference_mpgd_asr_on_trained_resnet20(cifar_model, cifar_batch):
     x, y = cifar_batch
     x, y = x[:48], y[:48]

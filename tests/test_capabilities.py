@@ -115,7 +115,7 @@ def test_detectors():
     yield
     for kind, name in (("detectors", "zzenergy"), ("detectors", "zzflat"), ("attacks", "adaptive_zzenergy"),
                        ("attacks", "adaptive_ood_zzenergy")):
-        registry._REGISTRY[kind].pop(name, None)
+        registry.unregister(kind, name)
 
 
 def test_a_detector_registered_at_run_time_gets_adaptive_attacks(test_detectors, capsys, cifar_model, pack_set,

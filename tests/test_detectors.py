@@ -233,7 +233,7 @@ def plugin():
 
     yield add
     for name in added:
-        registry._REGISTRY["detectors"].pop(name, None)
+        registry.unregister("detectors", name)
 
 
 class _Broken(Postprocessor):

@@ -50,12 +50,18 @@ class _BrokenAnalysis:
         return Results(tables={"zzhalf.csv": pd.DataFrame({"a": [1]})}, figures=[ctx.plot_dir / "never_written.png"])
 
 
+PLUGINS = {("detectors", "zzboom"): _Raises, ("detectors", "zzlate"): _FailsLater,
+           ("evaluators", "zzbroken"): _BrokenEvaluator, ("analyses", "zzhalf"): _BrokenAnalysis}
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _plugins():
-    registry.register("detectors", "zzboom")(_Raises)
-    registry.register("detectors", "zzlate")(_FailsLater)
-    registry.register("evaluators", "zzbroken")(_BrokenEvaluator)
-    registry.register("analyses", "zzhalf")(_BrokenAnalysis)
+    """The failing plugins, registered for this module only (``detectors: all`` elsewhere must not meet them)."""
+    for (kind, name), obj in PLUGINS.items():
+        registry.register(kind, name)(obj)
+    yield
+    for kind, name in PLUGINS:
+        registry.unregister(kind, name)
 
 
 def _run(tmp_path: Path, capsys, *extra: str) -> tuple[int, str, Path]:

@@ -1,9 +1,13 @@
-"""MEAD objectives (losses against a direct computation), attack registration, and the worst-case evaluator
-on a hand-built case and on real CIFAR-10 adversarial sets."""
+"""MEAD objectives (losses against a direct computation), attack registration, the worst-case evaluator on a
+hand-built case, on MEAD's published rows and on real CIFAR-10 adversarial sets, and its ``verify`` hook."""
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
+import shutil
 from pathlib import Path
+from typing import Any
 
 import eagerpy as ep
 import foolbox as fb
@@ -15,19 +19,22 @@ import torch.nn as nn
 import yaml
 from sklearn import metrics as skm
 
+from advopenood import io as aio
 from advopenood import registry
 from advopenood.context import CleanRecord, RunContext
 from advopenood.data import limit_dataset, make_loader
 from advopenood.errors import UsageError
 from advopenood.models import weights_hash
+from advopenood.pipeline import run_info, write_scores
 from advopenood.store import AdvStore
+from advopenood.verify import RunFiles
 from advopenood_plugins import mead_attacks as ma
 from advopenood.attacks import Attack
 from advopenood_plugins.mead import (MEAD_COLUMNS, NORM_ORDER, PATCH, SETTINGS, SUMMARY_COLUMNS, SetInfo, attack_kind,
-                                     mead_summary, mead_table, threat_group, worst_case_metrics, worst_case_scores)
+                                     mead_summary, mead_table, setting_members, threat_group, worst_case_metrics,
+                                     worst_case_scores)
 
 REPO = Path(__file__).resolve().parents[1]
-
 
 # --- objectives ---------------------------------------------------------------------------------------------------
 
@@ -274,15 +281,20 @@ def test_mead_table_settings_and_summary_by_hand():
     assert get.loc[("linf", 0.03, "mead"), "n_pos"] == 4
     assert get.loc[("linf", 0.03, "mead"), "mean_successes"] == pytest.approx(5 / 4)
     assert math.isnan(get.loc[("l2", 0.5, "ce"), "auroc"]) and get.loc[("l2", 0.5, "ce"), "n_pos"] == 0
-    assert set(table[table.eps.isna()].setting) == {"mead"}
-    assert ("linf", 0.03, "gini") not in get.index
+    # DeepFool (no objective) repeats in every objective column the run has (ce, kl), as in MEAD's Tables 4-15;
+    # its confidences 1, 1, 1 lie above every clean one and 0 below all four: AUROC 25
+    df_rows = table[table.eps.isna()].set_index("setting")
+    assert set(df_rows.index) == {"mead", "ce", "kl"} and ("linf", 0.03, "gini") not in get.index
+    assert df_rows.auroc.tolist() == pytest.approx([25.0] * 3) and (df_rows.n_pos == 4).all()
     summary = mead_summary(table)
     assert list(summary.columns) == SUMMARY_COLUMNS and set(summary.protocol) == {"lorenz2024"}
     summary = summary.set_index(["norm", "setting"])
     assert summary.loc[("linf", "ce"), "auroc"] == pytest.approx(100 * 8 / 12)
-    assert summary.loc[("all", "ce"), "n_groups"] == 2
+    # the L2 average holds DeepFool's row: its 0.5 group has no positives (NaN, left out of the mean)
+    assert summary.loc[("l2", "ce"), "auroc"] == pytest.approx(25.0) and summary.loc[("l2", "ce"), "n_groups"] == 2
+    assert summary.loc[("all", "ce"), "n_groups"] == 3
     assert summary.loc[("all", "mead"), "auroc"] == pytest.approx(
-        np.nanmean([get.loc[("linf", 0.03, "mead"), "auroc"], get.loc[("l2", 0.5, "mead"), "auroc"]]))
+        np.mean([get.loc[("linf", 0.03, "mead"), "auroc"], 25.0]))
 
 
 # --- worst case: real CIFAR-10 adversarial sets -------------------------------------------------------------------
@@ -298,16 +310,21 @@ def logit_scores(model: nn.Module, batches) -> dict[str, np.ndarray]:
     return {"msp": torch.cat(msp).numpy(), "mls": torch.cat(mls).numpy()}
 
 
-def build_context(model, ds, attacks: dict[str, tuple[str, dict]], out: Path, n: int) -> RunContext:
+def build_context(model, ds, attacks: dict[str, tuple[str, dict]], out: Path, n: int,
+                  quantize: str = "none") -> RunContext:
     """A RunContext by hand: ``n`` real CIFAR-10 test images, the given attacks (set name -> (registry name,
-    params)) generated through the store, and MSP / max-logit scores of clean and adversarial images."""
+    params)) generated through the store, and MSP / max-logit scores of clean and adversarial images as the
+    detectors see them (``quantize``: ``uint8_trunc`` is ``lorenz2024``'s 8-bit view, whose success is then
+    recomputed on those images, as the run does)."""
     id_set = limit_dataset(ds, n, seed=0)
     store = AdvStore(out / "adv", shard_size=64)
     adv_sets = {}
     for set_name, (name, params) in attacks.items():
-        adv = store.generate(id_set, model, registry.get("attacks", name)(**params), model_hash=weights_hash(model),
-                             seed=0, device=torch.device("cpu"), progress=False)
-        adv.set_name = set_name
+        attack = registry.get("attacks", name)(**params)
+        adv = store.generate(id_set, model, attack, model_hash=weights_hash(model), seed=0, device=torch.device("cpu"),
+                             progress=False)
+        adv.set_name, adv.quantize = set_name, quantize
+        adv.see(model, attack, 64, torch.device("cpu"))
         adv_sets[set_name] = adv
     clean = logit_scores(model, make_loader(id_set, 64))
     scores = {d: {"id": clean[d]} for d in clean}
@@ -344,7 +361,7 @@ def test_mead_evaluator_on_real_sets(mead_run):
     assert set(table[table.norm == "l2"].setting) == {"mead", "ce", "gini"}
     assert (table.n_neg == 64).all() and table.backend.eq("logits").all()
     assert table.auroc.between(0, 100).all() and table.fpr95.between(0, 100).all()
-    success = {name: adv.records.success.to_numpy().astype(bool) for name, adv in ctx.adv_sets.items()}
+    success = {name: ctx.success(name) for name in ctx.adv_sets}
     linf_sets = [s for s in success if not s.endswith("_l2")]
     for _, row in linf.iterrows():
         members = [s for s in linf_sets if row.setting == "mead" or s.endswith("_" + row.setting)]
@@ -375,7 +392,7 @@ def test_mead_positives_are_the_union_and_worst_case_bounds_every_attack(mead_ru
     ctx, outputs = mead_run
     table = outputs["mead.csv"].set_index(["detector", "norm", "setting"])
     names = [s for s in ctx.adv_sets if not s.endswith("_l2")]
-    success = np.stack([ctx.adv_sets[s].records.success.to_numpy().astype(bool) for s in names], 1)
+    success = np.stack([ctx.success(s) for s in names], 1)
     per_objective = {o: success[:, [i for i, s in enumerate(names) if s.endswith("_" + o)]].any(1)
                      for o in ma.OBJECTIVES}
     union = np.logical_or.reduce(list(per_objective.values()))
@@ -404,16 +421,94 @@ def test_mead_evaluator_params(mead_run):
     assert isinstance(only, pd.DataFrame)
 
 
-def test_patch_group_stays_out_of_the_norm_averages_by_hand():
+def test_patch_group_stays_out_of_the_lp_groups_and_enters_the_overall_average_by_hand():
     conf_id = np.array([0.9, 0.8, 0.7, 0.6])
     sets = [SetInfo("pgd", "linf", 0.03, "ce", np.array([True, True, False, True])),
             SetInfo("mpgd", PATCH, 1.0, "ce", np.array([True, True, True, True]))]
     scores = {"det": {"id": conf_id, "pgd": np.array([0.5, 0.3, 0.0, 0.65]), "mpgd": np.array([1.0, 1.0, 1.0, 1.0])}}
     summary = mead_summary(mead_table(scores, sets)).set_index(["norm", "setting"])
     assert summary.loc[(PATCH, "mead"), "auroc"] == pytest.approx(0.0)  # every patch example above every clean one
-    # linf alone, the patch left out: positives 0.5 and 0.3 lie below all 4 clean scores, 0.65 below 3 of them
-    assert summary.loc[("all", "mead"), "auroc"] == pytest.approx(100 * 11 / 12)
-    assert summary.loc[("all", "mead"), "n_groups"] == 1
+    # linf: positives 0.5 and 0.3 lie below all 4 clean scores, 0.65 below 3 of them
+    assert summary.loc[("linf", "mead"), "auroc"] == pytest.approx(100 * 11 / 12)
+    # "all" averages every group, the non-Lp one too, as MEAD's Table 3 averages L1, L2, Linf and "No norm"
+    assert summary.loc[("all", "mead"), "auroc"] == pytest.approx((100 * 11 / 12 + 0.0) / 2)
+    assert summary.loc[("all", "mead"), "n_groups"] == 2
+
+
+# MEAD Table 5 (NSS on CIFAR-10), columns MEAD, ACE, KL, Gini, FR, each (AUROC, FPR95): the L2 block (PGD-L2 at seven
+# eps, then DeepFool "No eps", CW2 "eps = 0.01" and HOP "eps = 0.1", repeated in every objective column) and its
+# published "L2 Average" row.
+TABLE5_L2 = {
+    0.125: [(48.3, 94.3), (49.5, 93.8), (49.1, 93.5), (49.5, 94.3), (49.6, 93.5)],
+    0.25: [(53.2, 91.2), (55.9, 89.1), (55.6, 89.2), (55.9, 89.8), (55.8, 89.4)],
+    0.3125: [(55.8, 89.2), (59.4, 86.5), (59.0, 86.6), (59.3, 87.7), (59.3, 86.6)],
+    0.5: [(63.3, 82.6), (68.3, 77.4), (68.0, 77.4), (69.0, 78.7), (68.4, 77.2)],
+    1.0: [(76.4, 67.5), (84.4, 50.6), (84.3, 50.5), (79.3, 66.8), (84.7, 50.7)],
+    1.5: [(81.0, 63.0), (92.8, 28.7), (92.7, 28.9), (79.5, 66.5), (93.0, 27.3)],
+    2.0: [(82.6, 62.3), (96.8, 13.9), (96.9, 13.1), (79.5, 66.5), (95.9, 17.2)],
+    None: [(57.0, 91.7)] * 5,
+    0.01: [(56.4, 90.8)] * 5,
+    0.1: [(66.1, 87.0)] * 5,
+}
+TABLE5_L2_AVERAGE = [(64.0, 82.0), (68.7, 71.0), (68.5, 70.9), (65.1, 82.0), (68.6, 71.1)]
+TABLE5_SETTINGS = ["mead", "ce", "kl", "gini", "fr"]
+# The MEAD column of Table 5's other groups: L1 (PGD-L1 at 5..40), Linf (the last two rows: SA at 0.125, and CWinf
+# joining PGD, FGSM and BIM at 0.3125) and "No norm" (STA); Tables 1 and 3 give NSS 71.8 / 66.1 over all four groups.
+TABLE5_MEAD_OTHERS = {
+    "l1": {5.0: (48.5, 94.2), 10.0: (54.0, 90.3), 15.0: (58.8, 86.8), 20.0: (63.5, 82.3), 25.0: (67.7, 77.2),
+           30.0: (71.4, 73.4), 40.0: (76.1, 67.3)},
+    "linf": {0.03125: (83.0, 55.3), 0.0625: (96.0, 17.2), 0.25: (97.3, 0.6), 0.5: (82.5, 100.0), 0.125: (9.4, 99.9),
+             0.3125: (63.2, 99.1)},
+    PATCH: {None: (88.5, 38.8)},
+}
+
+
+def published_rows(block: dict, settings: list[str], norm: str) -> list[dict]:
+    """``mead.csv`` rows of a block of MEAD's published table (``block[eps]`` = per-setting (AUROC, FPR95))."""
+    return [{"detector": "nss", "backend": "mead", "norm": norm, "eps": math.nan if eps is None else eps,
+             "setting": setting, "auroc": auroc, "fpr95": fpr95, "n_pos": 1, "n_neg": 1, "mean_successes": 1.0,
+             "protocol": "strong"}
+            for eps, values in block.items() for setting, (auroc, fpr95) in zip(settings, values)]
+
+
+@pytest.mark.parametrize("setting, published", list(zip(TABLE5_SETTINGS, TABLE5_L2_AVERAGE)))
+def test_summary_gives_meads_published_l2_average(setting, published):
+    # the published rows are rounded to 0.1, so the mean of ten of them lies within 0.1 of the published mean;
+    # leaving DeepFool out (the old rule) moves it by 0.8 to 1.3 points, the PGD rows alone (65.8 / 78.6) by more
+    table = pd.DataFrame(published_rows(TABLE5_L2, TABLE5_SETTINGS, "l2"), columns=MEAD_COLUMNS)
+    summary = mead_summary(table).set_index(["norm", "setting"])
+    assert summary.loc[("l2", setting), "n_groups"] == 10
+    assert summary.loc[("l2", setting), "auroc"] == pytest.approx(published[0], abs=0.1)
+    assert summary.loc[("l2", setting), "fpr95"] == pytest.approx(published[1], abs=0.1)
+
+
+def test_summary_gives_meads_published_overall_average():
+    rows = published_rows(TABLE5_L2, TABLE5_SETTINGS, "l2")
+    for norm, block in TABLE5_MEAD_OTHERS.items():
+        rows += published_rows({eps: [v] for eps, v in block.items()}, ["mead"], norm)
+    summary = mead_summary(pd.DataFrame(rows, columns=MEAD_COLUMNS)).set_index(["norm", "setting"])
+    for norm, published in (("l1", (62.9, 81.6)), ("linf", (71.9, 62.0)), (PATCH, (88.5, 38.8))):  # Table 1, NSS
+        assert summary.loc[(norm, "mead"), ["auroc", "fpr95"]].tolist() == pytest.approx(published, abs=0.1)
+    # Table 3, NSS on CIFAR-10: the mean over L1, L2, Linf and "No norm"
+    assert summary.loc[("all", "mead"), ["auroc", "fpr95"]].tolist() == pytest.approx([71.8, 66.1], abs=0.1)
+    assert summary.loc[("all", "mead"), "n_groups"] == 7 + 10 + 6 + 1
+
+
+def _set(name: str, objective: str | None) -> SetInfo:
+    return SetInfo(name, "l2", None, objective, np.ones(2, dtype=bool))
+
+
+@pytest.mark.parametrize("objectives, setting, members", [
+    (["ce", "kl", None], "ce", ["s0", "s2"]),              # the group's CE attack and the objective-free one
+    (["ce", "kl", None], "mead", ["s0", "s1", "s2"]),
+    (["ce", "kl", "margin"], "kl", ["s1", "s2"]),          # Square's margin loss is no MEAD objective: shared
+    ([None, None], "gini", ["s0", "s1"]),                  # DeepFool and CW alone: the group repeats in every column
+    (["ce", None], "gini", []),                            # other objectives but no Gini attack: no row
+    (["adaptive", "ce"], "adaptive", ["s0"]),
+])
+def test_setting_members_follow_meads_columns(objectives, setting, members):
+    group = [_set(f"s{i}", o) for i, o in enumerate(objectives)]
+    assert [m.name for m in setting_members(group, setting)] == members
 
 
 @pytest.fixture(scope="module")
@@ -433,7 +528,7 @@ def test_mead_csv_never_puts_mpgd_in_a_norm_group(patch_run):
     linf = table[(table.norm == "linf") & (table.setting == "mead")]
     assert set(patch.eps) == {1.0} and set(patch.setting) == {"mead", "ce"}
     assert not set(table.norm) & (set(NORM_ORDER) - {"linf"})
-    success = {s: ctx.adv_sets[s].records.success.to_numpy().astype(bool) for s in ctx.adv_sets}
+    success = {s: ctx.success(s) for s in ctx.adv_sets}
     # the linf groups hold PGD and FGSM only, the patch group mPGD only: their positives and success counts say so
     assert success["mpgd"].any()
     assert (linf.n_pos == (success["pgd"] | success["fgsm"]).sum()).all()
@@ -441,7 +536,131 @@ def test_mead_csv_never_puts_mpgd_in_a_norm_group(patch_run):
     assert (patch.n_pos == success["mpgd"].sum()).all()
     assert patch.mean_successes.to_numpy() == pytest.approx(success["mpgd"].mean())
     per = summary.set_index(["detector", "norm", "setting"])
-    for detector in ("msp", "mls"):  # the Linf mean is over the 8/255 group alone, and so is "all"
-        assert per.loc[(detector, "linf", "mead"), "n_groups"] == per.loc[(detector, "all", "mead"), "n_groups"] == 1
-        assert per.loc[(detector, "all", "mead"), "auroc"] == pytest.approx(per.loc[(detector, "linf", "mead"), "auroc"])
+    for detector in ("msp", "mls"):  # the Linf mean is over the 8/255 group alone; "all" over Linf and patch
+        assert per.loc[(detector, "linf", "mead"), "n_groups"] == per.loc[(detector, PATCH, "mead"), "n_groups"] == 1
+        assert per.loc[(detector, "all", "mead"), "n_groups"] == 2
+        assert per.loc[(detector, "all", "mead"), "auroc"] == pytest.approx(
+            (per.loc[(detector, "linf", "mead"), "auroc"] + per.loc[(detector, PATCH, "mead"), "auroc"]) / 2)
     assert set(table.protocol) == set(summary.protocol) == {"lorenz2024"}
+
+
+def write_run(out: Path, ctx: RunContext, tables: dict[str, pd.DataFrame], evaluator: str,
+              params: dict[str, Any]) -> RunFiles:
+    """A run folder as the pipeline writes it: the tables (``%.6g``), ``scores/<det>.npz`` with each set's
+    ``.success`` and ``.positive`` masks (the core's ``write_scores``) and ``run.json`` (``run_info``) for a run
+    of ``evaluator`` with ``params``."""
+    ctx = dataclasses.replace(ctx, out=out, config={"evaluators": [evaluator], "evaluator_params": {evaluator: params}})
+    for name, table in tables.items():
+        aio.write_csv(out / name, table)
+    write_scores(ctx)
+    (out / "run.json").write_text(json.dumps(run_info(ctx, {}), default=str))
+    return RunFiles.open(out)
+
+
+L2_ATTACKS = {"pgd_ce_l2@0.25": ("mead_pgd_ce_l2", {"eps": 0.25, "steps": 2}),
+              "pgd_ce_l2@0.5": ("mead_pgd_ce_l2", {"eps": 0.5, "steps": 2}),
+              "pgd_kl_l2@0.5": ("mead_pgd_kl_l2", {"eps": 0.5, "steps": 2}),
+              "df": ("df", {}), "fgsm": ("fgsm", {})}
+
+
+@pytest.fixture(scope="module")
+def df_run(cifar_model, cifar_test, tmp_path_factory):
+    """PGD-L2 (CE at two eps, KL at one), DeepFool and FGSM on 64 CIFAR-10 images under ``lorenz2024``'s 8-bit
+    view of the adversarial images."""
+    ctx = build_context(cifar_model, cifar_test, L2_ATTACKS, tmp_path_factory.mktemp("mead_df"), n=64,
+                        quantize="uint8_trunc")
+    ctx.protocol = "lorenz2024"
+    return ctx, registry.get("evaluators", "mead")()(ctx)
+
+
+def test_deepfool_enters_the_l2_average_and_every_objective_column(df_run):
+    ctx, outputs = df_run
+    table, summary = outputs["mead.csv"], outputs["mead_summary.csv"].set_index(["detector", "norm", "setting"])
+    l2 = table[table.norm == "l2"]
+    assert set(l2.setting) == {"mead", "ce", "kl"}
+    for (detector, setting), rows in l2.groupby(["detector", "setting"]):
+        assert rows.eps.isna().sum() == 1  # DeepFool's row, in every setting
+        assert summary.loc[(detector, "l2", setting), "n_groups"] == len(rows)
+        for metric in ("auroc", "fpr95"):  # the L2 average is the mean of every L2 row of mead.csv
+            assert summary.loc[(detector, "l2", setting), metric] == pytest.approx(rows[metric].mean())
+    df_rows = l2[l2.eps.isna()]
+    for detector, rows in df_rows.groupby("detector"):  # DeepFool alone: the same row in every column (MEAD Table 5)
+        assert rows.auroc.nunique() == 1 and rows.fpr95.nunique() == 1
+    linf = table[(table.norm == "linf") & (table.setting == "mead")].set_index("detector")
+    for detector in ("msp", "mls"):
+        per_norm = [summary.loc[(detector, n, "mead"), "auroc"] for n in ("l2", "linf")]
+        assert summary.loc[(detector, "all", "mead"), "auroc"] == pytest.approx(np.mean(per_norm))
+        assert summary.loc[(detector, "linf", "mead"), "auroc"] == pytest.approx(linf.loc[detector, "auroc"])
+
+
+def test_mead_positives_are_the_successes_the_detectors_see(df_run):
+    ctx, outputs = df_run
+    stored, seen = ctx.adv_sets["df"].records.success.to_numpy().astype(bool), ctx.success("df")
+    assert (stored & ~seen).any()  # some DeepFool examples stop fooling the classifier once truncated to 8 bits
+    rows = outputs["mead.csv"][outputs["mead.csv"].eps.isna()].set_index(["detector", "setting"])
+    for detector in ("msp", "mls"):
+        row = rows.loc[(detector, "mead")]
+        assert row.n_pos == seen.sum() and row.mean_successes == pytest.approx(seen.mean())
+        conf_id, conf = ctx.scores[detector]["id"], ctx.scores[detector]["df"][seen]
+        auroc = 100 * skm.roc_auc_score(np.r_[np.zeros(len(conf_id)), np.ones(len(conf))], -np.r_[conf_id, conf])
+        assert row.auroc == pytest.approx(auroc)
+
+
+def test_verify_rederives_meads_tables(df_run, tmp_path):
+    ctx, outputs = df_run
+    run = write_run(tmp_path, ctx, outputs.tables, "mead", {})
+    assert registry.get("evaluators", "mead").verify(run) == []
+
+
+@pytest.mark.parametrize("table, column, change", [
+    ("mead.csv", "auroc", 0.5), ("mead.csv", "fpr95", -1.0), ("mead.csv", "n_pos", 1),
+    ("mead.csv", "mean_successes", 0.01), ("mead_summary.csv", "auroc", 0.01), ("mead_summary.csv", "n_groups", 1)])
+def test_verify_reports_a_changed_number(df_run, tmp_path, table, column, change):
+    ctx, outputs = df_run
+    tables = {name: df.copy() for name, df in outputs.tables.items()}
+    target = tables[table]
+    row = int(np.flatnonzero(target[column].notna().to_numpy() & (target["norm"] == "l2").to_numpy())[0])
+    target.loc[row, column] = target.loc[row, column] + change
+    lines = registry.get("evaluators", "mead").verify(write_run(tmp_path, ctx, tables, "mead", {}))
+    assert len(lines) == 1 and lines[0].startswith(f"{table}: ") and f" {column}: written" in lines[0]
+
+
+def test_verify_follows_the_evaluators_parameters(df_run, tmp_path):
+    ctx, _ = df_run
+    params = {"settings": ["mead", "kl"], "detectors": ["msp"]}
+    tables = registry.get("evaluators", "mead")(**params)(ctx).tables
+    verify = registry.get("evaluators", "mead").verify
+    assert verify(write_run(tmp_path / "a", ctx, tables, "mead", params)) == []
+    lines = verify(write_run(tmp_path / "b", ctx, tables, "mead", {}))  # the same tables read as a default run's
+    assert lines and all("is missing" in line for line in lines)
+
+
+@pytest.fixture(scope="module")
+def cli_run(session_cache, tmp_path_factory) -> Path:
+    """A real ``advopenood run`` (demo data and net) with FGSM, PGD and DeepFool, the mead and multiattack
+    evaluators, under ``lorenz2024`` (8-bit images, every attacked image an OOD positive)."""
+    from advopenood.cli import main
+
+    out = tmp_path_factory.mktemp("mead_cli") / "run"
+    assert main(["run", "--config", "demo", "--out", str(out), "--quiet", "--limit", "80", "--protocol", "lorenz2024",
+                 "--attack", "fgsm,pgd,df", "--detectors", "msp,ebo,knn,mds", "--evaluator", "mead,multiattack",
+                 "--analysis", ""]) == 0
+    return out
+
+
+@pytest.mark.parametrize("table, column", [(None, None), ("mead.csv", "fpr95"), ("mead_summary.csv", "auroc"),
+                                           ("multiattack.csv", "cr_ind_worst"), ("multiattack_curves.csv", "auroc")])
+def test_advopenood_verify_rederives_both_evaluators_tables(cli_run, tmp_path, capsys, table, column):
+    from advopenood.cli import main
+
+    run = tmp_path / "run"
+    shutil.copytree(cli_run, run)
+    if table is not None:
+        df = pd.read_csv(run / table)
+        df.loc[0, column] = df.loc[0, column] + 0.5
+        aio.write_csv(run / table, df)
+    assert main(["verify", str(run)]) == (0 if table is None else 1)
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if "DIFFERENCE" in line]
+    assert "not re-derived" not in out  # both evaluators declare Verifiable
+    assert (lines == []) if table is None else (len(lines) == 1 and f"{table}: " in lines[0] and column in lines[0])

@@ -1,6 +1,8 @@
 """The model wrapper: checkpoints load (and mismatches are refused), OpenOOD's network interface holds."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -83,3 +85,51 @@ def test_trained_weights_come_from_the_seed_alone(demo_net, tmp_path):
     demo_model(tmp_path, progress=False)
     assert weights_hash(trained) == weights_hash(demo_net)
     assert torch.equal(torch.get_rng_state(), after_training)
+
+
+HTML_PAGES = {
+    "google drive": "<!DOCTYPE html><html><head><title>Google Drive - Virus scan warning</title></head></html>\n",
+    "bare html tag": "\n  <html lang='en'><body>Quota exceeded</body></html>",
+    "comment first": "<!-- saved page --><html><body>Sign in</body></html>",
+}
+
+
+@pytest.mark.parametrize("page", list(HTML_PAGES))
+def test_an_html_page_is_refused_as_one(tmp_path, page):
+    """A failed download's web page saved as the checkpoint (RobustBench issues 158, 174, 177) is named as such,
+    in one line, not as an unpickling error that suggests weights_only=False."""
+    path = tmp_path / "model.pt"
+    path.write_text(HTML_PAGES[page])
+    with pytest.raises(UsageError) as err:
+        build_model("resnet20", 10, path)
+    assert "is an HTML page" in str(err.value) and "model.pt" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_non_html_non_checkpoint_keeps_the_load_error(tmp_path):
+    path = tmp_path / "model.pt"
+    path.write_bytes(b"<\x00\x01 not a page" + bytes(range(256)))
+    with pytest.raises(UsageError, match="cannot be loaded as a state dict"):
+        build_model("resnet20", 10, path)
+
+
+def test_the_cli_exits_2_on_an_html_checkpoint(data_root, tmp_path):
+    import subprocess
+    import sys
+
+    import yaml
+
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "cifar10_resnet20.yaml").read_text())
+    (tmp_path / "model.pt").write_text(HTML_PAGES["google drive"])
+    cfg["data"]["root"], cfg["out"] = str(data_root), str(tmp_path / "out")
+    cfg["model"]["checkpoint"] = str(tmp_path / "model.pt")
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run([sys.executable, "-m", "advopenood.cli", "run", "--config", str(tmp_path / "cfg.yaml")],
+                          capture_output=True, text=True, timeout=600)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "is an HTML page" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_architecture_lists_the_robustbench_form():
+    with pytest.raises(UsageError, match=r"robustbench:<dataset>/<threat>/<model_id>"):
+        build_model("wrn", 10)

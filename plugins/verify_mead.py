@@ -1,0 +1,196 @@
+"""``verify`` hook of the ``mead`` evaluator: ``mead.csv`` and ``mead_summary.csv`` re-derived from a run's files.
+
+Inputs: ``scores/<det>.npz`` (clean confidences ``id``, each adversarial set's confidences and its ``<set>.success``
+mask, the success of the images the detectors scored) and ``run.json`` (each set's attack and parameters, its
+source, the protocol, the detector backend, the evaluator's parameters). The code path is separate from
+:mod:`advopenood_plugins.mead` and imports nothing from it: the groups and objectives are read from the attack
+classes again, the worst case is a pandas group maximum over a long table of successful (sample, attack) pairs,
+AUROC is the Mann-Whitney statistic on average ranks (``scipy.stats.rankdata``) and FPR95 is read off ROC points
+built from cumulative counts (:func:`detection_metrics`); averages are plain loops.
+Rows are compared with :func:`advopenood.verify.compare` (numbers as the CSV holds them). The helpers here serve
+:mod:`advopenood_plugins.verify_multiattack` too.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.stats import rankdata
+
+from advopenood import registry
+from advopenood.verify import RunFiles, as_csv_float, compare
+
+#: MEAD's settings (Sec. 5.1: all attacks, and one per objective) and advopenood's ``adaptive``, stated again.
+MEAD_SETTINGS = ["mead", "ce", "kl", "gini", "fr", "adaptive"]
+
+
+def detection_metrics(neg: np.ndarray, pos: np.ndarray) -> tuple[float, float]:
+    """``(AUROC, FPR95)`` in percent of clean confidences ``neg`` against adversarial ``pos`` (the positives),
+    decision score ``-conf``; NaN without samples on either side or with a NaN confidence.
+
+    AUROC = ``(R_pos - n_pos (n_pos + 1) / 2) / (n_pos n_neg)`` with ``R_pos`` the positives' summed average ranks
+    of ``-conf`` (Mann-Whitney; ties count one half). FPR95 as OpenOOD reads it off ``sklearn.metrics.roc_curve``
+    (``fpr[argmax(tpr >= 0.95)]``): the ROC points are the cumulative (false, true) positive counts at each
+    distinct score, from the highest down, less the points where neither count changes its step (sklearn's
+    ``drop_intermediate``, which can skip the first point past 95 % TPR), after a (0, 0) point.
+    """
+    neg, pos = np.asarray(neg, dtype=np.float64), np.asarray(pos, dtype=np.float64)
+    if not len(neg) or not len(pos) or np.isnan(neg).any() or np.isnan(pos).any():
+        return math.nan, math.nan
+    score = np.concatenate([-neg, -pos])
+    n_neg, n_pos = len(neg), len(pos)
+    ranks = rankdata(score)
+    auroc = (ranks[n_neg:].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg)
+    order = np.argsort(-score, kind="stable")
+    ranked, is_pos = score[order], np.r_[np.zeros(n_neg), np.ones(n_pos)][order]
+    last = np.r_[np.flatnonzero(ranked[1:] != ranked[:-1]), len(ranked) - 1]
+    tps = np.cumsum(is_pos)[last]
+    fps = last + 1 - tps
+    if len(fps) > 2:
+        corner = np.r_[True, (np.diff(fps, 2) != 0) | (np.diff(tps, 2) != 0), True]
+        tps, fps = tps[corner], fps[corner]
+    tpr, fpr = np.r_[0.0, tps] / n_pos, np.r_[0.0, fps] / n_neg
+    return 100.0 * auroc, 100.0 * float(fpr[np.argmax(tpr >= 0.95)])
+
+
+def worst_case(conf: list[np.ndarray], hit: list[np.ndarray]) -> tuple[np.ndarray, float]:
+    """Per clean sample with at least one hit, the largest confidence among its hits (NaN if one is NaN), in
+    sample order, and the mean number of hits per sample."""
+    n = len(conf[0])
+    long = pd.DataFrame({"row": np.tile(np.arange(n), len(conf)), "conf": np.concatenate(conf),
+                         "hit": np.concatenate(hit).astype(bool)})
+    hits = long[long["hit"]]
+    worst = hits.groupby("row")["conf"].max().sort_index()
+    worst[worst.index.isin(hits.loc[hits["conf"].isna(), "row"])] = np.nan
+    return worst.to_numpy(dtype=np.float64), len(hits) / n if n else math.nan
+
+
+def run_sets(run: RunFiles) -> list[dict[str, Any]]:
+    """The run's ID->ID adversarial sets in run order: ``name``, ``label`` (the attack entry, the set name before
+    ``@``), ``group`` (the norm the set ran with, or the class's declared threat, e.g. ``patch``), ``eps`` (None
+    for an unbounded attack) and ``objective`` (the class's, ``ce`` for a bounded attack that declares none)."""
+    out = []
+    for name, entry in (run.info.get("attacks") or {}).items():
+        if entry.get("source", "id") != "id":
+            continue
+        cls = registry.get("attacks", entry["attack"])
+        params = entry.get("params") or {}
+        bounded = bool(getattr(cls, "bounded", True))
+        objective = getattr(cls, "objective", None) or ("ce" if bounded else None)
+        eps = params.get("eps")
+        group = str(params.get("norm") or getattr(cls, "threat", cls.norm))
+        out.append({"name": name, "label": name.rsplit("@", 1)[0], "group": group,
+                    "eps": float(eps) if bounded and eps is not None else None, "objective": objective})
+    return out
+
+
+def eps_groups(sets: list[dict[str, Any]]) -> dict[tuple[str, float | None], list[dict[str, Any]]]:
+    """Sets by (group, eps) in first-seen order."""
+    groups: dict[tuple[str, float | None], list[dict[str, Any]]] = {}
+    for s in sets:
+        groups.setdefault((s["group"], None if s["eps"] is None else round(s["eps"], 9)), []).append(s)
+    return groups
+
+
+def run_params(run: RunFiles, evaluator: str) -> dict[str, Any]:
+    """The evaluator's parameters from the run's config (empty: defaults)."""
+    return dict(((run.info.get("config") or {}).get("evaluator_params") or {}).get(evaluator) or {})
+
+
+def chosen_detectors(run: RunFiles, params: dict[str, Any]) -> list[str]:
+    """The saved detectors the evaluator read (its ``detectors`` parameter, lower case, or all)."""
+    wanted = params.get("detectors")
+    keep = None if wanted is None else {str(d).lower() for d in wanted}
+    return [d for d in run.detectors if keep is None or d in keep]
+
+
+def backend_of(run: RunFiles, det: str) -> str:
+    """The ``backend`` a detector's rows carry: ``run.json``'s ``detector_backends``, else ``detector_backend``."""
+    return str((run.info.get("detector_backends") or {}).get(det, run.info.get("detector_backend", "")))
+
+
+def csv_eps(eps: float | None) -> float:
+    """An eps key as the CSV holds it (6 significant digits; NaN for none), for :func:`advopenood.verify.compare`."""
+    return math.nan if eps is None else as_csv_float(eps)
+
+
+def expected_mead(run: RunFiles) -> pd.DataFrame:
+    """``mead.csv`` from the saved scores and success masks (MEAD Sec. 4, Eqs. 7-10: a clean sample is a positive
+    when an attack of the setting succeeded on it, scored by its least OOD-looking successful attack)."""
+    params = run_params(run, "mead")
+    settings = list(params.get("settings") or MEAD_SETTINGS)
+    sets = run_sets(run)
+    present = {s["objective"] for s in sets}
+    single = set(MEAD_SETTINGS) - {"mead"}
+    rows = []
+    for det in chosen_detectors(run, params):
+        arrays = run.scores(det)
+        neg = arrays["id"]
+        for (group, eps), members in eps_groups(sets).items():
+            if any(m["name"] not in arrays for m in members):
+                continue
+            for setting in settings:
+                if setting == "mead":
+                    use = members
+                elif setting not in present:
+                    continue
+                else:
+                    own = [m for m in members if m["objective"] == setting]
+                    shared = [m for m in members if m["objective"] not in single]
+                    use = own + shared if own else (members if len(shared) == len(members) else [])
+                if not use:
+                    continue
+                worst, mean_hits = worst_case([arrays[m["name"]] for m in use],
+                                              [arrays[f"{m['name']}.success"] for m in use])
+                auroc, fpr95 = detection_metrics(neg, worst)
+                rows.append({"detector": det, "backend": backend_of(run, det), "norm": group, "eps": csv_eps(eps),
+                             "setting": setting, "auroc": auroc, "fpr95": fpr95, "n_pos": len(worst),
+                             "n_neg": len(neg), "mean_successes": mean_hits, "protocol": run.protocol})
+    return pd.DataFrame(rows, columns=["detector", "backend", "norm", "eps", "setting", "auroc", "fpr95", "n_pos",
+                                       "n_neg", "mean_successes", "protocol"])
+
+
+def expected_summary(mead: pd.DataFrame) -> pd.DataFrame:
+    """``mead_summary.csv`` from ``mead.csv`` rows (MEAD Tables 1-3): per group the mean over all its rows (no-eps
+    ones included; NaN rows skipped, all counted in ``n_groups``), ``all`` the mean over the groups."""
+    per: dict[tuple, dict[str, list[float]]] = {}
+    for r in mead.to_dict("records"):
+        acc = per.setdefault((r["detector"], r["backend"], r["setting"], r["protocol"], r["norm"]),
+                             {"auroc": [], "fpr95": []})
+        acc["auroc"].append(r["auroc"])
+        acc["fpr95"].append(r["fpr95"])
+
+    def mean(values: list[float]) -> float:
+        kept = [v for v in values if not math.isnan(v)]
+        return sum(kept) / len(kept) if kept else math.nan
+
+    rows, overall = [], {}
+    for (det, backend, setting, protocol, norm), acc in per.items():
+        row = {"detector": det, "backend": backend, "norm": norm, "setting": setting, "auroc": mean(acc["auroc"]),
+               "fpr95": mean(acc["fpr95"]), "n_groups": len(acc["auroc"]), "protocol": protocol}
+        rows.append(row)
+        total = overall.setdefault((det, backend, setting, protocol), {"auroc": [], "fpr95": [], "n": 0})
+        total["auroc"].append(row["auroc"])
+        total["fpr95"].append(row["fpr95"])
+        total["n"] += row["n_groups"]
+    for (det, backend, setting, protocol), total in overall.items():
+        rows.append({"detector": det, "backend": backend, "norm": "all", "setting": setting,
+                     "auroc": mean(total["auroc"]), "fpr95": mean(total["fpr95"]), "n_groups": total["n"],
+                     "protocol": protocol})
+    return pd.DataFrame(rows, columns=["detector", "backend", "norm", "setting", "auroc", "fpr95", "n_groups",
+                                       "protocol"])
+
+
+def verify_mead(run: RunFiles) -> list[str]:
+    """Differences between ``mead.csv`` / ``mead_summary.csv`` as written and as re-derived from the run's
+    scores, masks and ``run.json`` (empty: both re-derived)."""
+    lines = [f"{name} was not written" for name in ("mead.csv", "mead_summary.csv") if not run.has(name)]
+    if lines:
+        return lines
+    mead = expected_mead(run)
+    return (compare(mead, run.table("mead.csv"), ["detector", "norm", "eps", "setting"],
+                    ["backend", "auroc", "fpr95", "n_pos", "n_neg", "mean_successes", "protocol"], table="mead.csv")
+            + compare(expected_summary(mead), run.table("mead_summary.csv"), ["detector", "norm", "setting"],
+                      ["backend", "auroc", "fpr95", "n_groups", "protocol"], table="mead_summary.csv"))
