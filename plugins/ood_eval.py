@@ -301,9 +301,10 @@ def adaptive_section(table: pd.DataFrame) -> Section:
 
 def with_positives(ctx: RunContext) -> dict[str, dict[str, np.ndarray]]:
     """Each detector's confidences with every adversarial set's ``<set>.positive`` mask, as ``scores/*.npz``
-    holds them."""
-    masks = {f"{name}.positive": ctx.ood_positives(name) for name in ctx.adv_sets}
-    return {det: {**by_set, **masks} for det, by_set in ctx.scores.items()}
+    holds them, without the sets whose images are no OOD positives (:attr:`RunContext.positive_sets`)."""
+    masks = {f"{name}.positive": ctx.ood_positives(name) for name in ctx.positive_sets}
+    negatives = set(ctx.adv_sets) - set(ctx.positive_sets)
+    return {det: {**{k: v for k, v in by_set.items() if k not in negatives}, **masks} for det, by_set in ctx.scores.items()}
 
 
 def ood_plots(ood: pd.DataFrame, scores: dict[str, dict[str, np.ndarray]], plot_dir: Path,

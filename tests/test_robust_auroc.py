@@ -20,6 +20,7 @@ from advopenood.errors import UsageError
 from advopenood.pipeline import run
 from advopenood.verify import RunFiles
 from advopenood_plugins import bintest as bt
+from advopenood_plugins.ood_eval import with_positives
 from advopenood_plugins.robust_auroc import COLUMNS, robust_metrics
 from advopenood_plugins.verify_robust import fpr95, mann_whitney_auroc, verify_robust
 
@@ -148,6 +149,9 @@ def test_id_side_sets_are_id_negatives_not_ood_positives(robust_run):
     assert set(ctx.id_adv_sets) == {"pgd"} and "robust_id_msp" not in ctx.positive_sets
     board = pd.read_csv(out / "leaderboard.csv")
     assert (board.n_adv == 1 + 2 * 2).all()  # pgd and the four OOD-side sets
+    plotted = with_positives(ctx)["msp"]  # the ROC curves of plots/roc_msp.png
+    assert "robust_id_msp" not in plotted and "robust_id_msp.positive" not in plotted
+    assert "robust_ood_msp-tin.positive" in plotted
 
 
 def test_evaluator_adds_its_sets_once_per_detector_method_and_ood_set(data_root, tmp_path):
