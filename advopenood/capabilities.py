@@ -10,6 +10,10 @@ Attacks (:class:`advopenood.attacks.base.Attack` subclasses):
   :func:`bind_attack` before use (``bind``), records its ``context`` in the cache key, and analyses read the
   attacked detector's confidence through ``detector_score``.
 * :class:`Invertible`: has an ``inverted()`` twin (the binarization test's inverted variant).
+* :class:`DetectorTestForms`: names its own forms for the binarization test's regular and inverted detector
+  tests (``test_form``), e.g. an attack that moves only a detector's score.
+* :class:`IdNegatives`: perturbs ID images that stay ID negatives (it pushes a detector to reject them): its
+  sets are never OOD positives (:attr:`advopenood.context.RunContext.positive_sets`).
 * :class:`AttackFamily` (a registered class that is not an attack): a name standing for several attacks,
   ``members(plan)``, expanded when a config is read.
 
@@ -21,7 +25,8 @@ with class attributes (``requires_fit``, ``own_pass``, ``needs_taps``, ``needs_i
 A generated plugin (a wrapper of another) declares :class:`Derived`: ``all`` does not select it.
 
 Analyses may declare a command-line subcommand (:class:`CommandAnalysis`); evaluators and analyses may declare
-that ``advopenood verify`` can re-derive their tables (:class:`Verifiable`).
+that ``advopenood verify`` can re-derive their tables (:class:`Verifiable`) and which attack sets they need
+(:class:`RequiresAttacks`, added to the run's attacks when the config is expanded).
 """
 from __future__ import annotations
 
@@ -90,6 +95,22 @@ class Invertible(abc.ABC):
         """The same attack with its secondary objective negated."""
 
 
+class DetectorTestForms(abc.ABC):
+    """An attack on a detector whose binarization-test forms are not simply itself and its :class:`Invertible`
+    twin (e.g. an attack that moves only the detector's score, in one direction)."""
+
+    @abc.abstractmethod
+    def test_form(self, test: str) -> Any:
+        """The attack to run in the detector variant's ``"regular"`` test (an example the detector does not flag)
+        or ``"inverted"`` test (one it flags)."""
+
+
+class IdNegatives(abc.ABC):
+    """An attack on ID images whose outputs stay ID samples, the negatives of OOD detection: it pushes a detector to
+    reject in-distribution images (the ID side of a robust AUROC). Its sets are never OOD positives: they are
+    left out of :attr:`advopenood.context.RunContext.positive_sets` and ``id_adv_sets``."""
+
+
 class AttackFamily(abc.ABC):
     """A registered attack name that stands for several attacks chosen from the config (``members``)."""
 
@@ -123,6 +144,19 @@ class Derived(abc.ABC):
 def is_derived(obj: Any) -> bool:
     """Whether a registered object (class) is :class:`Derived`."""
     return isinstance(obj, type) and issubclass(obj, Derived)
+
+
+class RequiresAttacks(abc.ABC):
+    """An evaluator or analysis that needs attack sets of its own: when the config is expanded
+    (:func:`advopenood.config.plan.attack_entries`) its ``required_attacks`` are added to the run's attacks, after the
+    configured ones and without repeating a set name the config already has."""
+
+    @classmethod
+    @abc.abstractmethod
+    def required_attacks(cls, plan: Any, params: Mapping[str, Any]) -> list[tuple[dict[str, Any], str | None]]:
+        """``(entry, family)`` pairs: ``entry`` as a config ``attacks`` item (``name``, optional ``eps``, ``params``,
+        ``label``), ``family`` the registered name whose ``attack_params`` apply below the attack's own (or None);
+        ``params`` is the plugin's ``evaluator_params`` / ``analysis_params`` entry."""
 
 
 def is_differentiable(detector: Any) -> bool:
@@ -169,3 +203,14 @@ class Verifiable(abc.ABC):
 def is_verifiable(obj: Any) -> bool:
     """Whether a registered evaluator or analysis declares :class:`Verifiable`."""
     return isinstance(obj, type) and issubclass(obj, Verifiable)
+
+
+def is_id_negative(attack: Any) -> bool:
+    """Whether an attack (class or instance) declares :class:`IdNegatives`."""
+    cls = attack if isinstance(attack, type) else type(attack)
+    return issubclass(cls, IdNegatives)
+
+
+def requires_attacks(obj: Any) -> bool:
+    """Whether a registered evaluator or analysis declares :class:`RequiresAttacks`."""
+    return isinstance(obj, type) and issubclass(obj, RequiresAttacks)

@@ -29,8 +29,11 @@ below it, i.e. are detected), the *regular* test draws the boundary point among 
 and counts success as "classified 1 and not detected"; the *inverted* test draws a detected boundary point
 and counts "classified 1 and detected". Passing needs both. A detector-adaptive attack (``adaptive_<det>``,
 ``plugins/adaptive.py``) brings its own detector: the ``bintest`` analysis runs both tests with it, the
-regular test with the attack as it is and the inverted one with :meth:`inverted` (detector term negated).
-Any other attack runs the standard test.
+regular test with the attack as it is and the inverted one with :meth:`inverted` (detector term negated). An
+attack that declares :class:`~advopenood.capabilities.DetectorTestForms` (the robust-AUROC attacks
+``robust_id_<det>``, ``robust_ood_<det>`` and their APGD forms, ``plugins/robust_attacks.py``, which move only the
+detector's score) runs its ``test_form("regular")`` and ``test_form("inverted")``, on ID images whichever side it
+attacks in the run. Any other attack runs the standard test.
 """
 from __future__ import annotations
 
@@ -47,13 +50,13 @@ from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
 from advopenood.config.schema import thaw
-from advopenood.attacks.base import Attack, build_attack, default_eps, frozen
-from advopenood.capabilities import CommandAnalysis, DetectorAware, Invertible, bind_attack
+from advopenood.attacks import Attack, build_attack, default_eps, frozen
+from advopenood.capabilities import CommandAnalysis, DetectorAware, DetectorTestForms, Invertible, bind_attack
 from advopenood.evaluation.context import RunContext
-from advopenood.data.datasets import stack
+from advopenood.data import stack
 from advopenood.errors import UsageError
 from advopenood.evaluation.metrics import id_threshold
-from advopenood.outputs.results import Bullets, Paragraph, Results, Section, Table, as_written, guarded
+from advopenood.outputs import Bullets, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.outputs.report import eps_label, join
 from advopenood.outputs.report import name as label
 from advopenood.registry import get, names as get_names, register
@@ -313,7 +316,9 @@ def _evaluate_attack(setup: BinarySetup, x_c: torch.Tensor, attack: Attack, *, e
                      test: str, detector: DetectorCheck | None) -> dict[str, Any]:
     """Step 6: run the attack on ``h`` with label 0; success = in the eps-ball, in [0, 1] and classified 1."""
     x = x_c.unsqueeze(0)
-    if test == "inverted" and isinstance(attack, Invertible):
+    if test != "standard" and isinstance(attack, DetectorTestForms):
+        attack = attack.test_form(test)
+    elif test == "inverted" and isinstance(attack, Invertible):
         attack = attack.inverted()
     x_adv = attack(setup.binary, x, torch.zeros(1, dtype=torch.long, device=x.device), seed=seed)
     with torch.no_grad(), frozen(setup.binary):
@@ -554,9 +559,11 @@ class BinarizationTest(CommandAnalysis):
         """The run's attack: the parameters its adversarial set was made with, else defaults + ``attack_params``;
         a detector-adaptive attack is bound to the run's fit set and detector parameters."""
         attack_name = name if name not in ctx.adv_sets else ctx.adv_sets[name].attack
-        if get("attacks", attack_name).source != "id":
+        cls = get("attacks", attack_name)
+        if cls.source != "id" and not issubclass(cls, DetectorTestForms):
             raise UsageError(f"attack {name!r} perturbs OOD images; the binarization test needs an attack on ID "
-                             "images (valid choices: any attack whose class declares source 'id')")
+                             "images (valid choices: any attack whose class declares source 'id', or one with "
+                             "DetectorTestForms)")
         if name in ctx.adv_sets:
             attack = build_attack(attack_name, ctx.adv_sets[name].params)
         else:
@@ -587,7 +594,8 @@ class BinarizationTest(CommandAnalysis):
         return threshold_at_fpr(torch.cat(scores), self.detector_fpr)
 
     def __call__(self, ctx: RunContext) -> Results:
-        names = self.attacks or list(ctx.id_adv_sets) or [s.set_name for s in ctx.plan.attack_specs]
+        names = self.attacks or [n for n, a in ctx.adv_sets.items() if a.source == "id"] \
+            or [s.set_name for s in ctx.plan.attack_specs]
         if not names:
             raise UsageError("the binarization test needs an attack; pass --attack NAME (valid choices: "
                              f"{', '.join(get_names('attacks'))})")

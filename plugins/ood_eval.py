@@ -6,7 +6,9 @@ positives is the protocol's choice (:mod:`advopenood.config.protocols`), written
 ``successful`` (protocol ``strong``: the examples whose attack succeeded, ``advset.records.success``, i.e.
 ``adv_pred != y``) or ``all`` (protocol ``lorenz2024``: "all attacked test images", as the paper's Table 4 is
 computed). ``n_ood`` records how many there were. The perturbed images of an OOD->ID attack
-(``adaptive_ood_<det>``) are all OOD, so all of them are positives.
+(``adaptive_ood_<det>``) are all OOD, so all of them are positives. The ID side of a robust AUROC
+(``robust_id_<det>``, :class:`~advopenood.capabilities.IdNegatives`) perturbs ID images that stay ID: it has no
+rows here (``robust_auroc.csv`` has them).
 
 With detector-adaptive attacks in the run (``plugins/adaptive.py``), ``table_adaptive.{csv,md}`` puts each
 detector's AUROC/FPR95 under its own adaptive attack next to the classifier-only attack: ``pgd`` at the same
@@ -23,7 +25,9 @@ over the group's sets as OpenOOD's ``nearood``/``farood`` rows, and ID accuracy)
 (the mean over the adversarial sets). With csid sets in the run, ``fsood.csv`` gives OpenOOD's full-spectrum
 rows (``Evaluator.eval_ood(fsood=True)``: the ID side is the ID test set and every csid set concatenated, the
 OOD side each near/far set) and the leaderboard adds their group means and ``csid_acc`` (accuracy over the ID
-test set and the csid sets together, ``eval_acc('csid')``).
+test set and the csid sets together, ``eval_acc('csid')``). ``leaderboard_openood.json`` holds the same rows as
+entries of OpenOOD's leaderboard (``model_info/*.json`` of its ``leaderboard`` branch) with the adversarial and
+robust AUROCs and the run's provenance as fields of ours (:mod:`advopenood_plugins.leaderboard_json`).
 
 Report: the ``OOD detection`` section (AUROC and FPR95 matrices, readings generated from them, the AUROC heatmap
 and one detector's ROC curves, ``plots/auroc_heatmap.png`` and ``plots/roc_<detector>.png``: ``msp`` if scored,
@@ -47,12 +51,14 @@ from advopenood import io as aio
 from advopenood.capabilities import Verifiable, is_detector_aware
 from advopenood import registry
 from advopenood.evaluation.context import RunContext
-from advopenood.data.datasets import dataset_name, make_loader
+from advopenood.data import dataset_name, make_loader
 from advopenood.evaluation.metrics import ood_metrics
 from advopenood.data.benchmarks import ADVERSARIAL, natural_group
-from advopenood.outputs.results import Bullets, Figure, Paragraph, Results, Section, Table, as_written, guarded
+from advopenood.outputs import Bullets, Figure, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.outputs.plots import ood_matrix, plot_auroc_heatmap, plot_roc, roc_sets
 from advopenood.registry import register
+from advopenood_plugins.leaderboard_json import openood_entries
+from advopenood_plugins.robust_auroc import robust_table
 from advopenood_plugins.verify_ood import verify as verify_ood
 from advopenood.outputs.report import CHANCE, join
 from advopenood.outputs.report import name as label
@@ -163,7 +169,7 @@ def adaptive_table(df: pd.DataFrame, ctx: RunContext) -> pd.DataFrame:
     """One row per detector-adaptive set and its own detector: AUROC/FPR95 next to the classifier-only baseline."""
     attacks = {name: adv.attack for name, adv in ctx.adv_sets.items()}
     rows = []
-    for name, adv in ctx.adv_sets.items():
+    for name, adv in ctx.positive_sets.items():
         cls = registry.get("attacks", adv.attack)
         target = cls.detector if is_detector_aware(cls) else None
         if not target or target not in set(df["detector"]):
@@ -294,9 +300,10 @@ def adaptive_section(table: pd.DataFrame) -> Section:
 
 def with_positives(ctx: RunContext) -> dict[str, dict[str, np.ndarray]]:
     """Each detector's confidences with every adversarial set's ``<set>.positive`` mask, as ``scores/*.npz``
-    holds them."""
-    masks = {f"{name}.positive": ctx.ood_positives(name) for name in ctx.adv_sets}
-    return {det: {**by_set, **masks} for det, by_set in ctx.scores.items()}
+    holds them, without the sets whose images are no OOD positives (:attr:`RunContext.positive_sets`)."""
+    masks = {f"{name}.positive": ctx.ood_positives(name) for name in ctx.positive_sets}
+    negatives = set(ctx.adv_sets) - set(ctx.positive_sets)
+    return {det: {**{k: v for k, v in by_set.items() if k not in negatives}, **masks} for det, by_set in ctx.scores.items()}
 
 
 def ood_plots(ood: pd.DataFrame, scores: dict[str, dict[str, np.ndarray]], plot_dir: Path,
@@ -360,7 +367,8 @@ class OODEvaluator(Verifiable):
         csid = [name for name, group in groups.items() if group == "csid"]
         fsood = self._fsood(ctx, groups, csid) if csid else None
         board = leaderboard(df, ctx.clean.accuracy, fsood, accuracy_with(ctx, csid) if csid else math.nan)
-        out.tables.update({"leaderboard.csv": board, "leaderboard.md": board})
+        out.tables.update({"leaderboard.csv": board, "leaderboard.md": board,
+                           "leaderboard_openood.json": openood_entries(board, ctx, groups, robust_table(ctx))})
         if fsood is not None:
             out.tables["fsood.csv"] = fsood
         out.figures = ood_plots(df, with_positives(ctx), ctx.plot_dir)
@@ -387,9 +395,10 @@ class OODEvaluator(Verifiable):
         return pd.DataFrame(rows, columns=FSOOD_COLUMNS)
 
     def _targets(self, ctx: RunContext) -> list[tuple[str, float, str, np.ndarray | None]]:
-        """``(attack, eps, ood_set, positive mask)`` for every natural OOD set and adversarial set."""
+        """``(attack, eps, ood_set, positive mask)`` for every natural OOD set and every adversarial set whose images
+        count as OOD (:attr:`RunContext.positive_sets`: the ID side of a robust AUROC stays out)."""
         out: list[tuple[str, float, str, np.ndarray | None]] = [("none", math.nan, name, None) for name in ctx.ood_sets]
-        for attack, adv in ctx.adv_sets.items():
+        for attack, adv in ctx.positive_sets.items():
             mask = self._positives(ctx, attack)
             out.append((attack, math.nan if adv.eps is None else float(adv.eps), attack, mask))
         return out
@@ -420,4 +429,4 @@ class OODEvaluator(Verifiable):
         return rows
 
 
-from advopenood_plugins import smoothed  # noqa: E402,F401  the smoothed evaluator (plugins/smoothed.py)
+import advopenood_plugins.levels  # noqa: E402,F401  (registers the levels evaluator beside these)

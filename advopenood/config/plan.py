@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import PrivateAttr
 
 from advopenood import registry
-from advopenood.capabilities import is_family
+from advopenood.capabilities import is_family, requires_attacks
 from advopenood.config import protocols
 from advopenood.config.schema import RunConfig, parse_eps, thaw
 from advopenood.errors import UsageError
@@ -154,8 +154,28 @@ def expand_attacks(plan: RunConfig, input_size: int) -> list[AttackSpec]:
 
 
 def attack_entries(plan: Any) -> list[tuple[dict[str, Any], str | None]]:
-    """The plan's ``attacks`` as ``(entry, family)`` with lower-case names, families replaced by their members
-    (``members(plan)``: any object with the plan's ``attacks`` and ``detectors`` attributes)."""
+    """The plan's ``attacks`` as ``(entry, family)`` with lower-case names, families replaced by their members, then
+    the attacks the plan's evaluators and analyses require (:class:`~advopenood.capabilities.RequiresAttacks`)
+    whose set name the plan does not already hold. ``plan``: the run plan, or any object with its ``attacks`` and
+    ``detectors`` attributes (``members(plan)``)."""
+    out = _configured_entries(plan)
+    labels = {e.get("label") or e["name"] for e, _ in out}
+    for kind, section in (("evaluators", "evaluator_params"), ("analyses", "analysis_params")):
+        for name in getattr(plan, kind, ()):
+            obj = registry.get(kind, name)
+            if not requires_attacks(obj):
+                continue
+            for entry, family in obj.required_attacks(plan, thaw((getattr(plan, section, None) or {}).get(name) or {})):
+                entry = {**entry, "name": str(entry["name"]).lower()}
+                label = entry.get("label") or entry["name"]
+                if label not in labels:
+                    labels.add(label)
+                    out.append((entry, family))
+    return out
+
+
+def _configured_entries(plan: Any) -> list[tuple[dict[str, Any], str | None]]:
+    """The plan's own ``attacks`` as ``(entry, family)`` with lower-case names, families replaced by their members."""
     out: list[tuple[dict[str, Any], str | None]] = []
     for entry in plan.attacks:
         entry = {"name": entry} if isinstance(entry, str) else thaw(entry)

@@ -18,6 +18,8 @@ import torch
 from torch.utils.data import Dataset
 
 from advopenood.attacks.store import AdvSet
+from advopenood import registry
+from advopenood.capabilities import is_id_negative
 from advopenood.config import protocols
 from advopenood.models.classifier import Classifier
 
@@ -80,10 +82,17 @@ class RunContext:
         return self.plan.dump()
 
     @property
+    def positive_sets(self) -> dict[str, AdvSet]:
+        """The adversarial sets whose images count as OOD: every set except those of attacks that declare
+        :class:`~advopenood.capabilities.IdNegatives` (ID images pushed to look OOD, which stay ID negatives)."""
+        return {name: adv for name, adv in self.adv_sets.items()
+                if not is_id_negative(registry.get("attacks", adv.attack))}
+
+    @property
     def id_adv_sets(self) -> dict[str, AdvSet]:
         """The adversarial sets made from the ID test images (row ``i`` = ``id_set`` row ``i``), without the
-        OOD->ID sets, whose rows are natural OOD images."""
-        return {name: adv for name, adv in self.adv_sets.items() if adv.source == "id"}
+        OOD->ID sets, whose rows are natural OOD images, and without ID-negative sets (:attr:`positive_sets`)."""
+        return {name: adv for name, adv in self.positive_sets.items() if adv.source == "id"}
 
     def backend_of(self, detector: str) -> str:
         """The ``backend`` column of a detector's rows: what computed its scores."""

@@ -55,16 +55,16 @@ def name(text: Any) -> str:
 
 
 def eps_label(eps: Any) -> str:
-    """``8/255`` for budgets that are a whole number of grey levels, ``0.05`` otherwise, ``""`` for none."""
+    """``8/255`` for budgets that are a whole number of grey values, ``0.05`` otherwise, ``""`` for none."""
     try:
         value = float(eps)
     except (TypeError, ValueError):
         return ""
     if math.isnan(value):
         return ""
-    levels = value * 255
-    if abs(levels - round(levels)) < 1e-3 and 0 < round(levels) < 255:
-        return f"{int(round(levels))}/255"
+    grey = value * 255
+    if abs(grey - round(grey)) < 1e-3 and 0 < round(grey) < 255:
+        return f"{int(round(grey))}/255"
     return f"{value:.3g}"
 
 

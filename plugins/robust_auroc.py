@@ -1,0 +1,196 @@
+"""The ``robust_auroc`` evaluator: a detector's AUROC when ID images are attacked to look OOD and OOD images to look ID.
+
+Definitions (ATD, Azizmalayeri et al., NeurIPS 2022, ``test_ATD.py``: "just in attacked", "just out attacked",
+"both attacked"; AROS, Mirzaei et al., ICLR 2025, ``aros_node/evaluate.py``: ``PGD_AUC`` on the mixed ID/OOD
+loader, then ``get_auc_adversarial``), per detector, natural OOD set and eps, with OpenOOD's convention (OOD is
+the positive class, the score is ``-conf``; :func:`advopenood.evaluation.metrics.auroc`):
+
+* ``clean_auroc``: ``AUROC(conf(x_id), conf(x_ood))``;
+* ``id_attacked_auroc``: ``AUROC(conf(x_id + d_id), conf(x_ood))``, ``d_id`` from ``robust_id_<det>`` (lowers the
+  confidence of every ID test image);
+* ``ood_attacked_auroc``: ``AUROC(conf(x_id), conf(x_ood + d_ood))``, ``d_ood`` from ``robust_ood_<det>`` (raises
+  the confidence of every OOD image);
+* ``robust_auroc``, ``robust_fpr95``: both sides attacked, ``AUROC`` / FPR95 of ``(conf(x_id + d_id),
+  conf(x_ood + d_ood))``.
+
+Every row of both sets counts (ATD and AROS attack and score every sample; the protocol's positives rule is about
+ID->ID adversarial examples and does not apply). Because each attacked image keeps its clean self among its
+candidates (:mod:`advopenood_plugins.robust_attacks`), ``robust_auroc <= min(id_attacked_auroc,
+ood_attacked_auroc) <= clean_auroc`` as long as the run scores an image exactly as the attack did.
+
+``--evaluator robust_auroc`` adds the sets it needs to the run (:class:`~advopenood.capabilities.RequiresAttacks`):
+per selected detector with a differentiable score and per ``method`` (``pgd``: ``robust_id_<det>`` and
+``robust_ood_<det>-<set>``; ``apgd``: ``robust_apgd_id_<det>`` and ``robust_apgd_ood_<det>-<set>``), one OOD-side
+set per natural OOD set, at each Linf budget the config gives its attacks explicitly (``--eps``), else the
+attacks' default (8/255 at 32 px). Rows pair every ID-side and OOD-side set of the same detector, method and eps,
+whichever way they entered the run.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from advopenood import registry
+from advopenood.config.schema import thaw
+from advopenood.capabilities import RequiresAttacks, Verifiable, is_family
+from advopenood.evaluation.context import RunContext
+from advopenood.data import dataset_name
+from advopenood.errors import UsageError
+from advopenood.evaluation.metrics import auroc, fpr_at_tpr95
+from advopenood.outputs import Bullets, Paragraph, Results, Section, Table, as_written, guarded
+from advopenood.registry import register
+from advopenood.outputs.report import eps_label, join
+from advopenood.outputs.report import name as label
+from advopenood_plugins.robust_attacks import PREFIXES, robust_class
+from advopenood_plugins.verify_robust import verify_robust
+
+COLUMNS = ["detector", "ood_set", "eps", "method", "clean_auroc", "id_attacked_auroc", "ood_attacked_auroc",
+           "robust_auroc", "robust_fpr95", "n_id", "n_ood", "id_attack", "ood_attack", "protocol"]
+METHODS = ("pgd", "apgd")
+
+
+def robust_metrics(clean_id: Any, clean_ood: Any, adv_id: Any, adv_ood: Any) -> dict[str, float]:
+    """The four AUROCs and the robust FPR95 in percent (OOD positive, score ``-conf``, OpenOOD's
+    ``roc_curve`` / ``auc``): clean, ID side attacked, OOD side attacked, both attacked (ATD's three cases)."""
+    return {"clean_auroc": 100.0 * auroc(clean_id, clean_ood), "id_attacked_auroc": 100.0 * auroc(adv_id, clean_ood),
+            "ood_attacked_auroc": 100.0 * auroc(clean_id, adv_ood), "robust_auroc": 100.0 * auroc(adv_id, adv_ood),
+            "robust_fpr95": 100.0 * fpr_at_tpr95(adv_id, adv_ood)}
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    return a is not None and b is not None and math.isclose(float(a), float(b), rel_tol=1e-6)
+
+
+def robust_pairs(ctx: RunContext) -> list[tuple[str, str, str, str, float]]:
+    """``(detector, ID-side set, OOD-side set, method, eps)`` for every pair of robust-AUROC sets of the run on the
+    same detector with the same method and eps."""
+    sides: dict[str, list[tuple[str, Any, type]]] = {"id": [], "ood": []}
+    for name, adv in ctx.adv_sets.items():
+        cls = robust_class(adv.attack)
+        if cls is not None:
+            sides[cls.side].append((name, adv, cls))
+    return [(cls.detector, i_name, o_name, cls.method, float(i_adv.eps))
+            for i_name, i_adv, cls in sides["id"] for o_name, o_adv, o_cls in sides["ood"]
+            if o_cls.detector == cls.detector and o_cls.method == cls.method and _close(i_adv.eps, o_adv.eps)]
+
+
+def robust_table(ctx: RunContext) -> pd.DataFrame:
+    """One row per detector with scores and pair of robust sets (:func:`robust_pairs`)."""
+    rows = []
+    for det, id_set, ood_set_attack, method, eps in robust_pairs(ctx):
+        scores = ctx.scores.get(det)
+        if scores is None:
+            continue
+        source = ctx.adv_sets[ood_set_attack].source
+        rows.append({"detector": det, "ood_set": source, "eps": eps, "method": method,
+                     **robust_metrics(scores["id"], scores[source], scores[id_set], scores[ood_set_attack]),
+                     "n_id": len(scores[id_set]), "n_ood": len(scores[ood_set_attack]), "id_attack": id_set,
+                     "ood_attack": ood_set_attack, "protocol": ctx.protocol})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def read_robust(table: pd.DataFrame) -> list[str]:
+    """Per detector, method and eps: the clean AUROC against the robust one, averaged over the natural OOD sets,
+    with both one-sided AUROCs."""
+    out = []
+    for (det, method, eps), part in table.groupby(["detector", "method", "eps"], sort=False):
+        mean = part[["clean_auroc", "id_attacked_auroc", "ood_attacked_auroc", "robust_auroc"]].mean()
+        verb = "falls to" if mean.robust_auroc < mean.clean_auroc else "stays at"
+        out.append(f"{label(det)} ({method.upper()}, eps {eps_label(eps)}, mean over {len(part)} OOD set"
+                   f"{'s' if len(part) > 1 else ''}): AUROC {verb} {mean.robust_auroc:.1f} from {mean.clean_auroc:.1f} "
+                   f"when both sides are attacked (ID side alone {mean.id_attacked_auroc:.1f}, OOD side alone "
+                   f"{mean.ood_attacked_auroc:.1f}).")
+    below = sorted({label(d) for d in table.loc[table["robust_auroc"] < 50, "detector"]})
+    if below:
+        out.append(f"{join(below)} {'falls' if len(below) == 1 else 'fall'} below chance (robust AUROC < 50) on at "
+                   "least one set: attacked OOD images look more in-distribution than attacked ID images.")
+    return out
+
+
+def robust_section(table: pd.DataFrame) -> Section:
+    """``Robust AUROC``: the table's AUROCs per detector and set, and their readings."""
+    shown = table.drop(columns=["id_attack", "ood_attack", "n_id", "n_ood", "protocol"], errors="ignore").copy()
+    shown["eps"] = [eps_label(e) for e in shown["eps"]]
+    return Section("Robust AUROC (ID and OOD attacked)", [
+        Paragraph("AUROC (%) with ID images attacked to look OOD and OOD images attacked to look in-distribution "
+                  "inside the same Linf ball (ATD's and AROS's robust AUROC): clean, one side attacked, both sides "
+                  "attacked (robust). Every image of both sets counts."),
+        Table(shown), Bullets(read_robust(table))])
+
+
+def run_budgets(plan: Any) -> list[float]:
+    """The Linf budgets the plan gives its bounded attacks explicitly (an entry's ``eps``, e.g. from ``--eps``)."""
+    found: list[float] = []
+    for entry in plan.attacks:
+        if isinstance(entry, str) or entry.eps is None:
+            continue
+        entry = thaw(entry)
+        cls = registry.get("attacks", str(entry["name"]))
+        linf = is_family(cls) or (cls.bounded and str((entry.get("params") or {}).get("norm", cls.norm)) == "linf")
+        if linf and cls.bounded:
+            values = entry["eps"] if isinstance(entry["eps"], (list, tuple)) else [entry["eps"]]
+            found += [float(v) for v in values if not any(_close(v, f) for f in found)]
+    return found
+
+
+@register("evaluators", "robust_auroc")
+class RobustAUROC(RequiresAttacks, Verifiable):
+    """Robust AUROC of every detector with a differentiable score: ID images attacked to look OOD, OOD images to
+    look ID (ATD, AROS), next to the clean and one-sided AUROCs."""
+
+    verify = staticmethod(verify_robust)
+
+    def __init__(self, method: str | list[str] | tuple[str, ...] = ("pgd",), eps: float | list[float] | None = None,
+                 ood_sets: list[str] | None = None):
+        """``method``: ``pgd`` (default), ``apgd`` or both (a list); ``eps``: budgets of the added sets (default:
+        the config's explicit Linf budgets, else the attacks' default); ``ood_sets``: the natural OOD sets to
+        attack (default: all of the run's)."""
+        self.parse_methods(method)  # the settings act through required_attacks; checked here before any work
+        budgets = eps if isinstance(eps, (list, tuple)) else [] if eps is None else [eps]
+        if any(not isinstance(e, (int, float)) or not 0 < float(e) <= 1 for e in budgets):
+            raise UsageError(f"evaluator robust_auroc: eps {eps!r}; valid choices: a number in (0, 1], a list of them")
+        if ood_sets is not None and not (isinstance(ood_sets, (list, tuple)) and all(isinstance(o, str) for o in ood_sets)):
+            raise UsageError(f"evaluator robust_auroc: ood_sets {ood_sets!r}; valid choices: a list of natural OOD set names")
+
+    @staticmethod
+    def parse_methods(method: Any) -> list[str]:
+        methods = [m.strip().lower() for m in (method.split(",") if isinstance(method, str) else method or [])]
+        bad = [m for m in methods if m not in METHODS] or ([] if methods else [str(method)])
+        if bad:
+            raise UsageError(f"evaluator robust_auroc: method {bad[0]!r}; valid choices: {', '.join(METHODS)} "
+                             "(or a list of them)")
+        return list(dict.fromkeys(methods))
+
+    @classmethod
+    def required_attacks(cls, plan: Any, params: Any) -> list[tuple[dict[str, Any], str | None]]:
+        """Per method and selected detector with robust attacks: the ID-side set and one OOD-side set per natural
+        OOD set (``evaluator_params.robust_auroc.ood_sets``, default all), at the run's budgets."""
+        methods = cls.parse_methods(params.get("method", "pgd"))
+        natural = [dataset_name(spec) for spec in plan.data.ood]
+        chosen = params.get("ood_sets") or natural
+        unknown = [s for s in chosen if s not in natural]
+        if unknown:
+            raise UsageError(f"evaluator robust_auroc: ood_sets {unknown[0]!r} is not a natural OOD set of this run; "
+                             f"valid choices: {', '.join(natural) or 'none (add data.ood to the config)'}")
+        eps = params.get("eps")
+        eps = (list(eps) if isinstance(eps, (list, tuple)) else [eps]) if eps is not None else run_budgets(plan)
+        budget = {} if not eps else {"eps": eps if len(eps) > 1 else eps[0]}
+        available = set(registry.names("attacks"))
+        out: list[tuple[dict[str, Any], str | None]] = []
+        for method in methods:
+            for det in plan.detectors:
+                id_name, ood_name = PREFIXES["id", method] + det, PREFIXES["ood", method] + det
+                if id_name not in available or ood_name not in available:
+                    continue
+                out.append(({"name": id_name, **budget}, id_name.removesuffix("_" + det)))
+                out += [({"name": ood_name, **budget, "params": {"ood_set": s}, "label": f"{ood_name}-{s}"},
+                         ood_name.removesuffix("_" + det)) for s in chosen]
+        return out
+
+    def __call__(self, ctx: RunContext) -> Results:
+        table = robust_table(ctx)
+        sections = guarded("Robust AUROC (ID and OOD attacked)",
+                           lambda: [robust_section(as_written(table, ctx.protocol))]) if len(table) else []
+        return Results(tables={"robust_auroc.csv": table}, sections=sections)
