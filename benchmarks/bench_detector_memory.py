@@ -25,7 +25,7 @@ import numpy as np, torch
 from advopenood import registry
 from advopenood.data.datasets import Subset, build_dataset, limit_dataset, make_loader
 from advopenood.detectors import score_all
-from advopenood.models import build_model
+from advopenood.models.classifier import build_model
 from advopenood.detection.scorecache import ScoreCache
 
 def rss(field):

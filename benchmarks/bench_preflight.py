@@ -17,7 +17,7 @@ CONFIGS = ("cifar10_resnet20", "cifar10_resnet18", "mead_cifar10", "sweep_linf",
 CODE = """
 import time
 t0 = time.perf_counter()
-from advopenood.config import apply_overrides, load_config
+from advopenood.config.loading import apply_overrides, load_config
 from advopenood.run.preflight import preflight
 cfg, folder = load_config({name!r})
 cfg = apply_overrides(cfg, data_root={root!r}, out={out!r}, cache_dir={cache!r})

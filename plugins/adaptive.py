@@ -43,9 +43,9 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from advopenood import registry
-from advopenood.attacks import Attack, default_eps, foolbox_model
+from advopenood.attacks.base import Attack, default_eps, foolbox_model
 from advopenood.capabilities import AttackFamily, DetectorAware, Invertible, is_differentiable
-from advopenood.data import make_loader
+from advopenood.data.datasets import make_loader
 from advopenood.detection.outputs import Outputs, grad_outputs
 from advopenood.detection.postprocessor import Postprocessor
 from advopenood.detection.scoring import fit_detectors

@@ -50,13 +50,13 @@ from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
 from advopenood.config.schema import thaw
-from advopenood.attacks import Attack, build_attack, default_eps, frozen
+from advopenood.attacks.base import Attack, build_attack, default_eps, frozen
 from advopenood.capabilities import CommandAnalysis, DetectorAware, DetectorTestForms, Invertible, bind_attack
 from advopenood.evaluation.context import RunContext
-from advopenood.data import stack
+from advopenood.data.datasets import stack
 from advopenood.errors import UsageError
 from advopenood.evaluation.metrics import id_threshold
-from advopenood.outputs import Bullets, Paragraph, Results, Section, Table, as_written, guarded
+from advopenood.outputs.results import Bullets, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.outputs.report import eps_label, join
 from advopenood.outputs.report import name as label
 from advopenood.registry import get, names as get_names, register

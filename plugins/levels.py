@@ -53,12 +53,12 @@ import pandas as pd
 
 from advopenood import io as aio
 from advopenood import registry
-from advopenood.attacks import attack_params
+from advopenood.attacks.base import attack_params
 from advopenood.capabilities import Verifiable, is_detector_aware
 from advopenood.evaluation.context import RunContext
 from advopenood.errors import UsageError
 from advopenood.evaluation.metrics import auroc
-from advopenood.outputs import Bullets, Figure, Paragraph, Results, Section, Table, as_written, guarded
+from advopenood.outputs.results import Bullets, Figure, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.registry import register
 from advopenood.outputs.report import join
 from advopenood.outputs.report import name as label

@@ -51,10 +51,10 @@ from advopenood import io as aio
 from advopenood.capabilities import Verifiable, is_detector_aware
 from advopenood import registry
 from advopenood.evaluation.context import RunContext
-from advopenood.data import dataset_name, make_loader
+from advopenood.data.datasets import dataset_name, make_loader
 from advopenood.evaluation.metrics import ood_metrics
 from advopenood.data.benchmarks import ADVERSARIAL, natural_group
-from advopenood.outputs import Bullets, Figure, Paragraph, Results, Section, Table, as_written, guarded
+from advopenood.outputs.results import Bullets, Figure, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.outputs.plots import ood_matrix, plot_auroc_heatmap, plot_roc, roc_sets
 from advopenood.registry import register
 from advopenood_plugins.leaderboard_json import openood_entries

@@ -37,7 +37,7 @@ from pyautoattack.autopgd_base import APGDAttack
 from torch import Tensor
 
 from advopenood import registry
-from advopenood.attacks import Attack, default_eps, foolbox_model
+from advopenood.attacks.base import Attack, default_eps, foolbox_model
 from advopenood.capabilities import DetectorTestForms, IdNegatives, is_differentiable
 from advopenood.detection.outputs import grad_outputs
 from advopenood.errors import UsageError

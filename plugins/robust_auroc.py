@@ -36,10 +36,10 @@ from advopenood import registry
 from advopenood.config.schema import thaw
 from advopenood.capabilities import RequiresAttacks, Verifiable, is_family
 from advopenood.evaluation.context import RunContext
-from advopenood.data import dataset_name
+from advopenood.data.datasets import dataset_name
 from advopenood.errors import UsageError
 from advopenood.evaluation.metrics import auroc, fpr_at_tpr95
-from advopenood.outputs import Bullets, Paragraph, Results, Section, Table, as_written, guarded
+from advopenood.outputs.results import Bullets, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.registry import register
 from advopenood.outputs.report import eps_label, join
 from advopenood.outputs.report import name as label

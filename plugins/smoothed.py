@@ -75,7 +75,7 @@ from advopenood.detection.outputs import Batches, Outputs, grad_outputs, pass_ou
 from advopenood.detection.postprocessor import Postprocessor
 from advopenood.detection.bank import create_detector
 from advopenood.errors import UsageError
-from advopenood.outputs import Bullets, Paragraph, Results, Section, Table, as_written, guarded
+from advopenood.outputs.results import Bullets, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.outputs.report import eps_label
 from advopenood_plugins.detectors import straight_through
 from advopenood_plugins.verify_smoothed import verify as verify_smoothed

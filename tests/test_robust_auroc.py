@@ -12,9 +12,9 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from advopenood import registry
-from advopenood.attacks import build_attack
+from advopenood.attacks.base import build_attack
 from advopenood.capabilities import bind_attack
-from advopenood.cli import main
+from advopenood.cli.main import main
 from advopenood.config.loading import apply_overrides, load_config
 from advopenood.config.plan import expand_attacks
 from advopenood.config.schema import thaw
@@ -91,7 +91,7 @@ def test_each_attack_moves_every_images_confidence_its_way_inside_the_ball(name,
     if attack.source == "id":
         x, y = cifar_batch[0][:12], cifar_batch[1][:12]
     else:
-        from advopenood.data import stack
+        from advopenood.data.datasets import stack
         x, y = stack(pack_set("tin", "tin_test.npz", 12), list(range(12)))
     x_adv = attack(cifar_model, x, y, seed=1)
     assert float((x_adv - x).abs().amax()) <= 8 / 255 + 1e-6 and 0 <= float(x_adv.min()) and float(x_adv.max()) <= 1

@@ -12,9 +12,9 @@ import torch
 import yaml
 
 from advopenood import registry
-from advopenood.attacks import build_attack
+from advopenood.attacks.base import build_attack
 from advopenood.capabilities import bind_attack, is_differentiable
-from advopenood.cli import main
+from advopenood.cli.main import main
 from advopenood.detection.bank import create_detector
 from advopenood.detection.scoring import fit_detectors, score_all
 from advopenood.evaluation.metrics import ood_metrics
@@ -101,7 +101,7 @@ def _outputs(net, x):
 @pytest.fixture(scope="module")
 def sigma_zero(cifar_model, pack_set):
     """The detectors and their smoothed twins with sigma 0 (one copy), fitted and scored by one score_all."""
-    from advopenood.data import make_loader
+    from advopenood.data.datasets import make_loader
 
     fit = pack_set("train", "cifar10_train_10k.npz", 384)
     ids = pack_set("cifar10", "cifar10_test.npz", 64)
