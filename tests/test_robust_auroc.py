@@ -164,12 +164,12 @@ def test_evaluator_adds_its_sets_once_per_detector_method_and_ood_set(data_root,
     assert {s.params["eps"] for s in specs.values()} == {4 / 255}  # the run's --eps
     assert specs["robust_ood_mds-mnist"].params["ood_set"] == "mnist"
     assert specs["robust_id_mds"].params["steps"] == 20  # attack_params of the family
-    both = dict(thaw(cfg), evaluator_params={"robust_auroc": {"method": ["pgd", "apgd"], "ood_sets": ["tin"]}})
+    both = cfg.replace(evaluator_params={"robust_auroc": {"method": ["pgd", "apgd"], "ood_sets": ["tin"]}})
     names = [s.set_name for s in expand_attacks(both, 32)]
     assert names[-4:] == ["robust_apgd_id_msp", "robust_apgd_ood_msp-tin", "robust_apgd_id_mds",
                           "robust_apgd_ood_mds-tin"]
     with pytest.raises(UsageError, match="ood_sets 'svhn' is not a natural OOD set"):
-        expand_attacks(dict(thaw(cfg), evaluator_params={"robust_auroc": {"ood_sets": ["svhn"]}}), 32)
+        expand_attacks(cfg.replace(evaluator_params={"robust_auroc": {"ood_sets": ["svhn"]}}), 32)
     with pytest.raises(UsageError, match="method 'fgsm'; valid choices: pgd, apgd"):
         registry.create("evaluators", "robust_auroc", method="fgsm")
     assert registry.create("evaluators", "robust_auroc", method=["pgd", "apgd"], eps=[4 / 255, 8 / 255])
