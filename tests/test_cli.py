@@ -22,7 +22,7 @@ DATA = Path(os.environ.get("ADVOPENOOD_TEST_DATA", REPO.parent / "shared" / "dat
 
 
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "advopenood.cli.main", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "advopenood.cli", *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, cwd=cwd, timeout=900)
 
 

@@ -123,7 +123,7 @@ def test_the_cli_exits_2_on_an_html_checkpoint(data_root, tmp_path):
     cfg["data"]["root"], cfg["out"] = str(data_root), str(tmp_path / "out")
     cfg["model"]["checkpoint"] = str(tmp_path / "model.pt")
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run([sys.executable, "-m", "advopenood.cli.main", "run", "--config", str(tmp_path / "cfg.yaml")],
+    proc = subprocess.run([sys.executable, "-m", "advopenood.cli", "run", "--config", str(tmp_path / "cfg.yaml")],
                           capture_output=True, text=True, timeout=600)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "is an HTML page" in lines[0]

@@ -25,7 +25,7 @@ def config(tmp_path_factory, data_root) -> Path:
 
 
 def attack_cmd(config: Path, cache: Path, out: Path, limit: int = 160) -> list[str]:
-    return [sys.executable, "-m", "advopenood.cli.main", "attack", "--config", str(config), "--attack", "pgd",
+    return [sys.executable, "-m", "advopenood.cli", "attack", "--config", str(config), "--attack", "pgd",
             "--limit", str(limit), "--shard-size", "16", "--cache-dir", str(cache), "--out", str(out), "--quiet"]
 
 
@@ -76,7 +76,7 @@ def test_concurrent_runs_on_one_key_do_not_corrupt_it(config, reference, tmp_pat
 def test_torchrun_two_ranks_equal_single_process(config, reference, tmp_path):
     cache = tmp_path / "cache"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
-           "-m", "advopenood.cli.main", *attack_cmd(config, cache, tmp_path / "out")[3:]]
+           "-m", "advopenood.cli", *attack_cmd(config, cache, tmp_path / "out")[3:]]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "ADVOPENOOD_BACKEND": "gloo", "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]

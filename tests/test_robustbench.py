@@ -161,7 +161,7 @@ def test_every_detector_and_gradcam_run_on_a_trained_zoo_network(zoo_ready, data
 def _cli(config: dict, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(config))
-    return subprocess.run([sys.executable, "-m", "advopenood.cli.main", "run", "--config", str(path), "--quiet", *args],
+    return subprocess.run([sys.executable, "-m", "advopenood.cli", "run", "--config", str(path), "--quiet", *args],
                           capture_output=True, text=True, timeout=900)
 
 

@@ -29,7 +29,7 @@ def config(tmp_path_factory, data_root) -> Path:
 
 
 def run_cmd(config: Path, cache: Path, out: Path) -> list[str]:
-    return ["-m", "advopenood.cli.main", "run", "--config", str(config), "--attack", "fgsm", "--limit", "64",
+    return ["-m", "advopenood.cli", "run", "--config", str(config), "--attack", "fgsm", "--limit", "64",
             "--detectors", DETECTORS, "--evaluator", "ood", "--cache-dir", str(cache), "--out", str(out), "--quiet"]
 
 
