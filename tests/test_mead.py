@@ -226,7 +226,7 @@ def test_eps_presets_and_shipped_configs():
     sweep, _ = load_config(str(REPO / "configs" / "sweep_linf.yaml"))
     eps = sorted({round(s.params["eps"], 10) for s in expand_attacks(sweep, 32)})
     assert eps == [round(e, 10) for e in ma.EPS_PRESETS["sweep_linf"]]
-    assert "mead" in cfg["evaluators"] and "multiattack" in sweep["evaluators"]
+    assert "mead" in cfg.evaluators and "multiattack" in sweep.evaluators
     assert yaml.safe_load((REPO / "configs" / "mead_cifar10.yaml").read_text())["model"] == \
         yaml.safe_load((REPO / "configs" / "cifar10_resnet20.yaml").read_text())["model"]
 

@@ -90,15 +90,15 @@ def _config(root: Path, arch: str, out: Path, cache: Path, **extra) -> dict:
 def test_benchmark_expands_to_openoods_lists(openood_root):
     cfg = validate({"model": {"arch": "resnet18", "num_classes": CLASSES, "input_size": 224},
                     "data": {"root": str(openood_root), "benchmark": "imagenet200"}})
-    data = cfg["data"]
-    assert data["dataset"] == "imagenet200"
-    assert data["id"]["imglist"] == "benchmark_imglist/imagenet200/test_imagenet200.txt"
-    assert data["fit"]["imglist"] == "benchmark_imglist/imagenet200/train_imagenet200.txt"
-    groups = {o["name"]: o["group"] for o in data["ood"]}
+    data = cfg.data
+    assert data.dataset == "imagenet200"
+    assert data.id.imglist == "benchmark_imglist/imagenet200/test_imagenet200.txt"
+    assert data.fit.imglist == "benchmark_imglist/imagenet200/train_imagenet200.txt"
+    groups = {o.name: o.group for o in data.ood}
     assert groups == {"ssb_hard": "near", "ninco": "near", "inaturalist": "far", "textures": "far",
                       "openimage_o": "far", "imagenet_v2": "csid", "imagenet_c": "csid", "imagenet_r": "csid"}
-    assert {o["name"]: o["images"] for o in data["ood"]}["textures"] == "images_classic"
-    assert {o["name"]: o.get("pre_size") for o in data["ood"]}["imagenet_c"] is None  # read as stored, as OpenOOD
+    assert {o.name: o.images for o in data.ood}["textures"] == "images_classic"
+    assert {o.name: o.pre_size for o in data.ood}["imagenet_c"] is None  # read as stored, as OpenOOD
 
 
 @pytest.mark.parametrize("dataset, name, group", [

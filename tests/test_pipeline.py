@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from advopenood.models.specs import as_model_spec
 from advopenood import registry
 from advopenood.cli.main import main
 from advopenood.data.datasets import build_dataset, limit_dataset
@@ -79,7 +80,7 @@ def test_demo_config_trains_the_demo_model(demo_run):
 def test_negative_mixup_is_a_usage_error():
     digits = limit_dataset(build_dataset({"kind": "demo", "name": "digits", "split": "train"}, None, 1, 16), 8, 0)
     with pytest.raises(UsageError, match="mixup"):
-        train_classifier(build_from_config(DEMO_MODEL, None, "cpu"), digits, {**DEMO_MODEL["train"], "mixup": -1},
+        train_classifier(build_from_config(as_model_spec(DEMO_MODEL), None, "cpu"), digits, {**DEMO_MODEL["train"], "mixup": -1},
                          0, progress=False)
 
 

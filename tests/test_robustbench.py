@@ -146,13 +146,13 @@ def test_every_detector_and_gradcam_run_on_a_trained_zoo_network(zoo_ready, data
     ResNet-18 in the zoo layout)."""
     from advopenood.detection.outputs import Taps
     from advopenood.run.pipeline import run
-    from advopenood.registry import names
+    from advopenood.registry import parse_names
 
     ckpt = _pack_resnet18_in_zoo_layout(data_root, tmp_path / "r18.pt")
     ctx = run(validate(_config(data_root, R18, ckpt, tmp_path / "out", tmp_path / "cache")), progress=False)
     assert len(Taps(ctx.model).layers) == 5
     ood = pd.read_csv(tmp_path / "out" / "ood.csv")
-    assert set(ood.detector) == set(names("detectors"))
+    assert set(ood.detector) == set(parse_names("detectors", "all"))
     assert ood[["auroc", "fpr95"]].notna().all().all(), ood[ood.auroc.isna()][["detector", "error"]].values.tolist()
     cam = pd.read_csv(tmp_path / "out" / "gradcam.csv")
     assert len(cam) > 0 and cam.l2.between(0, 1).all() and cam.ssim.notna().all()
@@ -207,7 +207,7 @@ def test_a_second_normalisation_is_refused(zoo_ready, data_root, tmp_path, mean,
         with pytest.raises(UsageError, match="would normalise twice"):
             build_model(R18, 10, mean=mean, std=std)
     else:
-        assert validate(cfg)["model"]["arch"] == R18
+        assert validate(cfg).model.arch == R18
         assert build_model(R18, 10, mean=mean, std=std).std.flatten().tolist() == [1.0] * 3
 
 

@@ -36,17 +36,23 @@ class ModelSpec(StrictModel):
     @field_validator("arch")
     @classmethod
     def _known_arch(cls, value: str) -> str:
-        from advopenood.models.backbones import TIMM_PREFIX, check_timm_name
+        from advopenood.models.backbones import TIMM_PREFIX, ZOO_PREFIX, check_timm_name
         from advopenood.models.classifier import ARCHS
 
-        if value.startswith(TIMM_PREFIX):
+        if value.startswith((TIMM_PREFIX, ZOO_PREFIX)):
             try:
-                check_timm_name(value[len(TIMM_PREFIX):])
+                if value.startswith(TIMM_PREFIX):
+                    check_timm_name(value[len(TIMM_PREFIX):])
+                else:
+                    from advopenood.models.robustbench import check_zoo_name
+
+                    check_zoo_name(value[len(ZOO_PREFIX):])
             except UsageError as exc:
                 raise ValueError(str(exc)) from None
             return value
         if value not in ARCHS:
-            raise ValueError(choice_message("architecture", value, list(ARCHS) + [f"{TIMM_PREFIX}<name>"]))
+            raise ValueError(choice_message("architecture", value, list(ARCHS) + [
+                f"{TIMM_PREFIX}<name>", f"{ZOO_PREFIX}<dataset>/<threat>/<model_id>"]))
         return value
 
     @model_validator(mode="after")

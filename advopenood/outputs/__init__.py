@@ -3,6 +3,7 @@
 (:mod:`advopenood.outputs.plots`). ``from advopenood.outputs import Results, Section, Table`` is the path an
 evaluator or analysis uses."""
 from advopenood.outputs.results import (
+                                        SECTIONS_FILE,
                                         Bullets,
                                         Figure,
                                         Item,
@@ -20,5 +21,5 @@ from advopenood.outputs.results import (
                                         write_tables,
 )
 
-__all__ = ["Bullets", "Figure", "Item", "Paragraph", "Results", "Section", "Table", "as_results", "as_written",
+__all__ = ["SECTIONS_FILE", "Bullets", "Figure", "Item", "Paragraph", "Results", "Section", "Table", "as_results", "as_written",
            "collect", "guarded", "read_sections", "relative", "write_sections", "write_tables"]
