@@ -416,6 +416,8 @@ def smoothed_table(ctx: RunContext) -> pd.DataFrame:
         if det not in ctx.scores or not is_smoothed(registry.get("detectors", det)):
             continue
         eot = issubclass(cls, EOTAttack)
+        if not eot and not any(adv.attack.startswith(plain) for plain in EOT_PREFIXES.values()):
+            continue  # another attack on the smoothed detector (e.g. the robust-AUROC ones): not a plain/EOT pair
         key = (det, cls.plain_attack if eot else adv.attack, None if adv.eps is None else round(float(adv.eps), 8),
                adv.source)
         pairs.setdefault(key, {}).setdefault("eot" if eot else "plain", set_name)

@@ -271,3 +271,12 @@ def test_the_smoothed_table_verifies(smoothed_run, tmp_path, capsys):
     assert main(["verify", str(run)]) == 1
     lines = [line for line in capsys.readouterr().out.splitlines() if "DIFFERENCE" in line]
     assert len(lines) == 1 and "table_smoothed.csv" in lines[0] and "auroc_eot" in lines[0]
+
+
+def test_the_table_pairs_only_plain_and_eot_attacks():
+    """Other attacks on a smoothed detector (robust_id_/robust_ood_<det>, which the robust_auroc evaluator adds) are
+    not plain attacks: they stay out of table_smoothed (they once entered it as 'plain' rows with AUROC 100)."""
+    from advopenood_plugins.smoothed import EOT_PREFIXES
+
+    assert not any("robust_id_smoothed_msp".startswith(plain) for plain in EOT_PREFIXES.values())
+    assert any("adaptive_smoothed_msp".startswith(plain) for plain in EOT_PREFIXES.values())
