@@ -60,7 +60,7 @@ def test_without_openood_eval_ood_says_how_to_install(tmp_path):
 def test_require_openood_points_at_the_docs_section(monkeypatch, installed, present, absent):
     """A broken OpenOOD (imgaug under NumPy 2) is sent to the manual's patch, not told to reinstall; a missing one
     gets the install command. The page and section named exist."""
-    from advopenood.cli.main import openood_evaluator as bridge
+    from advopenood.cli import openood_evaluator as bridge
 
     monkeypatch.setattr(bridge, "openood_importable", lambda: (False, "AttributeError: `np.sctypes` was removed"))
     monkeypatch.setattr(bridge, "openood_installed", lambda: installed)
