@@ -161,4 +161,4 @@ def test_adaptive_family_stands_for_one_attack_per_selected_detector(data_root, 
     assert specs["adaptive_mds"].params["steps"] == 7 and specs["adaptive_knn"].params["steps"] == 9
     assert {s.params["eps"] for s in specs.values()} == {4 / 255}
     with pytest.raises(UsageError, match="attack 'adaptive' stands for one attack per selected detector"):
-        expand_attacks({**cfg, "detectors": []}, 32)
+        expand_attacks(cfg.replace(detectors=[]), 32)
