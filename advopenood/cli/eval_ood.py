@@ -1,24 +1,4 @@
-"""OpenOOD bridge: advopenood's detectors and adversarial sets inside OpenOOD's evaluation API.
-
-* :func:`register_with_openood` adds every registered advopenood detector to OpenOOD's postprocessor map
-  (``openood.evaluation_api.postprocessor.postprocessors``) as ``advopenood_<name>`` (an OpenOOD
-  ``BasePostprocessor`` running the pytorch-ood backend), :class:`AdvEvaluator` to ``openood.evaluation_api``,
-  and our configs to OpenOOD's config lookup (``get_postprocessor``), so ``Evaluator(postprocessor_name=...)``
-  works by name for ``advopenood_<name>`` and for OpenOOD's 16 post-hoc detectors without a download.
-* ``AdvEvaluator`` is OpenOOD's ``Evaluator`` with an ``adv`` OOD split injected into its data-loader and
-  score tables, so ``eval_ood()`` scores adversarial sets next to near- and far-OOD (rows per attack and an
-  ``advood`` mean, as ``nearood`` / ``farood``; each attack row also has ``n``, its successful adversarial
-  examples, and ``asr``). Adversarial images stay float-exact (no PNG round trip).
-* :func:`eval_ood_main` is ``advopenood eval-ood``: the flags and behaviour of OpenOOD's
-  ``scripts/eval_ood.py`` (``--root`` with ``s*/best.ckpt`` runs, ``--postprocessor``, ``--id-data``,
-  ``--batch-size``, ``--save-csv``, ``--save-score``, ``--fsood``) plus ``--attack`` and ``--eps``, which add
-  one adversarial split per attack, made from OpenOOD's own ID test loader by advopenood's attack store
-  (``<cache>/adv/``, the layout of ``run`` and ``attack``). As everywhere in advopenood, an attack's OOD
-  samples are its successful adversarial examples. Every CSV it writes has a ``protocol`` column.
-
-OpenOOD is imported lazily; when it is missing or does not import, every entry point raises a UsageError
-pointing at the manual's OpenOOD installation section.
-"""
+"""``advopenood eval-ood``: OpenOOD's ``scripts/eval_ood.py`` with adversarial splits (:mod:`advopenood.cli.openood_evaluator`)."""
 from __future__ import annotations
 
 import argparse
