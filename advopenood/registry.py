@@ -116,23 +116,27 @@ def _index_path() -> Any:
 
 
 def _fingerprint() -> str:
-    """Every entry point of the four groups and the size and modification time of the file each one names (its
-    package's too), read without importing them."""
+    """Every entry point of the four groups and the size and modification time of every module file in the folders
+    of the modules they name (their packages' and the sibling modules they import), read without importing them."""
     import hashlib
     import os
+    from pathlib import Path
 
     from advopenood import __version__
 
     parts = [f"v{INDEX_VERSION}", __version__]
+    folders: set[str] = set()
     for kind in KINDS:
         for ep in sorted(entry_points(group=GROUP_PREFIX + kind), key=lambda e: e.name):
             parts.append(f"{kind}:{ep.name}={ep.value}")
-            for origin in _module_files(ep.value.split(":")[0]):
-                try:
-                    st = os.stat(origin)
-                    parts.append(f"{origin}:{st.st_size}:{st.st_mtime_ns}")
-                except OSError:
-                    parts.append(f"{origin}:missing")
+            folders |= {os.path.dirname(f) for f in _module_files(ep.value.split(":")[0])}
+    # every module beside the ones the entry points name: they import siblings that register plugins too
+    for origin in sorted(str(f) for folder in folders for f in Path(folder).glob("*.py")):
+        try:
+            st = os.stat(origin)
+            parts.append(f"{origin}:{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            parts.append(f"{origin}:missing")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 

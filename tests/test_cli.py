@@ -320,3 +320,20 @@ def test_descriptions_are_whole_sentences(capsys):
     assert main(["list", "detectors"]) == 0
     odin = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("odin "))
     assert odin.rstrip().endswith(".") and "the input gradient from the shared pass" in odin
+
+
+def test_the_plugin_index_notices_an_edit_to_a_module_no_entry_point_names(tmp_path, monkeypatch):
+    """``plugins/smoothed.py`` registers plugins but is imported by ``plugins/detectors.py``, not named by an entry
+    point: editing it must change the index's fingerprint, so ``advopenood list`` is never served stale."""
+    import os
+
+    from advopenood import registry
+
+    sibling = Path(registry._module_files("advopenood_plugins.detectors")[-1]).with_name("smoothed.py")
+    before = registry._fingerprint()
+    st = sibling.stat()
+    os.utime(sibling, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    try:
+        assert registry._fingerprint() != before
+    finally:
+        os.utime(sibling, ns=(st.st_atime_ns, st.st_mtime_ns))
