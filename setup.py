@@ -55,7 +55,7 @@ setup(
         # RobustBench's model zoo (`model.arch: robustbench:<dataset>/<threat>/<model_id>`): install robustbench itself
         # with `pip install --no-deps robustbench==1.1.1` (its metadata pins timm==1.0.9 and gdown==5.1.0, which
         # would replace the timm this package uses; advopenood imports only its model zoo), then this extra adds the
-        # two packages the zoo's architectures import. docs/detectors.md, "Robust backbones from RobustBench".
+        # two packages the zoo's architectures import. docs/models.md, "Installing robustbench (one environment that keeps working)".
         "robustbench": ["geotorch>=0.3", "torchdiffeq>=0.2"],
         "test": ["pytest>=7", "setuptools>=64", "wheel", "import-linter>=2.1,<3"],
         # the manual: `mkdocs build --strict` (mkdocs.yml); mkdocstrings reads the sources without importing them

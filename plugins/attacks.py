@@ -1,6 +1,6 @@
 """Built-in attacks: FGSM, PGD-Linf, MIM-Linf, DeepFool-L2 (foolbox) and masked PGD (patch).
 
-Two sets of settings (README, "Attack settings by protocol", lists each with its source):
+Two sets of settings (docs/attacks.md, "Attack settings by protocol", lists each with its source):
 
 * ``strong`` (default, **ours**): budgets and patch sizes of Lorenz et al., "Deciphering the Definition of
   Adversarial Robustness for Post-Hoc OOD Detectors" (Sec. 4.1: "8/255 for CIFAR-10/100 and 4/255 for the

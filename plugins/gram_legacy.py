@@ -3,7 +3,7 @@
 Source: ``openood/postprocessors/gram_postprocessor.py`` of adverML/AdvOpenOOD at 14393a1 (the paper's code,
 2024-06-21), blob 1d214a1, the same file as Jingkang50/OpenOOD before bdf6a55 ("fix gram-matrix detector",
 C. Sastry, merged into OpenOOD's main with PR 228, e24fad5, 2025-12-01); OpenOOD's configs/postprocessors/gram.yml:
-``powers: [1,2,3,4,5]``. What that version computes, and what bdf6a55 changed (README, "Detectors"):
+``powers: [1,2,3,4,5]``. What that version computes, and what bdf6a55 changed (docs/detectors.md, "`gram_legacy`"):
 
 * Layers: the network's ``return_feature_list`` (OpenOOD's ResNet18_32x32: the stem's ReLU output, the four
   stages' outputs with the last one average-pooled, ``num_layer = 5  # 4 for lenet``). bdf6a55: every

@@ -66,8 +66,15 @@ def rederive(run: Any, table: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     return pd.DataFrame(rows), lines
 
 
+#: the attacks the table pairs: the plain detector-adaptive ones (``adaptive_``, ``adaptive_ood_``,
+#: ``adaptive_apgd_<det>``) and their EOT twins (``adaptive_eot_`` ...); other attacks on a smoothed detector
+#: (``robust_id_`` / ``robust_ood_<det>`` of the robust_auroc evaluator) are neither and belong in no row
+PAIRED = "adaptive_"
+
+
 def missing_sets(run: Any, table: pd.DataFrame) -> list[str]:
-    """Attack sets of the run that target a smoothed detector with saved scores but appear in no row."""
+    """Plain or EOT adaptive attack sets of the run that target a smoothed detector with saved scores but appear in
+    no row."""
     from advopenood import registry
     from advopenood.capabilities import is_detector_aware
     from advopenood_plugins.smoothed import is_smoothed
@@ -77,7 +84,8 @@ def missing_sets(run: Any, table: pd.DataFrame) -> list[str]:
     for name, entry in (run.info.get("attacks") or {}).items():
         cls = registry.get("attacks", entry["attack"])
         target = cls.detector if is_detector_aware(cls) else ""
-        if target in run.detectors and is_smoothed(registry.get("detectors", target)) and name not in listed:
+        if str(entry["attack"]).startswith(PAIRED) and target in run.detectors \
+                and is_smoothed(registry.get("detectors", target)) and name not in listed:
             lines.append(f"{TABLE}: attack set {name!r} on {target} is in no row")
     return lines
 

@@ -116,6 +116,50 @@ def test_code_names_only_documents_that_exist():
                 assert (REPO / doc).is_file(), f"{path.name} names missing {doc}"
 
 
+#: a section named in code or a config: ``docs/models.md, "Title"``, ``README, 'Title'`` or ``..., section 'Title'``
+SECTION_REF = re.compile(r"""\b(docs/[\w./-]+\.md|README)(?:\.md)?,\s*(?:#\s*)?(?:section\s+)?(["'])(.+?)\2(?=[),;.\s]|$)""")
+SOURCES = ["setup.py", *(p.relative_to(REPO).as_posix() for d in ("advopenood", "plugins", "configs", "tests")
+                        for p in sorted((REPO / d).rglob("*")) if p.suffix in (".py", ".yaml"))]
+
+
+def sections(page: Path) -> set[str]:
+    """A page's headings and bold lead-ins (``**224 px: not the paper's attacks.**``), as written."""
+    body = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.S | re.M)
+    heads = re.findall(r"^#{1,6}\s+(.*?)\s*#*\s*$", body, flags=re.M)
+    return {h.strip("`") for h in heads} | set(heads) | {b.rstrip(".") for b in re.findall(r"\*\*(.+?)\*\*", body)}
+
+
+def section_refs(text: str) -> list[tuple[str, str]]:
+    """``(page, title)`` of every section reference in ``text``; comment lines in YAML/Python are joined first."""
+    joined = re.sub(r"\n\s*#\s*", " ", re.sub(r'"\s*\n\s*"', "", text))
+    return [(page, title) for page, _, title in SECTION_REF.findall(joined)]
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_sections_named_in_code_exist(source):
+    """Every ``docs/page.md, "Section"`` (or ``README, 'Section'``) in code, configs and tests names a heading or bold
+    lead-in of that page: the manual moved out of the README (issue 25), and a pointer to a section that is not there
+    sends a user nowhere."""
+    for page, title in section_refs((REPO / source).read_text()):
+        if source == "tests/test_docs.py":
+            continue
+        path = REPO / ("README.md" if page == "README" else page)
+        assert path.is_file() and title.rstrip(".") in sections(path), f"{source} names {page}, {title!r}"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("see docs/models.md, 'Installing robustbench'", [("docs/models.md", "Installing robustbench")]),
+    ('(README, "Speed at 224 px")', [("README", "Speed at 224 px")]),
+    ('# Needs robustbench: docs/models.md,\n# "Robust backbones".', [("docs/models.md", "Robust backbones")]),
+    ('"(docs/concepts.md, "\n  "\'224 px: not the paper\'s attacks\')"',
+     [("docs/concepts.md", "224 px: not the paper's attacks")]),
+    ("docs/openood.md, section 'Installing OpenOOD'", [("docs/openood.md", "Installing OpenOOD")]),
+    ("the manual, docs/models.md", []),
+])
+def test_section_refs_are_read(text, expected):
+    assert section_refs(text) == expected
+
+
 # ------------------------------------------------------------------------------------------- the manual itself
 
 

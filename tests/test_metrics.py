@@ -66,8 +66,7 @@ def test_infinite_scores_keep_their_order():
 
 
 @pytest.mark.skipif(importlib.util.find_spec("openood") is None,
-                    reason="OpenOOD not installed: git clone https://github.com/Jingkang50/OpenOOD && "
-                           "pip install -e ./OpenOOD && pip install 'advopenood[openood]'")
+                    reason="OpenOOD not installed (docs/openood.md)")
 def test_equals_openood_compute_all_metrics():
     from openood.evaluators.metrics import compute_all_metrics
 

@@ -49,13 +49,16 @@ OPENOOD_PAGE = REPO / "docs" / "openood.md"
 def test_without_openood_eval_ood_says_how_to_install(tmp_path):
     from advopenood.cli.eval_ood import eval_ood_main
 
-    with pytest.raises(UsageError, match=r"pip install -e \./OpenOOD"):
+    with pytest.raises(UsageError, match=r"pip install --no-deps -e \./OpenOOD"):
         eval_ood_main(["--root", str(tmp_path)])
 
 
 @pytest.mark.parametrize("installed, present, absent", [
     (True, ["OpenOOD is installed but does not import", "np.sctypes"], ["pip install"]),
-    (False, ["not installed", r"pip install -e ./OpenOOD"], ["np.sctypes"]),
+    # the verified recipe: OpenOOD without its requirements (faiss-gpu, opencv-python), then this checkout's extra;
+    # advopenood is not on PyPI, so never `pip install 'advopenood[openood]'`
+    (False, ["not installed", "pip install --no-deps -e ./OpenOOD", "pip install -e '.[openood]'"],
+     ["np.sctypes", "'advopenood[openood]'"]),
 ])
 def test_require_openood_points_at_the_docs_section(monkeypatch, installed, present, absent):
     """A broken OpenOOD (imgaug under NumPy 2) is sent to the manual's patch, not told to reinstall; a missing one

@@ -29,7 +29,7 @@ R18 = "robustbench:cifar10/Linf/Sehwag2021Proxy_R18"  # robustbench.model_zoo.ar
 @pytest.fixture(scope="module")
 def zoo_ready() -> None:
     if importlib.util.find_spec("robustbench") is None:
-        pytest.skip("robustbench is not installed (README, 'Robust backbones from RobustBench')")
+        pytest.skip("robustbench is not installed (docs/models.md, 'Installing robustbench (one environment that keeps working)')")
     from advopenood.models.robustbench import zoo
 
     try:

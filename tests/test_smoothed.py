@@ -228,12 +228,16 @@ def test_eot_attack_is_at_least_as_strong_as_the_plain_one(cifar_model, cifar_ba
 
 @pytest.fixture(scope="module")
 def smoothed_run(session_cache, tmp_path_factory) -> Path:
-    """A demo run with smoothed_msp under PGD, its plain and its EOT attack, and the smoothed evaluator."""
+    """A demo run with smoothed_msp under PGD, its plain and its EOT attack, the smoothed evaluator, and the
+    robust_auroc evaluator (whose robust_id_/robust_ood_smoothed_msp sets are attacks on the smoothed detector that
+    are neither plain nor EOT rows)."""
     cfg = yaml.safe_load((resources.files("advopenood.configs") / "demo.yaml").read_text())
     cfg.update(attacks=["pgd", "adaptive", "adaptive_eot"], detectors=["msp", "smoothed_msp"],
-               evaluators=["ood", "smoothed"], analyses=[],
+               evaluators=["ood", "smoothed", "robust_auroc"], analyses=[],
                attack_params={"pgd": {"steps": 5, "eps": "16/255"}, "adaptive": {"steps": 5, "eps": "16/255", "lam": [1.0]},
-                              "adaptive_eot": {"steps": 5, "eps": "16/255", "lam": [1.0]}},
+                              "adaptive_eot": {"steps": 5, "eps": "16/255", "lam": [1.0]},
+                              "robust_id": {"steps": 5}, "robust_ood": {"steps": 5}},
+               evaluator_params={"robust_auroc": {"ood_sets": ["textures"]}},
                detector_params={"smoothed_msp": {"n": 4, "sigma": 0.1}})
     folder = tmp_path_factory.mktemp("smoothed")
     (folder / "smoothed.yaml").write_text(yaml.safe_dump(cfg))
@@ -243,6 +247,8 @@ def smoothed_run(session_cache, tmp_path_factory) -> Path:
 
 
 def test_the_report_puts_plain_and_eot_side_by_side(smoothed_run):
+    attacked = set(pd.read_csv(smoothed_run / "asr.csv")["attack"])
+    assert {"robust_id_smoothed_msp", "robust_ood_smoothed_msp-textures"} <= attacked  # in the run, not the table
     table = pd.read_csv(smoothed_run / "table_smoothed.csv")
     assert len(table) == 1
     row = table.iloc[0]

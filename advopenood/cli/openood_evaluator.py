@@ -37,6 +37,7 @@ from torch.utils.data import Dataset, IterableDataset
 from advopenood import registry
 from advopenood.attacks.store import AdvSet
 from advopenood.detection.bank import create_detector
+from advopenood.detection.openood_backend import INSTALL_SECTION as README_SECTION
 from advopenood.detection.openood_backend import OPENOOD_INSTALL, openood_importable
 from advopenood.errors import UsageError
 from advopenood.config.loading import validate
@@ -50,7 +51,6 @@ NUM_CLASSES = {"cifar10": 10, "cifar100": 100, "imagenet200": 200}
 #: Postprocessors whose OpenOOD script builds a special network; eval-ood runs only plain classifiers.
 SPECIAL_NETS = ("conf_branch", "godin", "rotpred", "cider", "reweightood", "npos", "palm", "t2fnorm")
 #: Where the manual explains installing OpenOOD, and the imgaug patch it needs under NumPy 2.
-README_SECTION = "docs/openood.md, section 'Installing OpenOOD (and the imgaug patch for NumPy 2)'"
 #: The protocol every eval-ood output is labelled with unless another is passed.
 DEFAULT_PROTOCOL = "strong"
 
@@ -67,8 +67,7 @@ def require_openood() -> None:
     if ok:
         return
     if not openood_installed():
-        raise UsageError(f"this needs OpenOOD, which is not installed; install it with: {OPENOOD_INSTALL} "
-                         f"(see {README_SECTION})")
+        raise UsageError(f"this needs OpenOOD, which is not installed; install it with: {OPENOOD_INSTALL}")
     raise UsageError(f"OpenOOD is installed but does not import ({why}); see {README_SECTION}")
 
 

@@ -52,8 +52,8 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     Protocol("lorenz2024", "all", "uint8_trunc",
              "Lorenz et al. 2024, Sec. 4 and Tables 3-4; reference code openood/evaluation_api/attackdataset.py and "
              "openood/attacks/patch_attacks/masked_pgd.py of adverML/AdvOpenOOD 14393a1 (merged into OpenOOD as "
-             "a8b4fc7); the paper's setting at 32 px only: at 224 px AdvOpenOOD attacks normalised tensors (README, "
-             "Protocols)",
+             "a8b4fc7); the paper's setting at 32 px only: at 224 px AdvOpenOOD attacks normalised tensors "
+             "(docs/concepts.md, '224 px: not the paper's attacks')",
              "the paper's attacks (foolbox defaults, reference masked PGD); every attacked image, stored as an "
              "8-bit PNG, is an OOD positive"),
     Protocol("mahmood2021", "successful", "none",

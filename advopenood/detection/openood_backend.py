@@ -33,8 +33,11 @@ from advopenood.detection.postprocessor import (
 from advopenood.errors import UsageError
 from advopenood.provenance import seeded
 
-OPENOOD_INSTALL = ("git clone https://github.com/Jingkang50/OpenOOD && pip install -e ./OpenOOD && "
-                   "pip install 'advopenood[openood]'")
+INSTALL_SECTION = "docs/openood.md, section 'Installing OpenOOD (and the imgaug patch for NumPy 2)'"
+# the verified sequence of that section, shortened to one line: OpenOOD without its own requirements (faiss-gpu,
+# opencv-python, pins), then this checkout's ``openood`` extra; imgaug (--no-deps) and libmr follow in the section
+OPENOOD_INSTALL = ("git clone https://github.com/Jingkang50/OpenOOD && pip install --no-deps -e ./OpenOOD && "
+                   f"pip install -e '.[openood]' from the advopenood checkout, then imgaug and libmr as in {INSTALL_SECTION}")
 
 
 @contextlib.contextmanager

@@ -37,7 +37,7 @@ from advopenood.errors import UsageError
 from advopenood.models.backbones import ZOO_PREFIX, Backbone, _clean_state_dict, _Tap
 
 INSTALL_HINT = ("pip install --no-deps robustbench==1.1.1 && pip install 'advopenood[robustbench]' "
-                "(README, 'Robust backbones from RobustBench')")
+                "(docs/models.md, 'Installing robustbench (one environment that keeps working)')")
 #: buffers holding a model's own normalisation constants; RobustBench loads checkpoints that lack them with
 #: ``strict=False`` (robustbench/utils.py, ``_safe_load_state_dict``), keeping the constructor's values
 NORMALISATION_BUFFERS = ("mu", "sigma", "mean", "std")

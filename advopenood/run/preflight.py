@@ -253,7 +253,8 @@ def check_runtime(plan: RunPlan) -> None:
     if plan.detectors and plan.detector_backend == "openood":
         if importlib.util.find_spec("openood") is None:
             raise UsageError("detector backend 'openood' needs OpenOOD, which is not installed (see docs/openood.md, "
-                             "'Installing OpenOOD'); valid choices: --detector-backend pytorch-ood or auto")
+                             "'Installing OpenOOD (and the imgaug patch for NumPy 2)'); valid choices: "
+                             "--detector-backend pytorch-ood or auto")
         from advopenood.detection.openood_backend import resolve_backend
 
         resolve_backend("openood")
