@@ -99,10 +99,7 @@ def pivot_table(df: pd.DataFrame) -> pd.DataFrame:
             means = part.groupby("detector", sort=False)[metric].agg(lambda s: s.mean(skipna=False))
             cells[f"{dataset} {attack} {title}"] = {d: float(means.get(d, math.nan)) for d in detectors}
     order = sorted(cells, key=lambda c: (c.split(" ")[0], c.split(" ")[1] != "none"))
-    table = pd.DataFrame({"detector": detectors})
-    for col in order:
-        table[col] = [cells[col][d] for d in detectors]
-    return table
+    return pd.DataFrame({"detector": detectors, **{col: [cells[col][d] for d in detectors] for col in order}})
 
 
 def set_groups(ctx: RunContext) -> dict[str, str]:

@@ -118,7 +118,7 @@ def test_code_names_only_documents_that_exist():
 
 #: a section named in code or a config: ``docs/models.md, "Title"``, ``README, 'Title'`` or ``..., section 'Title'``
 SECTION_REF = re.compile(r"""\b(docs/[\w./-]+\.md|README)(?:\.md)?,\s*(?:#\s*)?(?:section\s+)?(["'])(.+?)\2(?=[),;.\s]|$)""")
-SOURCES = ["setup.py", *(p.relative_to(REPO).as_posix() for d in ("advopenood", "plugins", "configs", "tests")
+SOURCES = ["setup.py", "README.md", "benchmarks/README.md", *(p.relative_to(REPO).as_posix() for d in ("advopenood", "plugins", "configs", "tests")
                         for p in sorted((REPO / d).rglob("*")) if p.suffix in (".py", ".yaml"))]
 
 
@@ -137,9 +137,9 @@ def section_refs(text: str) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("source", SOURCES)
 def test_sections_named_in_code_exist(source):
-    """Every ``docs/page.md, "Section"`` (or ``README, 'Section'``) in code, configs and tests names a heading or bold
-    lead-in of that page: the manual moved out of the README (issue 25), and a pointer to a section that is not there
-    sends a user nowhere."""
+    """Every ``docs/page.md, "Section"`` (or ``README, 'Section'``) in code, configs, tests and the READMEs names a
+    heading or bold lead-in of that page: the manual moved out of the README (issue 25), and a pointer to a section
+    that is not there sends a user nowhere."""
     for page, title in section_refs((REPO / source).read_text()):
         if source == "tests/test_docs.py":
             continue
