@@ -117,9 +117,11 @@ def test_code_names_only_documents_that_exist():
 
 
 #: a section named in code or a config: ``docs/models.md, "Title"``, ``README, 'Title'`` or ``..., section 'Title'``
-SECTION_REF = re.compile(r"""\b(docs/[\w./-]+\.md|README)(?:\.md)?,\s*(?:#\s*)?(?:section\s+)?(["'])(.+?)\2(?=[),;.\s]|$)""")
-SOURCES = ["setup.py", "README.md", "benchmarks/README.md", *(p.relative_to(REPO).as_posix() for d in ("advopenood", "plugins", "configs", "tests")
-                        for p in sorted((REPO / d).rglob("*")) if p.suffix in (".py", ".yaml"))]
+SECTION_REF = re.compile(r"""\b(docs/[\w./-]+\.md|README)(?:\.md)?,\s*(?:#\s*)?(?:section\s+)?(["'])(.+?)\2"""
+                         r"""(?=[),;.\s]|$)""")
+SOURCES = ["setup.py", "README.md", "benchmarks/README.md",
+           *(p.relative_to(REPO).as_posix() for d in ("advopenood", "plugins", "configs", "tests")
+             for p in sorted((REPO / d).rglob("*")) if p.suffix in (".py", ".yaml"))]
 
 
 def sections(page: Path) -> set[str]:

@@ -37,7 +37,8 @@ INSTALL_SECTION = "docs/openood.md, section 'Installing OpenOOD (and the imgaug 
 # the verified sequence of that section, shortened to one line: OpenOOD without its own requirements (faiss-gpu,
 # opencv-python, pins), then this checkout's ``openood`` extra; imgaug (--no-deps) and libmr follow in the section
 OPENOOD_INSTALL = ("git clone https://github.com/Jingkang50/OpenOOD && pip install --no-deps -e ./OpenOOD && "
-                   f"pip install -e '.[openood]' from the advopenood checkout, then imgaug and libmr as in {INSTALL_SECTION}")
+                   "pip install -e '.[openood]' from the advopenood checkout, then imgaug and libmr as in "
+                   f"{INSTALL_SECTION}")
 
 
 @contextlib.contextmanager
