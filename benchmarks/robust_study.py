@@ -53,8 +53,8 @@ def run(model: str, out: Path, limit: int) -> float:
 
 
 def table(out: Path, model: str) -> pd.DataFrame:
-    """One row per detector: AUROC (%) on clean Tiny-ImageNet, under PGD, under its adaptive attack, robust (both
-    sides, PGD and APGD), and the level it reaches."""
+    """One row per detector: AUROC (%) on clean Tiny-ImageNet, under PGD, under its adaptive attack (and, for a
+    smoothed detector, its EOT attack), robust (both sides, PGD and APGD), and the level it reaches."""
     folder = out / model
     ood = pd.read_csv(folder / "ood.csv")
     robust = pd.read_csv(folder / "robust_auroc.csv")
@@ -65,9 +65,9 @@ def table(out: Path, model: str) -> pd.DataFrame:
         if mine.empty:
             continue
         rob = robust[robust.detector == det].set_index("method")
-        rows.append({"detector": det, "clean": mine.loc["none", "auroc"] if "none" in mine.index else None,
-                     "pgd": mine.loc["pgd", "auroc"] if "pgd" in mine.index else None,
-                     "adaptive": mine.loc[f"adaptive_{det}", "auroc"] if f"adaptive_{det}" in mine.index else None,
+        cell = lambda attack: mine.loc[attack, "auroc"] if attack in mine.index else None  # noqa: E731
+        rows.append({"detector": det, "clean": cell("none"), "pgd": cell("pgd"), "adaptive": cell(f"adaptive_{det}"),
+                     "adaptive_eot": cell(f"adaptive_eot_{det}"),
                      "robust_pgd": rob.loc["pgd", "robust_auroc"] if "pgd" in rob.index else None,
                      "robust_apgd": rob.loc["apgd", "robust_auroc"] if "apgd" in rob.index else None,
                      "level": levels.loc[det, "reached"] if det in levels.index else None})
@@ -82,7 +82,7 @@ def main() -> None:
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     seconds = {m: run(m, args.out, args.limit) for m in MODELS.values()} if not args.tables_only else {}
-    below = {}
+    summary = []
     for label, model in MODELS.items():
         t = table(args.out, model)
         print(f"\n### {label} ({model})\n")
@@ -91,9 +91,12 @@ def main() -> None:
         if smoothed.is_file():
             cols = ["detector", "direction", "auroc_baseline", "auroc_plain", "auroc_eot"]
             print("\n" + markdown_table(pd.read_csv(smoothed)[cols], "{:.1f}"))
-        below[model] = int((t["robust_pgd"].fillna(100) < 50).sum())
-    runs = ", ".join(f"{m} {s:.0f} s" for m, s in seconds.items())
-    print(f"\nSUMMARY robust AUROC (PGD, both sides) below 50 for {below} detectors" + (f"; {runs}" if runs else ""))
+        best = t.loc[t["robust_pgd"].idxmax()]
+        below = int((t["robust_pgd"] < 50).sum())
+        summary.append(f"{model}: robust AUROC (PGD, both sides) below 50 for {below}/{t['robust_pgd'].notna().sum()}"
+                       f" detectors, highest {best['robust_pgd']:.1f} ({best['detector']})"
+                       + (f", {seconds[model]:.0f} s" if model in seconds else ""))
+    print("\nSUMMARY " + "; ".join(summary))
 
 
 if __name__ == "__main__":

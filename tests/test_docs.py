@@ -35,7 +35,8 @@ def slug(heading: str) -> str:
 
 
 def anchors(path: Path) -> set[str]:
-    body = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.S | re.M)
+    """The anchors of a page's headings, those of the files it includes as snippets among them."""
+    body = re.sub(r"^```.*?^```", "", expanded(path.read_text()), flags=re.S | re.M)
     return {slug(m) for m in re.findall(r"^#{1,6}\s+(.*?)\s*#*\s*$", body, flags=re.M)}
 
 
