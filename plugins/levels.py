@@ -69,6 +69,9 @@ LEVELS = (1, 2, 3, 4)
 COLUMNS = ["detector", *(f"level{k}_auroc" for k in LEVELS), "reached", "min_auroc", "sets", "protocol"]
 #: attacks that take a single gradient step (Level 1: "The FGSM is not recommended because it performs a single step")
 SINGLE_STEP = ("fgsm",)
+#: a detector whose clean AUROC is below ``min_auroc`` plus this many points passes a level's bar without much to
+#: lose (on the adversarially trained ResNet-20, MDS is 52.0 clean and 52.7 under PGD): the report says so
+NEAR_BAR = 5.0
 #: parameters that count iterations: a value below the attack's default weakens it
 ITERATION_KEYS = ("steps", "n_iter", "n_restarts", "n_queries", "binary_search_steps")
 
@@ -196,9 +199,26 @@ def levels_table(ctx: RunContext, min_auroc: float = 50.0, runs: list[str] | Non
 
 # ------------------------------------------------------------------------------------------------- report
 
-def read_levels(table: pd.DataFrame) -> list[str]:
-    """One sentence per detector: the level it reaches, where it falls short, which levels the run lacks."""
+def clean_aurocs(ctx: RunContext) -> dict[str, float]:
+    """Each scored detector's clean AUROC (%): the mean over the run's natural OOD sets; NaN when it has none."""
+    out = {}
+    for det, scores in ctx.scores.items():
+        values = []
+        for name in ctx.ood_sets:
+            try:
+                values.append(100.0 * auroc(scores["id"], scores[name]))
+            except (KeyError, ValueError):  # a set the detector did not score, or NaN scores: not counted
+                continue
+        out[det] = float(np.mean(values)) if values else math.nan
+    return out
+
+
+def read_levels(table: pd.DataFrame, clean: dict[str, float] | None = None) -> list[str]:
+    """One sentence per detector: the level it reaches, where it falls short, which levels the run lacks; with
+    ``clean`` (:func:`clean_aurocs`), a detector that reaches a level while its clean AUROC is within
+    :data:`NEAR_BAR` points of ``min_auroc`` is said to detect little even unattacked (the bar is a floor)."""
     out = []
+    clean = clean or {}
     for r in table.to_dict("records"):
         det, line = label(r["detector"]), float(r["min_auroc"])
         worst = {k: float(r[f"level{k}_auroc"]) for k in LEVELS}
@@ -213,7 +233,10 @@ def read_levels(table: pd.DataFrame) -> list[str]:
         head = (f"{det} reaches level {reached} (worst AUROC there {worst[reached]:.1f}, at least {line:.0f})"
                 if reached else f"{det} reaches no level")
         tail = (f"; at level {failing} its worst AUROC is {worst[failing]:.1f}, below {line:.0f}" if failing else "")
-        out.append(f"{head}{tail}.{gap}")
+        base = clean.get(r["detector"], math.nan)
+        weak = (f" Its clean AUROC is only {base:.1f}: it passes the bar of {line:.0f} without detecting much even "
+                "unattacked." if reached and base < line + NEAR_BAR else "")
+        out.append(f"{head}{tail}.{weak}{gap}")
     return out
 
 
@@ -244,14 +267,14 @@ def plot_levels(table: pd.DataFrame, path: Path, min_auroc: float) -> Path:
     return path
 
 
-def levels_section(table: pd.DataFrame, figure: Path) -> Section:
+def levels_section(table: pd.DataFrame, figure: Path, clean: dict[str, float] | None = None) -> Section:
     """``Levels of adversarial robustness``: the table, one reading per detector, the figure."""
     shown = table.drop(columns=["protocol"], errors="ignore")
     return Section("Levels of adversarial robustness", [
         Paragraph("Lorenz et al.'s four levels (Sec. 4): 1 strong attacks, 2 other models and data (other runs), 3 "
                   "attacks adapted to the detector through BPDA, 4 OOD->ID examples and the robust AUROC. Each cell is "
                   "the worst AUROC (%) of the sets named in the sets column; empty where the run has none."),
-        Table(shown), Bullets(read_levels(table)), Figure(figure, "worst AUROC per level")])
+        Table(shown), Bullets(read_levels(table, clean)), Figure(figure, "worst AUROC per level")])
 
 
 @register("evaluators", "levels")
@@ -275,4 +298,5 @@ class Levels(Verifiable):
         figure = plot_levels(table, ctx.plot_dir / "levels.png", self.min_auroc)
         return Results(tables={"levels.csv": table}, figures=[figure],
                        sections=guarded("Levels of adversarial robustness",
-                                        lambda: [levels_section(as_written(table, ctx.protocol), figure)]))
+                                        lambda: [levels_section(as_written(table, ctx.protocol), figure,
+                                                                        clean_aurocs(ctx))]))

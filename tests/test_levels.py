@@ -115,6 +115,21 @@ def test_readings_name_the_level_reached_and_where_it_falls_short(row, sentence)
     assert read_levels(pd.DataFrame([row])) == [sentence]
 
 
+NEAR_CHANCE = {"detector": "mds", "level1_auroc": 52.7, "level2_auroc": math.nan, "level3_auroc": 16.1,
+               "level4_auroc": 17.2, "reached": 1.0, "min_auroc": 50.0}
+
+
+@pytest.mark.parametrize("clean, warned", [
+    ({"mds": 52.0}, True),    # the adversarially trained ResNet-20's MDS: near chance before any attack
+    ({"mds": 72.3}, False),   # a detector that detects clean images
+    ({}, False),              # no clean AUROC known: no claim
+])
+def test_a_level_passed_near_chance_is_called_so(clean, warned):
+    (sentence,) = read_levels(pd.DataFrame([NEAR_CHANCE]), clean)
+    assert sentence.startswith("MDS reaches level 1 (worst AUROC there 52.7, at least 50)")
+    assert ("clean AUROC is only 52.0" in sentence) == warned
+
+
 # ------------------------------------------------------------------------------------ level 2: other runs
 
 def _other_run(folder, arch: str, dataset: str, level1: float | None, transfer: list[float]) -> str:
