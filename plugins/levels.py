@@ -62,6 +62,7 @@ from advopenood.outputs.results import Bullets, Figure, Paragraph, Results, Sect
 from advopenood.registry import register
 from advopenood.outputs.report import join
 from advopenood.outputs.report import name as label
+from advopenood_plugins.ood_eval import set_groups
 from advopenood_plugins.robust_auroc import robust_table
 from advopenood_plugins.verify_robust import verify_levels
 
@@ -200,11 +201,13 @@ def levels_table(ctx: RunContext, min_auroc: float = 50.0, runs: list[str] | Non
 # ------------------------------------------------------------------------------------------------- report
 
 def clean_aurocs(ctx: RunContext) -> dict[str, float]:
-    """Each scored detector's clean AUROC (%): the mean over the run's natural OOD sets; NaN when it has none."""
+    """Each scored detector's clean AUROC (%): the mean over the run's natural OOD sets (csid sets, covariate-shifted
+    ID, left out as in ``table_ood``); NaN when it has none."""
+    natural = [name for name, group in set_groups(ctx).items() if group != "csid"]
     out = {}
     for det, scores in ctx.scores.items():
         values = []
-        for name in ctx.ood_sets:
+        for name in natural:
             try:
                 values.append(100.0 * auroc(scores["id"], scores[name]))
             except (KeyError, ValueError):  # a set the detector did not score, or NaN scores: not counted

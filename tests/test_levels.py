@@ -15,7 +15,7 @@ from advopenood.config.schema import thaw
 from advopenood.errors import UsageError
 from advopenood.run.pipeline import run
 from advopenood.evaluation.verify import RunFiles
-from advopenood_plugins.levels import COLUMNS, Levels, read_levels, reached_level, weakened
+from advopenood_plugins.levels import COLUMNS, Levels, clean_aurocs, read_levels, reached_level, weakened
 from advopenood_plugins.verify_robust import verify_levels
 
 EPS = 8 / 255
@@ -113,6 +113,13 @@ def test_reached_level_is_the_highest_evaluated_level_with_no_evaluated_level_be
 ])
 def test_readings_name_the_level_reached_and_where_it_falls_short(row, sentence):
     assert read_levels(pd.DataFrame([row])) == [sentence]
+
+
+def test_clean_auroc_is_the_ood_csv_mean_over_natural_sets(levels_run):
+    ctx, out = levels_run
+    ood = pd.read_csv(out / "ood.csv")
+    want = ood[(ood.detector == "msp") & (ood.attack == "none")]["auroc"].mean()
+    assert clean_aurocs(ctx)["msp"] == pytest.approx(want, abs=1e-3)
 
 
 NEAR_CHANCE = {"detector": "mds", "level1_auroc": 52.7, "level2_auroc": math.nan, "level3_auroc": 16.1,
