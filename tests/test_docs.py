@@ -122,7 +122,9 @@ SECTION_REF = re.compile(r"""\b(docs/[\w./-]+\.md|README)(?:\.md)?,\s*(?:#\s*)?(
                          r"""(?=[),;.\s]|$)""")
 SOURCES = ["setup.py", "README.md", "benchmarks/README.md",
            *(p.relative_to(REPO).as_posix() for d in ("advopenood", "plugins", "configs", "tests")
-             for p in sorted((REPO / d).rglob("*")) if p.suffix in (".py", ".yaml"))]
+             for p in sorted((REPO / d).rglob("*")) if p.suffix in (".py", ".yaml")
+             and not any(part in ("build", "dist") or part.endswith(".egg-info") or part.startswith(".")
+                         for part in p.relative_to(REPO).parts))]  # sources, not what an install leaves behind
 
 
 def sections(page: Path) -> set[str]:
