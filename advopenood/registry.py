@@ -105,7 +105,7 @@ def discover(kind: str) -> None:
 # them (which imports torch): names, descriptions, sources and the analyses' subcommands, stored beside the cache
 # and rebuilt whenever the entry points or any file they name changed.
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 
 
 def _index_path() -> Any:
@@ -233,8 +233,13 @@ def entries(kind: str) -> dict[str, Entry]:
     if kind not in _PROVIDING:
         _PROVIDING.add(kind)
         try:
-            for provider in list(_PROVIDERS[kind]):
-                provider()
+            # by position in the live list: a provider may import a module that adds another provider of ``kind``
+            # (the adaptive attacks look up the detectors, whose discovery imports smoothed.py and its EOT
+            # provider); a copy of the list would skip it on this look-up and serve it only on the next one
+            done = 0
+            while done < len(_PROVIDERS[kind]):
+                done += 1
+                _PROVIDERS[kind][done - 1]()
         finally:
             _PROVIDING.discard(kind)
     return dict(sorted(_REGISTRY[kind].items()))

@@ -295,7 +295,7 @@ def test_cli_sets_passive_openmp_unless_the_user_chose():
 
 
 FAST_COMMANDS = [["--help"], ["run", "--help"], ["verify", "--help"], ["bintest", "--help"], ["list", "detectors"],
-                 ["list", "analyses"]]
+                 ["list", "analyses"], ["list", "attacks"]]
 
 
 @pytest.mark.parametrize("argv", FAST_COMMANDS, ids=" ".join)
@@ -314,6 +314,22 @@ def test_help_and_list_answer_without_importing_torch(argv, tmp_path):
     assert first.returncode == 0 and (tmp_path / "registry-index.json").is_file()
     second = subprocess.run([sys.executable, "-c", probe, json.dumps(argv)], env=env, capture_output=True, text=True)
     assert second.stdout == first.stdout and "TORCH=False" in second.stderr
+
+
+@pytest.mark.parametrize("kind, name", [("attacks", "adaptive_eot_smoothed_msp"), ("attacks", "adaptive_apgd_eot"),
+                                        ("attacks", "robust_id_smoothed_msp"), ("detectors", "smoothed_msp")])
+def test_the_first_look_up_in_a_process_holds_every_generated_plugin(kind, name):
+    """A provider added while the providers run (the adaptive attacks look up the detectors, whose discovery imports
+    smoothed.py and its EOT-attack provider) runs in the same look-up: the first ``names`` of a fresh process equals
+    the second, and the plugin index built from it is complete (it once lacked all 54 EOT attacks)."""
+    import subprocess
+    import sys
+
+    probe = ("from advopenood import registry\n"
+             f"first = registry.names({kind!r}); second = registry.names({kind!r})\n"
+             f"print(first == second, {name!r} in first)")
+    got = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert got.stdout.split() == ["True", "True"], got.stderr[-2000:]
 
 
 def test_descriptions_are_whole_sentences(capsys):
