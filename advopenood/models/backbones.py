@@ -84,6 +84,14 @@ class Backbone(nn.Module):
         return None
 
 
+def _chain(stem: torch.Tensor, layers: tuple[nn.Module, ...]) -> list[torch.Tensor]:
+    """A ResNet's stage maps: the stem's output, then each layer applied to the previous map."""
+    maps = [stem]
+    for layer in layers:
+        maps.append(layer(maps[-1]))
+    return maps
+
+
 class _BasicBlockA(nn.Module):
     """CIFAR ResNet basic block with option-A shortcut (subsample + zero-pad channels)."""
 
@@ -121,10 +129,7 @@ class ResNet20(Backbone):
         self.linear = nn.Linear(64, num_classes)
 
     def stages(self, x: torch.Tensor) -> list[torch.Tensor]:
-        f1 = F.relu(self.bn1(self.conv1(x)))
-        f2 = self.layer1(f1)
-        f3 = self.layer2(f2)
-        return [f1, f2, f3, self.layer3(f3)]
+        return _chain(F.relu(self.bn1(self.conv1(x))), (self.layer1, self.layer2, self.layer3))
 
 
 class _BasicBlockB(nn.Module):
@@ -163,11 +168,7 @@ class ResNet18_32x32(Backbone):
         self.fc = nn.Linear(512, num_classes)
 
     def stages(self, x: torch.Tensor) -> list[torch.Tensor]:
-        f1 = F.relu(self.bn1(self.conv1(x)))
-        f2 = self.layer1(f1)
-        f3 = self.layer2(f2)
-        f4 = self.layer3(f3)
-        return [f1, f2, f3, f4, self.layer4(f4)]
+        return _chain(F.relu(self.bn1(self.conv1(x))), (self.layer1, self.layer2, self.layer3, self.layer4))
 
 
 class TorchvisionResNet(Backbone):
@@ -187,11 +188,8 @@ class TorchvisionResNet(Backbone):
         self.fc = net.fc
 
     def stages(self, x: torch.Tensor) -> list[torch.Tensor]:
-        f1 = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        f2 = self.layer1(f1)
-        f3 = self.layer2(f2)
-        f4 = self.layer3(f3)
-        return [f1, f2, f3, f4, self.layer4(f4)]
+        return _chain(self.maxpool(self.relu(self.bn1(self.conv1(x)))),
+                      (self.layer1, self.layer2, self.layer3, self.layer4))
 
 
 class DemoCNN(Backbone):
