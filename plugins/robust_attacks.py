@@ -108,12 +108,6 @@ class RobustScoreAttack(AdaptiveAttack, DetectorTestForms):
                     _TARGETS.pop(next(iter(_TARGETS)))
         return AdaptiveAttack.target.fget(self)
 
-    def inverted(self) -> RobustScoreAttack:
-        """The same attack moving the confidence the other way."""
-        twin = copy.copy(self)
-        twin.sign = -self.sign
-        return twin
-
     def test_form(self, test: str) -> RobustScoreAttack:
         """The binarization test's form: this optimiser and detector term plus the classifier term, raising the
         confidence in the ``regular`` test and lowering it in the ``inverted`` one."""
