@@ -29,12 +29,12 @@ from advopenood.detection.scoring import score_all
 from advopenood.errors import UsageError
 from advopenood.evaluation.metrics import ood_metrics
 from advopenood.models.classifier import weights_hash
-from advopenood.cli.openood_evaluator import README_SECTION
+from advopenood.detection.openood_backend import INSTALL_SECTION
 from advopenood.attacks.store import AdvStore
 from advopenood_plugins.detectors import BUILTIN_DETECTORS
 
 HAVE_OPENOOD, WHY_NOT = openood_importable()
-needs_openood = pytest.mark.skipif(not HAVE_OPENOOD, reason=f"OpenOOD not importable ({WHY_NOT}); see {README_SECTION}")
+needs_openood = pytest.mark.skipif(not HAVE_OPENOOD, reason=f"OpenOOD not importable ({WHY_NOT}); see {INSTALL_SECTION}")
 ALL = list(BUILTIN_DETECTORS)
 BS = 128
 CPU = torch.device("cpu")
@@ -70,9 +70,9 @@ def test_require_openood_points_at_the_docs_section(monkeypatch, installed, pres
     with pytest.raises(UsageError) as err:
         bridge.require_openood()
     message = str(err.value)
-    assert "\n" not in message and bridge.README_SECTION in message
+    assert "\n" not in message and bridge.INSTALL_SECTION in message
     assert all(p in message for p in present) and not any(a in message for a in absent)
-    page, title = re.fullmatch(r"(\S+\.md), section '(.+)'", bridge.README_SECTION).groups()
+    page, title = re.fullmatch(r"(\S+\.md), section '(.+)'", bridge.INSTALL_SECTION).groups()
     assert page.startswith("docs/") and re.search(rf"^#+ {re.escape(title)}$", (REPO / page).read_text(), re.M)
 
 

@@ -37,8 +37,7 @@ from torch.utils.data import Dataset, IterableDataset
 from advopenood import registry
 from advopenood.attacks.store import AdvSet
 from advopenood.detection.bank import create_detector
-from advopenood.detection.openood_backend import INSTALL_SECTION as README_SECTION
-from advopenood.detection.openood_backend import OPENOOD_INSTALL, openood_importable
+from advopenood.detection.openood_backend import INSTALL_SECTION, OPENOOD_INSTALL, openood_importable
 from advopenood.errors import UsageError
 from advopenood.config.loading import validate
 from advopenood.evaluation.context import CleanRecord, RunContext
@@ -68,7 +67,7 @@ def require_openood() -> None:
         return
     if not openood_installed():
         raise UsageError(f"this needs OpenOOD, which is not installed; install it with: {OPENOOD_INSTALL}")
-    raise UsageError(f"OpenOOD is installed but does not import ({why}); see {README_SECTION}")
+    raise UsageError(f"OpenOOD is installed but does not import ({why}); see {INSTALL_SECTION}")
 
 
 def openood_root() -> Path:

@@ -251,12 +251,11 @@ def check_runtime(plan: RunPlan) -> None:
         if not torch.cuda.is_available():
             raise UsageError(f"device {device!r} is not available on this machine; valid choices: cpu")
     if plan.detectors and plan.detector_backend == "openood":
-        if importlib.util.find_spec("openood") is None:
-            raise UsageError("detector backend 'openood' needs OpenOOD, which is not installed (see docs/openood.md, "
-                             "'Installing OpenOOD (and the imgaug patch for NumPy 2)'); valid choices: "
-                             "--detector-backend pytorch-ood or auto")
-        from advopenood.detection.openood_backend import resolve_backend
+        from advopenood.detection.openood_backend import INSTALL_SECTION, resolve_backend
 
+        if importlib.util.find_spec("openood") is None:
+            raise UsageError(f"detector backend 'openood' needs OpenOOD, which is not installed (see "
+                             f"{INSTALL_SECTION}); valid choices: --detector-backend pytorch-ood or auto")
         resolve_backend("openood")
 
 
