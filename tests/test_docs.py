@@ -34,10 +34,19 @@ def slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
+def body(path: Path) -> str:
+    """A page as the site shows it (the files it includes as snippets among it), without fenced code blocks."""
+    return re.sub(r"^```.*?^```", "", expanded(path.read_text()), flags=re.S | re.M)
+
+
+def headings(text: str) -> list[str]:
+    """The headings of Markdown ``text``, as written."""
+    return re.findall(r"^#{1,6}\s+(.*?)\s*#*\s*$", text, flags=re.M)
+
+
 def anchors(path: Path) -> set[str]:
-    """The anchors of a page's headings, those of the files it includes as snippets among them."""
-    body = re.sub(r"^```.*?^```", "", expanded(path.read_text()), flags=re.S | re.M)
-    return {slug(m) for m in re.findall(r"^#{1,6}\s+(.*?)\s*#*\s*$", body, flags=re.M)}
+    """The anchors of a page's headings."""
+    return {slug(h) for h in headings(body(path))}
 
 
 def local_links(doc: str) -> list[str]:
@@ -129,9 +138,9 @@ SOURCES = ["setup.py", "README.md", "benchmarks/README.md",
 
 def sections(page: Path) -> set[str]:
     """A page's headings and bold lead-ins (``**224 px: not the paper's attacks.**``), as written."""
-    body = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.S | re.M)
-    heads = re.findall(r"^#{1,6}\s+(.*?)\s*#*\s*$", body, flags=re.M)
-    return {h.strip("`") for h in heads} | set(heads) | {b.rstrip(".") for b in re.findall(r"\*\*(.+?)\*\*", body)}
+    text = body(page)
+    heads = headings(text)
+    return {h.strip("`") for h in heads} | set(heads) | {b.rstrip(".") for b in re.findall(r"\*\*(.+?)\*\*", text)}
 
 
 def section_refs(text: str) -> list[tuple[str, str]]:
