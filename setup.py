@@ -20,8 +20,8 @@ setup(
     package_dir={"advopenood": "advopenood", "advopenood.configs": "configs", "advopenood_plugins": "plugins"},
     package_data={"advopenood": ["VERSION"], "advopenood.configs": ["*.yaml", "openood/*.yml"]},
     install_requires=[
-        "torch>=2.0",
-        "torchvision>=0.15",
+        "torch>=2.6",  # torch.load's weights_only=True default and allow-list (we load no pickle)
+        "torchvision>=0.21",
         "foolbox>=3.3,<3.4",
         "pyautoattack>=0.2,<0.3",
         "timm>=0.9",
@@ -29,6 +29,7 @@ setup(
         "grad-cam>=1.4",
         "scikit-image>=0.20",
         "pandas>=1.5",
+        "jinja2>=3.1",  # pandas' LaTeX writer (tables.tex)
         "scikit-learn>=1.2",
         "pytorch-ood>=0.2",
         "scipy<2",

@@ -58,6 +58,8 @@ class DetectorNeeds(Protocol):
     needs_maps: ClassVar[bool]
     #: fits from the shared fit pass's outputs (False: only from re-read image batches)
     shared_fit: ClassVar[bool]
+    #: fits per-class statistics: its fit fails unless the fit set holds every one of the model's classes
+    needs_all_classes: ClassVar[bool]
 
 
 class DifferentiableDetector(abc.ABC):

@@ -7,3 +7,18 @@ class UsageError(ValueError):
     The message names the bad value and the valid choices; the CLI prints it on one line
     and exits with code 2, without a traceback.
     """
+
+
+#: The most names a message lists; longer lists end with a count and where to see them all.
+MAX_CHOICES = 20
+
+
+def choice_list(valid: list[str], listing: str = "") -> str:
+    """``valid`` joined by commas; a longer list than :data:`MAX_CHOICES` shows its shortest names (the base plugins:
+    generated ones have longer names), then ``... and N more`` and, when given, the command ``listing`` that shows
+    them all."""
+    if len(valid) <= MAX_CHOICES:
+        return ", ".join(valid)
+    shown = sorted(sorted(valid, key=lambda n: (len(n), n))[:MAX_CHOICES])
+    more = f", ... and {len(valid) - len(shown)} more"
+    return ", ".join(shown) + (f"{more}; see `{listing}`" if listing else more)

@@ -16,6 +16,8 @@ from typing import IO, Any, Callable
 import numpy as np
 import pandas as pd
 
+from advopenood.errors import UsageError
+
 
 def _umask_mode() -> int:
     mask = os.umask(0)
@@ -121,21 +123,147 @@ def _jsonable(obj: Any) -> Any:
 
 
 MANIFEST = "manifest.json"
+MANIFEST_MARK = "advopenood_manifest"
+"""The key that marks a ``manifest.json`` as one advopenood wrote (its value: the format version)."""
 
 
-def staging_dir(out: Path) -> Path:
-    """The folder a run writes into before its files replace the previous run's: ``.<out>.partial`` beside it."""
+class OutputError(UsageError):
+    """The output folder cannot be used safely: a foreign or malformed manifest, a symbolic link inside it, or
+    another run holding it. The message is one line; the preflight turns it into a UsageError (exit 2)."""
+
+
+def safe_relpath(rel: object) -> bool:
+    """``rel`` is a plain relative POSIX path below its folder: non-empty, not absolute, no ``..``, ``.`` or empty
+    part, no backslash, drive or NUL. Only such paths are ever read from a manifest."""
+    if not isinstance(rel, str) or not rel or "\\" in rel or "\0" in rel or rel.startswith("/"):
+        return False
+    if len(rel) > 1 and rel[1] == ":":  # a Windows drive
+        return False
+    return all(part not in ("", ".", "..") for part in rel.split("/"))
+
+
+def read_manifest(out: Path) -> dict[str, str] | None:
+    """The file list (relative path -> SHA-256) of the manifest in ``out``; None when there is none.
+
+    Raises :class:`OutputError` when ``manifest.json`` is not ours: unreadable, not a JSON object with our mark
+    (or the unmarked ``{"files": {path: sha256}}`` of earlier versions), or listing a path that is absolute,
+    climbs with ``..`` or is otherwise not a plain relative path."""
+    path = Path(out) / MANIFEST
+    if not path.exists() and not path.is_symlink():
+        return None
+    if path.is_symlink() or not path.is_file():
+        raise OutputError(f"{str(path)!r} is not a regular file advopenood wrote")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise OutputError(f"{str(path)!r} is not readable JSON ({type(exc).__name__})") from None
+    legacy = isinstance(doc, dict) and set(doc) == {"files"}
+    if not isinstance(doc, dict) or not (legacy or doc.get(MANIFEST_MARK) == 1):
+        raise OutputError(f"{str(path)!r} was not written by advopenood (no {MANIFEST_MARK!r} mark)")
+    files = doc.get("files")
+    if not isinstance(files, dict) or not all(isinstance(v, str) and len(v) == 64 for v in files.values()):
+        raise OutputError(f"{str(path)!r} is malformed ('files' is not a map of paths to SHA-256 digests)")
+    bad = next((rel for rel in files if not safe_relpath(rel)), None)
+    if bad is not None:
+        raise OutputError(f"{str(path)!r} lists {bad!r}, which is not a plain relative path inside the folder")
+    return files
+
+
+def symlinks_under(folder: Path) -> list[str]:
+    """Relative paths of the symbolic links below ``folder`` (links are listed, never followed)."""
+    found = []
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        for name in dirs + files:
+            p = Path(root) / name
+            if p.is_symlink():
+                found.append(p.relative_to(folder).as_posix())
+    return sorted(found)
+
+
+def check_output_folder(out: Path) -> None:
+    """Raise :class:`OutputError` unless ``out`` is safe to commit into: no symbolic link below it (advopenood
+    never writes or deletes through one) and no manifest that is not ours."""
     out = Path(out)
-    return out.parent / f".{out.name}.partial"
+    if not out.is_dir():
+        return
+    links = symlinks_under(out)
+    if links:
+        raise OutputError(f"output folder {str(out)!r} holds a symbolic link {links[0]!r}; advopenood never "
+                          "writes or deletes through links in its output folder")
+    read_manifest(out)
+
+
+def _inside(out: Path, rel: str) -> Path | None:
+    """``out / rel`` when no part of it below ``out`` is a symbolic link and its real path lies inside ``out``."""
+    target, root = out, os.path.realpath(out)
+    for part in rel.split("/"):
+        target = target / part
+        if target.is_symlink():
+            return None
+    real = os.path.realpath(target)
+    return target if real.startswith(root + os.sep) else None
+
+
+class OutputLock:
+    """An exclusive lock on an output folder for the whole run: ``.<out>.lock`` beside it, held with ``flock``
+    (released by the kernel if the process dies). A second run on the same folder is refused at once."""
+
+    def __init__(self, out: Path) -> None:
+        out = Path(out)
+        self.path = out.parent / f".{out.name}.lock"
+        self.fd: int | None = None
+
+    def __enter__(self) -> "OutputLock":
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise OutputError(f"output folder {str(self.path.parent / self.path.name[1:-5])!r} is in use by "
+                                  f"another advopenood run (pid {holder}); wait for it to finish or choose another "
+                                  "--out") from None
+            try:  # the file we locked must still be the one at the path (a releasing run unlinks it)
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                os.ftruncate(fd, 0)
+                os.write(fd, str(os.getpid()).encode())
+                self.fd = fd
+                return self
+            os.close(fd)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            self.path.unlink(missing_ok=True)
+            os.close(self.fd)
+            self.fd = None
+
+
+def staging_prefix(out: Path) -> str:
+    """The name prefix of ``out``'s staging folders: ``.<out>.partial``."""
+    return f".{Path(out).name}.partial"
+
+
+def staging_dirs(out: Path) -> list[Path]:
+    """Every staging folder of ``out`` that exists (a running run's, or ones interrupted runs left)."""
+    out = Path(out)
+    return sorted(p for p in out.parent.glob(staging_prefix(out) + "*") if p.is_dir() and not p.is_symlink())
 
 
 def begin_output(out: Path) -> Path:
-    """A fresh, empty staging folder for ``out`` (a stale one of an interrupted run is removed first)."""
-    stage = staging_dir(out)
-    if stage.exists():
-        shutil.rmtree(stage)
-    stage.mkdir(parents=True)
-    return stage
+    """A fresh staging folder of this process for ``out``, ``.<out>.partial-<pid>-<random>`` beside it. Called
+    under :class:`OutputLock`, so other staging folders of ``out`` are interrupted runs' and are removed first."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for stale in staging_dirs(out):
+        shutil.rmtree(stale, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{staging_prefix(out)}-{os.getpid()}-", dir=out.parent))
 
 
 def files_under(folder: Path) -> list[str]:
@@ -153,27 +281,33 @@ def commit_output(stage: Path, out: Path) -> list[str]:
 
     First the files that the previous run's ``manifest.json`` lists are removed (and folders they leave
     empty), then each new file is moved in with ``os.replace``, and ``manifest.json`` (this run's file list
-    and their SHA-256) is written last. Files advopenood did not write (allowed with ``--overwrite``) stay.
+    and their SHA-256) is written last. Only regular files whose real path lies inside ``out``, reached through
+    no symbolic link, listed by a manifest that is ours (:func:`read_manifest`), are ever deleted; a new file
+    whose path would pass through a link is refused (:class:`OutputError`). Files advopenood did not write
+    (allowed with ``--overwrite``) stay.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    old = out / MANIFEST
-    if old.is_file():
-        for rel in json.loads(old.read_text()).get("files", {}):
-            target = out / rel
-            target.unlink(missing_ok=True)
-            for parent in target.parents:
-                if parent == out or not parent.is_dir() or any(parent.iterdir()):
-                    break
-                parent.rmdir()
     files = files_under(stage)
+    blocked = next((rel for rel in files if _inside(out, rel) is None), None)
+    if blocked is not None:
+        raise OutputError(f"output folder {str(out)!r}: {blocked!r} would be written through a symbolic link")
+    for rel in read_manifest(out) or {}:
+        target = _inside(out, rel)
+        if target is None or target.is_symlink() or not target.is_file():
+            continue
+        target.unlink()
+        for parent in target.parents:
+            if parent == out or not parent.is_dir() or parent.is_symlink() or any(parent.iterdir()):
+                break
+            parent.rmdir()
     digests = {}
     for rel in files:
         src, dst = stage / rel, out / rel
         digests[rel] = hashlib.sha256(src.read_bytes()).hexdigest()
         dst.parent.mkdir(parents=True, exist_ok=True)
         os.replace(src, dst)
-    write_json(old, {"files": digests})
+    write_json(out / MANIFEST, {MANIFEST_MARK: 1, "files": digests})
     shutil.rmtree(stage, ignore_errors=True)
     return files
 

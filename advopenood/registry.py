@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import re
 import warnings
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -25,7 +26,7 @@ from types import ModuleType
 from typing import Any, Callable, TypeVar
 
 from advopenood.capabilities import is_derived
-from advopenood.errors import UsageError
+from advopenood.errors import UsageError, choice_list
 
 KINDS = ("attacks", "detectors", "evaluators", "analyses")
 GROUP_PREFIX = "advopenood."
@@ -55,13 +56,23 @@ def _check_kind(kind: str) -> None:
         raise UsageError(f"unknown plugin kind {kind!r}; valid kinds: {', '.join(KINDS)}")
 
 
+#: words ending in a full stop that end no sentence (``Moosavi-Dezfooli et al. 2016``, ``e.g. MSP``)
+ABBREVIATIONS = ("al.", "e.g.", "i.e.", "cf.", "vs.", "etc.", "approx.", "resp.", "Sec.", "Fig.", "Eq.", "No.")
+#: reST inline markup: a role (``:mod:`x```, ``:class:`~a.B```) or double backticks, shown as its text
+_REST = re.compile(r"(?::[\w:.-]+:)?`{1,2}~?([^`]+?)`{1,2}")
+
+
 def _first_line(obj: Any) -> str:
-    """A plugin's description: the first sentence of its docstring's first paragraph (lines joined), so a
-    sentence wrapped over several lines is shown whole."""
+    """A plugin's description: the first sentence of its docstring's first paragraph (lines joined, so a
+    sentence wrapped over several lines is shown whole; an abbreviation such as ``et al.`` ends no sentence),
+    with reST markup shown as plain text (``:mod:`x``` and ````x```` as ``x``)."""
     doc = inspect.getdoc(obj) or ""
-    paragraph = " ".join(doc.strip().split("\n\n")[0].split())
-    end = paragraph.find(". ")
-    return paragraph if end < 0 else paragraph[:end + 1]
+    paragraph = _REST.sub(lambda m: m.group(1).split(" <")[0], " ".join(doc.strip().split("\n\n")[0].split()))
+    words = paragraph.split(" ")
+    for i, word in enumerate(words[:-1]):
+        if word.endswith(".") and word.lstrip("([") not in ABBREVIATIONS:
+            return " ".join(words[:i + 1])
+    return paragraph
 
 
 def register(kind: str, name: str | None = None, description: str | None = None) -> Callable[[T], T]:
@@ -85,8 +96,16 @@ def unregister(kind: str, name: str) -> None:
 
 
 def discover(kind: str) -> None:
-    """Load every entry point of group ``advopenood.<kind>`` once; a broken plugin only warns."""
+    """Load every entry point of every group ``advopenood.<kind>`` once (a module named in one group may register
+    plugins of another kind: the detectors' module registers the ``smoothed`` evaluator, so a fresh process that
+    looks up only the evaluators must load it too); a broken plugin only warns."""
     _check_kind(kind)
+    for group in KINDS:
+        _discover_group(group)
+
+
+def _discover_group(kind: str) -> None:
+    """Load the entry points of group ``advopenood.<kind>`` once."""
     if kind in _DISCOVERED:
         return
     _DISCOVERED.add(kind)
@@ -105,7 +124,7 @@ def discover(kind: str) -> None:
 # them (which imports torch): names, descriptions, sources and the analyses' subcommands, stored beside the cache
 # and rebuilt whenever the entry points or any file they name changed.
 
-INDEX_VERSION = 2
+INDEX_VERSION = 3
 
 
 def _index_path() -> Any:
@@ -257,7 +276,8 @@ def get(kind: str, name: str) -> Any:
     if key not in table:
         close = difflib.get_close_matches(key, list(table), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ";"
-        raise UsageError(f"unknown {_singular(kind)} {name!r}{hint} valid choices: {', '.join(table) or '(none installed)'}")
+        listed = choice_list(list(table), f"advopenood list {kind}") or "(none installed)"
+        raise UsageError(f"unknown {_singular(kind)} {name!r}{hint} valid choices: {listed}")
     return table[key].obj
 
 

@@ -142,6 +142,7 @@ class MDS(Postprocessor, DifferentiableDetector):
 
     openood_name = "mds"
     requires_fit = True
+    needs_all_classes = True
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
         self.det = _pod().Mahalanobis(None).fit_features(outputs.features.float(), labels.to(outputs.features.device))
@@ -165,6 +166,7 @@ class RMDS(Postprocessor, DifferentiableDetector):
 
     openood_name = "rmds"
     requires_fit = True
+    needs_all_classes = True
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
         self.det = _pod().RMD(None).fit_features(outputs.features.float(), labels.to(outputs.features.device))
@@ -302,6 +304,7 @@ class GRAM(Postprocessor, DifferentiableDetector):
 
     openood_name = "gram"
     requires_fit = True
+    needs_all_classes = True
     needs_taps = True
 
     def tap_statistics(self, taps: list[Tensor]) -> Tensor:

@@ -366,7 +366,18 @@ def gradcam_section(summary: pd.DataFrame, figures: list[Path]) -> Section:
                   f"block{target}. L2 is the mean squared difference of the maps (in [0, 1]), SSIM their structural "
                   "similarity. Regimes (paper, section 4.2): changed = high L2 and low SSIM, moved = high L2 and high "
                   "SSIM, unchanged = low L2 and high SSIM; shares in percent." + thresholds + protocol),
-        Table(table[keep]), Bullets(read_gradcam(summary)), *[FigureItem(p) for p in figures]])
+        Table(table[keep]), Bullets(read_gradcam(summary)),
+        *[FigureItem(p, gradcam_caption(Path(p))) for p in figures]])
+
+
+def gradcam_caption(path: Path) -> str:
+    """What a Grad-CAM figure shows, from its file name (``gradcam_<set>.png``, ``gradcam_examples_<set>.png``)."""
+    if path.stem.startswith("gradcam_examples_"):
+        return (f"Examples under {path.stem.removeprefix('gradcam_examples_')}, one image per row: the clean image, "
+                "its Grad-CAM map, the adversarial image and its map")
+    return (f"Grad-CAM shift under {path.stem.removeprefix('gradcam_')}: L2 against SSIM of each image's clean and "
+            "adversarial maps, coloured by density; the shaded quadrants are the regimes, with their shares in the "
+            "legend")
 
 
 @register("analyses", "gradcam")

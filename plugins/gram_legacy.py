@@ -114,6 +114,7 @@ class GRAMLegacy(Postprocessor):
     requires_fit = True
     own_pass = True
     shared_fit = False
+    needs_all_classes = True
 
     @property
     def name(self) -> str:

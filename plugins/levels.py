@@ -277,7 +277,9 @@ def levels_section(table: pd.DataFrame, figure: Path, clean: dict[str, float] | 
         Paragraph("Lorenz et al.'s four levels (Sec. 4): 1 strong attacks, 2 other models and data (other runs), 3 "
                   "attacks adapted to the detector through BPDA, 4 OOD->ID examples and the robust AUROC. Each cell is "
                   "the worst AUROC (%) of the sets named in the sets column; empty where the run has none."),
-        Table(shown), Bullets(read_levels(table, clean)), Figure(figure, "worst AUROC per level")])
+        Table(shown), Bullets(read_levels(table, clean)),
+        Figure(figure, "Worst AUROC (%) of each detector at each level (bars; n/a where the run has no set of the "
+                       "level), with chance (dotted) and min_auroc (dashed)")])
 
 
 @register("evaluators", "levels")

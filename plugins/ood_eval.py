@@ -52,7 +52,7 @@ from advopenood.capabilities import Verifiable, is_detector_aware
 from advopenood import registry
 from advopenood.evaluation.context import RunContext
 from advopenood.data.datasets import dataset_name, make_loader
-from advopenood.evaluation.metrics import ood_metrics
+from advopenood.evaluation.metrics import MIN_CONCLUSIVE, Z95, hanley_mcneil_se, ood_metrics
 from advopenood.data.benchmarks import ADVERSARIAL, natural_group
 from advopenood.outputs.results import Bullets, Figure, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.outputs.plots import ood_matrix, plot_auroc_heatmap, plot_roc, roc_sets
@@ -200,26 +200,66 @@ def compare_natural_adversarial(nat: float, adv: float) -> str:
             "the detectors flag adversarial examples more readily than natural OOD.")
 
 
+def _sizes(ood: pd.DataFrame, sets: list[str]) -> tuple[int, int] | None:
+    """The fewest ID and OOD images behind the cells of ``sets`` (None when the table has no ``n_id``/``n_ood``)."""
+    if not {"n_id", "n_ood"} <= set(ood.columns):
+        return None
+    part = ood[ood["ood_set"].isin(sets)][["n_id", "n_ood"]].dropna()
+    return (int(part["n_id"].min()), int(part["n_ood"].min())) if len(part) else None
+
+
+def _too_few(where: str, sizes: tuple[int, int] | None, scores: pd.Series, what: str = "AUROC") -> str | None:
+    """The reading for a set whose sample is below :data:`MIN_CONCLUSIVE` per side: the range only, and that the
+    sample is too small to conclude (None when the sample is large enough or its size unknown)."""
+    if sizes is None or min(sizes) >= MIN_CONCLUSIVE:
+        return None
+    n_id, n_ood = sizes
+    half = 100 * Z95 * hanley_mcneil_se(0.5, n_id, n_ood)
+    lo, hi = scores.idxmin(), scores.idxmax()
+    spread = (f"{what} {scores[hi]:.1f} ({label(hi)})" if lo == hi else
+              f"{what} ranges from {scores[lo]:.1f} ({label(lo)}) to {scores[hi]:.1f} ({label(hi)})")
+    return (f"{where}, {n_id} ID and {n_ood} OOD images are too few to conclude (fewer than {MIN_CONCLUSIVE} per "
+            f"side; a 95 % interval on an AUROC near chance spans about +-{half:.0f} points): {spread}.")
+
+
+def _below_chance(scores: pd.Series, sizes: tuple[int, int] | None) -> list[str]:
+    """Detectors below chance: AUROC < 50 and, when the sample sizes are known, the upper end of its 95 %
+    interval (Hanley-McNeil) below 50 too."""
+    def below(auc: float) -> bool:
+        if sizes is None:
+            return auc < CHANCE
+        return auc + 100 * Z95 * hanley_mcneil_se(auc / 100, *sizes) < CHANCE
+
+    return [label(d) for d in scores.index if below(float(scores[d]))]
+
+
 def read_ood(ood: pd.DataFrame) -> list[str]:
     """Natural sets: the best and worst detector by mean AUROC and any below chance; per attack: which
-    detectors fall below chance (AUROC < 50), or the best and worst; and the mean AUROC from natural OOD sets
-    to adversarial sets (:func:`compare_natural_adversarial`)."""
+    detectors fall below chance (AUROC < 50 with the upper end of its 95 % interval below 50 too), or the best and
+    worst; and the mean AUROC from natural OOD sets to adversarial sets (:func:`compare_natural_adversarial`).
+    A set with fewer than :data:`MIN_CONCLUSIVE` images on a side gets its range and "too few to conclude"
+    instead (:func:`_too_few`)."""
     table = ood_matrix(ood, "auroc")
     if table.empty:
         return []
     n_nat = table.attrs["n_natural"]
     natural, attacks = table.iloc[:, :n_nat], table.iloc[:, n_nat:]
-    out = []
+    out, small = [], False
     if natural.shape[1]:
         mean = natural.mean(axis=1, skipna=False).dropna()
         sets = ", ".join(map(str, natural.columns))
-        if len(mean) == 1:
+        sizes = _sizes(ood, list(natural.columns))
+        few = _too_few(f"On natural OOD sets ({sets})", sizes, mean, "mean AUROC") if len(mean) else None
+        small |= few is not None
+        if few:
+            out.append(few)
+        elif len(mean) == 1:
             out.append(f"On natural OOD sets ({sets}), {label(mean.index[0])} reaches a mean AUROC of {mean.iloc[0]:.1f}.")
         elif len(mean):
             best, worst = mean.idxmax(), mean.idxmin()
             out.append(f"On natural OOD sets ({sets}), {label(best)} is the best detector (mean AUROC {mean[best]:.1f}) "
                        f"and {label(worst)} the worst ({mean[worst]:.1f}).")
-        below = [label(d) for d in mean.index if mean[d] < CHANCE]
+        below = [] if few else _below_chance(mean, sizes)
         if below:
             verb = "scores" if len(below) == 1 else "score"
             out.append(f"{join(below)} {verb} below chance on natural OOD (mean AUROC < 50): OOD images look more "
@@ -228,7 +268,16 @@ def read_ood(ood: pd.DataFrame) -> list[str]:
         scores = attacks[col].dropna()
         if not len(scores):
             continue
-        below = [label(d) for d in scores.index if scores[d] < CHANCE]
+        sizes = _sizes(ood, [col])
+        few = _too_few(f"On {label(col)}", sizes, scores)
+        small |= few is not None
+        if few:
+            out.append(few)
+            continue
+        below = _below_chance(scores, sizes)
+        near = [label(d) for d in scores.index if scores[d] < CHANCE and label(d) not in below]
+        within = (f"; {join(near)} {'is' if len(near) == 1 else 'are'} below 50 but within the 95 % interval of "
+                  "chance") if near else ""
         best = scores.idxmax()
         if len(below) == len(scores):
             out.append(f"On {label(col)} every detector falls below chance (AUROC < 50): adversarial examples look "
@@ -236,15 +285,16 @@ def read_ood(ood: pd.DataFrame) -> list[str]:
         elif below:
             verb = "falls" if len(below) == 1 else "fall"
             out.append(f"{join(below)} {verb} below chance (AUROC < 50) on {label(col)}; the best is {label(best)} "
-                       f"(AUROC {scores[best]:.1f}).")
+                       f"(AUROC {scores[best]:.1f}){within}.")
         else:
             worst = scores.idxmin()
             out.append(f"No detector falls below chance on {label(col)}; the best is {label(best)} (AUROC "
-                       f"{scores[best]:.1f}) and the worst {label(worst)} ({scores[worst]:.1f}).")
+                       f"{scores[best]:.1f}) and the worst {label(worst)} ({scores[worst]:.1f}){within}.")
     if natural.shape[1] and attacks.shape[1]:
         nat, adv = natural.stack().mean(), attacks.stack().mean()
         if not (math.isnan(nat) or math.isnan(adv)):
-            out.append(compare_natural_adversarial(float(nat), float(adv)))
+            line = compare_natural_adversarial(float(nat), float(adv))
+            out.append(f"{line[:-1]} (in this sample only: too few images to conclude)." if small else line)
     return out
 
 
@@ -283,7 +333,17 @@ def ood_section(ood: pd.DataFrame, figures: list[Path]) -> Section:
         if len(errors):
             items.append(Bullets([f"{label(r['detector'])} on {label(r['ood_set'])}: {r['error']}"
                                   for r in errors.to_dict("records")], "metrics left empty"))
-    return Section("OOD detection", items + [Figure(p) for p in figures])
+    return Section("OOD detection", items + [Figure(p, ood_figure_caption(Path(p))) for p in figures])
+
+
+def ood_figure_caption(path: Path) -> str:
+    """What a figure of :func:`ood_plots` shows, from its file name."""
+    if path.stem == "auroc_heatmap":
+        return ("AUROC (%) of each detector (rows) against each natural OOD and adversarial set (columns): white is "
+                "chance (50), red below, green above; grey cells have no value")
+    detector = path.stem.removeprefix("roc_")
+    return (f"ROC curves of {label(detector)}: ID test images against each set (OOD positive; adversarial sets solid, "
+            "natural OOD sets dashed), each set's AUROC (%) in the legend")
 
 
 def adaptive_section(table: pd.DataFrame) -> Section:
@@ -322,12 +382,38 @@ def ood_plots(ood: pd.DataFrame, scores: dict[str, dict[str, np.ndarray]], plot_
     return written
 
 
+#: the leaderboard's column prefixes -> the group they average, its count column and how a run gets a set of it
+LEADERBOARD_GROUPS = {"near": ("near-OOD", "n_near", "a data.ood entry with group: near"),
+                      "far": ("far-OOD", "n_far", "a data.ood entry with group: far"),
+                      "adv": ("adversarial", "n_adv", "an attack"),
+                      "fsood_near": ("full-spectrum near-OOD", "n_near", "a data.ood entry with group: near"),
+                      "fsood_far": ("full-spectrum far-OOD", "n_far", "a data.ood entry with group: far")}
+
+
+def leaderboard_gaps(board: pd.DataFrame) -> list[str]:
+    """Why each column of the leaderboard that is empty for every detector is empty: the run has no set of its
+    group, or a metric of one of the group's sets is undefined (a group mean is NaN when one of its sets is)."""
+    out = []
+    for prefix, (words, count, how) in LEADERBOARD_GROUPS.items():
+        cols = [c for c in (f"{prefix}_fpr95", f"{prefix}_auroc") if c in board and board[c].isna().all()]
+        if not cols or board.empty:
+            continue
+        if count in board and (board[count] == 0).all():
+            out.append(f"{join(cols)}: the run has no {words} set (add {how}).")
+        else:
+            out.append(f"{join(cols)}: a metric of one of the {words} sets is undefined for every detector (see "
+                       "'metrics left empty' under OOD detection).")
+    return out
+
+
 def leaderboard_section(board: pd.DataFrame) -> Section:
-    """The leaderboard as a report section: OpenOOD's near/far columns next to the adversarial means."""
+    """The leaderboard as a report section: OpenOOD's near/far columns next to the adversarial means, and why any
+    column is empty (:func:`leaderboard_gaps`)."""
+    gaps = leaderboard_gaps(board)
     return Section("Natural and adversarial robustness side by side", [
         Paragraph("Per detector: OpenOOD v1.5's near-OOD and far-OOD means (AUROC, FPR95) and the ID accuracy, "
                   "next to the mean over the adversarial sets (leaderboard.csv)."),
-        Table(board)])
+        Table(board), *([Bullets(gaps, "empty columns")] if gaps else [])])
 
 
 @register("evaluators", "ood")

@@ -504,4 +504,16 @@ class SmoothedEvaluator(Verifiable):
             out.tables = {"table_smoothed.csv": table, "table_smoothed.md": table}
             out.sections = guarded("Smoothed detectors: plain vs EOT attacks",
                                    lambda: [smoothed_section(as_written(table, ctx.protocol))])
+        else:
+            out.empty_reason = needed_attacks(ctx)
         return out
+
+
+def needed_attacks(ctx: RunContext) -> str:
+    """Why ``table_smoothed`` is empty: the smoothed detectors and the attacks on them it needs."""
+    dets = [det for det in ctx.scores if is_smoothed(registry.get("detectors", det))]
+    if not dets:
+        return ("it needs a smoothed detector and its plain and EOT adaptive attacks, e.g. the detector smoothed_msp "
+                "with the attacks adaptive_smoothed_msp and adaptive_eot_smoothed_msp")
+    wanted = " or ".join(f"{plain}{det} and {eot}{det}" for det in dets for eot, plain in EOT_PREFIXES.items())
+    return f"no plain or EOT adaptive attack on {', '.join(dets)} in this run; it needs the attacks {wanted}"

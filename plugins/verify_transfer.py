@@ -23,6 +23,8 @@ import pandas as pd
 from scipy.stats import rankdata
 from sklearn.metrics import roc_auc_score, roc_curve
 
+from advopenood.evaluation.verify import read_npz
+
 SAMPLES = "transfer_samples.npz"
 KEYS = ["surrogate", "data_fraction", "query_detector", "attack", "detector"]
 COLUMNS = ["queries", "asr", "auroc", "fpr95", "defense_acc", "undefended_acc", "vanilla_acc", "improvement",
@@ -51,8 +53,7 @@ def _cut(conf_id: np.ndarray) -> float:
 
 def load(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The saved arrays and the ``meta`` description."""
-    with np.load(path) as d:
-        arrays = {k: d[k] for k in d.files}
+    arrays = read_npz(path)
     return arrays, json.loads(str(arrays.pop("meta")))
 
 
@@ -128,8 +129,8 @@ def check_core_scores(path: Path, arrays: dict[str, np.ndarray], meta: dict[str,
     for det in meta["detectors"]:
         core = path / "scores" / f"{det}.npz"
         if core.is_file():
-            with np.load(core) as d:
-                same = "id" in d.files and np.array_equal(d["id"], arrays[f"id.conf.{det}"])
+            saved = read_npz(core)
+            same = "id" in saved and np.array_equal(saved["id"], arrays[f"id.conf.{det}"])
             if not same:
                 lines.append(f"transfer_samples.npz: id.conf.{det} differs from scores/{det}.npz's id confidences")
     return lines

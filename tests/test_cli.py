@@ -191,8 +191,17 @@ BAD_CASES: dict[str, tuple] = {
                                  "--attack", "fgsm"], "analysis bintest: kappa 1.5; valid choices: 0 < kappa < 1"),
     "bintest kappa type": (lambda t: ["bintest", "--config", _config(t, analysis_params={"bintest": {"kappa": "high"}}),
                                       "--attack", "fgsm"], "parameter kappa of analysis 'bintest' is 'high'"),
-    "flag": (lambda t: ["run", "--config", CIFAR, "--bogus"], "--bogus"),
-    "flag of another subcommand": (lambda t: ["attack", "--config", CIFAR, "--detectors", "msp"], "--detectors"),
+    "flag": (lambda t: ["run", "--config", CIFAR, "--bogus"], "run: unknown flag --bogus; valid flags: --help,"),
+    "flag typo": (lambda t: ["run", "--config", CIFAR, "--detecters", "msp"],
+                  "unknown flag --detecters; did you mean --detectors?"),
+    "flag of another subcommand": (lambda t: ["attack", "--config", CIFAR, "--detectors", "msp"],
+                                   "attack: unknown flag --detectors;"),
+    "eps zero denominator": (lambda t: ["run", "--config", CIFAR, *ROOT, "--eps", "8/0"],
+                             "eps '8/0' has a zero denominator"),
+    "attack in a long list": (lambda t: ["run", "--config", CIFAR, *ROOT, "--attack", "pgdd"],
+                              "more; see `advopenood list attacks`"),
+    "attack params in a long list": (lambda t: ["run", "--config", _config(t, attack_params={"pgdd": {"steps": 3}})],
+                                     "more; see `advopenood list attacks`"),
 }
 
 
@@ -203,7 +212,7 @@ def _tree(path: Path) -> list[str]:
 #: cases refused before any data file is opened: they run without the benchmark pack
 PACK_FREE = {"unknown key top", "unknown key nested", "unknown key in list", "wrong type", "bad yaml",
              "yaml not a mapping", "unknown arch", "config", "data root", "no folder", "dataset kind",
-             "kind", "flag", "flag of another subcommand"}
+             "kind", "flag", "flag typo", "flag of another subcommand"}
 
 
 @pytest.mark.parametrize("name", list(BAD_CASES))
@@ -224,8 +233,20 @@ def test_bad_input_exits_2_with_one_line_quickly_writing_nothing(name, tmp_path,
     assert rc == 2
     assert len(err) == 1 and err[0].startswith("advopenood: error:"), err
     assert fragment in err[0], err[0]
+    assert "advopenood: error: advopenood" not in err[0] and len(err[0]) < 1000, "a doubled prefix or an endless list"
     assert elapsed < 5.0, f"{elapsed:.1f} s"
     assert _tree(tmp_path) == before, "the failed run wrote files"
+
+
+@pytest.mark.parametrize("plural, singular, value", [("--attacks", "--attack", "fgsm,pgd"),
+                                                     ("--detector", "--detectors", "msp,odin"),
+                                                     ("--evaluators", "--evaluator", "ood,meanconf"),
+                                                     ("--analyses", "--analysis", "gradcam")])
+def test_each_plugin_flag_takes_both_forms(plural, singular, value):
+    """``--detectors`` is plural, ``--attack`` singular: each flag is accepted in both forms, with the same effect."""
+    base = ["run", "--config", "demo"]
+    assert build_parser().parse_args([*base, plural, value]) == build_parser().parse_args([*base, singular, value])
+    assert getattr(build_parser().parse_args([*base, plural, value]), singular.lstrip("-")) == value
 
 
 def test_unavailable_backend_is_refused_before_work(tmp_path, capsys, data_root):

@@ -77,3 +77,48 @@ def test_equals_openood_compute_all_metrics():
     fpr, au, ain, aout, _ = compute_all_metrics(conf, label, np.zeros_like(label))
     ours = ood_metrics(conf_id, conf_ood)
     assert ours == pytest.approx({"fpr95": 100 * fpr, "auroc": 100 * au, "aupr_in": 100 * ain, "aupr_out": 100 * aout})
+
+
+def _delong_brute(conf_id: np.ndarray, conf_ood: np.ndarray) -> tuple[float, float]:
+    """DeLong's AUROC and variance from the O(n m) kernel itself (another route than the midrank form)."""
+    s_pos, s_neg = -np.asarray(conf_ood, float), -np.asarray(conf_id, float)
+    psi = (s_pos[:, None] > s_neg[None, :]) + 0.5 * (s_pos[:, None] == s_neg[None, :])
+    v10, v01 = psi.mean(axis=1), psi.mean(axis=0)
+    return psi.mean(), v10.var(ddof=1) / len(s_pos) + v01.var(ddof=1) / len(s_neg)
+
+
+@pytest.mark.parametrize("shift, n_id, n_ood, ties", [(0.0, 50, 40, False), (1.0, 30, 70, False),
+                                                      (2.5, 20, 20, False), (0.7, 60, 60, True)])
+def test_delong_interval_matches_the_kernel_and_a_bootstrap(shift, n_id, n_ood, ties):
+    from scipy.stats import norm
+
+    from advopenood.evaluation.metrics import auroc_interval
+
+    rng = np.random.default_rng(int(shift * 10) + n_id)
+    conf_id, conf_ood = rng.normal(shift, 1, n_id), rng.normal(0, 1, n_ood)
+    if ties:
+        conf_id, conf_ood = np.round(conf_id), np.round(conf_ood)
+    lo, hi = auroc_interval(conf_id, conf_ood)
+    auc, var = _delong_brute(conf_id, conf_ood)
+    half = norm.ppf(0.975) * np.sqrt(var)
+    assert (lo, hi) == pytest.approx((max(0, auc - half), min(1, auc + half)), abs=1e-12)
+    assert auroc(conf_id, conf_ood) == pytest.approx(auc)
+    boot = [auroc(rng.choice(conf_id, n_id), rng.choice(conf_ood, n_ood)) for _ in range(600)]
+    b_lo, b_hi = np.percentile(boot, [2.5, 97.5])
+    if hi < 1:  # a stratified percentile bootstrap agrees within a few points
+        assert abs(b_lo - lo) < 0.04 and abs(b_hi - hi) < 0.04
+
+
+@pytest.mark.parametrize("n_id, n_ood", [(1, 10), (10, 1), (0, 5)])
+def test_delong_interval_needs_two_per_side(n_id, n_ood):
+    from advopenood.evaluation.metrics import auroc_interval
+
+    with pytest.raises(ValueError):
+        auroc_interval(np.arange(n_id, dtype=float), np.arange(n_ood, dtype=float))
+
+
+@pytest.mark.parametrize("auc, n, expected", [(0.5, 100, 0.0409), (0.5, 30, 0.0752), (0.9, 100, 0.0226)])
+def test_hanley_mcneil_se(auc, n, expected):
+    from advopenood.evaluation.metrics import hanley_mcneil_se
+
+    assert hanley_mcneil_se(auc, n, n) == pytest.approx(expected, abs=2e-4)

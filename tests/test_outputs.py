@@ -19,14 +19,15 @@ def test_second_run_into_one_folder_leaves_only_its_own_files(tmp_path, session_
     assert main([*base, "--analysis", "gradcam"]) == 0
     first = _files(out)
     assert "gradcam.csv" in first and any(f.startswith("plots/gradcam") for f in first)
-    (aio.staging_dir(out)).mkdir()  # what an interrupted run leaves behind
-    (aio.staging_dir(out) / "stale.csv").write_text("x\n")
+    stale = out.parent / f"{aio.staging_prefix(out)}-999999-x"  # what an interrupted run leaves behind
+    stale.mkdir()
+    (stale / "stale.csv").write_text("x\n")
     assert main([*base, "--analysis", ""]) == 0
     second = _files(out)
     assert "gradcam.csv" not in second and not any("gradcam" in f for f in second)
     manifest = json.loads((out / "manifest.json").read_text())["files"]
     assert set(manifest) | {"manifest.json"} == second
-    assert not aio.staging_dir(out).exists()
+    assert not aio.staging_dirs(out)
     report = (out / "report.md").read_text() + (out / "report.html").read_text()
     assert "gradcam" not in report.lower()
     for ref in re.findall(r"\]\(([^)]+\.png)\)", (out / "report.md").read_text()):

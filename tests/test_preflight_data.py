@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import io
 import struct
+import zipfile
 from pathlib import Path
 from typing import Callable
 
@@ -47,6 +49,41 @@ def _idx(folder: Path, n_images: int, n_labels: int) -> dict:
             "labels": write("lab.gz", (np.arange(n_labels) % 10).astype(np.uint8))}
 
 
+def _npz_bytes(folder: Path, name: str, members: dict[str, tuple[np.ndarray, tuple[int, ...]]]) -> str:
+    """An npz written member by member: each array's bytes under a header that claims the given shape."""
+    with zipfile.ZipFile(folder / name, "w") as zf:
+        for key, (arr, shape) in members.items():
+            buf = io.BytesIO()
+            np.lib.format.write_array_header_1_0(buf, {"descr": np.lib.format.dtype_to_descr(arr.dtype),
+                                                       "fortran_order": False, "shape": shape})
+            zf.writestr(f"{key}.npy", buf.getvalue() + arr.tobytes())
+    return name
+
+
+def _bad_crc_npz(folder: Path, name: str) -> str:
+    """An npz one byte of whose image data was changed after it was written (its stored CRC no longer matches)."""
+    np.savez(folder / name, x=np.full((6, 16, 16), 77, np.uint8), y=np.arange(6))
+    data = (folder / name).read_bytes()
+    at = data.index(b"M" * 256) + 100
+    (folder / name).write_bytes(data[:at] + b"N" + data[at + 1:])
+    return name
+
+
+def _float_npz(folder: Path, name: str, bad: float) -> str:
+    x = np.random.default_rng(0).random((6, 16, 16), dtype=np.float32)
+    x[3, 5, 7] = bad
+    np.savez(folder / name, x=x, y=np.arange(6))
+    return name
+
+
+def _broken_png(folder: Path, lines: list[str], keep: int | None) -> str:
+    """An image list whose ``set/1.png`` is cut to its first ``keep`` bytes (None: replaced by text)."""
+    rel = _imglist(folder, lines)
+    png = folder / "images_classic" / "set" / "1.png"
+    png.write_bytes(png.read_bytes()[:keep] if keep is not None else b"not an image")
+    return rel
+
+
 def _base(folder: Path) -> dict:
     return {"name": "pf", "out": str(folder / "out"), "cache_dir": str(folder / "cache"),
             "model": {"arch": "democnn", "num_classes": 10, "in_channels": 1, "input_size": 16,
@@ -57,6 +94,10 @@ def _base(folder: Path) -> dict:
 
 def _id_entry(entry: Callable[[Path], dict]) -> Callable[[Path, dict], None]:
     return lambda folder, cfg: cfg["data"].update(id=entry(folder))
+
+
+def _ood_entry(entry: Callable[[Path], dict]) -> Callable[[Path, dict], None]:
+    return lambda folder, cfg: cfg["data"].update(ood=[entry(folder)])
 
 
 CASES = {
@@ -87,6 +128,35 @@ CASES = {
         lambda f, cfg: cfg["data"].update(ood=[{"kind": "openood", "imglist": _imglist(f, ["set/7.png -1"])}]),
         "data.ood[0]"),
     "idx labels fewer than images": (_id_entry(lambda f: _idx(f, 6, 5)), "images (6, 16, 16) and labels (5,)"),
+    # issue 30, items 15 and 17: numbers never checked, tracebacks where one line is due, empty OOD sets
+    "float id image with NaN": (_id_entry(lambda f: {"kind": "npz", "path": _float_npz(f, "a.npz", np.nan)}),
+                                "image 3 holds NaN or infinite pixels"),
+    "float ood image with NaN": (_ood_entry(lambda f: {"kind": "npz", "path": _float_npz(f, "o.npz", np.nan)}),
+                                 "image 3 holds NaN or infinite pixels"),
+    "npz with a bad CRC": (_id_entry(lambda f: {"kind": "npz", "path": _bad_crc_npz(f, "a.npz")}),
+                           "'x.npy' fails its CRC check"),
+    "npz header claims more rows than stored": (
+        _id_entry(lambda f: {"kind": "npz", "path": _npz_bytes(f, "a.npz", {
+            "x": (np.zeros((6, 16, 16), np.uint8), (12, 16, 16)), "y": (np.arange(12), (12,))})}),
+        "claims shape (12, 16, 16) (3072 bytes) but only 1536 bytes are stored"),
+    "ood npz with 0 images": (_ood_entry(lambda f: {"kind": "npz", "path": _npz(f, "o.npz", n=0, labels=None)}),
+                              "holds no images"),
+    "ood idx with 0 images": (_ood_entry(lambda f: _idx(f, 0, 0)), "holds no images"),
+    "imglist id label superscript two": (
+        _id_entry(lambda f: {"kind": "openood", "imglist": _imglist(f, ["set/0.png 1", "set/1.png \u00b2"])}),
+        "line 2: 'set/1.png' has label '\u00b2'"),
+    "imglist id label double minus": (
+        _id_entry(lambda f: {"kind": "openood", "imglist": _imglist(f, ["set/0.png --3", "set/1.png 1"])}),
+        "line 1: 'set/0.png' has label '--3'"),
+    "imglist ood label superscript two": (
+        _ood_entry(lambda f: {"kind": "openood", "imglist": _imglist(f, ["set/0.png -1", "set/1.png \u00b2"])}),
+        "line 2: 'set/1.png' has label '\u00b2'"),
+    "imglist id png truncated": (
+        _id_entry(lambda f: {"kind": "openood", "imglist": _broken_png(f, ["set/0.png 1", "set/1.png 2"], 60)}),
+        "(line 2 of 'benchmark_imglist/t/test_set.txt' (data.id)) is not a readable image"),
+    "imglist ood file not an image": (
+        _ood_entry(lambda f: {"kind": "openood", "imglist": _broken_png(f, ["set/1.png -1"], None)}),
+        "(line 1 of 'benchmark_imglist/t/test_set.txt' (data.ood[0])) is not a readable image"),
 }
 
 
@@ -122,3 +192,23 @@ def test_ood_sets_need_no_labels(tmp_path):
                           {"kind": "openood", "imglist": _imglist(tmp_path, ["set/0.png -1", "set/1.png"]),
                            "name": "l"}]
     check_data(validate(cfg))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_checkpoint_with_non_finite_weights_is_refused(bad, data_root, tmp_path, capsys):
+    """The pack's ResNet-20 with one weight set to NaN or inf is refused in one line (issue 30, item 15)."""
+    import torch
+
+    state = torch.load(data_root / "resnet20_cifar10.pt", weights_only=True)
+    state["layer2.1.conv1.weight"][0, 0, 0, 0] = bad
+    torch.save(state, tmp_path / "broken.pt")
+    cfg = {"name": "pf", "out": str(tmp_path / "out"), "cache_dir": str(tmp_path / "cache"),
+           "model": {"arch": "resnet20", "num_classes": 10, "checkpoint": str(tmp_path / "broken.pt")},
+           "data": {"root": str(data_root), "id": {"kind": "npz", "path": "cifar10_test.npz"}},
+           "attacks": ["fgsm"], "detectors": "msp", "analyses": []}
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    rc = main(["run", "--config", str(tmp_path / "cfg.yaml"), "--quiet", "--limit", "8"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "holds NaN or infinite weights (1 of " in err and "layer2.1.conv1.weight" in err
+    assert not (tmp_path / "out").exists()

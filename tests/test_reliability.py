@@ -83,3 +83,22 @@ def test_torchrun_two_ranks_equal_single_process(config, reference, tmp_path):
     assert shard_bytes(cache) == reference
     assert len(list(cache.glob("adv/*/manifest.json"))) == 1
     assert (tmp_path / "out" / "asr.csv").is_file()
+
+
+@pytest.mark.parametrize("sig, code, message", [(signal.SIGTERM, 143, "advopenood: terminated (SIGTERM); "),
+                                                 (signal.SIGINT, 130, "advopenood: interrupted; ")])
+def test_a_signalled_run_leaves_no_staging_folder_and_says_so(config, tmp_path, sig, code, message):
+    """SIGTERM (a scheduler's, ``kill``) is handled as Ctrl-C is: the staging folder is removed and one line says so."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen(attack_cmd(config, tmp_path / "cache", out), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 300
+    while not list(tmp_path.glob(f".{out.name}.partial*")) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be signalled"
+    proc.send_signal(sig)
+    err = proc.communicate(timeout=120)[1].strip().splitlines()
+    assert proc.returncode == code, err
+    assert len(err) == 1 and err[0].startswith(message), err
+    assert not list(tmp_path.glob(f".{out.name}.partial*"))

@@ -3,6 +3,8 @@ report's plugin-free rendering of saved sections (no data needed)."""
 from __future__ import annotations
 
 import base64
+import json
+import math
 import re
 import time
 from html.parser import HTMLParser
@@ -30,6 +32,7 @@ from advopenood.attacks.store import AdvStore
 from advopenood.provenance import library_versions
 from advopenood_plugins.bintest import bintest_section, read_bintest
 from advopenood_plugins.gradcam import read_gradcam
+from advopenood.evaluation.metrics import MIN_CONCLUSIVE
 from advopenood_plugins.ood_eval import compare_natural_adversarial, ood_plots, read_ood
 
 CPU = torch.device("cpu")
@@ -135,6 +138,11 @@ def test_report_has_every_section_and_readings_match_the_numbers(tiny_run):
     for attack, part in ood[ood["attack"] != "none"].groupby("attack"):
         below = sorted(d.upper() for d, a in zip(part["detector"], part["auroc"]) if a < 50)
         line = next(s for s in md.splitlines() if re.match(rf"- .*\b[Oo]n {attack.upper()}\b", s))
+        n_id, n_ood = int(part["n_id"].min()), int(part["n_ood"].min())
+        if min(n_id, n_ood) < MIN_CONCLUSIVE:  # a small sample: its range, and no conclusion
+            assert line.startswith(f"- On {attack.upper()}, {n_id} ID and {n_ood} OOD images are too few to "
+                                   "conclude") and "below chance" not in line
+            continue
         if not below:
             assert line.startswith(f"- No detector falls below chance on {attack.upper()}")
         elif len(below) == len(part):
@@ -143,11 +151,13 @@ def test_report_has_every_section_and_readings_match_the_numbers(tiny_run):
             named = re.match(r"- (.*) falls? below chance", line).group(1)
             assert sorted(re.split(r", | and ", named)) == below
     asr = pd.read_csv(out / "asr.csv")
-    strongest = [a.upper() for a in asr.loc[asr["asr"] == asr["asr"].max(), "attack"]]
+    bounded = asr[asr["eps"].notna()]  # FGSM and PGD at 8/255; DF (no budget) is read on its own
+    strongest = [a.upper() for a in bounded.loc[bounded["asr"] == bounded["asr"].max(), "attack"]]
     if len(strongest) == 1:
-        assert f"{strongest[0]} is the strongest attack" in md
-    else:
-        assert f"{', '.join(strongest[:-1])} and {strongest[-1]} are the strongest attacks" in md
+        assert f"At eps 8/255, {strongest[0]} is the strongest attack" in md
+    elif len(strongest) == 2:
+        assert f"At eps 8/255, {' and '.join(strongest)} are the strongest attacks" in md
+    assert "Without a budget (minimal perturbation), DF succeeds on" in md
     summary = pd.read_csv(out / "gradcam_summary.csv")
     pgd = summary[(summary["attack"] == "pgd") & (summary["subset"] == "successful")].iloc[0]
     assert f"Under PGD, Grad-CAM attention changed (high L2, low SSIM) for {pgd['pct_changed']:.1f} %" in md
@@ -300,6 +310,28 @@ def test_asr_sentence_follows_the_numbers(asrs, expected):
     assert read_asr(asr) == ["The classifier's clean accuracy is 98.0 % on 60 ID images.", expected]
 
 
+@pytest.mark.parametrize("rows, expected", [
+    # the demo's case (issue 30, item 4): PGD at 16/255 was called stronger than an adaptive attack at 8/255
+    ([("pgd", 16 / 255, 99.0), ("adaptive_msp", 8 / 255, 60.0)],
+     ["At eps 16/255, PGD succeeds on 99.0 % of the correctly classified images.",
+      "At eps 8/255, adaptive_msp succeeds on 60.0 % of the correctly classified images."]),
+    ([("fgsm", 8 / 255, 70.0), ("pgd", 8 / 255, 99.0), ("pgd@0.0627", 16 / 255, 100.0), ("df", None, 100.0)],
+     ["At eps 8/255, PGD is the strongest attack (ASR 99.0 % of correctly classified images) and FGSM is the "
+      "weakest attack (70.0 %).",
+      "At eps 16/255, pgd@0.0627 succeeds on 100.0 % of the correctly classified images.",
+      "Without a budget (minimal perturbation), DF succeeds on 100.0 % of the correctly classified images."]),
+    ([("fgsm", 8 / 255, 100.0), ("pgd", 8 / 255, 100.0), ("df", None, 100.0)],
+     ["At eps 8/255, every attack (FGSM and PGD) succeeds on 100.0 % of the correctly classified images.",
+      "Without a budget (minimal perturbation), DF succeeds on 100.0 % of the correctly classified images."]),
+    ([("fgsm", 8 / 255, 80.0), ("pgd", 8 / 255, 99.0)],  # one budget: no budget named
+     ["PGD is the strongest attack (ASR 99.0 % of correctly classified images) and FGSM is the weakest attack "
+      "(80.0 %)."]),
+])
+def test_asr_readings_compare_only_sets_of_one_budget(rows, expected):
+    asr = pd.DataFrame([{"attack": a, "eps": e, "asr": v, "n": 60, "clean_acc": 98.0} for a, e, v in rows])
+    assert read_asr(asr)[1:] == expected
+
+
 def test_roc_plot_takes_arrays():
     rng = np.random.default_rng(0)
     fig = plot_roc(rng.normal(1, 1, 200), {"far": rng.normal(-2, 1, 200), "adv": rng.normal(2, 1, 200)}, "msp",
@@ -359,3 +391,211 @@ def test_collect_writes_tables_with_the_protocol(tmp_path):
                                "lorenz2024", "mine")
     assert sections == [] and pd.read_csv(tmp_path / "mine.csv").to_dict("list") == {"a": [1], "protocol": ["lorenz2024"]}
     assert "| protocol |" in (tmp_path / "mine.md").read_text()  # a pasted Markdown table says how it was made
+
+
+def _sized(adversarial: list[float], n: int, natural: list[float] | None = None) -> pd.DataFrame:
+    table = _ood_table(natural or [90.0, 85.0, 95.0], adversarial)
+    return table.assign(n_id=n, n_ood=n)
+
+
+@pytest.mark.parametrize("adversarial, n, expected, absent", [
+    ([30.0, 45.0, 70.0], 8, "On PGD, 8 ID and 8 OOD images are too few to conclude (fewer than 100 per side",
+     "below chance"),
+    ([30.0, 45.0, 70.0], 150, "MSP falls below chance (AUROC < 50) on PGD; the best is KNN (AUROC 70.0); MLS is "
+                              "below 50 but within the 95 % interval of chance.", None),
+    ([46.0, 48.0, 70.0], 200, "No detector falls below chance on PGD; the best is KNN (AUROC 70.0) and the worst "
+                              "MSP (46.0); MSP and MLS are below 50 but within the 95 % interval of chance.", None),
+    ([10.0, 20.0, 30.0], 200, "On PGD every detector falls below chance", None),
+])
+def test_readings_conclude_only_what_the_sample_supports(adversarial, n, expected, absent):
+    """Below MIN_CONCLUSIVE images per side a reading gives the range and says the sample is too small; above it,
+    a detector falls below chance only when its 95 % interval lies below 50 (issue 30, item 5)."""
+    lines = read_ood(_sized(adversarial, n))
+    line = next(s for s in lines if "PGD" in s)
+    assert line.startswith(expected), line
+    if absent:
+        assert absent not in line
+    small = n < MIN_CONCLUSIVE
+    assert lines[-1].endswith("(in this sample only: too few images to conclude).") is small
+    assert ("too few to conclude" in lines[0]) is small  # the natural sets' reading too
+
+
+def test_a_small_run_says_so_in_run_json_and_the_report(tmp_path, session_cache):
+    import json
+
+    from advopenood.cli.main import main
+
+    out = tmp_path / "small"
+    assert main(["demo", "--limit", "30", "--attack", "fgsm", "--detectors", "msp", "--analysis", "", "--out",
+                 str(out), "--quiet"]) == 0
+    sample = json.loads((out / "run.json").read_text())["sample"]
+    assert sample == {"n_id": 30, "n_ood": sample["n_ood"], "min_conclusive": MIN_CONCLUSIVE, "conclusive": False,
+                      "auroc_halfwidth_at_chance": sample["auroc_halfwidth_at_chance"]}
+    assert 0 < sample["n_ood"] <= 30 and 10 < sample["auroc_halfwidth_at_chance"] < 20
+    md = (out / "report.md").read_text()
+    assert "Too few images to conclude: 30 ID images" in md
+
+
+# ------------------------------------------------------------- the report's cells, figures, stdout summary, LaTeX
+
+def _html_tables(page: str) -> list[list[list[str]]]:
+    """Every ``<table>`` of a page as rows of cell texts (header row first)."""
+    tables = []
+    for body in re.findall(r"<table>(.*?)</table>", page, re.S):
+        rows = re.findall(r"<tr>(.*?)</tr>", body, re.S)
+        tables.append([re.findall(r"<t[hd]>(.*?)</t[hd]>", row, re.S) for row in rows])
+    return tables
+
+
+def test_every_report_column_has_one_number_of_decimals_and_wide_tables_scroll(tiny_run):
+    """Each column of each table shows its numbers with one number of decimals (97.3 next to 100.0, never 97.30
+    next to 100.0), and each table sits in a box that scrolls sideways."""
+    out, _, _ = tiny_run
+    page = (out / "report.html").read_text()
+    checked = 0
+    for rows in _html_tables(page):
+        for column in zip(*rows[1:]):
+            numbers = [c for c in column if re.fullmatch(r"-?\d+(\.\d+)?", c)]
+            if len(numbers) == len([c for c in column if c]) and numbers:  # a numeric column
+                places = {len(c.split(".")[1]) if "." in c else 0 for c in numbers}
+                assert len(places) == 1, column
+                checked += 1
+    assert checked > 20
+    assert page.count('<div class="scroll"><table>') == page.count("<table>") > 5
+    assert re.search(r"\.scroll\{overflow-x:auto", page)
+
+
+@pytest.mark.parametrize("values, shown", [([0.5, 12.345, 150.0], ["0.5", "12.3", "150.0"]),
+                                           ([0.0123, 0.5, float("nan")], ["0.012", "0.500", ""]),
+                                           ([97.25, 100.0, 5.0], ["97.2", "100.0", "5.0"]),
+                                           ([40.0, 12.0], ["40", "12"]),
+                                           (["a", 1.5], ["a", "1.50"])])
+def test_format_column_keeps_one_number_of_decimals(values, shown):
+    from advopenood.outputs.report import format_column
+
+    assert format_column(values) == shown
+
+
+def test_figures_have_captions_that_say_what_they_show(tiny_run):
+    out, _, md_path = tiny_run
+    figures = [b for b in build_report(out) if b.kind == "img"]
+    assert len(figures) >= 4
+    for block in figures:
+        assert block.caption != Path(block.content).stem.replace("_", " ") and len(block.caption.split()) >= 8, block
+    md = md_path.read_text()
+    assert "ROC curves of MSP: ID test images against each set" in md and "*AUROC (%) of each detector (rows)" in md
+
+
+@pytest.mark.parametrize("counts, nan, expected", [
+    ({"n_near": 0, "n_far": 1, "n_adv": 2}, ["near"], ["near_fpr95 and near_auroc: the run has no near-OOD set"]),
+    ({"n_near": 1, "n_far": 1, "n_adv": 0}, ["adv"], ["adv_fpr95 and adv_auroc: the run has no adversarial set"]),
+    ({"n_near": 2, "n_far": 1, "n_adv": 2}, ["near"], ["near_fpr95 and near_auroc: a metric of one of the near-OOD"]),
+    ({"n_near": 1, "n_far": 1, "n_adv": 2}, [], [])])
+def test_empty_leaderboard_columns_are_explained(counts, nan, expected):
+    from advopenood_plugins.ood_eval import LEADERBOARD_COLUMNS, leaderboard_gaps, leaderboard_section
+
+    row = {c: 50.0 for c in LEADERBOARD_COLUMNS if c.endswith(("fpr95", "auroc"))}
+    row.update({f"{g}_{m}": math.nan for g in nan for m in ("fpr95", "auroc")}, **counts)
+    board = pd.DataFrame([{**row, "detector": d} for d in ("msp", "knn")])
+    gaps = leaderboard_gaps(board)
+    assert len(gaps) == len(expected) and all(g.startswith(e) for g, e in zip(gaps, expected))
+    bullets = [i for i in leaderboard_section(board).items if isinstance(i, Bullets)]
+    assert [list(b.items) for b in bullets] == ([gaps] if gaps else [])
+
+
+def test_the_tiny_run_report_explains_its_empty_leaderboard_columns(tiny_run):
+    out, _, md_path = tiny_run
+    board = pd.read_csv(out / "leaderboard.csv")
+    assert board["near_auroc"].isna().all() and (board["n_near"] == 0).all()
+    assert "- near_fpr95 and near_auroc: the run has no near-OOD set" in md_path.read_text()
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory, session_cache):
+    """A real demo run through the CLI (40 images, FGSM and PGD, MSP and KNN): its folder and its stdout."""
+    import contextlib
+    import io
+
+    from advopenood.cli.main import main
+
+    out = tmp_path_factory.mktemp("demo") / "run"
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(["demo", "--limit", "40", "--attack", "fgsm,pgd", "--detectors", "msp,knn", "--analysis", "",
+                     "--out", str(out), "--quiet"]) == 0
+    return out, buffer.getvalue().splitlines()
+
+
+def _interval(line: str) -> tuple[float, float, float]:
+    value, lo, hi = re.search(r"([\d.]+) % \(95 % interval ([\d.]+) to ([\d.]+)\)", line).groups()
+    return float(value), float(lo), float(hi)
+
+
+def test_the_run_ends_with_a_summary_of_headline_numbers_and_their_intervals(demo_run):
+    """stdout names the report and gives the clean accuracy and the strongest attack's ASR with Wilson intervals,
+    and the most robust detector's worst adversarial AUROC with its DeLong interval, each as the tables hold it."""
+    from scipy.stats import binomtest
+
+    from advopenood.evaluation.metrics import auroc_interval
+
+    out, lines = demo_run
+    said = {line.split(": ")[1]: line for line in lines if line.startswith("advopenood: ")}
+    assert said["report"] == f"advopenood: report: {out / 'report.html'}" and (out / "report.html").is_file()
+    assert lines[-1] == f"advopenood: wrote {out}"
+    info = json.loads((out / "run.json").read_text())
+    acc, lo, hi = _interval(said["clean accuracy"])
+    n = info["sample"]["n_id"]
+    wilson = binomtest(round(acc * n / 100), n).proportion_ci(method="wilson")
+    assert acc == pytest.approx(info["clean_acc"], abs=0.05)
+    assert (lo, hi) == pytest.approx((100 * wilson.low, 100 * wilson.high), abs=0.05)
+    asr = pd.read_csv(out / "asr.csv")
+    bounded = asr[asr["eps"].notna()]
+    strongest = bounded.loc[bounded["asr"].idxmax()]
+    budget = eps_label(strongest["eps"])
+    assert f"strongest attack: {strongest['attack']} (eps {budget}), ASR" in said["strongest attack"]
+    assert _interval(said["strongest attack"])[0] == pytest.approx(strongest["asr"], abs=0.05)
+    ood = pd.read_csv(out / "ood.csv")
+    worst = ood[ood["group"] == "adversarial"].groupby("detector")["auroc"].min()
+    det, value = worst.idxmax(), worst.max()
+    line = said["most robust detector"]
+    assert line.startswith(f"advopenood: most robust detector: {det}, worst AUROC over the adversarial sets")
+    auroc, lo, hi = _interval(line)
+    assert auroc == pytest.approx(value, abs=0.05)
+    attack = line.rsplit(" on ", 1)[1]
+    with np.load(out / "scores" / f"{det}.npz") as scores:
+        delong = auroc_interval(scores["id"], scores[attack][scores[f"{attack}.positive"]])
+    assert (lo, hi) == pytest.approx((100 * delong[0], 100 * delong[1]), abs=0.05) and lo < auroc < hi
+
+
+def _latex_tables(tex: str) -> dict[str, list[list[str]]]:
+    """``caption -> rows of cells`` (header first) of every ``table`` of a tables.tex."""
+    out = {}
+    for caption, body in re.findall(r"\\begin\{table\}.*?\\caption\{(.*?)\}.*?\\toprule\n(.*?)\\bottomrule",
+                                    tex, re.S):
+        rows = [r.rstrip().removesuffix("\\\\") for r in body.replace("\\midrule\n", "").splitlines()]
+        out[caption.replace("\\_", "_")] = [[c.strip().replace("\\_", "_") for c in re.split(r"(?<!\\)&", r)]
+                                             for r in rows]
+    return out
+
+
+def test_tables_tex_holds_every_csv_as_one_latex_table_with_its_numbers(demo_run):
+    out, _ = demo_run
+    tex = (out / "tables.tex").read_text()
+    tables = _latex_tables(tex)
+    csvs = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.csv"))
+    assert sorted(tables) == csvs and tex.count("\\begin{table}") == len(csvs) >= 4
+    assert "tables.tex" in json.loads((out / "manifest.json").read_text())["files"]
+    for name in csvs:
+        csv = pd.read_csv(out / name)
+        rows = tables[name]
+        assert rows[0] == list(csv.columns) and len(rows) == len(csv) + 1
+        for column, cells in zip(csv.columns, zip(*rows[1:])):
+            values = csv[column].tolist()
+            for value, cell in zip(values, cells):
+                if isinstance(value, float) and not math.isnan(value):
+                    places = len(cell.split(".")[1]) if "." in cell else 0
+                    assert float(cell) == pytest.approx(value, abs=0.51 * 10 ** -places), (name, column)
+                elif isinstance(value, float):
+                    assert cell == ""
+                else:
+                    assert cell == str(value), (name, column)

@@ -279,6 +279,46 @@ def test_the_smoothed_table_verifies(smoothed_run, tmp_path, capsys):
     assert len(lines) == 1 and "table_smoothed.csv" in lines[0] and "auroc_eot" in lines[0]
 
 
+def _edit_auroc(run: Path) -> None:
+    table = pd.read_csv(run / "table_smoothed.csv")
+    table.loc[0, "auroc_eot"] += 0.5
+    table.to_csv(run / "table_smoothed.csv", index=False, float_format="%.6g")
+
+
+def _name_a_gone_evaluator(run: Path) -> None:
+    import json
+
+    info = json.loads((run / "run.json").read_text())
+    info["config"]["evaluators"].append("gone_evaluator")
+    (run / "run.json").write_text(json.dumps(info))
+
+
+@pytest.mark.parametrize("edit, rc, expected", [
+    (None, 0, None),
+    (_edit_auroc, 1, "table_smoothed.csv"),  # re-derived in a fresh process too (it once was 'not installed here')
+    (_name_a_gone_evaluator, 1, "evaluator 'gone_evaluator' ran but cannot be loaded here"),
+])
+def test_verify_in_a_fresh_process(smoothed_run, tmp_path, edit, rc, expected):
+    """``advopenood verify`` in a new process finds the smoothed evaluator's hook (registered by the detectors'
+    module, not by an evaluators entry point), and an evaluator the run names that cannot be loaded is a
+    difference, not a note."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    shutil.copytree(smoothed_run, run)
+    if edit:
+        edit(run)
+    done = subprocess.run([sys.executable, "-m", "advopenood.cli", "verify", str(run)], capture_output=True,
+                          text=True, env=os.environ.copy())
+    assert done.returncode == rc, done.stdout + done.stderr
+    assert "not installed here" not in done.stdout
+    lines = [line for line in done.stdout.splitlines() if "DIFFERENCE" in line]
+    assert (len(lines), expected) == (0, None) or (len(lines) == 1 and expected in lines[0])
+
+
 def test_the_table_pairs_only_plain_and_eot_attacks():
     """Other attacks on a smoothed detector (robust_id_/robust_ood_<det>, which the robust_auroc evaluator adds) are
     not plain attacks: they stay out of table_smoothed (they once entered it as 'plain' rows with AUROC 100)."""

@@ -1,11 +1,13 @@
 """Nothing stale is served: attack code, the images behind an image list and --recompute (issue 24, item 9);
-one --eps for attacks of different threat models is refused (item 10)."""
+one --eps for attacks of different threat models is refused (item 10); a changed view of the data (input size,
+channels, resizing) is computed again (issue 30, item 13)."""
 from __future__ import annotations
 
 import importlib.util
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -175,3 +177,81 @@ def test_one_eps_for_one_threat_model_applies(capsys):
     cfg = apply_overrides(cfg, config_dir=folder, attack="pgd,fgsm,df", eps="4/255")
     specs = {s.set_name: s.params["eps"] for s in expand_attacks(cfg, 16)}
     assert specs["pgd"] == specs["fgsm"] == pytest.approx(4 / 255) and specs["df"] != pytest.approx(4 / 255)
+
+
+def _npz_cfg(folder: Path, data_root: Path, change: tuple[str, Any] | None = None) -> str:
+    """A tiny npz run (CIFAR-10 vs textures, FGSM, MSP) with one setting at ``change = (dotted key, value)``."""
+    import yaml
+
+    cfg = {"name": "view", "batch_size": 8, "limit": 8,
+           "model": {"arch": "resnet20", "checkpoint": str(data_root / "resnet20_cifar10.pt"), "num_classes": 10,
+                     "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
+           "data": {"root": str(data_root), "dataset": "cifar10",
+                    "id": {"kind": "npz", "path": "cifar10_test.npz", "name": "cifar10"},
+                    "ood": [{"kind": "npz", "path": "texture_test.npz", "name": "texture"}]},
+           "attacks": ["fgsm"], "detectors": "msp", "evaluators": ["ood"], "analyses": []}
+    if change is not None:
+        *parents, last = change[0].split(".")
+        node: Any = cfg
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        node[last] = change[1]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "view.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def view_cache(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Path:
+    """A store holding the attacks and scores of the unchanged tiny run."""
+    root = tmp_path_factory.mktemp("view")
+    cfg = _npz_cfg(root, data_root)
+    args = ["run", "--config", cfg, "--out", str(root / "out"), "--cache-dir", str(root / "cache"), "--quiet"]
+    assert main(args) == 0
+    return root / "cache"
+
+
+#: a setting that changes the tensors the model sees, and what must be computed again: the ID attack, and which
+#: score sets (of id, texture and fgsm: 3) at least
+VIEW_CHANGES = [
+    ("model.input_size", 40, True, 3),
+    ("data.id.pre_size", 36, True, 2),
+    ("data.ood.0.pre_size", 36, False, 1),
+]
+
+
+@pytest.mark.parametrize("key,value,attacked,scored", VIEW_CHANGES, ids=[c[0] for c in VIEW_CHANGES])
+def test_a_changed_view_of_the_data_is_computed_again(tmp_path, data_root, view_cache, key, value, attacked, scored):
+    """Issue 30, item 13: a run with another input size or resizing on the same store recomputes what the change
+    touches and gets a fresh run's scores (the old size's attacks and scores were served before, exit 0)."""
+    cfg = _npz_cfg(tmp_path, data_root, (key, value))
+    scores = []
+    for which, cache in (("shared", view_cache), ("fresh", tmp_path / "fresh")):
+        out = tmp_path / which
+        assert main(["run", "--config", cfg, "--out", str(out), "--cache-dir", str(cache), "--quiet"]) == 0
+        info = json.loads((out / "run.json").read_text())
+        with np.load(out / "scores" / "msp.npz") as d:
+            scores.append({k: d[k] for k in d.files})
+        if which == "shared":
+            assert info["attacks"]["fgsm"]["reused"] == (0 if attacked else 1)
+            assert info["detector_work"]["score_sets_computed"] >= scored
+    assert scores[0].keys() == scores[1].keys()
+    assert all(np.array_equal(scores[0][k], scores[1][k]) for k in scores[0])
+
+
+@pytest.mark.parametrize("kind", ["npz", "openood"])
+@pytest.mark.parametrize("view", [{"channels": 1}, {"size": 40}, {"pre_size": 36}],
+                         ids=["channels", "size", "pre_size"])
+def test_every_setting_of_the_model_view_enters_the_identity(tmp_path, data_root, kind, view):
+    """Channel count, input size and resize-and-crop size each give a dataset another identity (another key)."""
+    if kind == "npz":
+        root, spec = data_root, {"kind": "npz", "path": "tin_test.npz", "name": "tin"}
+    else:
+        root = _imglist_root(tmp_path, data_root, 4, False)
+        spec = {"kind": "openood", "imglist": "benchmark_imglist/cifar10/test_tin.txt", "name": "tin"}
+    base = {"channels": 3, "size": 32, "pre_size": None}
+    changed = {**base, **view}
+    a = build_dataset(spec, root, base["channels"], base["size"]).identity()
+    b = build_dataset({**spec, "pre_size": changed["pre_size"]}, root, changed["channels"], changed["size"]).identity()
+    assert a != b and a["source"] == b["source"]

@@ -85,10 +85,12 @@ def test_a_tampered_success_mask(demo_run, tmp_path, capsys):
         assert rc == 0
 
 
-def test_a_folder_without_run_json_is_refused_in_one_line(tmp_path, capsys):
-    assert main(["verify", str(tmp_path)]) == 2
+@pytest.mark.parametrize("sub, said", [("", "is not a run folder (no run.json)"), ("gone", "does not exist;")])
+def test_a_folder_without_run_json_is_refused_in_one_line(tmp_path, capsys, sub, said):
+    """A folder without run.json is not a run folder; a path that does not exist is said not to exist."""
+    assert main(["verify", str(tmp_path / sub)]) == 2
     err = capsys.readouterr().err
-    assert "not a run folder" in err and len(err.strip().splitlines()) == 1
+    assert f"{str(tmp_path / sub)!r} {said}" in err and len(err.strip().splitlines()) == 1
 
 
 def test_compare_reports_missing_and_extra_rows():

@@ -9,8 +9,9 @@ per-sample record (``index, y, clean_pred, adv_pred, success, linf, l2``); its S
 ``shard_00000.npz.sha256``. Both are written by atomic rename, so an interrupted run leaves whole shards
 only and resumes at the first missing one; a shard whose checksum does not match is regenerated with a
 warning. Each shard is generated under a file lock, so concurrent runs (or ranks) never write the same
-shard twice at once. Shard ``i`` is attacked with the seed ``derive_seed(seed, i)``, so a resumed or
-distributed run equals an uninterrupted one bit for bit.
+shard twice at once. An attack's output is checked before its shard is written (:func:`check_attack_output`:
+shape, finite, [0, 1], within the budget), so no impossible image enters the store. Shard ``i`` is attacked
+with the seed ``derive_seed(seed, i)``, so a resumed or distributed run equals an uninterrupted one bit for bit.
 """
 from __future__ import annotations
 
@@ -41,6 +42,41 @@ from advopenood.provenance import (
 )
 
 RECORD_COLUMNS = ("index", "y", "clean_pred", "adv_pred", "success", "linf", "l2")
+#: a bounded attack's per-image perturbation may exceed ``eps`` by this much (relative, absolute): float rounding
+BUDGET_RTOL, BUDGET_ATOL = 1e-3, 1e-6
+#: the per-image size of a flattened perturbation under each attack norm the budget check knows
+NORMS = {"linf": lambda d: d.abs().amax(1), "l2": lambda d: d.norm(dim=1), "l1": lambda d: d.abs().sum(1)}
+
+
+class AttackOutputError(ValueError):
+    """An attack returned images that cannot be its adversarial examples (shape, NaN, range or budget)."""
+
+
+def check_attack_output(attack: Attack, x: torch.Tensor, x_adv: Any) -> None:
+    """Raise :class:`AttackOutputError` unless ``x_adv`` has ``x``'s shape, is finite, lies in [0, 1] and, for a
+    bounded attack of a known norm (:data:`NORMS`), every image's perturbation is within ``eps`` (times
+    ``1 + BUDGET_RTOL``, plus ``BUDGET_ATOL``); minimal-perturbation attacks (``bounded = False``) have no budget."""
+    who = f"attack {attack.name!r}"
+    if not isinstance(x_adv, torch.Tensor) or x_adv.shape != x.shape:
+        shape = tuple(x_adv.shape) if isinstance(x_adv, torch.Tensor) else type(x_adv).__name__
+        raise AttackOutputError(f"{who} returned {shape} for input images of shape {tuple(x.shape)}")
+    flat = x_adv.detach().flatten(1).float()
+    finite = flat.isfinite().all(1)
+    if not finite.all():
+        raise AttackOutputError(f"{who} returned NaN or infinite pixels in {int((~finite).sum())} of {len(flat)} "
+                                f"images (first: row {int((~finite).nonzero()[0])})")
+    lo, hi = float(flat.min()), float(flat.max())
+    if lo < 0.0 or hi > 1.0:
+        raise AttackOutputError(f"{who} returned pixels outside [0, 1] (min {lo:.4g}, max {hi:.4g})")
+    eps, size = attack.params.get("eps"), NORMS.get(attack.norm)
+    if not attack.bounded or eps is None or size is None:
+        return
+    norms = size(flat - x.detach().flatten(1).float())
+    over = norms > float(eps) * (1 + BUDGET_RTOL) + BUDGET_ATOL
+    if over.any():
+        raise AttackOutputError(f"{who} returned perturbations beyond its budget: {attack.norm} norm up to "
+                                f"{float(norms.max()):.4g} > eps {float(eps):.4g} in {int(over.sum())} of {len(flat)} "
+                                "images")
 
 
 def _sha256_bytes(data: bytes) -> str:
@@ -235,6 +271,7 @@ class AdvStore:
         x, y = stack(ds, rows)
         x, y = x.to(device), y.to(device)
         x_adv = attack(model, x, y, seed=derive_seed(seed, i))
+        check_attack_output(attack, x, x_adv)
         with torch.no_grad():
             clean_pred = model(x).argmax(1)
             adv_pred = model(x_adv).argmax(1)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import collections.abc
+import hashlib
 import os
 import pickle
 from collections.abc import Sequence
@@ -37,6 +38,7 @@ from advopenood.cli.openood_evaluator import (
     require_openood,
 )
 from advopenood.cli.parsing import OneLineParser
+from advopenood.config.schema import SEED_MAX
 from advopenood.data.datasets import file_sha256, limit_dataset
 from advopenood.detection.openood_backend import cuda_redirect
 from advopenood.errors import UsageError
@@ -48,6 +50,17 @@ def _update(d: dict, u: dict) -> dict:
     for k, v in u.items():
         d[k] = _update(d.get(k, {}), v) if isinstance(v, collections.abc.Mapping) else v
     return d
+
+
+def _seed(text: str) -> int:
+    """A ``--seed`` as the run config takes it: a whole number in ``0..2**63 - 1``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; valid choices: 0..{SEED_MAX}") from None
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"{value} is out of range; valid choices: 0..{SEED_MAX}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-root", help="OpenOOD's data folder (default <OpenOOD checkout>/data, as the script)")
     p.add_argument("--config-root", help="OpenOOD's configs folder (default <OpenOOD checkout>/configs)")
     p.add_argument("--limit", type=int, help="attack only the first N images of a seeded permutation of the ID test set")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_seed, default=0, help=f"seed, 0..{SEED_MAX}")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--num-workers", type=int, default=min(8, os.cpu_count() or 1),
                    help="data-loading workers (default: OpenOOD's 8, at most the number of cores)")
@@ -95,18 +108,54 @@ def _network(id_data: str, checkpoint: Path, device: torch.device) -> nn.Module:
 
     arch = ResNet18_224x224 if id_data == "imagenet200" else ResNet18_32x32
     net = arch(num_classes=NUM_CLASSES[id_data])
-    net.load_state_dict(torch.load(checkpoint, map_location="cpu"))
+    net.load_state_dict(torch.load(checkpoint, map_location="cpu", weights_only=True))
     return net.to(device).eval()
 
 
-def _postprocessor(name: str, subfolder: Path):
-    """The pickled postprocessor of this run, else None (the Evaluator then looks ``name`` up, our configs first
-    where ``--config-root`` has none: :func:`config_lookup`)."""
+#: The folder of the cache where eval-ood records the SHA-256 of every pickle it writes under ``--root`` (one file
+#: per digest): it unpickles only those, since loading a pickle runs whatever code the pickle names.
+TRUSTED_PICKLES = "eval-ood-pickles"
+
+
+def _pickle_files(subfolders: Sequence[Path], name: str) -> list[Path]:
+    """The saved postprocessors and scores of ``name`` under the training runs (OpenOOD's script's layout)."""
+    return [path for sub in subfolders for path in (sub / "postprocessors" / f"{name}.pkl",
+                                                    sub / "scores" / f"{name}.pkl") if path.exists()]
+
+
+def trusted_bytes(path: Path, trusted: Path) -> bytes:
+    """The bytes of the pickle ``path`` when eval-ood wrote them (their SHA-256 is recorded under ``trusted``); else a
+    UsageError: a pickle we did not write (OpenOOD's own script's, or a crafted one) may run code when loaded."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{str(path)!r} cannot be read ({exc}); valid choices: a readable file, or remove it") \
+            from None
+    if not (trusted / hashlib.sha256(data).hexdigest()).is_file():
+        raise UsageError(f"{str(path)!r} is a pickle eval-ood did not write (its SHA-256 is not recorded under "
+                         f"{str(trusted)!r}), and loading a pickle can run code; valid choices: remove it (eval-ood "
+                         "computes it again and saves it with --save-score), or the --cache-dir of the run that "
+                         "wrote it")
+    return data
+
+
+def read_pickle(path: Path, trusted: Path) -> Any:
+    """The object pickled in ``path``, unpickled only when eval-ood wrote it (:func:`trusted_bytes`)."""
+    return pickle.loads(trusted_bytes(path, trusted))
+
+
+def write_pickle(obj: Any, path: Path, trusted: Path) -> None:
+    """Pickle ``obj`` to ``path`` atomically, its SHA-256 recorded under ``trusted`` first (:func:`read_pickle`)."""
+    data = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
+    aio.write_text(trusted / hashlib.sha256(data).hexdigest(), f"{path.resolve()}\n")
+    aio.atomic_write(path, lambda f: f.write(data))
+
+
+def _postprocessor(name: str, subfolder: Path, trusted: Path):
+    """The pickled postprocessor of this run (:func:`read_pickle`), else None (the Evaluator then looks ``name`` up,
+    our configs first where ``--config-root`` has none: :func:`config_lookup`)."""
     saved = subfolder / "postprocessors" / f"{name}.pkl"
-    if not saved.is_file():
-        return None
-    with open(saved, "rb") as f:
-        return pickle.load(f)
+    return read_pickle(saved, trusted) if saved.is_file() else None
 
 
 def _adv_sets(evaluator, args: argparse.Namespace, net: nn.Module, attacks: dict[str, Any], data_root: Path,
@@ -166,11 +215,16 @@ def eval_ood_main(argv: list[str]) -> int:
 
     if name not in postprocessors:
         raise UsageError(f"unknown postprocessor {name!r}; valid choices: {', '.join(sorted(postprocessors))}")
+    from advopenood.config.plan import cache_dir
+
+    trusted = cache_dir(SimpleNamespace(cache_dir=args.cache_dir)) / TRUSTED_PICKLES
+    for path in _pickle_files(list(map(Path, subfolders)), name):  # refused before any work, not midway
+        trusted_bytes(path, trusted)
     all_metrics, metrics = [], None
     with cuda_redirect(device):
         for sub in map(Path, subfolders):
             net = _network(args.id_data, sub / "best.ckpt", device)
-            postprocessor = _postprocessor(name, sub)
+            postprocessor = _postprocessor(name, sub, trusted)
             evaluator = adv_evaluator_class()(
                 net, id_name=args.id_data, data_root=str(data_root), config_root=str(config_root), preprocessor=None,
                 postprocessor_name=name, postprocessor=postprocessor, batch_size=args.batch_size, shuffle=False,
@@ -178,17 +232,14 @@ def eval_ood_main(argv: list[str]) -> int:
             _adv_sets(evaluator, args, net, attacks, data_root, device)
             scores_file = sub / "scores" / f"{name}.pkl"
             if scores_file.is_file():
-                with open(scores_file, "rb") as f:
-                    saved = pickle.load(f)
+                saved = read_pickle(scores_file, trusted)
                 saved.get("ood", {}).pop("adv", None)  # adversarial splits are always scored afresh
                 _update(evaluator.scores, saved)
                 print("Loaded pre-computed scores from file.")
             pp = evaluator.postprocessor
             pp_file = sub / "postprocessors" / f"{name}.pkl"
             if (hasattr(pp, "setup_flag") or pp.hyperparam_search_done is True) and not pp_file.is_file():
-                pp_file.parent.mkdir(parents=True, exist_ok=True)
-                with open(pp_file, "wb") as f:
-                    pickle.dump(pp, f, pickle.HIGHEST_PROTOCOL)
+                write_pickle(pp, pp_file, trusted)
             metrics = evaluator.eval_ood(fsood=args.fsood)
             all_metrics.append(metrics.to_numpy())
             for chosen in evaluators:
@@ -199,9 +250,7 @@ def eval_ood_main(argv: list[str]) -> int:
                         print(table.to_string(index=False))
                         aio.write_csv(task / f"{name}_{Path(fname).stem}_{sub.name}.csv", table)
             if args.save_score:
-                scores_file.parent.mkdir(parents=True, exist_ok=True)
-                with open(scores_file, "wb") as f:
-                    pickle.dump(evaluator.scores, f, pickle.HIGHEST_PROTOCOL)
+                write_pickle(evaluator.scores, scores_file, trusted)
     df = summary_table(all_metrics, metrics.index, metrics.columns, DEFAULT_PROTOCOL)
     if args.save_csv:
         aio.write_text(root / ("fsood" if args.fsood else "ood") / f"{name}.csv", df.to_csv())

@@ -13,7 +13,9 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
+import threading  # noqa: E402
 from typing import Callable, Sequence  # noqa: E402
 
 from advopenood import __version__, registry  # noqa: E402
@@ -92,7 +94,8 @@ def _common_flags(p: argparse.ArgumentParser, config_required: bool) -> None:
 
 
 def _attack_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--attack", help="comma-separated attacks, e.g. pgd,fgsm,df,mpgd (advopenood list attacks)")
+    p.add_argument("--attack", "--attacks", dest="attack",
+                   help="comma-separated attacks, e.g. pgd,fgsm,df,mpgd (advopenood list attacks)")
     p.add_argument("--eps", help="budget(s) for bounded attacks, e.g. 8/255 or 0.01,0.03 (a sweep)")
     p.add_argument("--shard-size", type=positive_int, help="images per stored shard (default 256)")
     p.add_argument("--recompute", help="attack sets and/or detectors (comma-separated, or all) whose stored work is "
@@ -102,10 +105,12 @@ def _attack_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _detection_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--detectors", help="all, or comma-separated detector names (advopenood list detectors)")
+    p.add_argument("--detectors", "--detector", dest="detectors",
+                   help="all, or comma-separated detector names (advopenood list detectors)")
     p.add_argument("--detector-backend", help="auto | openood | pytorch-ood")
-    p.add_argument("--evaluator", help="comma-separated evaluators (default: ood)")
-    p.add_argument("--analysis", help="comma-separated analyses (advopenood list analyses)")
+    p.add_argument("--evaluator", "--evaluators", dest="evaluator", help="comma-separated evaluators (default: ood)")
+    p.add_argument("--analysis", "--analyses", dest="analysis",
+                   help="comma-separated analyses (advopenood list analyses)")
 
 
 SUBCOMMAND_FLAGS: dict[str, list[Callable[[argparse.ArgumentParser], None]]] = {
@@ -176,8 +181,29 @@ def cmd_verify(run: str) -> int:
     return 1 if diffs else 0
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is, so that a run cleans up as on Ctrl-C (its staging folder is
+    removed) and the CLI exits with 143 and one line."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    """The SIGTERM handler: a second SIGTERM during the clean-up ends the process at once."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """The CLI; returns the exit code (0, 1 from verify, 2 bad input, 3 a plugin failed, 130 Ctrl-C, 143 SIGTERM)."""
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if in_main else None
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _main(argv: list[str]) -> int:
     try:
         if argv[:1] == ["eval-ood"]:
             from advopenood.cli.eval_ood import eval_ood_main
@@ -205,6 +231,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(line)
         if ctx.rank != 0:
             return 0
+        from advopenood.run.summary import summary
+
+        for line in summary(ctx):
+            print(f"advopenood: {line}")
+        for label, reason in ctx.nothing_computed.items():
+            print(f"advopenood: {label} had nothing to compute: {reason}", file=sys.stderr)
+        unbudgeted = [repr(name) for name, adv in ctx.adv_sets.items() if adv.eps is None]
+        if getattr(args, "eps", None) is not None and unbudgeted:
+            print(f"advopenood: note: --eps {args.eps} did not apply to {', '.join(unbudgeted)} (minimal-perturbation "
+                  "attacks have no budget; asr.csv leaves their eps empty)", file=sys.stderr)
         for label, reason in ctx.failures.items():
             print(f"advopenood: {label} failed: {reason}", file=sys.stderr)
         if ctx.failures:
@@ -216,6 +252,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"advopenood: error: {exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("advopenood: terminated (SIGTERM); finished shards are kept, run the same command again to resume",
+              file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("advopenood: interrupted; finished shards are kept, run the same command again to resume", file=sys.stderr)
         return 130

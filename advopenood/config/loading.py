@@ -40,19 +40,66 @@ def _positions(node: yaml.Node, path: tuple = ()) -> Iterator[tuple[tuple, tuple
             yield from _positions(item, path + (i,))
 
 
+#: The most YAML nodes a config may stand for with its aliases expanded: a document whose aliases multiply
+#: (a "billion laughs") is refused before anything expands it.
+MAX_YAML_NODES = 100_000
+
+
+def _check_nodes(node: yaml.Node, label: str, sizes: dict[int, int | None], path: tuple = ()) -> int:
+    """The number of nodes ``node`` stands for with aliases expanded (``sizes``: memo by node id; None while a node
+    is being counted). A UsageError for a key written twice in one mapping, an alias inside its own anchor, or more
+    than :data:`MAX_YAML_NODES` nodes."""
+    where = f"{label} line {node.start_mark.line + 1}, column {node.start_mark.column + 1}"
+    if id(node) in sizes:
+        known = sizes[id(node)]
+        if known is None:
+            raise UsageError(f"config {label}: {_dotted(path) or 'the document'} ({where}) refers to itself through "
+                             "a YAML alias; valid input: a finite mapping")
+        return known
+    sizes[id(node)] = None
+    size, seen = 1, {}  # seen: (tag, key) -> its line
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                if (key.tag, key.value) in seen:
+                    raise UsageError(f"config {label}: key {_dotted(path + (key.value,))} is written twice (lines "
+                                     f"{seen[key.tag, key.value]} and {key.start_mark.line + 1}); valid input: each "
+                                     "key once per mapping")
+                seen[key.tag, key.value] = key.start_mark.line + 1
+            size += _check_nodes(key, label, sizes, path) + _check_nodes(value, label, sizes, path + (key.value,))
+    elif isinstance(node, yaml.SequenceNode):
+        size += sum(_check_nodes(item, label, sizes, path + (i,)) for i, item in enumerate(node.value))
+    if size > MAX_YAML_NODES:
+        raise UsageError(f"config {label}: {_dotted(path) or 'the document'} ({where}) expands to more than "
+                         f"{MAX_YAML_NODES} values through YAML aliases; valid input: a config of at most "
+                         f"{MAX_YAML_NODES} values")
+    sizes[id(node)] = size
+    return size
+
+
 def _read_yaml(text: str, label: str) -> tuple[dict[str, Any], dict[tuple, tuple[int, int]]]:
+    """The mapping of a YAML config and the position of each key, checked (:func:`_check_nodes`) before it is
+    constructed."""
+    loader = yaml.SafeLoader(text)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        raw = yaml.safe_load(text) or {}
+        node = loader.get_single_node()
+        if node is not None:
+            _check_nodes(node, label, {})
+        positions = dict(_positions(node)) if node is not None else {}
+        raw = (loader.construct_document(node) if node is not None else None) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise UsageError(f"config {label} is not valid YAML{where}: {problem}") from None
+    except RecursionError:
+        raise UsageError(f"config {label} nests too deeply; valid input: a config of a few levels") from None
+    finally:
+        loader.dispose()
     if not isinstance(raw, dict):
         raise UsageError(f"config {label} must be a YAML mapping of keys (name, model, data, ...), "
                          f"not {type(raw).__name__}")
-    return raw, dict(_positions(node)) if node is not None else {}
+    return raw, positions
 
 
 def load_config(spec: str) -> tuple[RunPlan, Path | None]:
@@ -63,7 +110,7 @@ def load_config(spec: str) -> tuple[RunPlan, Path | None]:
     path = Path(spec).expanduser()
     if path.is_file():
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"config {spec!r} cannot be read: {exc}") from None
         folder, label = path.parent.resolve(), path.name
@@ -73,7 +120,7 @@ def load_config(spec: str) -> tuple[RunPlan, Path | None]:
         if not packaged.is_file():
             raise UsageError(f"config {spec!r} not found; valid choices: a YAML path or one of "
                              f"{', '.join(packaged_configs())}")
-        text, folder, label = packaged.read_text(), Path(str(packaged)).parent, f"{name}.yaml"
+        text, folder, label = packaged.read_text(encoding="utf-8"), Path(str(packaged)).parent, f"{name}.yaml"
     raw, positions = _read_yaml(text, label)
     root = (raw.get("data") or {}).get("root") if isinstance(raw.get("data"), dict) else None
     if isinstance(root, str) and not Path(root).expanduser().is_absolute():
@@ -125,9 +172,24 @@ def _clean_loc(raw: Any, loc: tuple) -> tuple:
         elif isinstance(node, list) and isinstance(item, int) and item < len(node):
             node = node[item]
             out.append(item)
-        elif i == len(loc) - 1 or not isinstance(node, (dict, list)) or isinstance(item, int):
+        elif isinstance(item, int) or (i == len(loc) - 1 and isinstance(node, dict)):  # else a union member's name
             out.append(item)
     return tuple(out)
+
+
+def _wrong_member(err: dict[str, Any], raw: Any) -> bool:
+    """Whether ``err`` is a union member refusing the value's shape outright (``attacks[0]`` is a mapping, so the
+    ``str`` member's error is not the one to report)."""
+    if not str(err["type"]).endswith("_type"):
+        return False
+    node, loc = raw, tuple(err["loc"])
+    for i, item in enumerate(loc):
+        if isinstance(node, dict) and item in node or isinstance(node, list) and isinstance(item, int) \
+                and item < len(node):
+            node = node[item]
+        elif i == len(loc) - 1:  # the last step is a union member's name, not a key of the input
+            return True
+    return False
 
 
 def _dotted(loc: tuple) -> str:
@@ -191,7 +253,8 @@ def validate(raw: Any, *, source: str = "config", folder: Path | None = None,
     try:
         plan = RunPlan.model_validate(raw)
     except ValidationError as exc:
-        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")  # a typo explains the rest
+        # a typo explains the rest; a union member that does not take the value's shape explains nothing
+        errors = sorted(exc.errors(), key=lambda e: (e["type"] != "extra_forbidden", _wrong_member(e, raw)))
         raise UsageError(_error_line(errors[0], raw, source, positions)) from None
     resolved: dict[str, Any] = {kind: registry.parse_names(kind, list(getattr(plan, kind)))
                                 for kind in ("detectors", "evaluators", "analyses")}
@@ -202,7 +265,8 @@ def validate(raw: Any, *, source: str = "config", folder: Path | None = None,
             if name not in registry.entries(kind):
                 where = _where((section, name), source, positions)
                 singular = kind[:-1] if kind != "analyses" else "analysis"
-                raise UsageError(f"{section}.{name}{where}: " + choice_message(singular, name, registry.names(kind)))
+                message = choice_message(singular, name, registry.names(kind), f"advopenood list {kind}")
+                raise UsageError(f"{section}.{name}{where}: {message}")
     plan = RunPlan.model_validate({**plan.dump(), **resolved})
     plan._source, plan._folder, plan._positions = source, folder, positions
     return plan
@@ -226,6 +290,11 @@ def apply_overrides(plan: RunPlan | Mapping[str, Any], *, data_root: str | None 
         raw["attacks"] = [a.strip().lower() for a in attack.split(",") if a.strip()]
     if eps is not None:
         values = [parse_eps(e) for e in str(eps).split(",") if e.strip()]
+        if not values:
+            raise UsageError(f"--eps {eps!r} names no budget; valid choices: a float in (0, 1] or a fraction like "
+                             "8/255, comma-separated for a sweep")
+        if attack is not None:
+            _check_eps_applies(raw["attacks"], eps)
         raw["attacks"] = [_with_eps(a, values) for a in raw["attacks"]]
     for key, value in (("protocol", protocol), ("detectors", detectors), ("detector_backend", detector_backend),
                        ("limit", limit), ("device", device), ("seed", seed), ("cache_dir", cache_dir), ("out", out),
@@ -240,6 +309,17 @@ def apply_overrides(plan: RunPlan | Mapping[str, Any], *, data_root: str | None 
     if eps is not None:
         check_one_threat(list(result.attack_specs), f"--eps {eps}")
     return result
+
+
+def _check_eps_applies(attacks: list[str], eps: str) -> None:
+    """``--eps`` with an ``--attack`` list of minimal-perturbation attacks only (DeepFool, CW: ``bounded = False``,
+    no budget) is refused: the flag would apply to nothing. (With a bounded attack beside them the run goes on and
+    says which sets it did not apply to.)"""
+    free = [n for n in attacks if not getattr(registry.get("attacks", n), "bounded", True)]
+    if free and len(free) == len(attacks):
+        listed = ", ".join(repr(n) for n in free)
+        raise UsageError(f"--eps {eps} does not apply to {listed}: a minimal-perturbation attack has no budget "
+                         "(its eps stays none); valid choices: drop --eps, or add a bounded attack (pgd, fgsm, ...)")
 
 
 def _with_eps(entry: Any, values: list[float]) -> Any:

@@ -96,6 +96,14 @@ def attack_norm(spec: AttackSpec) -> str:
     return str(spec.params.get("norm") or registry.get("attacks", spec.attack).norm).lower()
 
 
+def takes_run_eps(name: str, params: dict[str, Any]) -> bool:
+    """Whether the config's ``eps`` (one budget for the run) applies to attack ``name``: a bounded Linf attack that
+    is not a patch attack (whose eps bounds the pixels inside its patch)."""
+    cls = registry.get("attacks", name)
+    norm = str(params.get("norm") or cls.norm).lower()
+    return bool(cls.bounded) and norm == "linf" and getattr(cls, "threat", norm) != "patch"
+
+
 def check_one_threat(specs: list[AttackSpec], what: str) -> None:
     """A budget given once (``--eps``) must not reach bounded attacks of different norms:
     an L2 attack would silently get an Linf budget (a one-line UsageError)."""
@@ -139,6 +147,10 @@ def expand_attacks(plan: RunConfig, input_size: int) -> list[AttackSpec]:
         params = attack_params(name, input_size, plan.protocol, thaw(by_name.get(family) or {}),
                                thaw(by_name.get(name) or {}), thaw(entry.get("params") or {}))
         eps_list = entry.get("eps")
+        own = eps_list is not None or any("eps" in (source or {}) for source in (
+            by_name.get(family), by_name.get(name), entry.get("params")))
+        if plan.eps is not None and not own and takes_run_eps(name, params):
+            eps_list = plan.eps
         eps_list = params.get("eps") if eps_list is None else eps_list
         eps_list = list(eps_list) if isinstance(eps_list, (list, tuple)) else [eps_list]
         for eps in eps_list:

@@ -35,13 +35,17 @@ def thaw(value: Any) -> Any:
 
 BACKENDS = ("auto", "openood", "pytorch-ood")
 DEVICE_PATTERN = r"^(cpu|cuda(:\d+)?)$"
+SEED_MAX = 2**63 - 1
 
 
 def parse_eps(text: str | float) -> float:
     """``0.03``, ``8/255`` -> float; a UsageError names the bad value."""
     try:
         return float(Fraction(str(text).strip())) if "/" in str(text) else float(text)
-    except (ValueError, ZeroDivisionError):
+    except ZeroDivisionError:
+        raise UsageError(f"eps {text!r} has a zero denominator; valid choices: a float in (0, 1] or a fraction like "
+                         "8/255") from None
+    except ValueError:
         raise UsageError(f"eps {text!r} is not a number; valid choices: a float in (0, 1] or a fraction like 8/255") from None
 
 
@@ -113,7 +117,7 @@ class AttackEntry(StrictModel):
     """One entry of ``attacks``: a name, optional eps (a list gives a sweep), parameters and an output label."""
 
     name: str
-    eps: Eps | tuple[Eps, ...] | None = None
+    eps: Eps | Annotated[tuple[Eps, ...], Field(min_length=1)] | None = None
     params: dict[str, Any] = {}
     label: str | None = None
 
@@ -128,7 +132,8 @@ class RunConfig(StrictModel):
 
     name: str = "run"
     protocol: str = "strong"
-    seed: int = Field(0, ge=0)
+    #: a signed 64-bit integer (torch's generators refuse seeds of 2**64 and above)
+    seed: int = Field(0, ge=0, le=SEED_MAX)
     device: str = Field("cpu", pattern=DEVICE_PATTERN)
     batch_size: int = Field(128, ge=1)
     shard_size: int = Field(256, ge=1)
@@ -143,6 +148,9 @@ class RunConfig(StrictModel):
     model: ModelSpec
     data: DataSection
     attacks: tuple[Union[str, AttackEntry], ...] = ("fgsm", "pgd", "df", "mpgd")
+    #: the one budget of every bounded Linf attack (not a patch attack) that is given no eps of its own
+    #: (``attack_params``, an entry's eps); None: each attack's default (8/255 at 32 px, 4/255 at 224 px)
+    eps: Eps | None = None
     attack_params: Params = {}
     detectors: Names = ("all",)
     detector_backend: Literal[BACKENDS] = "auto"  # type: ignore[valid-type]

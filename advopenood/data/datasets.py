@@ -2,7 +2,8 @@
 
 Every dataset yields ``(image, label)`` with ``image`` a float32 ``C x H x W`` tensor in [0, 1], already
 converted to the model's channel count and input size. ``identity()`` describes the data for the
-content-addressed store (name, source fingerprint, length), so a changed file gives a new cache key.
+content-addressed store (name, source fingerprint, length, and the view the model gets: :func:`model_view`), so
+a changed file or a changed input size, channel count or resizing gives a new cache key.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
-from advopenood.data.specs import DataSpec, TorchvisionSpec, as_data_spec
+from advopenood.data.specs import INTEGER_LABEL, DataSpec, TorchvisionSpec, as_data_spec
 from advopenood.errors import UsageError
 
 DATASET_KINDS = ("npz", "idx", "openood", "torchvision", "demo")
@@ -43,6 +44,16 @@ def to_model_input(x: torch.Tensor, channels: int, size: int) -> torch.Tensor:
     return x.contiguous()
 
 
+def model_view(channels: int, size: int, pre_size: int | None) -> dict[str, Any]:
+    """The settings that turn a dataset's stored images into the tensors the model sees, for its identity: the
+    channel count, the input size and the resize-and-crop size. A change to any of them gives the dataset another
+    identity, so stored attacks, scores and trained models are computed again, never served for the old view."""
+    view: dict[str, Any] = {"channels": int(channels), "size": int(size)}
+    if pre_size is not None:
+        view["pre_size"] = int(pre_size)
+    return view
+
+
 def resize_crop(t: torch.Tensor, pre_size: int, size: int) -> torch.Tensor:
     """OpenOOD's test preprocessing on a ``C x H x W`` tensor in [0, 1]: the shorter side resized to ``pre_size``
     (bilinear, antialiased), then a centre crop of ``size``."""
@@ -61,9 +72,10 @@ class ArrayDataset(Dataset):
             raise UsageError(f"dataset {name!r}: {len(x)} images but {len(y)} labels")
         if x.dtype != np.uint8:
             lo, hi = float(np.min(x)), float(np.max(x))
-            if lo < 0.0 or hi > 1.0:
-                raise UsageError(f"dataset {name!r} has float images outside [0, 1] (min {lo:.3g}, max {hi:.3g}); "
-                                 "valid inputs: uint8 pixels or floats in [0, 1] (normalisation lives in the model)")
+            if not (0.0 <= lo and hi <= 1.0):  # NaN compares false: NaN pixels are refused too
+                raise UsageError(f"dataset {name!r} has float images outside [0, 1] or not finite (min {lo:.3g}, "
+                                 f"max {hi:.3g}); valid inputs: uint8 pixels or floats in [0, 1] (normalisation "
+                                 "lives in the model)")
         self.x, self.y = x, np.asarray(y, dtype=np.int64)
         self.name, self.fingerprint, self.channels, self.size = name, fingerprint, channels, size
         self.pre_size = pre_size
@@ -81,10 +93,9 @@ class ArrayDataset(Dataset):
         return to_model_input(t[None], self.channels, self.size)[0], int(self.y[i])
 
     def identity(self) -> dict[str, Any]:
-        ident: dict[str, Any] = {"name": self.name, "source": self.fingerprint, "n": len(self)}
-        if self.pre_size is not None:
-            ident["pre_size"] = self.pre_size
-        return ident
+        """The array's SHA-256, its length and the view the model gets (:func:`model_view`)."""
+        return {"name": self.name, "source": self.fingerprint, "n": len(self),
+                **model_view(self.channels, self.size, self.pre_size)}
 
 
 def images_fingerprint(base: Path, rels: list[str], how: str = "stat") -> str:
@@ -129,7 +140,7 @@ class ImglistDataset(Dataset):
             parts = line.strip().split(" ", 1)
             if parts and parts[0]:
                 label = parts[1].strip() if len(parts) > 1 else "-1"
-                self.items.append((parts[0], int(label) if label.lstrip("-").isdigit() else -1))
+                self.items.append((parts[0], int(label) if INTEGER_LABEL.fullmatch(label) else -1))
         self.name, self.channels, self.size, self.pre_size = name, channels, size, pre_size
         self.fingerprint = file_sha256(list_path)
         self.images_fingerprint = images_fingerprint(self.base, [rel for rel, _ in self.items], image_identity)
@@ -156,11 +167,9 @@ class ImglistDataset(Dataset):
     def identity(self) -> dict[str, Any]:
         """The list file's SHA-256 and what the listed images are (:func:`images_fingerprint`), so that other
         images behind an unchanged list get other keys."""
-        ident: dict[str, Any] = {"name": self.name, "source": self.fingerprint, "n": len(self),
-                                 "images": {self.image_identity: self.images_fingerprint}}
-        if self.pre_size is not None:
-            ident["pre_size"] = self.pre_size
-        return ident
+        return {"name": self.name, "source": self.fingerprint, "n": len(self),
+                "images": {self.image_identity: self.images_fingerprint},
+                **model_view(self.channels, self.size, self.pre_size)}
 
 
 class Subset(Dataset):

@@ -1,6 +1,7 @@
 """The typed data entries of a run (``data.id``, ``data.fit``, ``data.ood[i]``): one class per dataset kind."""
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
@@ -61,6 +62,8 @@ class DemoSpec(_DataSpec):
 
 
 DataSpec = Annotated[Union[NpzSpec, IdxSpec, OpenOODSpec, TorchvisionSpec, DemoSpec], Field(discriminator="kind")]
+#: an image-list label: ASCII digits with an optional minus (``'²'.isdigit()`` is True, ``'--3'`` no integer)
+INTEGER_LABEL = re.compile(r"-?[0-9]+")
 DATA_KINDS = ("npz", "idx", "openood", "torchvision", "demo")
 
 

@@ -227,6 +227,11 @@ class OpenOODPostprocessor(Postprocessor):
         return self.declared.requires_fit
 
     @property
+    def needs_all_classes(self) -> bool:  # type: ignore[override]
+        """As the registered detector declares."""
+        return self.declared.needs_all_classes
+
+    @property
     def own_pass(self) -> bool:  # type: ignore[override]
         """As declared, and also for a detector that reads tapped maps: :class:`CachedNet` serves logits and
         features only, so OpenOOD's own implementation must run the real network."""

@@ -132,6 +132,17 @@ class FitPass:
         return FitPass(Outputs(self.outputs.logits.to(device), self.outputs.features.to(device)), self.labels.cpu(),
                        {k: v.to(device) for k, v in self.stats.items()}, self.batches, self.sizes)
 
+    def state(self) -> dict[str, object]:
+        """The pass as plain data (tensors, lists of ints) that ``torch.load(weights_only=True)`` reads back."""
+        return {"logits": self.outputs.logits, "features": self.outputs.features, "labels": self.labels,
+                "stats": dict(self.stats), "batches": list(self.batches), "sizes": list(self.sizes)}
+
+    @classmethod
+    def from_state(cls, state: dict[str, object]) -> FitPass:
+        """The inverse of :meth:`state`."""
+        return cls(Outputs(state["logits"], state["features"]), state["labels"], dict(state["stats"]),
+                   list(state["batches"]), list(state["sizes"]))
+
     def chunks(self) -> Iterator[tuple[int, FitPass]]:
         """``(batch index, that batch's rows)`` in stored order."""
         start = 0

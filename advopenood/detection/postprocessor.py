@@ -34,7 +34,7 @@ def openood_config(name: str) -> dict[str, Any]:
     path = resources.files("advopenood.configs") / "openood" / f"{name}.yml"
     if not path.is_file():
         raise UsageError(f"no OpenOOD config shipped for detector {name!r}")
-    return yaml.safe_load(path.read_text())
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
 def openood_args(name: str) -> dict[str, Any]:
@@ -81,6 +81,9 @@ class Postprocessor:
     needs_maps: ClassVar[bool] = False
     #: fits from the shared fit pass's outputs (False: only from ``batches``, its own pass)
     shared_fit: ClassVar[bool] = True
+    #: fits per-class statistics from the labels (class means, class bounds): a fit set that lacks one of the
+    #: model's classes fails its fit (a detector error, exit 3) instead of scoring against the classes it saw
+    needs_all_classes: ClassVar[bool] = False
     #: the per-channel std a network divides its inputs by (OpenOOD's networks), for detectors that step in input
     #: space (ODIN); None for our [0, 1]-input networks
     input_std: tuple[float, ...] | None = None

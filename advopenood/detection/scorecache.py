@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import pickle
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -110,14 +109,17 @@ class ScoreCache:
     def _part_dir(self, run_key: str) -> Path:
         return self.root / "_parts" / run_key[:32]
 
-    def save_part(self, run_key: str, rank: int, obj: Any) -> None:
-        """One rank's share of a sharded stage (pickled, atomic)."""
-        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        aio.atomic_write(self._part_dir(run_key) / f"rank{rank}.pkl", lambda f: f.write(data))
+    def save_part(self, run_key: str, rank: int, obj: Mapping[str, Any]) -> None:
+        """One rank's share of a sharded stage, atomically: plain data (dicts and lists of tensors, numbers and
+        strings), which :meth:`load_parts` reads with ``weights_only=True``: no file of the store is unpickled."""
+        buf = io.BytesIO()
+        torch.save(dict(obj), buf)
+        aio.atomic_write(self._part_dir(run_key) / f"rank{rank}.pt", lambda f: f.write(buf.getvalue()))
 
-    def load_parts(self, run_key: str, world_size: int) -> list[Any]:
+    def load_parts(self, run_key: str, world_size: int) -> list[dict[str, Any]]:
         """Every rank's share, in rank order (call after a barrier)."""
-        return [pickle.loads((self._part_dir(run_key) / f"rank{r}.pkl").read_bytes()) for r in range(world_size)]
+        return [torch.load(self._part_dir(run_key) / f"rank{r}.pt", map_location="cpu", weights_only=True)
+                for r in range(world_size)]
 
     def drop_parts(self, run_key: str) -> None:
         shutil.rmtree(self._part_dir(run_key), ignore_errors=True)

@@ -65,9 +65,9 @@ def run_fit_pass(model: nn.Module, fit_data: Dataset, *, batch_size: int, device
         share = collect_outputs(model, loader, device, desc="fit pass", progress=progress, reducers=reducers,
                                 select=lambda b: b % world_size == rank)
         run_key = canonical_key({"fit-pass": key, "stats": sorted(reducers), "world": world_size})
-        cache.save_part(run_key, rank, share.to(torch.device("cpu")))
+        cache.save_part(run_key, rank, share.to(torch.device("cpu")).state())
         _barrier(world_size)
-        result = merge_fit_passes(cache.load_parts(run_key, world_size)).to(device)
+        result = merge_fit_passes([FitPass.from_state(p) for p in cache.load_parts(run_key, world_size)]).to(device)
         _barrier(world_size)
         if rank == 0:
             cache.drop_parts(run_key)
@@ -75,6 +75,17 @@ def run_fit_pass(model: nn.Module, fit_data: Dataset, *, batch_size: int, device
         cache.save_tensors("fitpass", key, {"logits": result.outputs.logits, "features": result.outputs.features,
                                             "labels": result.labels})
     return result, True
+
+
+def check_classes(labels: Tensor, num_classes: int) -> None:
+    """Raise ValueError unless the fit ``labels`` hold every class ``0..num_classes-1`` (a detector that declares
+    ``needs_all_classes`` fits per-class statistics: a class it never saw would be scored against the others)."""
+    missing = sorted(set(range(num_classes)) - set(torch.as_tensor(labels).long().unique().tolist()))
+    if missing:
+        listed = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+        raise ValueError(f"the fit set covers {num_classes - len(missing)} of the model's {num_classes} classes (no "
+                         f"image of class {listed}); this detector fits per-class statistics and needs every class "
+                         "in data.fit")
 
 
 def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dataset, *, batch_size: int,
@@ -138,7 +149,11 @@ def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dat
             batches = lambda n=n: take_rows(make_loader(fit_data, batch_size), n)
             start = time.perf_counter()
             try:
-                det.fit(model, *fit_pass.for_detector(key, n), batches)
+                outputs, labels = fit_pass.for_detector(key, n)
+                if det.needs_all_classes:
+                    check_classes(labels if det.shared_fit else torch.cat([torch.as_tensor(y) for _, y in batches()]),
+                                  num_classes)
+                det.fit(model, outputs, labels, batches)
                 work["fits_computed"] += 1
                 state = det.fit_state()
                 if cache is not None and state is not None and rank == 0:
@@ -251,8 +266,10 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
                                                      "features": torch.cat([o.features for o in record])})
     if world_size > 1:
         run_key = canonical_key({"score": det_keys, "sets": {k: identities[k] for k in sets}, "world": world_size})
-        cache.save_part(run_key, rank, {"scores": share, "errors": {k: bank.errors[k] for k in need
-                                                                     if k in bank.errors}})
+        tensors = {set_name: {key: {b: torch.as_tensor(np.ascontiguousarray(conf)) for b, conf in by_batch.items()}
+                              for key, by_batch in by_det.items()} for set_name, by_det in share.items()}
+        cache.save_part(run_key, rank, {"scores": tensors, "errors": {k: bank.errors[k] for k in need
+                                                                       if k in bank.errors}})
         _barrier(world_size)
         if rank != 0:
             return ScoreResult({}, bank.errors, resolved, bank.seconds, bank,
@@ -263,7 +280,7 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
         for part in parts:
             for key, reason in part["errors"].items():
                 bank.drop(key, reason)
-        share = {set_name: {key: {b: conf for part in parts for b, conf in part["scores"].get(set_name, {})
+        share = {set_name: {key: {b: conf.numpy() for part in parts for b, conf in part["scores"].get(set_name, {})
                                   .get(key, {}).items()} for key in who if key in bank.dets}
                  for set_name, who in todo.items() if who}
     computed = 0

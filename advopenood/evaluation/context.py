@@ -66,9 +66,12 @@ class RunContext:
     backends: dict[str, str] = field(default_factory=dict)
     scores: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     detector_errors: dict[str, str] = field(default_factory=dict)
-    #: evaluators and analyses that raised (``evaluator:<name>`` / ``analysis:<name>`` -> one line); their
-    #: outputs are not written, every other output is
+    #: evaluators and analyses that raised (``evaluator:<name>`` / ``analysis:<name>`` -> one line), and attack sets
+    #: whose attack raised or returned impossible images (``attack:<set>``); their outputs are not written, every
+    #: other output is
     plugin_errors: dict[str, str] = field(default_factory=dict)
+    #: evaluators and analyses that ran but returned nothing (label -> why: :attr:`Results.empty_reason`)
+    nothing_computed: dict[str, str] = field(default_factory=dict)
     #: the traceback of each failure (``detector:<name>`` or the plugin's label), for ``errors.log``
     traces: dict[str, str] = field(default_factory=dict)
     #: the fitted detectors (:class:`advopenood.detectors.DetectorBank`); ``bank.score(sets)`` scores new sets
@@ -100,8 +103,8 @@ class RunContext:
 
     @property
     def failures(self) -> dict[str, str]:
-        """Every failed plugin of the run, ``detector:<name>``, ``evaluator:<name>`` or ``analysis:<name>`` -> one
-        line; a run with failures exits with code 3."""
+        """Every failed plugin of the run, ``attack:<set>``, ``detector:<name>``, ``evaluator:<name>`` or
+        ``analysis:<name>`` -> one line; a run with failures exits with code 3."""
         return {**{f"detector:{k}": v for k, v in self.detector_errors.items()}, **self.plugin_errors}
 
     def success(self, name: str) -> np.ndarray:

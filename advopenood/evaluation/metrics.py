@@ -92,3 +92,55 @@ def ood_metrics(conf_id: np.ndarray, conf_ood: np.ndarray) -> dict[str, float]:
     """
     return {"fpr95": 100.0 * fpr_at_tpr95(conf_id, conf_ood), "auroc": 100.0 * auroc(conf_id, conf_ood),
             "aupr_in": 100.0 * aupr_in(conf_id, conf_ood), "aupr_out": 100.0 * aupr_out(conf_id, conf_ood)}
+
+
+Z95 = 1.959963984540054
+"""The two-sided 95 % normal quantile."""
+MIN_CONCLUSIVE = 100
+"""The fewest images per side (ID and OOD) from which a reading draws a conclusion. Below it a 95 % interval on an
+AUROC near chance is wider than about +-8 points (:func:`hanley_mcneil_se`: 0.041 at AUROC 0.5 and 100 + 100), so
+the report says the sample is too small to conclude instead of ranking detectors or calling one below chance."""
+
+
+def auroc_interval(conf_id: np.ndarray, conf_ood: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """DeLong's interval on the AUROC in [0, 1] (OOD positive, decision score ``-conf``), clipped to [0, 1].
+
+    DeLong, DeLong and Clarke-Pearson (1988), "Comparing the areas under two or more correlated ROC curves", with
+    Sun and Xu's (2014) midrank form: for OOD image i and ID image j with ``psi = 1[s_i > s_j] + 0.5 * 1[s_i = s_j]``
+    (``s = -conf``), ``V10_i = mean_j psi`` and ``V01_j = mean_i psi``; ``AUROC = mean(V10)``,
+    ``Var = var(V10) / n_ood + var(V01) / n_id`` (sample variances); the interval is ``AUROC +- z * sqrt(Var)``.
+    Needs at least 2 images per side.
+    """
+    from scipy.stats import norm, rankdata
+
+    conf, label = _prepare(conf_id, conf_ood)
+    pos, neg = -conf[label == 1], -conf[label == 0]
+    m, n = len(pos), len(neg)
+    if m < 2 or n < 2:
+        raise ValueError(f"an AUROC interval needs at least 2 ID and 2 OOD samples; got {n} ID and {m} OOD")
+    both = rankdata(np.concatenate([pos, neg]))
+    v10 = (both[:m] - rankdata(pos)) / n
+    v01 = 1.0 - (both[m:] - rankdata(neg)) / m
+    auc = float(v10.mean())
+    half = float(norm.ppf(0.5 + level / 2)) * float(np.sqrt(v10.var(ddof=1) / m + v01.var(ddof=1) / n))
+    return max(0.0, auc - half), min(1.0, auc + half)
+
+
+def hanley_mcneil_se(auc: float, n_id: int, n_ood: int) -> float:
+    """The standard error of an AUROC (in [0, 1]) from its value and sample sizes alone (Hanley and McNeil 1982,
+    "The meaning and use of the area under a ROC curve", eq. 2): ``Q1 = A / (2 - A)``, ``Q2 = 2 A^2 / (1 + A)``,
+    ``SE^2 = (A (1 - A) + (n_ood - 1)(Q1 - A^2) + (n_id - 1)(Q2 - A^2)) / (n_ood n_id)``. Used where only a
+    table's cells are at hand (the report's readings), not for the written intervals."""
+    a = min(max(float(auc), 0.0), 1.0)
+    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
+    var = (a * (1 - a) + (n_ood - 1) * (q1 - a * a) + (n_id - 1) * (q2 - a * a)) / (n_ood * n_id)
+    return float(np.sqrt(max(var, 0.0)))
+
+
+def sample_note(n_id: int, n_ood: int) -> dict[str, object]:
+    """What ``run.json`` says of a run's sample size: the fewest images per side, :data:`MIN_CONCLUSIVE`, whether
+    the sample reaches it, and the half-width in AUROC points of a 95 % interval near chance at these sizes
+    (:func:`hanley_mcneil_se` at 0.5)."""
+    half = 100 * Z95 * hanley_mcneil_se(0.5, max(n_id, 1), max(n_ood, 1))
+    return {"n_id": int(n_id), "n_ood": int(n_ood), "min_conclusive": MIN_CONCLUSIVE,
+            "conclusive": bool(min(n_id, n_ood) >= MIN_CONCLUSIVE), "auroc_halfwidth_at_chance": round(half, 1)}

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import math
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -35,6 +37,8 @@ class RunFiles:
         """A run folder; a UsageError (exit 2) when it is not one."""
         folder = Path(path)
         info = folder / "run.json"
+        if not folder.exists():
+            raise UsageError(f"{str(folder)!r} does not exist; valid input: the --out of a run")
         if not info.is_file():
             raise UsageError(f"{str(folder)!r} is not a run folder (no run.json); valid input: the --out of a run")
         try:
@@ -64,8 +68,18 @@ class RunFiles:
 
     def scores(self, det: str) -> dict[str, np.ndarray]:
         """``scores/<det>.npz`` as a dict of arrays."""
-        with np.load(self.path / "scores" / f"{det}.npz") as d:
-            return {k: d[k] for k in d.files}
+        return read_npz(self.path / "scores" / f"{det}.npz")
+
+
+def read_npz(path: Path, keys: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """The arrays (``keys``, default all) of an npz file a run wrote, without pickles; a UsageError (exit 2) naming the
+    file when it is truncated or damaged: nothing can be re-derived from it."""
+    try:
+        with np.load(path) as d:
+            return {k: d[k] for k in (d.files if keys is None else keys)}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as exc:
+        raise UsageError(f"{str(path)!r} cannot be read ({type(exc).__name__}: {exc}): it is truncated or damaged; "
+                         "valid input: a run folder and store as the run wrote them (run it again)") from None
 
 
 def as_csv_float(value: float) -> float:
@@ -118,8 +132,7 @@ def verify_asr(run: RunFiles) -> list[str]:
             continue
         parts = []
         for shard in shards:
-            with np.load(shard) as d:
-                parts.append({c: d[c] for c in ("y", "clean_pred", "success", "linf", "l2")})
+            parts.append(read_npz(shard, ("y", "clean_pred", "success", "linf", "l2")))
         rec = {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
         success = rec["success"].astype(bool)
         source = entry.get("source", "id")
@@ -157,7 +170,8 @@ def verify_masks(run: RunFiles) -> list[str]:
 
 def verify_run(path: str | Path) -> tuple[list[str], list[str]]:
     """``(differences, notes)`` for a run folder: every table re-derived by the core and by each plugin that ran
-    and declares ``verify``; ``notes`` name the plugins whose tables could not be checked and why."""
+    and declares ``verify``; a plugin that ran but cannot be loaded here is a difference; ``notes`` name the
+    plugins whose tables could not be checked and why."""
     from advopenood import registry
     from advopenood.capabilities import is_verifiable
 
@@ -176,8 +190,8 @@ def verify_run(path: str | Path) -> tuple[list[str], list[str]]:
                 continue
             try:
                 obj = registry.get(kind, name)
-            except UsageError:
-                notes.append(f"{label} is not installed here; its tables are not re-derived")
+            except UsageError:  # it ran and wrote tables: a hook that cannot be loaded leaves them unchecked
+                diffs.append(f"{label} ran but cannot be loaded here; its tables cannot be re-derived")
                 continue
             if not is_verifiable(obj):
                 notes.append(f"{label} does not declare Verifiable; its tables are not re-derived")

@@ -147,8 +147,8 @@ def html_page(path: Path) -> bool:
 def build_model(arch: str, num_classes: int, checkpoint: str | Path | None = None, *, mean=None, std=None,
                 input_size: int = 32, in_channels: int = 3, device: str | torch.device = "cpu") -> Classifier:
     """Build ``arch`` (a name in :data:`ARCHS`, ``timm:<name>`` or ``robustbench:<dataset>/<threat>/<model_id>``)
-    without downloading anything, load ``checkpoint`` strictly, and wrap it with its normalisation, in eval mode
-    (mean 0 and std 1 for RobustBench's models, which normalise inside)."""
+    without downloading anything, load ``checkpoint`` strictly (NaN or infinite weights refused), and wrap it
+    with its normalisation, in eval mode (mean 0 and std 1 for RobustBench's models, which normalise inside)."""
     path = Path(checkpoint) if checkpoint is not None else None
     if path is not None and not path.is_file():
         raise UsageError(f"checkpoint {str(path)!r} not found")
@@ -185,6 +185,12 @@ def build_model(arch: str, num_classes: int, checkpoint: str | Path | None = Non
         if bad:
             raise UsageError(f"checkpoint {str(path)!r} does not match architecture {arch!r} ({len(bad)} missing, "
                              f"unexpected or mis-shaped keys, e.g. {', '.join(bad[:3])}); valid choices: {', '.join(ARCHS)}")
+        broken = [k for k, v in state.items()
+                  if torch.is_tensor(v) and v.is_floating_point() and not v.isfinite().all()]
+        if broken:
+            raise UsageError(f"checkpoint {str(path)!r} holds NaN or infinite weights ({len(broken)} of {len(state)} "
+                             f"tensors, e.g. {', '.join(broken[:3])}); valid choices: a checkpoint of a model whose "
+                             "training did not diverge")
         target.load_state_dict(state, strict=False)
     mean = tuple(mean) if mean is not None else (IMAGENET_MEAN if in_channels == 3 else (0.5,))
     std = tuple(std) if std is not None else (IMAGENET_STD if in_channels == 3 else (0.5,))

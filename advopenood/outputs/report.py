@@ -85,11 +85,35 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
+def decimals(values: list[Any]) -> int | None:
+    """The one number of decimals of a column's floats, from its largest magnitude as :func:`fmt` shows it (1 from
+    100 up, 2 from 1, else 3 significant digits; 0 when every float is whole); None without a float."""
+    floats = [abs(v) for v in values if isinstance(v, float) and math.isfinite(v)]
+    if not floats:
+        return None
+    top = max(floats)
+    if all(v.is_integer() for v in floats):
+        return 0
+    if top >= 100:
+        return 1
+    if top >= 1:
+        return 2
+    return min(6, 2 - math.floor(math.log10(top)))
+
+
+def format_column(values: list[Any]) -> list[str]:
+    """A column's cells as strings, every float with the column's :func:`decimals` (NaN empty)."""
+    places = decimals(values)
+    return [("" if math.isnan(v) else f"{v:.{places}f}") if isinstance(v, float) and places is not None else fmt(v)
+            for v in values]
+
+
 def _cells(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with every cell formatted as a string (index kept as the first column when named)."""
+    """``df`` with every cell formatted as a string, a fixed number of decimals per column (index kept as the first
+    column when named)."""
     if df.index.name is not None:
         df = df.reset_index()
-    return pd.DataFrame({str(c): [fmt(v) for v in df[c].tolist()] for c in df.columns})
+    return pd.DataFrame({str(c): format_column(df.iloc[:, i].tolist()) for i, c in enumerate(df.columns)})
 
 
 def join(items: list[str]) -> str:
@@ -112,26 +136,40 @@ def _ranked(labels: list[str], which: str) -> str:
 
 
 def read_asr(asr: pd.DataFrame) -> list[str]:
-    """Clean accuracy, and the strongest and weakest attack by ASR (ties named together)."""
+    """Clean accuracy, and the strongest and weakest attack by ASR (ties named together), compared only among sets
+    of one budget: with several budgets in the table, one sentence per budget, which it names."""
     out = []
     acc = asr["clean_acc"].dropna()
     if len(acc):
         n = int(asr["n"].iloc[0])
         out.append(f"The classifier's clean accuracy is {pct(float(acc.iloc[0]))} on {n} ID images.")
     rows = asr.dropna(subset=["asr"])
-    labels, values = [name(a) for a in rows["attack"]], [float(v) for v in rows["asr"]]
-    if len(rows) == 1:
-        out.append(f"{labels[0]} succeeds on {pct(values[0])} of the correctly classified images.")
-    elif len(rows) > 1:
+    budgets = [eps_label(e) or "none" for e in rows["eps"]] if "eps" in rows else ["none"] * len(rows)
+    groups = list(dict.fromkeys(budgets))
+    for budget in groups:
+        part = rows[[b == budget for b in budgets]]
+        labels, values = [name(a) for a in part["attack"]], [float(v) for v in part["asr"]]
+        at = "" if len(groups) == 1 else ("Without a budget (minimal perturbation), " if budget == "none" else
+                                          f"At eps {budget}, ")
+        if len(part) == 1:
+            out.append(_sentence(at, f"{labels[0]} succeeds on {pct(values[0])} of the correctly classified images."))
+            continue
         hi, lo = max(values), min(values)
         if hi == lo:
-            out.append(f"Every attack ({join(labels)}) succeeds on {pct(hi)} of the correctly classified images.")
+            out.append(_sentence(at, f"Every attack ({join(labels)}) succeeds on {pct(hi)} of the correctly classified "
+                                     "images."))
         else:
             top = [a for a, v in zip(labels, values) if v == hi]
             bottom = [a for a, v in zip(labels, values) if v == lo]
-            out.append(f"{_ranked(top, 'strongest')} (ASR {pct(hi)} of correctly classified images) and "
-                       f"{_ranked(bottom, 'weakest')} ({pct(lo)}).")
+            out.append(_sentence(at, f"{_ranked(top, 'strongest')} (ASR {pct(hi)} of correctly classified images) and "
+                                     f"{_ranked(bottom, 'weakest')} ({pct(lo)})."))
     return out
+
+
+def _sentence(lead: str, text: str) -> str:
+    """``text`` after a leading clause (``At eps 8/255, ``); a sentence that opens with ``Every`` is lowered (the
+    others open with an attack's name)."""
+    return lead + ("e" + text[1:] if lead and text.startswith("Every") else text)
 
 
 # ------------------------------------------------------------------------------------------------- sections
@@ -179,7 +217,7 @@ def _run_section(info: dict[str, Any]) -> list[Block]:
 def asr_section(asr: pd.DataFrame) -> Section:
     """The core's section on ``asr.csv``: the attack success rates and their readings."""
     table = asr.copy()
-    table["eps"] = [eps_label(e) for e in table["eps"]]
+    table["eps"] = [eps_label(e) or "none" for e in table["eps"]]  # none: a minimal attack, no budget
     keep = [c for c in ("attack", "eps", "n", "clean_acc", "asr", "asr_all", "mean_linf", "mean_l2") if c in table]
     return Section("Attack success rates", [
         Paragraph("asr: share of correctly classified images whose attack succeeded; asr_all: share of all images "
@@ -227,6 +265,13 @@ def build_report(out_dir: Path) -> list[Block]:
     info = json.loads((out_dir / "run.json").read_text()) if (out_dir / "run.json").is_file() else {}
     title = (info.get("config") or {}).get("name") or out_dir.name
     blocks = [Block("h1", f"advopenood report: {title}")]
+    sample = info.get("sample") or {}
+    if sample.get("conclusive") is False:
+        blocks.append(Block("p", f"Too few images to conclude: {sample['n_id']} ID images and as few as "
+                                 f"{sample['n_ood']} OOD images in a set, fewer than {sample['min_conclusive']} per "
+                                 f"side; a 95 % interval on an AUROC near chance spans about "
+                                 f"+-{sample['auroc_halfwidth_at_chance']:.0f} points at these sizes. Every reading "
+                                 "below describes this sample only."))
     if info:
         try:
             blocks += _run_section(info)
@@ -263,7 +308,7 @@ def to_markdown(blocks: list[Block], out_dir: Path) -> str:
         elif b.kind == "code":
             parts.append(f"<details><summary>{b.caption}</summary>\n\n```yaml\n{b.content.rstrip()}\n```\n\n</details>")
         elif b.kind == "img":
-            parts.append(f"![{b.caption}]({Path(b.content).relative_to(out_dir).as_posix()})")
+            parts.append(f"![{b.caption}]({Path(b.content).relative_to(out_dir).as_posix()})\n\n*{b.caption}*")
     return "\n\n".join(parts) + "\n"
 
 
@@ -272,16 +317,18 @@ padding:0 1em;color:#222;line-height:1.45}table{border-collapse:collapse;margin:
 th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}th{background:#f2f2f2}td:first-child,th:first-child
 {text-align:left}caption{font-weight:600;text-align:left;padding:.3em 0}img{max-width:100%;display:block;margin:.5em 0}
 figure{margin:1em 0}figcaption{color:#555;font-size:.85em}pre{background:#f6f6f6;padding:.8em;overflow:auto}
+.scroll{overflow-x:auto;max-width:100%}.scroll td,.scroll th{white-space:nowrap}
 h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}"""
 
 
 def _html_table(df: pd.DataFrame, caption: str) -> str:
+    """A table in a box that scrolls sideways: a table wider than the page scrolls instead of being cut."""
     cells = _cells(df)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cells.columns)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>"
                    for row in cells.itertuples(index=False))
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
-    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="scroll"><table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def to_html(blocks: list[Block]) -> str:

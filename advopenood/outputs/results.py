@@ -105,6 +105,14 @@ class Results:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     figures: list[Path] = field(default_factory=list)
     sections: list[Section] = field(default_factory=list)
+    #: why the plugin has nothing to compute in this run (e.g. the attacks it needs); when it returns no table,
+    #: figure or section the core states this in the report, on stderr and in ``run.json`` (``nothing_computed``)
+    empty_reason: str = ""
+
+    @property
+    def empty(self) -> bool:
+        """Whether there is no table, figure or section."""
+        return not (self.tables or self.figures or self.sections)
 
     def __getitem__(self, fname: str) -> pd.DataFrame:
         """The table written as ``fname`` (``outputs["ood.csv"]``)."""
@@ -123,6 +131,14 @@ def as_results(result: Results | Mapping[str, pd.DataFrame] | None) -> Results:
     if isinstance(result, Mapping):
         return Results(tables=dict(result))
     raise TypeError(f"a plugin returned {type(result).__name__}; valid choices: Results or dict[str, DataFrame]")
+
+
+def nothing_section(label: str, reason: str) -> Section:
+    """The core's section for a plugin (``evaluator:<name>``) that returned nothing: what it had to compute with."""
+    kind, _, name = label.partition(":")
+    return Section(f"{name}: nothing to compute", [Paragraph(
+        f"The {kind} {name} ran but had nothing to compute in this run, so it wrote no table: {reason}.")],
+        source=name)
 
 
 def guarded(title: str, make: Callable[[], list[Section]]) -> list[Section]:

@@ -5,6 +5,7 @@ failed or interrupted run leaves no partial CSV and resumes from the attack stor
 """
 from __future__ import annotations
 
+import contextlib
 import platform
 import sys
 import time
@@ -30,7 +31,9 @@ from advopenood.config.schema import thaw
 from advopenood.data.datasets import build_dataset, limit_dataset, make_loader
 from advopenood.detection.scorecache import ScoreCache
 from advopenood.detection.scoring import score_all
+from advopenood.errors import UsageError
 from advopenood.evaluation.context import CleanRecord, RunContext
+from advopenood.evaluation.metrics import sample_note
 from advopenood.models.classifier import (
     Classifier,
     build_from_config,
@@ -39,6 +42,7 @@ from advopenood.models.classifier import (
 )
 from advopenood.models.training import trained_model
 from advopenood.outputs import results as outputs
+from advopenood.outputs.latex import write_latex
 from advopenood.provenance import library_versions
 from advopenood.run.preflight import build_plugins, checkpoint_path, preflight
 
@@ -117,26 +121,41 @@ def rank_device(device: str, rank: int) -> torch.device:
 
 def generate_sets(plan: RunPlan, model: Classifier, id_set, device: torch.device, *, fit_set,
                   ood_sets: dict[str, Any], rank: int = 0, world_size: int = 1,
-                  progress: bool = True) -> dict[str, AdvSet]:
+                  progress: bool = True, errors: dict[str, str] | None = None,
+                  traces: dict[str, str] | None = None) -> dict[str, AdvSet]:
     """One adversarial set per spec, from the store when it is already there.
 
     Detector-aware attacks are bound to the fit set (:func:`advopenood.capabilities.bind_attack`). Under torchrun
     each rank attacks the shards ``i % world_size == rank`` into the shared store; after a barrier rank 0 writes the manifests, and every rank sees the complete sets.
+    With ``errors`` (one process only), an attack that raises (or whose output fails
+    :func:`advopenood.attacks.store.check_attack_output`) costs only its set: the set is left out, ``errors``
+    gets ``attack:<set>`` -> one line and ``traces`` its traceback; otherwise (and for a UsageError) it raises.
     """
     store = AdvStore(plan.cache / "adv", shard_size=plan.shard_size)
     model_hash = weights_hash(model)
     sets: dict[str, AdvSet] = {}
     for spec in plan.attack_specs:
-        attack = build_attack(spec.attack, spec.params)
-        source, data = source_set(spec, id_set, ood_sets)
-        bind_attack(attack, model, fit_set, seed=plan.seed, batch_size=plan.batch_size, device=device,
-                    detector_params=thaw(plan.detector_params))
-        adv = store.generate(data, model, attack, model_hash=model_hash, seed=plan.seed, device=device,
-                             rank=rank, world_size=world_size, progress=progress,
-                             recompute=plan.recomputes(spec.set_name))
-        adv.set_name, adv.source = spec.set_name, source
-        adv.quantize = plan.protocol_spec.quantize
-        adv.see(model, attack, plan.batch_size, device)
+        try:
+            attack = build_attack(spec.attack, spec.params)
+            source, data = source_set(spec, id_set, ood_sets)
+            bind_attack(attack, model, fit_set, seed=plan.seed, batch_size=plan.batch_size, device=device,
+                        detector_params=thaw(plan.detector_params))
+            adv = store.generate(data, model, attack, model_hash=model_hash, seed=plan.seed, device=device,
+                                 rank=rank, world_size=world_size, progress=progress,
+                                 recompute=plan.recomputes(spec.set_name))
+            adv.set_name, adv.source = spec.set_name, source
+            adv.quantize = plan.protocol_spec.quantize
+            adv.see(model, attack, plan.batch_size, device)
+        except UsageError:
+            raise
+        except Exception as exc:
+            if errors is None or world_size > 1:
+                raise
+            label = f"attack:{spec.set_name}"
+            errors[label] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300] or type(exc).__name__}"
+            if traces is not None:
+                traces[label] = traceback.format_exc()
+            continue
         sets[spec.set_name] = adv
     if world_size > 1:
         import torch.distributed as dist
@@ -186,18 +205,27 @@ def run(plan: RunPlan | Mapping[str, Any], *, attack_only: bool = False, progres
     by batch through the store); rank 0 alone merges the scores, evaluates and writes outputs.
     """
     t0 = time.perf_counter()
-    timings: dict[str, float] = {}
     plan = plan if isinstance(plan, RunPlan) else validate(plan)
     preflight(plan, overwrite=overwrite, attack_only=attack_only)
-    seed_everything(plan.seed)
     rank, world_size = distributed()
+    with aio.OutputLock(plan.output) if rank == 0 else contextlib.nullcontext():
+        return _locked_run(plan, rank, world_size, t0, attack_only=attack_only, progress=progress,
+                           export_png=export_png)
+
+
+def _locked_run(plan: RunPlan, rank: int, world_size: int, t0: float, *, attack_only: bool, progress: bool,
+                export_png: bool) -> RunContext:
+    """:func:`run` once the output folder is locked (rank 0) and checked again under the lock."""
+    if rank == 0:
+        aio.check_output_folder(plan.output)
+    seed_everything(plan.seed)
     progress = progress and rank == 0
     plan = plan.replace(device=str(rank_device(plan.device, rank)))
     inputs = prepare(plan, progress)
     plugins = [] if attack_only else build_plugins(plan)
     final = plan.output
     out = aio.begin_output(final) if rank == 0 else final
-    timings["setup"] = time.perf_counter() - t0
+    timings = {"setup": time.perf_counter() - t0}
     try:
         return _execute(plan, inputs, plugins, out, final, rank, world_size, timings, t0, attack_only=attack_only,
                         progress=progress, export_png=export_png)
@@ -216,12 +244,16 @@ def _execute(plan: RunPlan, inputs: Inputs, plugins: list[tuple[str, Any]], out:
 
     t = time.perf_counter()
     clean = clean_predictions(model, id_set, bs, device, progress, plan.num_workers)
+    attack_errors: dict[str, str] = {}
+    attack_traces: dict[str, str] = {}
     adv_sets = generate_sets(plan, model, id_set, device, fit_set=inputs.fit_set, ood_sets=inputs.ood_sets, rank=rank,
-                             world_size=world_size, progress=progress)
+                             world_size=world_size, progress=progress, errors=attack_errors, traces=attack_traces)
     timings["attacks"] = time.perf_counter() - t
     dataset, arch = plan.data.dataset or id_set.name, model.arch
     ctx = RunContext(plan, out, model, device, seed, dataset, arch, id_set, inputs.fit_set, inputs.ood_sets, adv_sets,
                      clean, batch_size=bs, protocol=plan.protocol, rank=rank, progress=progress)
+    ctx.plugin_errors.update(attack_errors)
+    ctx.traces.update(attack_traces)
     if rank != 0:
         if not attack_only:
             _score(ctx, progress, world_size)
@@ -247,6 +279,7 @@ def _execute(plan: RunPlan, inputs: Inputs, plugins: list[tuple[str, Any]], out:
         from advopenood.run.export import export_openood
 
         ctx.extras["export"] = export_openood(ctx)
+    write_latex(out)  # every CSV of the run, the core's asr.csv included
     timings["total"] = time.perf_counter() - t0
     aio.write_json(out / "run.json", run_info(ctx, timings))
     if not attack_only:
@@ -288,10 +321,16 @@ def run_plugin(ctx: RunContext, label: str, plugin: Callable[[RunContext], Any])
     """Run one evaluator or analysis and write its outputs; its sections for the report.
 
     A plugin that raises costs only its own outputs: the files it wrote are removed, its failure is recorded in
-    ``ctx.plugin_errors`` (one line; the traceback goes to ``errors.log``) and the run goes on."""
+    ``ctx.plugin_errors`` (one line; the traceback goes to ``errors.log``) and the run goes on. A plugin that
+    returns nothing is recorded in ``ctx.nothing_computed`` with its reason and gets a section saying so."""
     before = set(aio.files_under(ctx.out))
     try:
-        return outputs.collect(ctx.out, plugin(ctx), ctx.protocol, label.split(":", 1)[1])
+        result = outputs.as_results(plugin(ctx))
+        if result.empty:
+            reason = result.empty_reason or "it returned no table, figure or report section"
+            ctx.nothing_computed[label] = reason
+            result.sections = [outputs.nothing_section(label, reason)]
+        return outputs.collect(ctx.out, result, ctx.protocol, label.split(":", 1)[1])
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:
@@ -345,6 +384,9 @@ def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
         "data": {"id": ctx.id_set.identity(), "fit": ctx.fit_set.identity(),
                  "ood": {k: v.identity() for k, v in ctx.ood_sets.items()}},
         "clean_acc": ctx.clean.accuracy,
+        "sample": sample_note(len(ctx.id_set), min([len(v) for v in ctx.ood_sets.values()]
+                                                   + [len(a.records) for a in ctx.adv_sets.values()],
+                                                   default=len(ctx.id_set))),
         "attacks": {name: {"attack": a.attack, "key": a.key, "path": str(a.path), "params": a.params, "source": a.source,
                             "quantize": a.quantize, **a.stats}
                     for name, a in ctx.adv_sets.items()},
@@ -355,5 +397,6 @@ def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
         "detector_backends": ctx.backends,
         "detector_errors": ctx.detector_errors,
         "plugin_errors": ctx.plugin_errors,
+        "nothing_computed": ctx.nothing_computed,
         "timings_s": timings,
     }

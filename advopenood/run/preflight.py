@@ -2,17 +2,21 @@
 
 :func:`preflight` takes the run plan (:class:`advopenood.config.plan.RunPlan`) and raises a one-line
 :class:`~advopenood.errors.UsageError` (exit 2 in the CLI) for the first problem it finds, writing nothing:
-the device, the detector backend, the output and cache folders, every data file (present, readable, the
-right dtype and layout, read from the file headers only), the checkpoint (loadable with
-``weights_only=True`` and matching the architecture), and every plugin name and parameter (by constructing
-the plugins). Cheap checks come first, so most bad inputs fail before torch is imported.
+the set names (safe as file names and keys, unique: :func:`check_names`), the device, the detector backend,
+the output and cache folders, every data file (present, readable, the right dtype and layout from the file
+headers; ``.npz`` CRCs, finite float pixels, every listed image's header, at least one image per set), the
+checkpoint (loadable with ``weights_only=True``, matching the architecture, finite weights), and every
+plugin name and parameter (by constructing the plugins). Cheap checks come first, so most bad inputs fail before
+torch is imported.
 """
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import stat
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +25,9 @@ import numpy as np
 from advopenood import registry
 from advopenood.config.plan import RunPlan
 from advopenood.config.schema import thaw
-from advopenood.data.specs import IdxSpec, OpenOODSpec
+from advopenood.data.specs import INTEGER_LABEL, IdxSpec, OpenOODSpec
 from advopenood.errors import UsageError
-from advopenood.io import MANIFEST
+from advopenood.io import MANIFEST, OutputError, check_output_folder
 
 
 def _writable(folder: Path) -> bool:
@@ -50,9 +54,15 @@ def check_folder(path: Path, what: str) -> None:
 
 
 def check_output(path: Path, overwrite: bool) -> None:
-    """The output folder is ours to write: new, empty, a previous run's (it has our manifest), or ``overwrite``."""
+    """The output folder is ours to write: new, empty, a previous run's (it has our manifest), or ``overwrite``;
+    in every case without a symbolic link inside and without a manifest we did not write
+    (:func:`advopenood.io.check_output_folder`), since a run deletes the files a previous run's manifest lists."""
     check_folder(path, "output folder")
     check_folder(path.parent, "folder of the output folder")
+    try:
+        check_output_folder(path)
+    except OutputError as exc:
+        raise UsageError(f"{exc}; valid choices: another --out, or remove it") from None
     if not path.is_dir() or overwrite or (path / MANIFEST).is_file():
         return
     foreign = sorted(p.name for p in path.iterdir() if not p.name.startswith("."))
@@ -62,9 +72,13 @@ def check_output(path: Path, overwrite: bool) -> None:
 
 
 def _npy_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """Shape and dtype of each array in an ``.npz`` file, from the headers (no array is loaded)."""
+    """Shape and dtype of each array in an ``.npz`` file, from the headers (no array is loaded); every member's
+    CRC is checked and a header must not claim more bytes than its member stores (ValueError otherwise)."""
     out = {}
     with zipfile.ZipFile(path) as zf:
+        corrupt = zf.testzip()
+        if corrupt is not None:
+            raise ValueError(f"member {corrupt!r} fails its CRC check (the file is damaged)")
         for name in zf.namelist():
             if not name.endswith(".npy"):
                 continue
@@ -72,6 +86,11 @@ def _npy_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
                 version = np.lib.format.read_magic(f)
                 reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
                 shape, _, dtype = reader(f)
+                stored = zf.getinfo(name).file_size - f.tell()
+            needed = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            if not dtype.hasobject and stored < needed:
+                raise ValueError(f"array {name[:-4]!r}: its header claims shape {shape} ({needed} bytes) but only "
+                                 f"{stored} bytes are stored (a truncated or hand-edited file)")
             out[name[:-4]] = (shape, dtype)
     return out
 
@@ -82,7 +101,7 @@ def check_npz(path: Path, channels: int) -> None:
         raise UsageError(f"data file {str(path)!r} not found; pass --data-root DIR holding the config's data files")
     try:
         heads = _npy_headers(path)
-    except (OSError, zipfile.BadZipFile, ValueError) as exc:
+    except (OSError, zipfile.BadZipFile, zlib.error, ValueError) as exc:
         raise UsageError(f"data file {str(path)!r} is not a readable .npz ({type(exc).__name__}: {exc})") from None
     if "x" not in heads:
         raise UsageError(f"data file {str(path)!r} has no array 'x' (found {', '.join(heads) or 'none'}); "
@@ -97,9 +116,17 @@ def check_npz(path: Path, channels: int) -> None:
                          f"e.g. {(shape[0], shape[2], shape[3], shape[1])}")
     if len(shape) not in (3, 4) or (len(shape) == 4 and shape[3] not in (1, 3)):
         raise UsageError(f"data file {str(path)!r}: x has shape {shape}; {expected}")
+    if shape[0] == 0:
+        raise UsageError(f"data file {str(path)!r} holds no images (x has shape {shape}); valid input: at least one "
+                         "image")
     if dtype.kind == "f":
         with np.load(path) as d:
-            lo, hi = float(np.min(d["x"])), float(np.max(d["x"]))
+            x = d["x"]
+        finite = np.isfinite(x.reshape(len(x), -1)).all(1)
+        if not finite.all():
+            raise UsageError(f"data file {str(path)!r}: image {int(np.argmin(finite))} holds NaN or infinite pixels "
+                             f"({int((~finite).sum())} of {len(x)} images); {expected}")
+        lo, hi = float(np.min(x)), float(np.max(x))
         if lo < 0.0 or hi > 1.0:
             raise UsageError(f"data file {str(path)!r}: float images outside [0, 1] (min {lo:.3g}, max {hi:.3g}); {expected}")
     if "y" in heads:
@@ -141,6 +168,8 @@ def check_idx(spec: IdxSpec, root: Path | None, where: str, labelled: bool, num_
     if images.ndim not in (3, 4) or labels.ndim != 1 or len(labels) != len(images):
         raise UsageError(f"IDX files of {where}: images {images.shape} and labels {labels.shape}; valid: images "
                          "(N, H, W[, C]) and labels (N,)")
+    if len(images) == 0:
+        raise UsageError(f"IDX file {spec.images!r} ({where}) holds no images; valid input: at least one image")
     if labelled:
         check_labels(labels.astype(np.int64), where, f"IDX labels {spec.labels!r}", num_classes)
 
@@ -186,14 +215,30 @@ def check_imglist(root: Path, spec: OpenOODSpec, where: str, labelled: bool, num
         raise UsageError(f"image {str(images / missing[0])!r} of {spec.imglist!r} ({where}) not found "
                          f"({len(missing)} of {len(rows)} listed images missing); the list's paths are relative to "
                          f"{str(images)!r} (OpenOOD's layout)")
+    texts = [label for _, label in rows]
+    bad = next((i for i, t in enumerate(texts) if (t is None and labelled)
+                or (t is not None and not INTEGER_LABEL.fullmatch(t))), None)
+    if bad is not None:
+        valid = "an ID set needs one on every line" if labelled else "an OOD set may also give -1 or none"
+        raise UsageError(f"image list {str(lst)!r} ({where}), line {bad + 1}: {rows[bad][0]!r} has label "
+                         f"{texts[bad]!r}; valid labels: ASCII integers 0..{num_classes - 1} ({valid})")
+    check_images(images, rows, f"{spec.imglist!r} ({where})")
     if labelled:
-        texts = [label for _, label in rows]
-        bad = next((i for i, t in enumerate(texts) if t is None or not t.lstrip("-").isdigit()), None)
-        if bad is not None:
-            raise UsageError(f"image list {str(lst)!r} ({where}), line {bad + 1}: {rows[bad][0]!r} has label "
-                             f"{texts[bad]!r}; an ID set needs an integer label on every line "
-                             f"(valid labels: 0..{num_classes - 1})")
         check_labels(np.array([int(t) for t in texts]), where, f"image list {str(lst)!r}", num_classes)
+
+
+def check_images(base: Path, rows: list[tuple[str, str | None]], where: str) -> None:
+    """Every listed image opens as an image and passes PIL's ``verify`` (headers and chunk checksums, no decoding)."""
+    from PIL import Image
+
+    for line, (rel, _) in enumerate(rows, 1):
+        try:
+            with Image.open(base / rel) as img:
+                img.verify()
+        except (OSError, SyntaxError, ValueError, EOFError) as exc:
+            text = " ".join(str(exc).split())[:120] or type(exc).__name__
+            raise UsageError(f"image {str(base / rel)!r} (line {line} of {where}) is not a readable image "
+                             f"({type(exc).__name__}: {text}); valid input: an intact PNG or JPEG file") from None
 
 
 def check_data(plan: RunPlan) -> None:
@@ -229,7 +274,8 @@ def checkpoint_path(plan: RunPlan) -> Path | None:
 
 
 def check_model(plan: RunPlan) -> None:
-    """A checkpoint loads with ``weights_only=True`` into the architecture (or a training recipe is given)."""
+    """A checkpoint loads with ``weights_only=True`` into the architecture, with finite weights (or a training
+    recipe is given)."""
     m = plan.model
     path = checkpoint_path(plan)
     if path is None:
@@ -288,10 +334,52 @@ def build_plugins(plan: RunPlan) -> list[tuple[str, Any]]:
     return plugins
 
 
+#: a set's name (it becomes file names, folder names and keys): a letter or digit, then letters, digits and ``._+@-``
+SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+@-]*")
+
+
+def check_names(plan: RunPlan) -> None:
+    """Every name that becomes a path or a key is safe (:data:`SET_NAME`: no ``/``, no leading dot, no absolute
+    path) and unique (ignoring case) across the ID set (``data.dataset`` and ``data.id``'s name may agree), the
+    natural OOD sets and the attack sets; ``id`` (the key of the ID set's scores: only the ID set may be named so)
+    and ``<attack set>.success`` / ``.positive`` (its masks in ``scores/<detector>.npz``) are reserved."""
+    from advopenood.data.datasets import dataset_name
+
+    d = plan.data
+    entries = [("data.dataset", d.dataset, "id")] if d.dataset is not None else []
+    for key, spec, group in [("data.id", d.id, "id")] + [(f"data.ood[{i}]", s, "ood") for i, s in enumerate(d.ood)]:
+        entries.append((f"{key}.name" + ("" if spec.name else " (unset: from its file or kind)"), dataset_name(spec),
+                        group))
+    entries += [(f"attack set of {s.attack!r} (an attacks entry's label, else its name)", s.set_name, "attack")
+                for s in plan.attack_specs]
+    reserved = {"id": "the ID set's scores"}
+    for _, name, group in entries:
+        if group == "attack":
+            reserved.update({f"{name}.{mask}".lower(): f"the {mask} mask of attack set {name!r}"
+                             for mask in ("success", "positive")})
+    taken: dict[str, tuple[int, str, str]] = {}
+    for i, (key, name, group) in enumerate(entries):
+        listed = ", ".join(dict.fromkeys(str(e[1]) for j, e in enumerate(entries) if j != i)) or "none"
+        if not SET_NAME.fullmatch(name):
+            raise UsageError(f"{key}: {name!r} is not a valid set name (it becomes file names and keys); valid "
+                             "choices: letters, digits and . _ + @ - starting with a letter or digit, e.g. "
+                             f"{re.sub(r'[^A-Za-z0-9._+@-]', '_', name).lstrip('._+@-') or 'set1'!r}")
+        if name.lower() in reserved and not (group == "id" and name.lower() == "id"):
+            raise UsageError(f"{key}: {name!r} is reserved ({reserved[name.lower()]}); valid choices: any other "
+                             f"name unique across the ID, OOD and attack sets (taken: {listed})")
+        first = taken.setdefault(name.lower(), (i, key, group))
+        if first[0] != i and not (group == "id" and first[2] == "id"):
+            raise UsageError(f"{key}: {name!r} is also the name of {first[1]}; valid choices: a name unique across "
+                             f"the ID, OOD and attack sets (give it a 'name' or 'label'; taken: {listed})")
+
+
 def preflight(plan: RunPlan, *, overwrite: bool = False, attack_only: bool = False) -> None:
     """All checks, cheapest first; the first failure raises a one-line UsageError and nothing is written."""
+    check_names(plan)
     check_output(plan.output, overwrite)
     check_folder(plan.cache, "cache folder")
+    for sub, what in (("adv", "attack store"), ("scores", "score cache"), ("models", "model cache")):
+        check_folder(plan.cache / sub, what)
     check_data(plan)
     check_runtime(plan)
     check_model(plan)

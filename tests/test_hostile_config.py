@@ -1,0 +1,132 @@
+"""Hostile or careless configs and caches: each is refused before any work with one line (exit 2), never a
+traceback, an unbounded expansion or a silently different run."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from advopenood.cli.main import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _config(tmp_path: Path, old: str = "", new: str = "", extra: str = "") -> list[str]:
+    """``run --config`` of the CIFAR-10 config with ``old`` replaced by ``new`` and ``extra`` appended. Its data
+    root does not exist: a config that passes the config checks is refused later for that, never run."""
+    text = (REPO / "configs" / "cifar10_resnet20.yaml").read_text(encoding="utf-8")
+    assert old in text
+    text = text.replace("root: ../../shared/data", f"root: {tmp_path / 'no-data'}").replace(old, new) + extra
+    path = tmp_path / "hostile.yaml"
+    path.write_text(text, encoding="utf-8")
+    return ["run", "--config", str(path)]
+
+
+def _aliases(levels: int) -> str:
+    """A "billion laughs" document: each level lists the one before nine times (9**levels values)."""
+    lines = ['l0: &l0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+def _file_in_cache(sub: str) -> Callable[[Path], list[str]]:
+    def make(tmp_path: Path) -> list[str]:
+        (tmp_path / "cache").mkdir()
+        (tmp_path / "cache" / sub).write_text("not a folder")
+        return [*_config(tmp_path), "--cache-dir", str(tmp_path / "cache")]
+    return make
+
+
+#: name -> (arguments from tmp_path, fragment of the one error line)
+CASES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
+    "alias bomb": (lambda t: _config(t, extra=_aliases(6)), "expands to more than 100000 values through YAML aliases"),
+    "alias loop": (lambda t: _config(t, extra="loop: &loop [1, *loop]\n"), "loop[1] (hostile.yaml line 30, column 7) "
+                                                                          "refers to itself through a YAML alias"),
+    "deep nesting": (lambda t: _config(t, extra="deep: " + "[" * 5000 + "]" * 5000 + "\n"), "nests too deeply"),
+    "duplicate key": (lambda t: _config(t, extra="seed: 3\n"), "key seed is written twice (lines 5 and 30)"),
+    "duplicate nested key": (lambda t: _config(t, "  arch: resnet20\n", "  arch: resnet20\n  arch: resnet18_32x32\n"),
+                             "key model.arch is written twice (lines 9 and 10)"),
+    "seed 2**63": (lambda t: _config(t, "seed: 0", f"seed: {2**63}"),
+                   f"seed: Input should be less than or equal to {2**63 - 1} (got {2**63}) (hostile.yaml line 5"),
+    "seed 2**64 flag": (lambda t: [*_config(t), "--seed", str(2**64)], "seed: Input should be less than or equal to"),
+    "eps empty list": (lambda t: _config(t, "attacks: [fgsm, pgd, df, mpgd]", "attacks: [{name: pgd, eps: []}]"),
+                       "attacks[0].eps: Tuple should have at least 1 item"),
+    "eps text": (lambda t: _config(t, "attacks: [fgsm, pgd, df, mpgd]", "attacks: [{name: pgd, eps: abc}]"),
+                 "attacks[0].eps: eps 'abc' is not a number"),
+    "eps text in a sweep": (lambda t: _config(t, "attacks: [fgsm, pgd, df, mpgd]",
+                                              "attacks: [{name: pgd, eps: [abc]}]"),
+                            "attacks[0].eps[0]: eps 'abc' is not a number"),
+    "attack entry not a mapping": (lambda t: _config(t, "attacks: [fgsm, pgd, df, mpgd]", "attacks: [5]"),
+                                   "attacks[0]: Input should be a valid string (got 5)"),
+    "eps flag without a value": (lambda t: [*_config(t), "--eps", ","], "--eps ',' names no budget"),
+    "cache adv is a file": (_file_in_cache("adv"), "attack store"),
+    "cache scores is a file": (_file_in_cache("scores"), "score cache"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_hostile_config_is_refused_in_one_line_before_work(name, tmp_path, capsys, monkeypatch):
+    make, fragment = CASES[name]
+    monkeypatch.setenv("ADVOPENOOD_CACHE", str(tmp_path / "default-cache"))
+    args = [*make(tmp_path), "--out", str(tmp_path / "out")]
+    rc = main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1 and err[0].startswith("advopenood: error:"), err
+    assert fragment in err[0], err[0]
+    assert not (tmp_path / "out").exists() and not (tmp_path / "default-cache" / "adv").exists()
+
+
+def test_cache_file_message_names_the_file(tmp_path, capsys):
+    args = _file_in_cache("adv")(tmp_path)
+    assert main([*args, "--out", str(tmp_path / "out")]) == 2
+    assert f"attack store {str(tmp_path / 'cache' / 'adv')!r} is a file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seed", [str(2**63), "-1", "ten"])
+def test_eval_ood_seed_out_of_range_is_refused_in_one_line(seed, tmp_path, capsys):
+    assert main(["eval-ood", "--root", str(tmp_path), "--seed", seed]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "argument --seed: " in err[0] and seed in err[0], err
+    assert f"valid choices: 0..{2**63 - 1}" in err[0]
+
+
+@pytest.mark.parametrize("key, value", [("seed", 2**63 - 1), ("seed", 0)])
+def test_seeds_in_range_are_taken(key, value):
+    from advopenood.config.loading import validate
+
+    plan = validate({"model": {"arch": "resnet20"}, "data": {"id": {"kind": "demo"}}, key: value})
+    assert plan.seed == value
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("anchor: &p {steps: 3}\nattack_params: {pgd: *p, fgsm: *p}\n", {"pgd": {"steps": 3}, "fgsm": {"steps": 3}}),
+    ("base: &p {steps: 3}\nattack_params:\n  pgd:\n    <<: *p\n    restarts: 2\n",
+     {"pgd": {"steps": 3, "restarts": 2}}),
+])
+def test_small_aliases_and_merge_keys_still_read(text, expected):
+    """Aliases are expanded within the bound, and a merge key (``<<``) is not a duplicate key."""
+    from advopenood.config.loading import _read_yaml
+
+    raw, positions = _read_yaml(text, "small.yaml")
+    assert raw["attack_params"] == expected
+    assert positions[("attack_params",)][0] == 2
+
+
+@pytest.mark.parametrize("text", ["name: caf\u00e9\n", "# \u00e9t\u00e9 \u2014 UTF-8 comment\nname: caf\u00e9\n"])
+def test_config_is_read_as_utf8_under_any_locale(text, tmp_path):
+    """A UTF-8 config reads the same under an ASCII locale (``LC_ALL=C`` without Python's UTF-8 mode)."""
+    path = tmp_path / "utf8.yaml"
+    path.write_text(text + "model: {arch: resnet20}\ndata: {id: {kind: demo}}\n", encoding="utf-8")
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0",
+           "PYTHONIOENCODING": "utf-8"}
+    code = ("import sys; from advopenood.config.loading import load_config; "
+            "print(load_config(sys.argv[1])[0].name)")
+    done = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True, text=True,
+                          encoding="utf-8", timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "caf\u00e9"
