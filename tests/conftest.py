@@ -77,3 +77,43 @@ def make_plan(**settings):
 
     return validate({"model": {"arch": "resnet20"}, "data": {"id": {"kind": "demo"}}, "attacks": [], "detectors": "",
                      "evaluators": "", **settings})
+
+
+def pack_config(folder: Path, data_root: Path, changes: dict | None = None, name: str = "tiny") -> str:
+    """A tiny config file in ``folder`` on the pack (ResNet-20, 8 CIFAR-10 test images vs Textures, FGSM, MSP,
+    the ood evaluator) with ``changes`` (dotted key -> value; a list index as a number, a new list item by
+    index ``len``) applied; ``<tmp>`` in a value stands for the folder above ``folder``. Returns its path."""
+    import yaml
+
+    cfg: dict = {
+        "name": name, "batch_size": 8, "limit": 8,
+        "model": {"arch": "resnet20", "checkpoint": str(data_root / "resnet20_cifar10.pt"), "num_classes": 10,
+                  "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
+        "data": {"root": str(data_root), "dataset": "cifar10",
+                 "id": {"kind": "npz", "path": "cifar10_test.npz", "name": "cifar10"},
+                 "ood": [{"kind": "npz", "path": "texture_test.npz", "name": "texture"}]},
+        "attacks": ["fgsm"], "detectors": "msp", "evaluators": ["ood"], "analyses": []}
+    for key, value in (changes or {}).items():
+        *parents, last = key.split(".")
+        node = cfg
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        if isinstance(node, list):
+            node.append(value)
+        else:
+            node[last] = value
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg).replace("<tmp>", str(folder.parent)))
+    return str(path)
+
+
+def registered(plugins: dict):
+    """Register ``{(kind, name): class}`` for the duration of a fixture (a generator: ``yield from``)."""
+    from advopenood import registry
+
+    for (kind, name), obj in plugins.items():
+        registry.register(kind, name)(obj)
+    yield
+    for kind, name in plugins:
+        registry.unregister(kind, name)

@@ -286,3 +286,33 @@ def test_a_generated_name_counts_only_through_its_documented_pattern():
     assert {"adaptive_<det>", "fgsm", "adaptive_ood_<det>"} <= tokens
     assert documented("adaptive_ood_knn", tokens, ["knn"]) and documented("fgsm", tokens, ["knn"])
     assert not documented("adaptive_apgd_knn", tokens, ["knn"]) and not documented("pgd", tokens, ["knn"])
+
+
+@pytest.mark.parametrize("page", ["docs/index.md", "README.md", "docs/cli.md"])
+def test_every_built_in_evaluator_is_in_the_contents_and_the_cli_page(page):
+    """The manual's contents, the README's table and the CLI page's --evaluator row name every built-in
+    evaluator (issue 30, item 10: `smoothed` was missing)."""
+    built_in = [n for n, e in registry.entries("evaluators").items() if e.source.startswith("advopenood_plugins")]
+    text = (REPO / page).read_text()
+    line = next(s for s in text.splitlines() if ("--evaluator" if page.endswith("cli.md") else "evaluators.md)") in s)
+    assert {"ood", "smoothed"} <= set(built_in)
+    assert [n for n in built_in if f"`{n}`" not in line] == []
+
+
+def test_the_plugin_guide_example_takes_no_registered_name():
+    """Copying the guide's inline example must not silently replace a plugin the example package or we ship."""
+    guide = (REPO / "docs" / "plugins.md").read_text()
+    example = re.search(r"```python\n(.*?)```", guide, re.S).group(1)
+    kind, name = re.search(r'@register\("(\w+)", "(\w+)"\)', example).groups()
+    assert name not in registry.names(kind), f"the guide's first example registers the taken name {name!r}"
+
+
+def test_detector_counts_say_what_the_tables_hold():
+    """Pages that say '16 detectors' of a run's tables also name gram_legacy (17 rows), and the README says how to
+    install CPU-only torch wheels."""
+    for page in ("docs/index.md", "docs/getting-started.md", "README.md"):
+        text = " ".join((REPO / page).read_text().split())
+        for hit in re.finditer(r"16 (?:post-hoc )?detectors", text):
+            near = text[hit.start():hit.end() + 120]
+            assert "gram_legacy" in near or "OpenOOD" in text[max(0, hit.start() - 20):hit.start()], (page, near)
+    assert "download.pytorch.org/whl/cpu" in (REPO / "README.md").read_text()

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from advopenood import registry
+from conftest import registered
 from advopenood.attacks import Attack
 from advopenood.cli.main import main
 from advopenood.detection.postprocessor import Postprocessor
@@ -85,11 +85,7 @@ PLUGINS = {("detectors", "zzboom"): _Raises, ("detectors", "zzlate"): _FailsLate
 @pytest.fixture(scope="module", autouse=True)
 def _plugins():
     """The failing plugins, registered for this module only (``detectors: all`` elsewhere must not meet them)."""
-    for (kind, name), obj in PLUGINS.items():
-        registry.register(kind, name)(obj)
-    yield
-    for kind, name in PLUGINS:
-        registry.unregister(kind, name)
+    yield from registered(PLUGINS)
 
 
 def _run(tmp_path: Path, capsys, *extra: str) -> tuple[int, str, Path]:

@@ -3,41 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
+
+from conftest import pack_config
 
 from advopenood.cli.main import main
 from advopenood.config.loading import load_config, validate
 from advopenood.run.preflight import check_names
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _config(folder: Path, data_root: Path, changes: dict[str, Any]) -> str:
-    """A tiny npz run (CIFAR-10 vs textures, FGSM, MSP) with ``changes`` (dotted key -> value) applied; ``<tmp>``
-    in a value stands for the folder above ``folder``."""
-    cfg: dict[str, Any] = {
-        "name": "names", "batch_size": 8, "limit": 8,
-        "model": {"arch": "resnet20", "checkpoint": str(data_root / "resnet20_cifar10.pt"), "num_classes": 10,
-                  "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
-        "data": {"root": str(data_root), "dataset": "cifar10",
-                 "id": {"kind": "npz", "path": "cifar10_test.npz", "name": "cifar10"},
-                 "ood": [{"kind": "npz", "path": "texture_test.npz", "name": "texture"}]},
-        "attacks": ["fgsm"], "detectors": "msp", "evaluators": ["ood"], "analyses": []}
-    for key, value in changes.items():
-        *parents, last = key.split(".")
-        node: Any = cfg
-        for part in parents:
-            node = node[int(part)] if isinstance(node, list) else node[part]
-        if isinstance(node, list):
-            node.append(value)
-        else:
-            node[last] = value
-    path = folder / "names.yaml"
-    path.write_text(yaml.safe_dump(cfg).replace("<tmp>", str(folder.parent)))
-    return str(path)
 
 
 TIN = {"kind": "npz", "path": "tin_test.npz", "name": "tin"}
@@ -71,7 +46,7 @@ def test_a_hostile_name_is_refused_before_any_work(tmp_path, data_root, capsys, 
     """Exit 2 with one line naming the key and the valid choices; no output folder, no cache, nothing outside."""
     work = tmp_path / "work"
     work.mkdir()
-    cfg = _config(work, data_root, changes)
+    cfg = pack_config(work, data_root, changes, name="names")
     out, cache = work / "out", work / "cache"
     rc = main(["run", "--config", cfg, "--out", str(out), "--cache-dir", str(cache), "--export-png", "--quiet"])
     err = capsys.readouterr().err.strip()
@@ -97,5 +72,5 @@ VALID = [
 
 @pytest.mark.parametrize("changes", [c[1] for c in VALID], ids=[c[0] for c in VALID])
 def test_safe_unique_names_pass(tmp_path, data_root, changes):
-    cfg, _ = load_config(_config(tmp_path, data_root, changes))
+    cfg, _ = load_config(pack_config(tmp_path, data_root, changes, name="names"))
     check_names(validate(cfg))

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from advopenood import registry
+from conftest import registered
+
 from advopenood.cli.main import main
 from advopenood.outputs.results import Results
 
@@ -30,11 +31,7 @@ PLUGINS = {("evaluators", "zzempty"): _Empty, ("analyses", "zzreason"): _EmptyWi
 
 @pytest.fixture(scope="module", autouse=True)
 def _plugins():
-    for (kind, name), obj in PLUGINS.items():
-        registry.register(kind, name)(obj)
-    yield
-    for kind, name in PLUGINS:
-        registry.unregister(kind, name)
+    yield from registered(PLUGINS)
 
 
 @pytest.mark.parametrize("detectors, smoothed_reason", [

@@ -411,3 +411,27 @@ def test_eval_ood_runs_a_detector_adaptive_attack(openood_tree, runs):
     assert auroc["adaptive_msp"] < auroc["fgsm"]
     with pytest.raises(UsageError, match="adaptive_ood_msp"):
         eval_ood_main(eval_args(t, runs, "msp", "--attack", "adaptive_ood_msp"))
+
+
+@needs_openood
+@pytest.mark.parametrize("name, ok", [("pgd", True), ("pgd@0.031", True), ("id", False), ("cifar100", False),
+                                      ("CIFAR100", False), ("advood", False), ("../x", False), ("/tmp/x", False),
+                                      ("fgsm", False), ("", False)])
+def test_adv_split_names_are_safe_and_unused(name, ok):
+    """An adversarial split becomes a row of OpenOOD's table and a key of ours: a name that is unsafe or names an
+    ID, OOD or earlier adversarial split is refused in one line (issue 30, item 14)."""
+    from types import SimpleNamespace
+
+    from advopenood.cli.openood_evaluator import adv_evaluator_class
+
+    fake = SimpleNamespace(dataloader_dict={"id": {"test": None}, "ood": {"near": {"cifar100": None, "tin": None},
+                                                                           "far": {"mnist": None}, "adv": {"fgsm": 1}}},
+                           scores={"ood": {}}, metrics={"ood": 1, "fsood": 1})
+    add = adv_evaluator_class().add_adv_split
+    if ok:
+        add(fake, name, "loader")
+        assert fake.dataloader_dict["ood"]["adv"][name] == "loader" and fake.metrics["ood"] is None
+    else:
+        with pytest.raises(UsageError, match="not a safe, unused split name"):
+            add(fake, name, "loader")
+        assert name not in fake.dataloader_dict["ood"]["adv"] or name == "fgsm"

@@ -7,10 +7,11 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
+
+from conftest import pack_config
 import torch
 from PIL import Image
 
@@ -179,34 +180,11 @@ def test_one_eps_for_one_threat_model_applies(capsys):
     assert specs["pgd"] == specs["fgsm"] == pytest.approx(4 / 255) and specs["df"] != pytest.approx(4 / 255)
 
 
-def _npz_cfg(folder: Path, data_root: Path, change: tuple[str, Any] | None = None) -> str:
-    """A tiny npz run (CIFAR-10 vs textures, FGSM, MSP) with one setting at ``change = (dotted key, value)``."""
-    import yaml
-
-    cfg = {"name": "view", "batch_size": 8, "limit": 8,
-           "model": {"arch": "resnet20", "checkpoint": str(data_root / "resnet20_cifar10.pt"), "num_classes": 10,
-                     "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
-           "data": {"root": str(data_root), "dataset": "cifar10",
-                    "id": {"kind": "npz", "path": "cifar10_test.npz", "name": "cifar10"},
-                    "ood": [{"kind": "npz", "path": "texture_test.npz", "name": "texture"}]},
-           "attacks": ["fgsm"], "detectors": "msp", "evaluators": ["ood"], "analyses": []}
-    if change is not None:
-        *parents, last = change[0].split(".")
-        node: Any = cfg
-        for key in parents:
-            node = node[int(key)] if isinstance(node, list) else node[key]
-        node[last] = change[1]
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "view.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return str(path)
-
-
 @pytest.fixture(scope="module")
 def view_cache(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Path:
     """A store holding the attacks and scores of the unchanged tiny run."""
     root = tmp_path_factory.mktemp("view")
-    cfg = _npz_cfg(root, data_root)
+    cfg = pack_config(root, data_root, name="view")
     args = ["run", "--config", cfg, "--out", str(root / "out"), "--cache-dir", str(root / "cache"), "--quiet"]
     assert main(args) == 0
     return root / "cache"
@@ -225,7 +203,7 @@ VIEW_CHANGES = [
 def test_a_changed_view_of_the_data_is_computed_again(tmp_path, data_root, view_cache, key, value, attacked, scored):
     """Issue 30, item 13: a run with another input size or resizing on the same store recomputes what the change
     touches and gets a fresh run's scores (the old size's attacks and scores were served before, exit 0)."""
-    cfg = _npz_cfg(tmp_path, data_root, (key, value))
+    cfg = pack_config(tmp_path, data_root, {key: value}, name="view")
     scores = []
     for which, cache in (("shared", view_cache), ("fresh", tmp_path / "fresh")):
         out = tmp_path / which

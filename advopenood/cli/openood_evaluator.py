@@ -43,6 +43,7 @@ from advopenood.config.loading import validate
 from advopenood.evaluation.context import CleanRecord, RunContext
 from advopenood.outputs.results import Results, as_results
 from advopenood.run.pipeline import asr_row
+from advopenood.run.preflight import SET_NAME
 
 ADAPTER_PREFIX = "advopenood_"
 ID_DATA = ("cifar10", "cifar100", "imagenet200")
@@ -169,7 +170,14 @@ def adv_evaluator_class() -> type:
         def add_adv_split(self, name: str, loader: Any, adv: AdvSet | None = None) -> None:
             """Inject one adversarial set (a loader of ``{'data', 'label'}`` batches of its successful examples in
             sample order, normalised as the ID data); ``adv`` (its store entry) gives the row's ``asr`` and
-            enables :meth:`evaluate`."""
+            enables :meth:`evaluate`. ``name`` becomes a row of OpenOOD's table and a key of ours, so it is a safe
+            set name (:data:`advopenood.run.preflight.SET_NAME`) that names no ID or OOD split already there."""
+            taken = {"id", "advood", "nearood", "farood", *self.dataloader_dict["ood"].get("adv", {})}
+            for group in ("near", "far", "csid"):
+                taken |= set(self.dataloader_dict["ood"].get(group) or self.dataloader_dict.get(group) or {})
+            if not isinstance(name, str) or not SET_NAME.fullmatch(name) or name.lower() in {t.lower() for t in taken}:
+                raise UsageError(f"adversarial split {name!r} is not a safe, unused split name; valid choices: letters, "
+                                 f"digits and . _ + @ - starting with a letter or digit, not one of {sorted(taken)}")
             self.dataloader_dict["ood"].setdefault("adv", {})[name] = loader
             if adv is not None:
                 self.__dict__.setdefault("adv_sets", {})[name] = adv
