@@ -22,6 +22,10 @@ with class attributes (``requires_fit``, ``own_pass``, ``needs_taps``, ``needs_i
 ``shared_fit``; see :class:`DetectorNeeds`), and a differentiable confidence by inheriting
 :class:`DifferentiableDetector` (``grad_score``), which is what detector-adaptive attacks need.
 
+A detector whose confidence depends on random draws as well as on the image (e.g. ``smoothed_<det>``'s noise)
+declares :class:`Randomised`: the run scores every set with evaluation noise independent of every draw an attack
+takes, and detector-adaptive attacks get EOT twins for it (``is_randomised``).
+
 A generated plugin (a wrapper of another) declares :class:`Derived`: ``all`` does not select it.
 
 Analyses may declare a command-line subcommand (:class:`CommandAnalysis`); evaluators and analyses may declare
@@ -31,6 +35,7 @@ that ``advopenood verify`` can re-derive their tables (:class:`Verifiable`) and 
 from __future__ import annotations
 
 import abc
+import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -71,6 +76,38 @@ class DifferentiableDetector(abc.ABC):
     def grad_score(self, net: Any, x: Tensor, out: Any) -> Tensor:
         """The detector's confidence (higher = more ID) of ``x`` as a differentiable function of ``x``; ``out``:
         the network's outputs for ``x`` from a pass with gradients."""
+
+
+class Randomised(abc.ABC):
+    """A detector whose confidence is a function of random draws as well as of the image (e.g. ``smoothed_<det>``'s
+    Gaussian noise). It draws from one of two independent streams, named by :attr:`noise_stream`: ``"eval"`` (the
+    default: the run's scoring of every set, clean and attacked, seeded by :meth:`evaluation_noise_seed`, which
+    ``run.json`` records and the score store's key holds) or ``"attack"`` (:meth:`for_attack`: every draw of an
+    attack on it, from the run's seed), so that no attack picks its examples with the noise they are evaluated
+    with. Every such detector with a differentiable score gets EOT attacks (:meth:`with_eot`), which the
+    ``robust_auroc`` evaluator uses by default."""
+
+    #: the stream this instance draws from: ``"eval"`` or ``"attack"``
+    noise_stream: str = "eval"
+
+    @abc.abstractmethod
+    def evaluation_noise_seed(self) -> int:
+        """The seed of the evaluation stream (from the run's seed and the detector's parameters)."""
+
+    @abc.abstractmethod
+    def with_eot(self, samples: int) -> Randomised:
+        """The same fitted detector whose gradient is the mean over ``samples`` of its random draws (EOT)."""
+
+    @property
+    @abc.abstractmethod
+    def draws(self) -> int:
+        """How many random draws one confidence takes (the EOT attacks' default number of draws)."""
+
+    def for_attack(self) -> Randomised:
+        """The same fitted detector drawing from the attack stream."""
+        twin = copy.copy(self)
+        twin.noise_stream = "attack"
+        return twin
 
 
 class DetectorAware(abc.ABC):
@@ -140,12 +177,23 @@ class CommandAnalysis(abc.ABC):
 
 class Derived(abc.ABC):
     """A plugin generated from another registered one (e.g. ``smoothed_<det>`` from ``<det>``): selected by its
-    name, never by ``all``, so that a default run (``--detectors all``) keeps to the plugins themselves."""
+    name, never by ``all``, so that a default run (``--detectors all``) keeps to the plugins themselves. Its
+    :attr:`base_name` names the plugin it derives from: its twin, which the ``ood`` evaluator's paired comparisons
+    always pair it with (``paired.csv``)."""
+
+    #: the registered name of the plugin this one is generated from ("" when none)
+    base_name: ClassVar[str] = ""
 
 
 def is_derived(obj: Any) -> bool:
     """Whether a registered object (class) is :class:`Derived`."""
     return isinstance(obj, type) and issubclass(obj, Derived)
+
+
+def twin_of(obj: Any) -> str:
+    """The registered name a :class:`Derived` plugin (class or instance) is generated from; "" for any other."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    return str(cls.base_name) if issubclass(cls, Derived) else ""
 
 
 class RequiresAttacks(abc.ABC):
@@ -165,6 +213,12 @@ def is_differentiable(detector: Any) -> bool:
     """Whether a registered detector (class or instance) declares a differentiable confidence."""
     cls = detector if isinstance(detector, type) else type(detector)
     return issubclass(cls, DifferentiableDetector)
+
+
+def is_randomised(detector: Any) -> bool:
+    """Whether a registered detector (class or instance) declares :class:`Randomised`."""
+    cls = detector if isinstance(detector, type) else type(detector)
+    return issubclass(cls, Randomised)
 
 
 def is_family(obj: Any) -> bool:

@@ -58,7 +58,7 @@ def table(out: Path, model: str) -> pd.DataFrame:
     folder = out / model
     ood = pd.read_csv(folder / "ood.csv")
     robust = pd.read_csv(folder / "robust_auroc.csv")
-    levels = pd.read_csv(folder / "levels.csv").set_index("detector")
+    levels = pd.read_csv(folder / "levels.csv").drop_duplicates("detector").set_index("detector")  # a row a criterion
     rows = []
     for det in [*DETECTORS, "gram_legacy", *SMOOTHED]:
         mine = ood[ood.detector == det].set_index("attack")

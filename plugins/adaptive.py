@@ -24,12 +24,18 @@ and parameters as the evaluated detector) and differentiated through its ``grad_
 detector is not differentiable; see each detector's docstring in ``plugins/detectors.py``); the evaluation then
 scores the examples with the run's backend, OpenOOD's own postprocessors included.
 
+A randomised detector (:class:`~advopenood.capabilities.Randomised`, e.g. ``smoothed_<det>``) is attacked through
+its attack noise stream (:meth:`~advopenood.capabilities.Randomised.for_attack`), independent of the evaluation
+stream the run scores every set with; :class:`EOTAttack` turns any of these attacks into its EOT twin (the gradient
+averaged over the detector's draws).
+
 The binarization test's detector variant runs these attacks: the regular test uses them as they are, the
 inverted test uses :meth:`AdaptiveAttack.inverted`, which minimises the detector term instead.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
@@ -44,7 +50,7 @@ from torch.utils.data import Dataset
 
 from advopenood import registry
 from advopenood.attacks.base import Attack, default_eps, foolbox_model
-from advopenood.capabilities import AttackFamily, DetectorAware, Invertible, is_differentiable
+from advopenood.capabilities import AttackFamily, DetectorAware, Invertible, is_differentiable, is_randomised
 from advopenood.data.datasets import make_loader
 from advopenood.detection.outputs import Outputs, grad_outputs
 from advopenood.detection.postprocessor import Postprocessor
@@ -76,10 +82,15 @@ class DetectorTarget:
     std: float
     threshold: float
 
+    def outputs(self, x: Tensor) -> Outputs:
+        """The network's outputs for ``x`` with gradients, with the tapped maps when the detector reads them
+        (``needs_taps``, GRAM): one pass serves the classifier term and the detector."""
+        return grad_outputs(self.net, x, keep_maps=False, taps=self.detector.needs_taps)
+
     def confidence(self, x: Tensor, out: Outputs | None = None) -> Tensor:
         """The detector's confidence of ``x`` (higher = more ID), differentiable in ``x``; ``out``: the network's
         outputs for ``x`` when the caller already has them (with gradients)."""
-        out = grad_outputs(self.net, x, keep_maps=False) if out is None else out
+        out = self.outputs(x) if out is None else out
         return self.detector.grad_score(self.net, x, out).flatten()
 
     def standardized(self, x: Tensor, out: Outputs | None = None) -> Tensor:
@@ -196,11 +207,12 @@ class AdaptiveAttack(Attack, DetectorAware, Invertible):
                                  progress=False)
             if self.detector not in bank.dets:
                 raise RuntimeError(f"attack {self.name!r}: {bank.errors.get(self.detector, 'detector did not fit')}")
-            if not is_differentiable(bank.dets[self.detector]):
+            det = bank.dets[self.detector]
+            if not is_differentiable(det):
                 raise UsageError(f"attack {self.name!r}: detector {self.detector!r} declares no differentiable score; "
                                  "valid choices: detectors that subclass advopenood.capabilities.DifferentiableDetector")
-            self._target = calibrate(bank.dets[self.detector], b["net"], b["fit_set"], b["seed"], b["batch_size"],
-                                     b["device"])
+            det = det.for_attack() if is_randomised(det) else det  # never the noise the run evaluates with
+            self._target = calibrate(det, b["net"], b["fit_set"], b["seed"], b["batch_size"], b["device"])
         return self._target
 
     def detector_score(self, x: Tensor) -> Tensor:
@@ -233,7 +245,7 @@ class AdaptiveAttack(Attack, DetectorAware, Invertible):
         best = _Best(x)
         for lam in self.lams:
             def objective(x_adv: Tensor, lam: float = lam) -> tuple[Tensor, Tensor, Tensor]:
-                shared = grad_outputs(model, x_adv, keep_maps=False) if model is target.net else None
+                shared = target.outputs(x_adv) if model is target.net else None
                 logits = model(x_adv) if shared is None else shared.logits
                 conf = target.standardized(x_adv, shared)
                 loss = margin_loss(logits, labels, margin_sign, kappa) + lam * self.sign * conf
@@ -250,6 +262,47 @@ class AdaptiveAttack(Attack, DetectorAware, Invertible):
             _, clipped, _ = attack(foolbox_model(model, x.device), x, labels, epsilons=float(p["eps"]))
             objective(clipped)
         return best.x
+
+
+class EOTAttack:
+    """Mixin of the EOT attacks (before a detector-adaptive attack class in the bases): the attacked randomised
+    detector's gradient averages over ``eot`` of its attack-stream draws (None: the detector's own number of
+    draws); everything else is the attack it is mixed into."""
+
+    #: the attack this one differs from in its gradient only
+    plain_attack: ClassVar[str] = ""
+
+    def __init__(self, **params: Any):
+        super().__init__(**params)
+        eot = self.params["eot"]
+        if eot is not None and (isinstance(eot, bool) or not isinstance(eot, int) or eot < 1):
+            raise UsageError(f"eot {eot!r} for attack {self.name!r}; valid choices: an integer >= 1, or null for the "
+                             "detector's number of draws")
+
+    @classmethod
+    def defaults(cls, input_size: int) -> dict[str, Any]:
+        return {**super().defaults(input_size), "eot": None}
+
+    @property
+    def target(self) -> Any:
+        """The plain attack's fitted, calibrated detector (the forward value is the same), with EOT gradients."""
+        fresh = self._target is None
+        target = super().target
+        if fresh:  # a copy: the plain attack may share the fitted target (the robust attacks do)
+            det = target.detector
+            if not is_randomised(det):
+                raise UsageError(f"attack {self.name!r} averages gradients over a randomised detector's draws; "
+                                 f"{det.name!r} is not one; valid choices: detectors that subclass "
+                                 "advopenood.capabilities.Randomised, e.g. smoothed_<det>")
+            draws = det.draws if self.params["eot"] is None else int(self.params["eot"])
+            target = self._target = dataclasses.replace(target, detector=det.with_eot(draws))
+        return target
+
+
+def is_eot(attack: Any) -> bool:
+    """Whether an attack (class or instance) is an EOT attack (:class:`EOTAttack`)."""
+    cls = attack if isinstance(attack, type) else type(attack)
+    return issubclass(cls, EOTAttack)
 
 
 def adaptive_attack(detector: str, direction: str = "id") -> type[AdaptiveAttack]:

@@ -49,7 +49,6 @@ from torch import Tensor
 from advopenood import registry
 from advopenood.attacks.base import Attack, default_eps
 from advopenood.capabilities import is_differentiable
-from advopenood.detection.outputs import grad_outputs
 from advopenood.errors import UsageError
 from advopenood_plugins.adaptive import AdaptiveAttack, AdaptiveFamily, _Best, margin_loss
 from advopenood_plugins.attacks import _run_foolbox
@@ -309,7 +308,7 @@ class AdaptiveAPGD(AdaptiveAttack):
 
     def shared_outputs(self, model: nn.Module, x: Tensor):
         """The network's outputs with gradients when the attacked model is the detector's network (one pass)."""
-        return grad_outputs(model, x, keep_maps=False) if model is self.target.net else None
+        return self.target.outputs(x) if model is self.target.net else None
 
 
 def adaptive_apgd_attack(detector: str) -> type[AdaptiveAPGD]:

@@ -109,14 +109,7 @@ class ODIN(Postprocessor, DifferentiableDetector):
         ``ODIN.predict`` (its own forward, backward and forward)."""
         temperature = float(self.params["temperature"])
         if out.logits.requires_grad and x.requires_grad:
-            logits = out.logits / temperature
-            (gradient,) = torch.autograd.grad(F.cross_entropy(logits, logits.max(dim=1).indices), x,
-                                              retain_graph=True)
-            gradient = gradient.sign()
-            if self.input_std:
-                std = torch.tensor(self.input_std, dtype=gradient.dtype, device=gradient.device)
-                gradient = gradient / std.view(1, -1, *([1] * (gradient.ndim - 2)))
-            x_hat = x.detach() - float(self.params["noise"]) * gradient
+            x_hat = self._preprocessed(x, out)
             with torch.no_grad():
                 return (net(x_hat) / temperature).softmax(dim=1).max(dim=1).values
         det = _pod().ODIN(net, eps=float(self.params["noise"]), temperature=float(self.params["temperature"]),
@@ -124,10 +117,26 @@ class ODIN(Postprocessor, DifferentiableDetector):
         with frozen(net):
             return -det.predict(x)
 
+    def _preprocessed(self, x: Tensor, out: Outputs) -> Tensor:
+        """``x'`` from the graph of ``out`` (a pass over ``x`` with gradients): one backward, no forward."""
+        logits = out.logits / float(self.params["temperature"])
+        (gradient,) = torch.autograd.grad(F.cross_entropy(logits, logits.max(dim=1).indices), x, retain_graph=True)
+        gradient = gradient.sign()
+        if self.input_std:
+            std = torch.tensor(self.input_std, dtype=gradient.dtype, device=gradient.device)
+            gradient = gradient / std.view(1, -1, *([1] * (gradient.ndim - 2)))
+        return x.detach() - float(self.params["noise"]) * gradient
+
     def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        """The preprocessing gradient from ``out``'s graph when the caller's pass has one (the adaptive attacks'
+        shared pass), else from pytorch-ood's ``odin_preprocessing`` (a forward and a backward of its own)."""
         temperature = float(self.params["temperature"])
-        x_hat = _pod().odin.odin_preprocessing(net, x.detach(), eps=float(self.params["noise"]), temperature=temperature,
-                                               norm_std=list(self.input_std) if self.input_std else None)
+        if out.logits.requires_grad and x.requires_grad:
+            x_hat = self._preprocessed(x, out)
+        else:
+            x_hat = _pod().odin.odin_preprocessing(net, x.detach(), eps=float(self.params["noise"]),
+                                                   temperature=temperature,
+                                                   norm_std=list(self.input_std) if self.input_std else None)
         logits = net(x + (x_hat - x).detach()) / temperature
         return logits.softmax(1).max(1).values
 
@@ -348,7 +357,9 @@ class GRAM(Postprocessor, DifferentiableDetector):
         return self._confidence(out.logits, out.taps)
 
     def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
-        return self._confidence(*self.taps.forward(x))
+        """From ``out``'s tapped maps when the caller's pass recorded them (the adaptive attacks' shared pass),
+        else from a pass of its own."""
+        return self._confidence(*((out.logits, out.taps) if out.taps is not None else self.taps.forward(x)))
 
 
 @register("detectors", "ebo")

@@ -16,8 +16,11 @@ run's detectors only. ``Training`` is ``CrossEntropy`` for a model the run train
 named in ``Additional_Description`` (and ``unknown`` in the file name); ``Outlier_Data`` is ``No`` (post-hoc detectors fit on ID data only).
 
 Fields of ours, beside OpenOOD's: ``Adversarial_AUROC`` / ``Adversarial_FPR95`` (leaderboard.csv's mean over the
-adversarial sets), the robust AUROC (:mod:`advopenood_plugins.robust_auroc`; the group means over near / far sets of
-``robust_auroc`` and ``robust_fpr95`` at the run's largest robust eps, PGD before APGD: ``Near-OOD_Robust_AUROC``,
+adversarial sets), 95 % intervals on these two and on the near/far AUROC (``<field>_Lo`` / ``<field>_Hi``: the
+leaderboard's ``<column>_lo`` / ``_hi``; ``CI`` names the method, :mod:`advopenood.evaluation.intervals`), the robust
+AUROC (:mod:`advopenood_plugins.robust_auroc`; the group means over near / far sets of
+``robust_auroc`` and ``robust_fpr95`` at the run's largest robust eps, PGD before APGD, EOT before plain:
+``Near-OOD_Robust_AUROC``,
 ``Far-OOD_Robust_AUROC``, ``Near-OOD_Robust_FPR95``, ``Far-OOD_Robust_FPR95``, ``Robust_Eps``, ``Robust_Method``;
 ``/`` without robust sets) and ``advopenood``: provenance (version, protocol, seed, dataset, backend, model weights'
 SHA-256, every attack set's registry name, cache key, eps and source, and the entry's ``model_info`` path).
@@ -63,6 +66,9 @@ ARCHS = {"resnet18_32x32": "ResNet18", "resnet18": "ResNet18", "resnet50": "ResN
 BENCHMARKS = {"cifar10": "cifar10", "cifar100": "cifar100", "imagenet200": "imagenet200_ood",
               "imagenet": "imagenet1k_ood"}
 MISSING = "/"
+#: our interval fields (``<field>_Lo`` / ``<field>_Hi``) -> the leaderboard.csv column they bound
+INTERVAL_FIELDS = {"Near-OOD_AUROC": "near_auroc", "Far-OOD_AUROC": "far_auroc", "Adversarial_AUROC": "adv_auroc",
+                   "Adversarial_FPR95": "adv_fpr95"}
 
 
 def cell(value: Any) -> str:
@@ -86,7 +92,7 @@ def training(model: Any) -> str:
 
 def robust_means(robust: pd.DataFrame | None, groups: dict[str, str]) -> dict[str, dict[str, Any]]:
     """Per detector, our robust fields: near / far means of ``robust_auroc`` and ``robust_fpr95`` at the largest eps
-    of the table, PGD rows before APGD ones."""
+    of the table, PGD rows before APGD ones, EOT rows before plain ones (a randomised detector's default attacks)."""
     if robust is None or not len(robust):
         return {}
     out = {}
@@ -94,6 +100,8 @@ def robust_means(robust: pd.DataFrame | None, groups: dict[str, str]) -> dict[st
         part = part[part["eps"] == part["eps"].max()]
         method = "pgd" if (part["method"] == "pgd").any() else str(part["method"].iloc[0])
         part = part[part["method"] == method]
+        if (part["attack_family"] == "eot").any():
+            part = part[part["attack_family"] == "eot"]
         fields: dict[str, Any] = {"Robust_Eps": eps_label(part["eps"].iloc[0]), "Robust_Method": method}
         for group, title in (("near", "Near-OOD"), ("far", "Far-OOD")):
             sub = part[part["ood_set"].map(groups) == group]
@@ -130,6 +138,8 @@ def openood_entries(board: pd.DataFrame, ctx: RunContext, groups: dict[str, str]
                "Additional_Description": description, "ID_Accuracy_Mean": cell(r["id_acc"]),
                "Near-OOD_AUROC_Mean": cell(r["near_auroc"]), "Far-OOD_AUROC_Mean": cell(r["far_auroc"]),
                "Rank": int(rank), "Adversarial_AUROC": cell(r["adv_auroc"]), "Adversarial_FPR95": cell(r["adv_fpr95"]),
+               **{f"{field}_{end.capitalize()}": cell(r.get(f"{col}_{end}")) for field, col in INTERVAL_FIELDS.items()
+                  for end in ("lo", "hi")}, "CI": str(r.get("ci", "none")),
                **robust_fields.get(str(r["detector"]), {
                    "Robust_Eps": MISSING, "Robust_Method": MISSING, **{f"{g}_Robust_{m}": MISSING for g in
                                                                        ("Near-OOD", "Far-OOD") for m in ("AUROC", "FPR95")}}),

@@ -53,6 +53,7 @@ from advopenood import registry
 from advopenood.capabilities import Verifiable
 from advopenood.evaluation.context import RunContext
 from advopenood.errors import UsageError
+from advopenood.evaluation.intervals import DEFAULT_RESAMPLES, bound_columns, cell_key, ci_label, metric_intervals
 from advopenood.evaluation.metrics import NaNScoreError, ood_metrics
 from advopenood.outputs.results import Bullets, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.outputs.report import CHANCE, eps_label, join
@@ -63,9 +64,13 @@ from advopenood_plugins.verify_mead import verify_mead
 SETTINGS = ("mead", "ce", "kl", "gini", "fr", "adaptive")
 #: The single-armed settings: one objective each (MEAD's ACE, KL, Gini, FR columns; ``adaptive`` is ours).
 OBJECTIVES = SETTINGS[1:]
-MEAD_COLUMNS = ["detector", "backend", "norm", "eps", "setting", "auroc", "fpr95", "n_pos", "n_neg", "mean_successes",
-                "protocol"]
+#: AUROC and FPR95 each followed by its 95 % interval, then the interval's method; ``error``: why a row has none
+MEAD_COLUMNS = ["detector", "backend", "norm", "eps", "setting", *bound_columns(["auroc", "fpr95"]), "ci", "n_pos",
+                "n_neg", "mean_successes", "protocol", "error"]
 SUMMARY_COLUMNS = ["detector", "backend", "norm", "setting", "auroc", "fpr95", "n_groups", "protocol"]
+#: a run's interval plan: (method, resamples, seed), from ``ctx.plan.ci`` and the run seed
+CIPlan = tuple[str, int, int]
+NO_CI: CIPlan = ("none", DEFAULT_RESAMPLES, 0)
 #: MEAD's Lp groups (Sec. 5.1.2), in report order; other groups (``patch``) follow.
 NORM_ORDER = ("l1", "l2", "linf")
 #: The group of patch attacks (perturbation unbounded inside a patch, zero outside).
@@ -147,14 +152,22 @@ def worst_case_scores(conf: np.ndarray, success: np.ndarray) -> tuple[np.ndarray
     return worst, positive
 
 
-def worst_case_metrics(conf_id: np.ndarray, conf: np.ndarray, success: np.ndarray) -> dict[str, float]:
+def worst_case_metrics(conf_id: np.ndarray, conf: np.ndarray, success: np.ndarray, ci: CIPlan = NO_CI,
+                       key: str = "") -> dict[str, Any]:
     """MEAD's AUROC and FPR95 (percent) of clean ``conf_id`` against the per-sample worst cases, with
     ``n_pos``, ``n_neg`` and ``mean_successes`` (successful attacks per clean sample). Metrics are NaN
-    without positives or with NaN scores."""
+    without positives or with NaN scores. Their 95 % intervals by ``ci`` (method, resamples, seed): the worst-case
+    scores are a score vector like any set's, resampled stratified against the clean ones (cell ``key``); ``error``
+    says why they are empty."""
     worst, positive = worst_case_scores(conf, success)
     success = np.asarray(success, dtype=bool).reshape(len(worst), -1)
-    row = {"auroc": float("nan"), "fpr95": float("nan"), "n_pos": int(positive.sum()), "n_neg": int(len(conf_id)),
-           "mean_successes": float(success.sum(1).mean()) if len(success) else float("nan")}
+    row: dict[str, Any] = {"auroc": float("nan"), "fpr95": float("nan"), "n_pos": int(positive.sum()),
+                           "n_neg": int(len(conf_id)),
+                           "mean_successes": float(success.sum(1).mean()) if len(success) else float("nan")}
+    method, resamples, seed = ci
+    bounds, _, reason = metric_intervals(conf_id, worst[positive], method, seed, key, resamples)
+    row.update({k: v for k, v in bounds.items() if k.startswith(("auroc", "fpr95"))}, ci=ci_label(method, resamples),
+               error=reason)
     if positive.any() and len(conf_id):
         try:
             m = ood_metrics(conf_id, worst[positive])
@@ -162,6 +175,11 @@ def worst_case_metrics(conf_id: np.ndarray, conf: np.ndarray, success: np.ndarra
             return row
         row.update(auroc=m["auroc"], fpr95=m["fpr95"])
     return row
+
+
+def mead_key(detector: str, norm: str, eps: float | None, setting: str) -> str:
+    """The cell key of a ``mead.csv`` row (eps to 6 significant digits, ``none`` when unbounded)."""
+    return cell_key("mead", detector, norm, "none" if eps is None else f"{eps:.6g}", setting)
 
 
 def backend_for(backend: str | Mapping[str, str], detector: str) -> str:
@@ -217,8 +235,9 @@ def setting_members(members: list[SetInfo], setting: str) -> list[SetInfo]:
 
 def mead_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: Iterable[SetInfo],
                backend: str | Mapping[str, str] = "", settings: Iterable[str] = SETTINGS,
-               protocol: str = "strong") -> pd.DataFrame:
-    """One row per (detector, norm, eps group, setting): the ``mead.csv`` table.
+               protocol: str = "strong", ci: CIPlan = NO_CI) -> pd.DataFrame:
+    """One row per (detector, norm, eps group, setting): the ``mead.csv`` table, intervals by ``ci``
+    (:func:`worst_case_metrics`, cell key :func:`mead_key`).
 
     ``backend``: :func:`backend_for`. ``scores[detector]`` maps ``"id"`` to the clean confidences and each set name
     to the set's confidences (same row order); a detector without scores for a set skips the groups holding it. An objective setting is
@@ -244,7 +263,8 @@ def mead_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: Iterable[Se
             success = np.stack([m.positive for m in chosen], axis=1)
             rows.append({"detector": detector, "backend": backend_for(backend, detector), "norm": norm, "eps": eps,
                          "setting": setting,
-                         **worst_case_metrics(conf_id, conf, success), "protocol": protocol})
+                         **worst_case_metrics(conf_id, conf, success, ci, mead_key(detector, norm, eps, setting)),
+                         "protocol": protocol})
     return pd.DataFrame(rows, columns=MEAD_COLUMNS)
 
 
@@ -327,16 +347,18 @@ class MeadEvaluator(Verifiable):
     def __call__(self, ctx: RunContext) -> Results:
         scores = {d: s for d, s in ctx.scores.items() if self.detectors is None or d in self.detectors}
         success = {name: ctx.success(name) for name in ctx.id_adv_sets}
-        table = self.table(scores, ctx.id_adv_sets, {d: ctx.backend_of(d) for d in scores}, ctx.protocol, success)
+        table = self.table(scores, ctx.id_adv_sets, {d: ctx.backend_of(d) for d in scores}, ctx.protocol, success,
+                           (ctx.plan.ci.method, ctx.plan.ci.resamples, ctx.seed))
         sections = guarded("MEAD worst case", lambda: [mead_section(as_written(table, ctx.protocol))]) if len(table) else []
         return Results(tables={"mead.csv": table, "mead_summary.csv": mead_summary(table)}, sections=sections)
 
     def table(self, scores: Mapping[str, Mapping[str, np.ndarray]], adv_sets: Mapping[str, AdvSet],
               backend: str | Mapping[str, str] = "", protocol: str = "strong",
-              success: Mapping[str, np.ndarray] | None = None) -> pd.DataFrame:
+              success: Mapping[str, np.ndarray] | None = None, ci: CIPlan = NO_CI) -> pd.DataFrame:
         """``mead.csv`` of ``scores[detector][set]`` (``"id"`` the clean confidences, one entry per set of
         ``adv_sets``, same row order) with this evaluator's settings; what the OpenOOD bridge calls through the
-        registry. ``success[set]``: success of the images the detectors scored (default ``AdvSet.seen_success``)."""
+        registry. ``success[set]``: success of the images the detectors scored (default ``AdvSet.seen_success``);
+        ``ci``: (method, resamples, seed) of the intervals (default none)."""
         success = success or {}
         infos = [set_info(name, adv, success.get(name)) for name, adv in adv_sets.items()]
-        return mead_table(scores, infos, backend, self.settings, protocol)
+        return mead_table(scores, infos, backend, self.settings, protocol, ci)

@@ -77,15 +77,21 @@ from advopenood.evaluation.context import RunContext
 from advopenood.errors import UsageError
 from advopenood.outputs.results import Results
 from advopenood.outputs.plots import safe_name
-from advopenood_plugins.mead import SetInfo, backend_for, detector_groups, set_info, worst_case_metrics
+from advopenood.evaluation.intervals import cell_key
+from advopenood_plugins.mead import NO_CI, CIPlan, SetInfo, backend_for, detector_groups, set_info, worst_case_metrics
 from advopenood_plugins.verify_multiattack import verify_multiattack
 
 METRICS = ("auroc", "fpr95")
-MULTI_COLUMNS = ["detector", "backend", "metric", "avg", "worst", "worst_set", "union", "cr_ind_avg", "cr_ind_worst",
-                 "n_sets_cr", "cr_cc_ind_avg", "cr_cc_ind_worst", "n_sets_cr_cc", "stability", "alpha",
-                 "stability_eps", "reference", "n_sets", "positives", "protocol", "deviations"]
-CURVE_COLUMNS = ["detector", "backend", "attack", "norm", "eps", "set", "auroc", "fpr95", "n_pos", "n_neg",
-                 "positives", "protocol"]
+#: ``worst`` and ``union`` with their 95 % intervals (``ci`` names the method); ``avg``, the ratios and the
+#: stability constants are functions of several cells on the same images, with no interval
+MULTI_COLUMNS = ["detector", "backend", "metric", "avg", "worst", "worst_lo", "worst_hi", "worst_set", "union",
+                 "union_lo", "union_hi", "cr_ind_avg", "cr_ind_worst", "n_sets_cr", "cr_cc_ind_avg", "cr_cc_ind_worst",
+                 "n_sets_cr_cc", "stability", "alpha", "stability_eps", "reference", "n_sets", "positives", "protocol",
+                 "ci", "deviations"]
+CURVE_COLUMNS = ["detector", "backend", "attack", "norm", "eps", "set", "auroc", "auroc_lo", "auroc_hi", "fpr95",
+                 "fpr95_lo", "fpr95_hi", "ci", "n_pos", "n_neg", "positives", "protocol", "error"]
+#: a curve row's metrics and interval columns, as :func:`advopenood_plugins.mead.worst_case_metrics` names them
+CURVE_CELLS = ("auroc", "auroc_lo", "auroc_hi", "fpr95", "fpr95_lo", "fpr95_hi", "ci", "n_pos", "n_neg", "error")
 UNION = "union"
 #: MultiRobustBench's alpha for the stability constant, "alpha = 3 %" (Sec. 4.1, App. C.2).
 ALPHA = 0.03
@@ -216,28 +222,38 @@ def sweep_stability(perf: Mapping[str, float], labels: Mapping[str, str], eps: M
     return float(max(slopes)) if slopes else float("nan")
 
 
+def union_key(detector: str, norm: str, eps: float | None) -> str:
+    """The cell key of a union's resamples: ``union|<det>|<norm>|<eps>`` (eps to 6 significant digits, ``none``
+    unbounded), ``union|<det>|all`` for the union over every set (``norm`` ``all``)."""
+    return cell_key("union", detector, "all") if norm == "all" else \
+        cell_key("union", detector, norm, "none" if eps is None else f"{eps:.6g}")
+
+
 def sweep_curves(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list[SetInfo],
                  backend: str | Mapping[str, str] = "", protocol: str = "strong",
-                 positives: str = "successful") -> pd.DataFrame:
+                 positives: str = "successful", ci: CIPlan = NO_CI) -> pd.DataFrame:
     """Per detector and set: AUROC and FPR95 of clean vs the set's positive rows (``SetInfo.positive``); plus, per
     norm and eps shared by several attacks, the per-sample union (``attack = "union"``). The
-    ``multiattack_curves.csv``; ``positives`` names the protocol's rule for its column."""
+    ``multiattack_curves.csv``; ``positives`` names the protocol's rule for its column. Intervals by ``ci``: a set's
+    is its ``ood.csv`` cell's (key ``ood|<det>|<set>``), a union's that of its worst-case scores
+    (:func:`union_key`)."""
     rows: list[dict[str, Any]] = []
     for detector, by_set, conf_id, norm, eps, members in detector_groups(scores, sets):
         members = [m for m in members if m.name in by_set]
         for m in members:
-            row = worst_case_metrics(conf_id, by_set[m.name], m.positive)
+            row = worst_case_metrics(conf_id, by_set[m.name], m.positive, ci, cell_key("ood", detector, m.name))
             rows.append({"detector": detector, "backend": backend_for(backend, detector),
                          "attack": attack_label(m.name), "norm": norm,
-                         "eps": eps, "set": m.name, **{k: row[k] for k in ("auroc", "fpr95", "n_pos", "n_neg")},
+                         "eps": eps, "set": m.name, **{k: row[k] for k in CURVE_CELLS},
                          "positives": positives, "protocol": protocol})
         if len({attack_label(m.name) for m in members}) > 1:
             conf = np.stack([np.asarray(by_set[m.name], dtype=np.float64) for m in members], axis=1)
-            row = worst_case_metrics(conf_id, conf, np.stack([m.positive for m in members], axis=1))
+            row = worst_case_metrics(conf_id, conf, np.stack([m.positive for m in members], axis=1), ci,
+                                     union_key(detector, norm, eps))
             rows.append({"detector": detector, "backend": backend_for(backend, detector), "attack": UNION, "norm": norm,
                          "eps": eps,
                          "set": "+".join(m.name for m in members),
-                         **{k: row[k] for k in ("auroc", "fpr95", "n_pos", "n_neg")}, "positives": positives,
+                         **{k: row[k] for k in CURVE_CELLS}, "positives": positives,
                          "protocol": protocol})
     return pd.DataFrame(rows, columns=CURVE_COLUMNS)
 
@@ -245,12 +261,13 @@ def sweep_curves(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list[SetI
 def multiattack_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list[SetInfo],
                       backend: str | Mapping[str, str] = "", reference: str = "best", alpha: float = ALPHA,
                       curves: pd.DataFrame | None = None,
-                      protocol: str = "strong", positives: str = "successful") -> pd.DataFrame:
+                      protocol: str = "strong", positives: str = "successful", ci: CIPlan = NO_CI) -> pd.DataFrame:
     """The ``multiattack.csv`` table: per detector and metric the average, worst and union over the sets, the
     competitiveness ratios against ``reference`` (MultiRobustBench's and the chance-corrected extension), the
     stability constant (Eq. 4 with ``alpha``) and ``stability_eps``, with the ``deviations`` from the paper
-    (module docstring)."""
-    curves = sweep_curves(scores, sets, backend, protocol, positives) if curves is None else curves
+    (module docstring). ``worst`` has the interval of the worst set's curve row, ``union`` that of the union's
+    worst-case scores (:func:`union_key`, by ``ci``)."""
+    curves = sweep_curves(scores, sets, backend, protocol, positives, ci) if curves is None else curves
     per_set = curves[curves["attack"] != UNION]
     if per_set.empty:
         return pd.DataFrame(columns=MULTI_COLUMNS)
@@ -263,10 +280,12 @@ def multiattack_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list
         members = [s for s in sets if s.name in scores[detector]]
         conf = np.stack([np.asarray(scores[detector][m.name], dtype=np.float64) for m in members], axis=1)
         union[detector] = worst_case_metrics(np.asarray(scores[detector]["id"], dtype=np.float64), conf,
-                                             np.stack([m.positive for m in members], axis=1))
+                                             np.stack([m.positive for m in members], axis=1), ci,
+                                             union_key(detector, "all", None))
     rows: list[dict[str, Any]] = []
     for metric in METRICS:
         raw = per_set.pivot(index="detector", columns="set", values=metric).reindex(index=detectors, columns=columns)
+        bounds = per_set.set_index(["detector", "set"])[[f"{metric}_lo", f"{metric}_hi"]]
         perf = pd.DataFrame(detection_accuracy(raw.to_numpy(), metric), index=raw.index, columns=raw.columns)
         strength = (1.0 - perf.max(axis=0, skipna=True)).to_dict()
         cr = competitiveness_table(raw, metric, reference)
@@ -276,7 +295,10 @@ def multiattack_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list
             rows.append({"detector": detector, "backend": backend_for(backend, detector), "metric": metric,
                          "avg": float(values.mean()) if len(values) else float("nan"),
                          "worst": float(values[worst_set]) if len(values) else float("nan"), "worst_set": worst_set,
-                         "union": union[detector][metric],
+                         "worst_lo": float(bounds.loc[(detector, worst_set)].iloc[0]) if len(values) else float("nan"),
+                         "worst_hi": float(bounds.loc[(detector, worst_set)].iloc[1]) if len(values) else float("nan"),
+                         "union": union[detector][metric], "union_lo": union[detector][f"{metric}_lo"],
+                         "union_hi": union[detector][f"{metric}_hi"], "ci": union[detector]["ci"],
                          **{k: float(cr.loc[detector, k]) for k in ("cr_ind_avg", "cr_ind_worst", "cr_cc_ind_avg",
                                                                      "cr_cc_ind_worst")},
                          **{k: int(cr.loc[detector, k]) for k in ("n_sets_cr", "n_sets_cr_cc")},
@@ -343,8 +365,9 @@ class MultiAttackEvaluator(Verifiable):
         sets = [set_info(name, adv, ctx.ood_positives(name)) for name, adv in ctx.id_adv_sets.items()]
         scores = {d: s for d, s in ctx.scores.items() if self.detectors is None or d in self.detectors}
         backends = {d: ctx.backend_of(d) for d in scores}
-        curves = sweep_curves(scores, sets, backends, ctx.protocol, ctx.positives_rule)
+        ci = (ctx.plan.ci.method, ctx.plan.ci.resamples, ctx.seed)
+        curves = sweep_curves(scores, sets, backends, ctx.protocol, ctx.positives_rule, ci)
         table = multiattack_table(scores, sets, backends, self.reference, self.alpha, curves, ctx.protocol,
-                                  ctx.positives_rule)
+                                  ctx.positives_rule, ci)
         figures = [ctx.plot_dir / name for name in plot_sweeps(curves, ctx.plot_dir)] if self.plots else []
         return Results(tables={"multiattack.csv": table, "multiattack_curves.csv": curves}, figures=figures)

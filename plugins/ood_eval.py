@@ -52,12 +52,14 @@ from advopenood.capabilities import Verifiable, is_detector_aware
 from advopenood import registry
 from advopenood.evaluation.context import RunContext
 from advopenood.data.datasets import dataset_name, make_loader
+from advopenood.evaluation.intervals import bound_columns, cell_key, ci_label, mean_interval, metric_intervals
 from advopenood.evaluation.metrics import MIN_CONCLUSIVE, Z95, hanley_mcneil_se, ood_metrics
 from advopenood.data.benchmarks import ADVERSARIAL, natural_group
 from advopenood.outputs.results import Bullets, Figure, Paragraph, Results, Section, Table, as_written, guarded
-from advopenood.outputs.plots import ood_matrix, plot_auroc_heatmap, plot_roc, roc_sets
+from advopenood.outputs.plots import chance_mask, ood_matrix, plot_auroc_heatmap, plot_roc, roc_sets
 from advopenood.registry import register
 from advopenood_plugins.leaderboard_json import openood_entries
+from advopenood_plugins.paired import FSOOD_RANKED, RANKED, add_ranks, paired_section, paired_table
 from advopenood_plugins.robust_auroc import robust_table
 from advopenood_plugins.verify_ood import verify as verify_ood
 from advopenood.outputs.report import CHANCE, join
@@ -65,24 +67,42 @@ from advopenood.outputs.report import name as label
 
 ADAPTIVE_COLUMNS = ["detector", "attack", "eps", "baseline", "auroc_baseline", "auroc_adaptive", "delta_auroc",
                     "fpr95_baseline", "fpr95_adaptive", "n_ood"]
-COLUMNS = ["dataset", "arch", "attack", "eps", "detector", "backend", "ood_set", "group", "fpr95", "auroc", "aupr_in",
-           "aupr_out", "n_id", "n_ood", "positives", "protocol", "error"]
-FSOOD_COLUMNS = ["dataset", "arch", "detector", "backend", "ood_set", "group", "fpr95", "auroc", "aupr_in", "aupr_out",
-                 "n_id", "n_ood", "csid_sets", "protocol", "error"]
-LEADERBOARD_COLUMNS = ["dataset", "arch", "detector", "backend", "id_acc", "near_fpr95", "near_auroc", "far_fpr95",
-                       "far_auroc", "adv_fpr95", "adv_auroc", "n_near", "n_far", "n_adv"]
-FSOOD_LEADERBOARD_COLUMNS = ["csid_acc", "fsood_near_fpr95", "fsood_near_auroc", "fsood_far_fpr95", "fsood_far_auroc"]
 METRICS = ("fpr95", "auroc", "aupr_in", "aupr_out")
+#: each metric followed by its 95 % interval (``<m>_lo``, ``<m>_hi``), then the interval's method
+METRIC_COLUMNS = [*bound_columns(METRICS), "ci"]
+COLUMNS = ["dataset", "arch", "attack", "eps", "detector", "backend", "ood_set", "group", *METRIC_COLUMNS,
+           "n_id", "n_ood", "positives", "protocol", "error"]
+FSOOD_COLUMNS = ["dataset", "arch", "detector", "backend", "ood_set", "group", *METRIC_COLUMNS,
+                 "n_id", "n_ood", "csid_sets", "protocol", "error"]
+LEADERBOARD_COLUMNS = ["dataset", "arch", "detector", "backend", "id_acc",
+                       *bound_columns(["near_fpr95", "near_auroc", "far_fpr95", "far_auroc", "adv_fpr95", "adv_auroc"]),
+                       "n_near", "n_far", "n_adv", "ci", *[f"{m}_rank" for m in RANKED]]
+FSOOD_LEADERBOARD_COLUMNS = ["csid_acc", *bound_columns(["fsood_near_fpr95", "fsood_near_auroc", "fsood_far_fpr95",
+                                                         "fsood_far_auroc"]), *[f"{m}_rank" for m in FSOOD_RANKED]]
 NAN_METRICS = {m: math.nan for m in METRICS}
+#: bootstrap replicates per cell key (:func:`advopenood.evaluation.intervals.cell_key`), for the group means
+Replicates = dict[str, dict[str, np.ndarray]]
 
 
-def metric_row(conf_id: np.ndarray, conf_ood: np.ndarray) -> dict[str, Any]:
-    """Metrics in percent plus ``n_id``, ``n_ood`` and ``error`` (NaN metrics and the reason when undefined)."""
-    base = {"n_id": len(conf_id), "n_ood": len(conf_ood), "error": ""}
+def metric_row(conf_id: np.ndarray, conf_ood: np.ndarray, ctx: RunContext | None = None, key: str = "",
+               replicates: Replicates | None = None) -> dict[str, Any]:
+    """Metrics in percent, each with its 95 % interval (``<m>_lo``, ``<m>_hi``: the run's ``ci`` plan, seeded by
+    the run seed and ``key``; none without ``ctx``), ``ci``, ``n_id``, ``n_ood`` and ``error`` (NaN metrics and the
+    reason when undefined; empty bounds and the reason when a side has fewer than 2 images). The cell's bootstrap
+    replicates go into ``replicates[key]`` when given."""
+    method = ctx.plan.ci.method if ctx is not None else "none"
+    resamples = ctx.plan.ci.resamples if ctx is not None else 0
+    base = {"n_id": len(conf_id), "n_ood": len(conf_ood), "error": "", "ci": ci_label(method, resamples)}
     try:
-        return {**ood_metrics(conf_id, conf_ood), **base}
+        values = ood_metrics(conf_id, conf_ood)
     except ValueError as exc:  # NaN scores or an empty side: reported in the row, never averaged away
-        return {**NAN_METRICS, **base, "error": str(exc)}
+        values, base["error"] = NAN_METRICS, str(exc)
+    bounds, reps, reason = metric_intervals(conf_id, conf_ood, method, ctx.seed if ctx is not None else 0, key,
+                                            resamples)
+    if replicates is not None:
+        replicates[key] = reps
+    base["error"] = base["error"] or reason
+    return {**values, **bounds, **base}
 
 
 def pivot_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -115,27 +135,44 @@ def _group_mean(part: pd.DataFrame, metric: str) -> float:
     return float(part[metric].mean(skipna=False)) if len(part) else math.nan
 
 
+def _group_cells(part: pd.DataFrame, prefix: str, keys: list[str], replicates: Replicates) -> dict[str, float]:
+    """``<prefix>_fpr95`` / ``<prefix>_auroc`` group means with their intervals: the mean of the sets' bootstrap
+    replicates (:func:`advopenood.evaluation.intervals.mean_interval`; empty without replicates, e.g. under
+    ``delong``). ``keys``: each row's cell key."""
+    out: dict[str, float] = {}
+    for metric in ("fpr95", "auroc"):
+        parts = [replicates.get(k, {}).get(metric, np.empty(0)) for k in keys]
+        lo, hi = mean_interval(parts) if len(part) else (math.nan, math.nan)
+        out.update({f"{prefix}_{metric}": _group_mean(part, metric), f"{prefix}_{metric}_lo": lo,
+                    f"{prefix}_{metric}_hi": hi})
+    return out
+
+
 def leaderboard(df: pd.DataFrame, id_acc: float, fsood: pd.DataFrame | None = None,
-                csid_acc: float = math.nan) -> pd.DataFrame:
+                csid_acc: float = math.nan, replicates: Replicates | None = None) -> pd.DataFrame:
     """One row per detector: near/far-OOD FPR95 and AUROC means and ID accuracy (OpenOOD's columns) next to the
-    mean over the adversarial sets; with ``fsood`` rows, their near/far means and the csid accuracy."""
+    mean over the adversarial sets; with ``fsood`` rows, their near/far means and the csid accuracy. Each mean's
+    interval comes from the cells' ``replicates`` (keys ``cell_key("ood"|"fsood", detector, ood_set)``)."""
+    reps = replicates or {}
+    method = str(df["ci"].iloc[0]) if "ci" in df and len(df) else "none"
     rows = []
     for (dataset, arch, det, backend), part in df.groupby(["dataset", "arch", "detector", "backend"], sort=False):
         row: dict[str, Any] = {"dataset": dataset, "arch": arch, "detector": det, "backend": backend, "id_acc": id_acc}
         for group, prefix in (("near", "near"), ("far", "far"), (ADVERSARIAL, "adv")):
             sub = part[part["group"] == group]
-            row.update({f"{prefix}_fpr95": _group_mean(sub, "fpr95"), f"{prefix}_auroc": _group_mean(sub, "auroc"),
-                        f"n_{prefix}": len(sub)})
+            row.update(_group_cells(sub, prefix, [cell_key("ood", det, s) for s in sub["ood_set"]], reps))
+            row[f"n_{prefix}"] = len(sub)
+        row["ci"] = method if method.startswith("bootstrap") else "none"
         if fsood is not None:
             fs = fsood[fsood["detector"] == det]
             row["csid_acc"] = csid_acc
             for group in ("near", "far"):
                 sub = fs[fs["group"] == group]
-                row.update({f"fsood_{group}_fpr95": _group_mean(sub, "fpr95"),
-                            f"fsood_{group}_auroc": _group_mean(sub, "auroc")})
+                row.update(_group_cells(sub, f"fsood_{group}", [cell_key("fsood", det, s) for s in sub["ood_set"]],
+                                        reps))
         rows.append(row)
     columns = LEADERBOARD_COLUMNS + (FSOOD_LEADERBOARD_COLUMNS if fsood is not None else [])
-    return pd.DataFrame(rows, columns=columns)
+    return add_ranks(pd.DataFrame(rows, columns=columns), {**RANKED, **FSOOD_RANKED})
 
 
 @torch.no_grad()
@@ -321,13 +358,32 @@ def positives_phrase(ood: pd.DataFrame) -> str:
                                    said[0] if said else "the adversarial examples")
 
 
+def interval_matrix(ood: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """:func:`ood_matrix` of ``metric`` for the report, each cell with its 95 % interval as ``85.2 [80.1, 89.9]``
+    (one decimal; the value alone when the interval is empty; the CSVs keep separate columns)."""
+    table = ood_matrix(ood, metric)
+    if table.empty or f"{metric}_lo" not in ood:
+        return table
+    lo, hi = ood_matrix(ood, f"{metric}_lo"), ood_matrix(ood, f"{metric}_hi")
+
+    def cell(value: float, low: float, high: float) -> float | str:
+        if math.isnan(value):
+            return math.nan
+        return f"{value:.1f}" if math.isnan(low) or math.isnan(high) else f"{value:.1f} [{low:.1f}, {high:.1f}]"
+
+    out = pd.DataFrame({c: [cell(*v) for v in zip(table[c], lo[c], hi[c])] for c in table.columns}, index=table.index)
+    out.attrs = table.attrs
+    return out
+
+
 def ood_section(ood: pd.DataFrame, figures: list[Path]) -> Section:
     """``OOD detection``: AUROC and FPR95 per detector and set, their readings, rows left empty, ``figures``."""
     items: list[Any] = [Paragraph(f"Adversarial examples count as OOD ({positives_phrase(ood)}); AUROC "
-                                  "and FPR95 in percent, OpenOOD's conventions. AUROC below 50 means the detector rates "
+                                  "and FPR95 in percent, OpenOOD's conventions, each with its 95 % interval in "
+                                  "brackets where the run computed one. AUROC below 50 means the detector rates "
                                   "adversarial examples as more in-distribution than clean images.")]
     if not ood.empty:
-        items += [Table(ood_matrix(ood, "auroc"), "AUROC (%)"), Table(ood_matrix(ood, "fpr95"), "FPR95 (%)"),
+        items += [Table(interval_matrix(ood, "auroc"), "AUROC (%)"), Table(interval_matrix(ood, "fpr95"), "FPR95 (%)"),
                   Bullets(read_ood(ood))]
         errors = ood[ood["error"].astype("string").fillna("") != ""] if "error" in ood else ood.iloc[:0]
         if len(errors):
@@ -340,7 +396,8 @@ def ood_figure_caption(path: Path) -> str:
     """What a figure of :func:`ood_plots` shows, from its file name."""
     if path.stem == "auroc_heatmap":
         return ("AUROC (%) of each detector (rows) against each natural OOD and adversarial set (columns): white is "
-                "chance (50), red below, green above; grey cells have no value")
+                "chance (50), red below, green above; grey cells have no value; hatched cells marked ~ have a 95 % "
+                "interval that contains 50 (not shown to differ from chance)")
     detector = path.stem.removeprefix("roc_")
     return (f"ROC curves of {label(detector)}: ID test images against each set (OOD positive; adversarial sets solid, "
             "natural OOD sets dashed), each set's AUROC (%) in the legend")
@@ -370,7 +427,7 @@ def ood_plots(ood: pd.DataFrame, scores: dict[str, dict[str, np.ndarray]], plot_
     written: list[Path] = []
     if not ood.empty and ood["auroc"].notna().any():
         path = Path(plot_dir) / "auroc_heatmap.png"
-        aio.save_figure(plot_auroc_heatmap(ood), path)
+        aio.save_figure(plot_auroc_heatmap(ood, chance_mask(ood)), path)
         written.append(path)
     chosen = detector if detector in scores else next(iter(sorted(scores)), None)
     if chosen is not None and "id" in scores[chosen]:
@@ -412,7 +469,9 @@ def leaderboard_section(board: pd.DataFrame) -> Section:
     gaps = leaderboard_gaps(board)
     return Section("Natural and adversarial robustness side by side", [
         Paragraph("Per detector: OpenOOD v1.5's near-OOD and far-OOD means (AUROC, FPR95) and the ID accuracy, "
-                  "next to the mean over the adversarial sets (leaderboard.csv)."),
+                  "next to the mean over the adversarial sets (leaderboard.csv). Each mean's <metric>_rank ranks the "
+                  "detectors best first with ties: a detector shares the rank of the best of its tie group when their "
+                  "95 % intervals overlap (competition ranking, 1, 1, 3)."),
         Table(board), *([Bullets(gaps, "empty columns")] if gaps else [])])
 
 
@@ -438,9 +497,10 @@ class OODEvaluator(Verifiable):
 
     def __call__(self, ctx: RunContext) -> Results:
         rows: list[dict[str, Any]] = []
+        replicates: Replicates = {}
         detectors = list(ctx.scores) + [d for d in ctx.detector_errors if d not in ctx.scores]
         for det in detectors:
-            rows += self._rows(ctx, det)
+            rows += self._rows(ctx, det, replicates)
         df = pd.DataFrame(rows, columns=COLUMNS)
         df["n_id"] = df["n_id"].astype("Int64")
         df["n_ood"] = df["n_ood"].astype("Int64")
@@ -448,16 +508,20 @@ class OODEvaluator(Verifiable):
         out = Results(tables={"ood.csv": df, "table_ood.csv": table, "table_ood.md": table})
         groups = set_groups(ctx)
         csid = [name for name, group in groups.items() if group == "csid"]
-        fsood = self._fsood(ctx, groups, csid) if csid else None
-        board = leaderboard(df, ctx.clean.accuracy, fsood, accuracy_with(ctx, csid) if csid else math.nan)
+        fsood = self._fsood(ctx, groups, csid, replicates) if csid else None
+        board = leaderboard(df, ctx.clean.accuracy, fsood, accuracy_with(ctx, csid) if csid else math.nan, replicates)
         out.tables.update({"leaderboard.csv": board, "leaderboard.md": board,
                            "leaderboard_openood.json": openood_entries(board, ctx, groups, robust_table(ctx))})
         if fsood is not None:
             out.tables["fsood.csv"] = fsood
+        paired = paired_table(ctx, df, {ood_set: mask for _, _, ood_set, mask in self._targets(ctx)})
+        out.tables["paired.csv"] = paired
         out.figures = ood_plots(df, with_positives(ctx), ctx.plot_dir)
         out.sections = guarded("OOD detection", lambda: [ood_section(as_written(df, ctx.protocol), out.figures)])
         out.sections += guarded("Natural and adversarial robustness side by side",
                                 lambda: [leaderboard_section(as_written(board, ctx.protocol))])
+        if len(paired):
+            out.sections += guarded("Paired comparisons", lambda: [paired_section(as_written(paired, ctx.protocol))])
         adaptive = adaptive_table(df, ctx)
         if len(adaptive):
             out.tables.update({"table_adaptive.csv": adaptive, "table_adaptive.md": adaptive})
@@ -465,7 +529,8 @@ class OODEvaluator(Verifiable):
                                     lambda: [adaptive_section(as_written(adaptive, ctx.protocol))])
         return out
 
-    def _fsood(self, ctx: RunContext, groups: dict[str, str], csid: list[str]) -> pd.DataFrame:
+    def _fsood(self, ctx: RunContext, groups: dict[str, str], csid: list[str],
+               replicates: Replicates) -> pd.DataFrame:
         """OpenOOD's full-spectrum rows: ID = the ID test set and every csid set, OOD = each near/far set."""
         rows = []
         for det, scores in ctx.scores.items():
@@ -473,7 +538,8 @@ class OODEvaluator(Verifiable):
             for name, group in groups.items():
                 if group in ("near", "far"):
                     rows.append({"dataset": ctx.dataset, "arch": ctx.arch, "detector": det, "backend": ctx.backend_of(det),
-                                 "ood_set": name, "group": group, **metric_row(conf_id, scores[name]),
+                                 "ood_set": name, "group": group,
+                                 **metric_row(conf_id, scores[name], ctx, cell_key("fsood", det, name), replicates),
                                  "csid_sets": ",".join(csid), "protocol": ctx.protocol})
         return pd.DataFrame(rows, columns=FSOOD_COLUMNS)
 
@@ -486,7 +552,7 @@ class OODEvaluator(Verifiable):
             out.append((attack, math.nan if adv.eps is None else float(adv.eps), attack, mask))
         return out
 
-    def _rows(self, ctx: RunContext, det: str) -> list[dict[str, Any]]:
+    def _rows(self, ctx: RunContext, det: str, replicates: Replicates) -> list[dict[str, Any]]:
         head = {"dataset": ctx.dataset, "arch": ctx.arch, "detector": det, "backend": ctx.backend_of(det)}
         scores = ctx.scores.get(det)
         groups = set_groups(ctx)
@@ -498,17 +564,18 @@ class OODEvaluator(Verifiable):
                    "protocol": ctx.protocol}
             if scores is None:
                 n_ood = int(mask.sum()) if mask is not None else len(ctx.ood_sets[ood_set])
-                rows.append({**row, **NAN_METRICS, "n_id": len(ctx.id_set), "n_ood": n_ood,
+                rows.append({**row, **NAN_METRICS, "n_id": len(ctx.id_set), "n_ood": n_ood, "ci": "none",
                              "error": ctx.detector_errors[det]})
                 continue
             conf_ood = scores[ood_set]
             if mask is not None:
                 if len(mask) != len(conf_ood):
-                    rows.append({**row, **NAN_METRICS, "n_id": len(scores["id"]), "n_ood": len(conf_ood),
+                    rows.append({**row, **NAN_METRICS, "n_id": len(scores["id"]), "n_ood": len(conf_ood), "ci": "none",
                                  "error": f"{len(conf_ood)} scores for {len(mask)} adversarial examples"})
                     continue
                 conf_ood = conf_ood[mask]
-            rows.append({**row, **metric_row(scores["id"], conf_ood)})
+            key = cell_key("ood", det, ood_set)
+            rows.append({**row, **metric_row(scores["id"], conf_ood, ctx, key, replicates)})
         return rows
 
 

@@ -12,6 +12,11 @@ For a detector with confidence ``c(x)`` (higher = more ID), standardised on its 
 with Linf PGD (foolbox ``LinfPGD``, random start, 100 steps of ``2.5 * eps / steps``: ATD's ``attack_pgd`` with
 ``attack_iters=100, alpha=2.5*eps/attack_iters``) or, as ``robust_apgd_id_<det>`` / ``robust_apgd_ood_<det>``, APGD
 (Croce & Hein 2020) through pyautoattack's external-loss interface (``is_tf_model``, as ``adaptive_apgd_<det>``).
+A randomised detector (:class:`~advopenood.capabilities.Randomised`, e.g. ``smoothed_<det>``) with a differentiable
+score also gets the EOT twin of each (``robust_id_eot_<det>``, ``robust_ood_eot_<det>``, ``robust_apgd_id_eot_<det>``,
+``robust_apgd_ood_eot_<det>``; :class:`~advopenood_plugins.adaptive.EOTAttack`): the same attack, its gradient the
+mean over ``eot`` of the detector's attack-stream draws (default: as many as one confidence takes), which the
+``robust_auroc`` evaluator runs by default for such a detector.
 Every iterate is a candidate and so is the clean image (``delta = 0`` lies in the ball); each image keeps the
 candidate with the lowest (ID side) or highest (OOD side) confidence, so an attacked ID image never looks more ID
 than its clean self and an attacked OOD image never less. Success, as stored: the detector rejects the ID image
@@ -38,11 +43,10 @@ from torch import Tensor
 
 from advopenood import registry
 from advopenood.attacks.base import Attack, default_eps, foolbox_model
-from advopenood.capabilities import DetectorTestForms, IdNegatives, is_differentiable
-from advopenood.detection.outputs import grad_outputs
+from advopenood.capabilities import DetectorTestForms, IdNegatives, is_differentiable, is_randomised
 from advopenood.errors import UsageError
-from advopenood_plugins.adaptive import (AdaptiveAttack, AdaptiveFamily, DetectorTarget, JointLinfPGD, _Best,
-                                         margin_loss)
+from advopenood_plugins.adaptive import (AdaptiveAttack, AdaptiveFamily, DetectorTarget, EOTAttack, JointLinfPGD,
+                                         _Best, margin_loss)
 from advopenood_plugins.attacks import rel_stepsize
 from advopenood_plugins.autoattack import VERSION, ObjectiveHead, aa_seed
 
@@ -52,6 +56,8 @@ TEST_LAMS = (0.0, 1.0, 4.0)
 #: ``(side, method) -> name prefix``
 PREFIXES = {("id", "pgd"): "robust_id_", ("ood", "pgd"): "robust_ood_",
             ("id", "apgd"): "robust_apgd_id_", ("ood", "apgd"): "robust_apgd_ood_"}
+#: ``(side, method) -> name prefix`` of the EOT twins (randomised detectors only)
+EOT_PREFIXES = {key: prefix + "eot_" for key, prefix in PREFIXES.items()}
 
 #: fitted detectors shared between robust attacks (:attr:`RobustScoreAttack.target`), oldest dropped first
 _TARGETS: dict[tuple[int, str, str], DetectorTarget] = {}
@@ -131,7 +137,7 @@ class RobustScoreAttack(AdaptiveAttack, DetectorTestForms):
         target = self.target
 
         def objective(x_adv: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-            shared = grad_outputs(model, x_adv, keep_maps=False) if model is target.net else None
+            shared = target.outputs(x_adv) if model is target.net else None
             conf = target.standardized(x_adv, shared)
             if self.joint:
                 logits = model(x_adv) if shared is None else shared.logits
@@ -150,14 +156,12 @@ class RobustScoreAttack(AdaptiveAttack, DetectorTestForms):
         return objective
 
     def perturb(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-        if not self.joint:
-            with torch.no_grad():
-                y = model(x).argmax(1)  # OOD rows carry no class label; the optimisers only need one
         best = _Best(x)
-        clean = self.objective_fn(model, y, 0.0)
         with torch.no_grad():
-            _, success, value, _ = clean(x)
+            _, success, value, logits = self.objective_fn(model, y, 0.0)(x)
         best.update(x, success, value)
+        if not self.joint:
+            y = logits.argmax(1)  # OOD rows carry no class label; the optimisers only need one (from the clean pass)
         for lam in (TEST_LAMS if self.joint else (1.0,)):
             self.optimise(model, x, y, self.objective_fn(model, y, lam), best)
         return best.x
@@ -195,19 +199,22 @@ class RobustAPGD(RobustScoreAttack):
             apgd.attack_single_run(x, y)
 
 
-def robust_attack(detector: str, side: str, method: str = "pgd") -> type[RobustScoreAttack]:
+def robust_attack(detector: str, side: str, method: str = "pgd", eot: bool = False) -> type[RobustScoreAttack]:
     """Register the robust-AUROC attack on ``detector`` for ``side`` (``id``, ``ood``) and ``method`` (``pgd``,
-    ``apgd``) and return the class (e.g. ``robust_id_mds``, ``robust_apgd_ood_knn``)."""
+    ``apgd``), its EOT twin when ``eot``, and return the class (e.g. ``robust_id_mds``, ``robust_apgd_ood_knn``,
+    ``robust_id_eot_smoothed_msp``)."""
     if (side, method) not in PREFIXES:
         raise UsageError(f"robust attack side {side!r}, method {method!r}; valid choices: side id or ood, "
                          "method pgd or apgd")
-    name = PREFIXES[side, method] + detector
+    name = (EOT_PREFIXES if eot else PREFIXES)[side, method] + detector
     what = (f"lower {detector.upper()}'s confidence of an ID image (ID looks OOD)" if side == "id"
             else f"raise {detector.upper()}'s confidence of a natural OOD image (OOD looks ID)")
-    bases = ((RobustPGD if method == "pgd" else RobustAPGD),) + ((IdNegatives,) if side == "id" else ())
+    bases = ((EOTAttack,) if eot else ()) + ((RobustPGD if method == "pgd" else RobustAPGD),) \
+        + ((IdNegatives,) if side == "id" else ())
     cls = type(name, bases, {
-        "__doc__": f"Robust-AUROC attack, Linf {method.upper()}: {what}.", "__module__": __name__,
-        "detector": detector, "side": side, "source": side})
+        "__doc__": f"Robust-AUROC attack, Linf {method.upper()}{', EOT gradient' if eot else ''}: {what}.",
+        "__module__": __name__, "detector": detector, "side": side, "source": side,
+        **({"plain_attack": PREFIXES[side, method] + detector} if eot else {})})
     return registry.register("attacks", name)(cls)
 
 
@@ -218,19 +225,23 @@ def robust_class(name: str) -> type[RobustScoreAttack] | None:
 
 
 for (_side, _method), _prefix in PREFIXES.items():
-    _family = _prefix.rstrip("_")
-    registry.register("attacks", _family)(type(_family, (AdaptiveFamily,), {
-        "__doc__": f"One {_prefix}<det> per selected detector (robust AUROC, {_side.upper()} side, "
-                   f"{_method.upper()}).", "__module__": __name__, "prefix": _prefix,
-        "hint": "one robust-AUROC attack per selected detector with a differentiable score"}))
+    for _eot, _hint in (("", "with a differentiable score"),
+                        ("eot_", "that is randomised, with a differentiable score")):
+        _family = _prefix + _eot.rstrip("_") if _eot else _prefix.rstrip("_")
+        registry.register("attacks", _family)(type(_family, (AdaptiveFamily,), {
+            "__doc__": f"One {_prefix}{_eot}<det> per selected detector (robust AUROC, {_side.upper()} side, "
+                       f"{_method.upper()}{', EOT' if _eot else ''}).", "__module__": __name__,
+            "prefix": _prefix + _eot, "hint": f"one robust-AUROC attack per selected detector {_hint}"}))
 
 
 @registry.provide("attacks")
 def _robust_attacks() -> None:
     """The four robust-AUROC attacks of every registered detector that declares a differentiable score
-    (:class:`~advopenood.capabilities.DifferentiableDetector`), built-in or third-party."""
+    (:class:`~advopenood.capabilities.DifferentiableDetector`), built-in or third-party, and their four EOT twins
+    when it is randomised too (:class:`~advopenood.capabilities.Randomised`)."""
     for name, entry in registry.entries("detectors").items():
         if is_differentiable(entry.obj):
             for (side, method), prefix in PREFIXES.items():
-                if not registry.registered("attacks", prefix + name):
-                    robust_attack(name, side, method)
+                for eot in (False, True) if is_randomised(entry.obj) else (False,):
+                    if not registry.registered("attacks", (EOT_PREFIXES if eot else PREFIXES)[side, method] + name):
+                        robust_attack(name, side, method, eot)

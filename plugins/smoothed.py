@@ -10,15 +10,21 @@ the randomized-smoothing construction of Cohen, Rosenfeld & Kolter ("Certified A
 Randomized Smoothing", ICML 2019, Sec. 3: ``g(x)`` from ``f(x + eps)``, ``eps ~ N(0, sigma^2 I)``, noise added in
 input space without clipping) applied to a post-hoc detector's score instead of a classifier's vote. The median is
 numpy's (for even ``n`` the mean of the two middle values). Parameters: ``n`` (default 8), ``sigma`` (default
-0.05, in [0, 1] pixel units; 0 gives ``<det>`` itself), ``statistic`` (``median`` or ``mean``), and every
-parameter of ``<det>``, passed on to it.
+0.05, in [0, 1] pixel units; 0 gives ``<det>`` itself), ``statistic`` (``median`` or ``mean``), ``eval_seed``
+(default null: derived from the run's seed) and every parameter of ``<det>``, passed on to it.
 
-Seeded: the noise of image ``x_i`` comes from its own generator, seeded with ``sha256(run seed, x_i's float32
-bytes)`` (:func:`noise_seed`); copy ``j`` is that generator's ``j``-th ``N(0, I)`` draw. A confidence is therefore
-a deterministic function of the image and the run's seed, whatever the batch, batch size, device or torchrun
-rank that scores it, so the score store caches it like any other; ``n``, ``sigma`` and ``statistic`` are
-parameters and enter the store's detector key, with the run's seed (as for every detector) and the code of both
-this module and the wrapped detector.
+Seeded, from two independent streams (:class:`~advopenood.capabilities.Randomised`): the noise of image ``x_i``
+comes from its own generator, seeded with ``sha256(stream seed, x_i's float32 bytes)`` (:func:`noise_seed`); copy
+``j`` is that generator's ``j``-th ``N(0, I)`` draw. The run scores every set, clean and attacked, from the
+evaluation stream, whose seed is ``eval_seed`` or ``sha256(run seed, "eval")`` (:func:`stream_seed`; ``run.json``
+records it as ``evaluation_noise_seed``); every attack on the detector (its candidates, its success, its EOT
+gradient, its calibration) draws from the attack stream, ``sha256(run seed, "attack")``. No attack therefore picks
+its examples with the noise they are evaluated with: an attack that kept the iterate whose noise happened to look
+most in-distribution would otherwise overfit to the evaluation noise and understate the detector's robustness. A
+confidence is a deterministic function of the image and the stream's seed, whatever the batch, batch size,
+device or torchrun rank that scores it, so the score store caches it like any other; ``n``, ``sigma``,
+``statistic`` and ``eval_seed`` are parameters and enter the store's detector key, with the run's seed, the
+evaluation noise seed and the code of both this module and the wrapped detector.
 
 Fit: exactly ``<det>``'s, on the clean fit rows (``fit``, ``fit_state``, ``rows_needed`` and ``tap_statistics``
 delegate; the shared fit pass serves it). Noise is added at test time only, as randomized smoothing does with a
@@ -43,7 +49,7 @@ candidate choice as ``adaptive_<det>`` (``plugins/adaptive.py``); they differ on
 * **EOT** (``adaptive_eot_smoothed_<det>``, ``adaptive_ood_eot_smoothed_<det>``, ``adaptive_apgd_eot_smoothed_<det>``):
   the same forward value; the backward pass is the gradient of ``(1/m) sum_{j=1..m} c(x + sigma * e_j(x))``,
   the mean of ``<det>``'s ``grad_score`` over ``m`` noise draws (parameter ``eot``, default the detector's ``n``),
-  the first ``m`` of the very draws the detector takes at ``x`` (Athalye, Engstrom, Ilyas & Kwok, "Synthesizing
+  the first ``m`` of the attack stream's draws at ``x`` (Athalye, Engstrom, Ilyas & Kwok, "Synthesizing
   Robust Adversarial Examples", ICML 2018: expectation over transformation; Athalye, Carlini & Wagner,
   "Obfuscated Gradients Give a False Sense of Security", ICML 2018, Sec. 4.3 on randomized defences). With
   ``statistic: mean`` and ``m = n`` it is the exact gradient of the smoothed confidence; for the median it is
@@ -52,7 +58,10 @@ candidate choice as ``adaptive_<det>`` (``plugins/adaptive.py``); they differ on
 Report: the ``smoothed`` evaluator (``--evaluator ood,smoothed``) writes ``table_smoothed.{csv,md}``: per smoothed
 detector, budget and direction, its AUROC/FPR95 under the classifier-only baseline, the plain attack and the EOT
 attack side by side, with readings generated from the numbers; ``advopenood verify`` re-derives it
-(``plugins/verify_smoothed.py``).
+(``plugins/verify_smoothed.py``). Each AUROC / FPR95 has its 95 % interval (``<m>_lo``, ``<m>_hi``, method in
+``ci``): the interval of the same cell in ``ood.csv`` (ID vs the set's positives, key ``ood|<det>|<set>``).
+``delta_auroc`` is a difference of two cells on different attacked images, with no resampling unit they share: it has
+no interval (the report shows it bare).
 """
 from __future__ import annotations
 
@@ -69,19 +78,22 @@ import torch.nn as nn
 from torch import Tensor
 
 from advopenood import registry
-from advopenood.capabilities import Derived, DifferentiableDetector, Verifiable, is_detector_aware, is_differentiable
+from advopenood.capabilities import (Derived, DifferentiableDetector, Randomised, Verifiable, is_detector_aware,
+                                     is_differentiable, is_randomised)
 from advopenood.evaluation.context import RunContext
 from advopenood.detection.outputs import Batches, Outputs, grad_outputs, pass_outputs
 from advopenood.detection.postprocessor import Postprocessor
 from advopenood.detection.bank import create_detector
 from advopenood.errors import UsageError
+from advopenood.evaluation.intervals import bound_columns, cell_key, ci_label
 from advopenood.outputs.results import Bullets, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.outputs.report import eps_label
+from advopenood_plugins.adaptive import EOTAttack
 from advopenood_plugins.detectors import straight_through
 from advopenood_plugins.verify_smoothed import verify as verify_smoothed
 
 #: The smoothing parameters and their defaults; every other parameter goes to the wrapped detector.
-SMOOTHING_DEFAULTS: dict[str, Any] = {"n": 8, "sigma": 0.05, "statistic": "median"}
+SMOOTHING_DEFAULTS: dict[str, Any] = {"n": 8, "sigma": 0.05, "statistic": "median", "eval_seed": None}
 STATISTICS = ("median", "mean")
 PREFIX = "smoothed_"
 
@@ -89,8 +101,15 @@ PREFIX = "smoothed_"
 # ------------------------------------------------------------------------------------------------- noise
 
 
+def stream_seed(seed: int, stream: str) -> int:
+    """The seed of a noise stream (``"eval"``, ``"attack"``) from the run's seed: the first 60 bits of
+    ``sha256("<seed>:<stream>")``."""
+    return int(hashlib.sha256(f"{int(seed)}:{stream}".encode()).hexdigest()[:15], 16)
+
+
 def noise_seed(seed: int, image: Tensor) -> int:
-    """The seed of one image's noise: the first 60 bits of ``sha256("<seed>:" + float32 bytes of the image)``."""
+    """The seed of one image's noise in a stream seeded ``seed``: the first 60 bits of ``sha256("<seed>:" + float32
+    bytes of the image)``."""
     data = image.detach().to("cpu", torch.float32).contiguous().numpy().tobytes()
     return int(hashlib.sha256(f"{int(seed)}:".encode() + data).hexdigest()[:15], 16)
 
@@ -119,9 +138,10 @@ def _forward(attr: str) -> property:
     return property(lambda self: getattr(self.base, attr), lambda self, value: setattr(self.base, attr, value))
 
 
-class SmoothedDetector(Postprocessor, Derived):
+class SmoothedDetector(Postprocessor, Derived, Randomised):
     """Base of ``smoothed_<det>``: the median (or mean) of ``<det>``'s confidence over ``n`` seeded Gaussian-noise
-    copies of the input (see the module docstring). :class:`Derived`: ``--detectors all`` does not select it."""
+    copies of the input (see the module docstring). :class:`Derived`: ``--detectors all`` does not select it;
+    :class:`Randomised`: scored from the evaluation stream, attacked from the attack stream."""
 
     #: the registered name of the wrapped detector
     base_name: ClassVar[str] = ""
@@ -149,6 +169,10 @@ class SmoothedDetector(Postprocessor, Derived):
         if statistic not in STATISTICS:
             raise UsageError(f"statistic {self.params['statistic']!r} for detector {self.name!r}; valid choices: "
                              f"{', '.join(STATISTICS)}")
+        eval_seed = self.params["eval_seed"]
+        if eval_seed is not None and (isinstance(eval_seed, bool) or not isinstance(eval_seed, int) or eval_seed < 0):
+            raise UsageError(f"eval_seed {eval_seed!r} for detector {self.name!r}; valid choices: an integer >= 0, or "
+                             "null for one derived from the run's seed")
         self.n, self.sigma, self.statistic = int(n), float(sigma), statistic
         self.params["statistic"] = statistic
         inner = {k: v for k, v in params.items() if k not in SMOOTHING_DEFAULTS}
@@ -203,11 +227,24 @@ class SmoothedDetector(Postprocessor, Derived):
     def rows_needed(self, n: int) -> int:
         return self.base.rows_needed(n)
 
+    @property
+    def draws(self) -> int:
+        return self.n
+
+    def evaluation_noise_seed(self) -> int:
+        """``eval_seed`` when given, else :func:`stream_seed` ``(run seed, "eval")``."""
+        given = self.params["eval_seed"]
+        return stream_seed(self.seed, "eval") if given is None else int(given)
+
+    def draw_seed(self) -> int:
+        """The seed of the stream this instance draws from: the evaluation or the attack stream's."""
+        return self.evaluation_noise_seed() if self.noise_stream == "eval" else stream_seed(self.seed, "attack")
+
     def copy_scores(self, net: nn.Module, x: Tensor) -> Tensor:
         """The wrapped detector's confidence of each noisy copy, ``n x B`` (float64), from its own passes."""
         x = x.detach()
         base, rows = self.base, []
-        for noise in noise_draws(x, self.seed, self.n):
+        for noise in noise_draws(x, self.draw_seed(), self.n):
             noisy, graph, out = pass_outputs(net, x + self.sigma * noise, base.needs_taps, base.needs_input_grad)
             with torch.set_grad_enabled(base.needs_input_grad):  # ODIN differentiates its pass, even under no_grad
                 conf = base.score(net, noisy, graph if base.needs_input_grad else out)
@@ -240,9 +277,10 @@ class DifferentiableSmoothed(SmoothedDetector, DifferentiableDetector):
             surrogate = self.base.grad_score(net, x, out).flatten()
         else:
             total = None
-            for noise in noise_draws(x.detach(), self.seed, self.eot_samples):
+            for noise in noise_draws(x.detach(), self.draw_seed(), self.eot_samples):
                 noisy = x + self.sigma * noise
-                conf = self.base.grad_score(net, noisy, grad_outputs(net, noisy, keep_maps=False)).flatten()
+                graph = grad_outputs(net, noisy, keep_maps=False, taps=self.base.needs_taps)  # GRAM reads its taps
+                conf = self.base.grad_score(net, noisy, graph).flatten()
                 total = conf if total is None else total + conf
             surrogate = total / self.eot_samples
         return straight_through(value, surrogate.double())
@@ -284,39 +322,6 @@ EOT_PREFIXES = {"adaptive_eot_": "adaptive_", "adaptive_ood_eot_": "adaptive_ood
                 "adaptive_apgd_eot_": "adaptive_apgd_"}
 
 
-class EOTAttack:
-    """Mixin of the EOT attacks (before an adaptive attack class in the bases): the attacked smoothed detector's
-    gradient averages over ``eot`` noise draws (None: the detector's ``n``); everything else is the plain
-    attack's."""
-
-    #: the plain attack this one differs from in its gradient only
-    plain_attack: ClassVar[str] = ""
-
-    def __init__(self, **params: Any):
-        super().__init__(**params)
-        eot = self.params["eot"]
-        if eot is not None and (isinstance(eot, bool) or not isinstance(eot, int) or eot < 1):
-            raise UsageError(f"eot {eot!r} for attack {self.name!r}; valid choices: an integer >= 1, or null for the "
-                             "detector's n")
-
-    @classmethod
-    def defaults(cls, input_size: int) -> dict[str, Any]:
-        return {**super().defaults(input_size), "eot": None}
-
-    @property
-    def target(self) -> Any:
-        """The plain attack's fitted, calibrated detector (the forward value is the same), with EOT gradients."""
-        fresh = self._target is None
-        target = super().target
-        if fresh:
-            det = target.detector
-            if not is_smoothed(det):
-                raise UsageError(f"attack {self.name!r} averages gradients over the noise of a smoothed detector; "
-                                 f"{det.name!r} is not one; valid choices: smoothed_<det> detectors")
-            target.detector = det.with_eot(det.n if self.params["eot"] is None else int(self.params["eot"]))
-        return target
-
-
 def eot_name(plain_attack: str) -> str:
     """The EOT twin's name of a plain attack on a smoothed detector (``adaptive_smoothed_msp`` ->
     ``adaptive_eot_smoothed_msp``)."""
@@ -327,7 +332,7 @@ def eot_name(plain_attack: str) -> str:
 
 
 def eot_attack(detector: str, prefix: str) -> type:
-    """Register the EOT attack ``<prefix><detector>`` (``prefix`` in :data:`EOT_PREFIXES`) for a smoothed detector
+    """Register the EOT attack ``<prefix><detector>`` (``prefix`` in :data:`EOT_PREFIXES`) for a randomised detector
     with a differentiable score, and return the class."""
     from advopenood_plugins.adaptive import AdaptiveAttack
     from advopenood_plugins.autoattack import AdaptiveAPGD
@@ -348,7 +353,7 @@ def eot_attack(detector: str, prefix: str) -> type:
 
 @registry.provide("attacks")
 def _eot_attacks() -> None:
-    """The EOT attacks of every smoothed detector with a differentiable score (and no others), and their families
+    """The EOT attacks of every randomised detector with a differentiable score (and no others), and their families
     (``adaptive_eot``, ``adaptive_ood_eot``, ``adaptive_apgd_eot``: one per selected detector, as ``adaptive``)."""
     from advopenood_plugins.adaptive import AdaptiveFamily
 
@@ -360,7 +365,7 @@ def _eot_attacks() -> None:
                            "--detectors smoothed_msp runs the plain and the EOT attack.",
                 "__module__": __name__, "prefix": prefix}))
     for name, entry in registry.entries("detectors").items():
-        if is_smoothed(entry.obj) and is_differentiable(entry.obj):
+        if is_randomised(entry.obj) and is_differentiable(entry.obj):
             for prefix in EOT_PREFIXES:
                 if not registry.registered("attacks", prefix + name):
                     eot_attack(name, prefix)
@@ -372,9 +377,11 @@ def _eot_attacks() -> None:
 
 # -------------------------------------------------------------------------------------------- evaluator
 
-COLUMNS = ["detector", "inner", "n", "sigma", "statistic", "eps", "direction", "baseline", "auroc_baseline",
-           "fpr95_baseline", "plain_attack", "auroc_plain", "fpr95_plain", "n_ood_plain", "eot_attack", "eot_samples",
-           "auroc_eot", "fpr95_eot", "n_ood_eot", "delta_auroc", "positives"]
+#: each AUROC / FPR95 followed by its 95 % interval (``<m>_lo``, ``<m>_hi``; ``ood.csv``'s cell of the same set)
+COLUMNS = ["detector", "inner", "n", "sigma", "statistic", "eps", "direction", "baseline",
+           *bound_columns(["auroc_baseline", "fpr95_baseline"]), "plain_attack",
+           *bound_columns(["auroc_plain", "fpr95_plain"]), "n_ood_plain", "eot_attack", "eot_samples",
+           *bound_columns(["auroc_eot", "fpr95_eot"]), "n_ood_eot", "delta_auroc", "positives", "ci"]
 
 
 def detector_settings(ctx: RunContext, det: str) -> dict[str, Any]:
@@ -386,15 +393,16 @@ def detector_settings(ctx: RunContext, det: str) -> dict[str, Any]:
 
 
 def _metrics(ctx: RunContext, det: str, set_name: str) -> dict[str, Any]:
-    """AUROC / FPR95 (%) and n_ood of ``det`` on ID vs a set: an adversarial set's rows the protocol counts as OOD
-    (:meth:`RunContext.ood_positives`), a natural set's every row (as the ``ood`` evaluator computes them)."""
+    """AUROC / FPR95 (%) with their intervals and n_ood of ``det`` on ID vs a set: an adversarial set's rows the
+    protocol counts as OOD (:meth:`RunContext.ood_positives`), a natural set's every row (as the ``ood`` evaluator
+    computes them, with the same cell key ``ood|<det>|<set>``, hence the same interval)."""
     from advopenood_plugins.ood_eval import metric_row
 
     conf = ctx.scores[det][set_name]
     if set_name in ctx.adv_sets:
         conf = conf[ctx.ood_positives(set_name)]
-    row = metric_row(ctx.scores[det]["id"], conf)
-    return {"auroc": row["auroc"], "fpr95": row["fpr95"], "n_ood": row["n_ood"]}
+    row = metric_row(ctx.scores[det]["id"], conf, ctx, cell_key("ood", det, set_name))
+    return {k: row[k] for k in ("auroc", "auroc_lo", "auroc_hi", "fpr95", "fpr95_lo", "fpr95_hi", "n_ood")}
 
 
 def _baseline(ctx: RunContext, source: str, eps: float | None) -> str:
@@ -416,10 +424,10 @@ def smoothed_table(ctx: RunContext) -> pd.DataFrame:
         if det not in ctx.scores or not is_smoothed(registry.get("detectors", det)):
             continue
         eot = issubclass(cls, EOTAttack)
-        if not eot and not any(adv.attack.startswith(plain) for plain in EOT_PREFIXES.values()):
-            continue  # another attack on the smoothed detector (e.g. the robust-AUROC ones): not a plain/EOT pair
-        key = (det, cls.plain_attack if eot else adv.attack, None if adv.eps is None else round(float(adv.eps), 8),
-               adv.source)
+        plain = cls.plain_attack if eot else adv.attack
+        if not plain.startswith(tuple(EOT_PREFIXES.values())):
+            continue  # another attack on the smoothed detector (the robust-AUROC ones, plain or EOT): not a pair here
+        key = (det, plain, None if adv.eps is None else round(float(adv.eps), 8), adv.source)
         pairs.setdefault(key, {}).setdefault("eot" if eot else "plain", set_name)
     rows, nan = [], math.nan
     for (det, plain, eps, source), found in pairs.items():
@@ -428,17 +436,19 @@ def smoothed_table(ctx: RunContext) -> pd.DataFrame:
         row: dict[str, Any] = {"detector": det, "inner": det[len(PREFIX):], **settings,
                                "eps": nan if eps is None else eps,
                                "direction": "id->id" if source == "id" else "ood->id", "baseline": base}
-        ref = _metrics(ctx, det, base) if base else {"auroc": nan, "fpr95": nan}
-        row.update(auroc_baseline=ref["auroc"], fpr95_baseline=ref["fpr95"])
+        empty = {m: nan for m in bound_columns(["auroc", "fpr95"])}
+        ref = _metrics(ctx, det, base) if base else empty
+        row.update({f"{m}_baseline{end}": ref[f"{m}{end}"] for m in ("auroc", "fpr95") for end in ("", "_lo", "_hi")})
         for kind in ("plain", "eot"):
             name = found.get(kind, "")
-            got = _metrics(ctx, det, name) if name else {"auroc": nan, "fpr95": nan, "n_ood": pd.NA}
-            row.update({f"{kind}_attack": name,
-                        f"auroc_{kind}": got["auroc"], f"fpr95_{kind}": got["fpr95"], f"n_ood_{kind}": got["n_ood"]})
+            got = _metrics(ctx, det, name) if name else {**empty, "n_ood": pd.NA}
+            row.update({f"{kind}_attack": name, f"n_ood_{kind}": got["n_ood"]})
+            row.update({f"{m}_{kind}{end}": got[f"{m}{end}"] for m in ("auroc", "fpr95") for end in ("", "_lo", "_hi")})
         eot_set = found.get("eot")
         row["eot_samples"] = (ctx.adv_sets[eot_set].params.get("eot") or settings["n"]) if eot_set else pd.NA
         row["delta_auroc"] = row["auroc_eot"] - row["auroc_plain"]
         row["positives"] = "successful" if source == "id" and ctx.positives_rule == "successful" else "all"
+        row["ci"] = ci_label(ctx.plan.ci.method, ctx.plan.ci.resamples)
         rows.append(row)
     table = pd.DataFrame(rows, columns=COLUMNS)
     for col in ("n_ood_plain", "n_ood_eot", "eot_samples"):
@@ -488,7 +498,8 @@ def smoothed_section(table: pd.DataFrame) -> Section:
                   "the plain one takes the base detector's gradient at the noise-free image, the EOT one averages "
                   "the gradient over the detector's noise draws. AUROC/FPR95 in percent, lower AUROC = stronger "
                   "attack; the robust figure is the lower of the two."),
-        Table(table), Bullets(read_smoothed(table))])
+        Table(table.drop(columns=[c for c in table.columns if c.endswith(("_lo", "_hi"))])),
+        Bullets(read_smoothed(table))])
 
 
 @registry.register("evaluators", "smoothed")

@@ -6,7 +6,9 @@ source, the protocol, the detector backend, the evaluator's parameters). The cod
 :mod:`advopenood_plugins.mead` and imports nothing from it: the groups and objectives are read from the attack
 classes again, the worst case is a pandas group maximum over a long table of successful (sample, attack) pairs,
 AUROC is the Mann-Whitney statistic on average ranks (``scipy.stats.rankdata``) and FPR95 is read off ROC points
-built from cumulative counts (:func:`detection_metrics`); averages are plain loops.
+built from cumulative counts (:func:`detection_metrics`); averages are plain loops. A row's interval is
+re-derived as ``ood.csv``'s cells are (:func:`advopenood_plugins.verify_ood.rederive_bounds`: a loop over the
+row's seeded resamples, key :func:`row_key`, of the clean scores against the worst-case scores).
 Rows are compared with :func:`advopenood.evaluation.verify.compare` (numbers as the CSV holds them). The helpers here serve
 :mod:`advopenood_plugins.verify_multiattack` too.
 """
@@ -111,6 +113,29 @@ def backend_of(run: RunFiles, det: str) -> str:
     return str((run.info.get("detector_backends") or {}).get(det, run.info.get("detector_backend", "")))
 
 
+def eps_text(eps: float | None) -> str:
+    """An eps in a seed key (the shared contract with the writer): 6 significant digits, ``none`` when unbounded."""
+    return "none" if eps is None else f"{eps:.6g}"
+
+
+def row_key(prefix: str, det: str, group: str, eps: float | None, setting: str) -> str:
+    """The seed key of a ``mead.csv`` row's resamples."""
+    return "|".join([prefix, det, group, eps_text(eps), setting])
+
+
+def row_bounds(neg: np.ndarray, pos: np.ndarray, run: RunFiles, key: str) -> dict[str, Any]:
+    """``auroc_lo`` / ``auroc_hi`` / ``fpr95_lo`` / ``fpr95_hi`` and ``ci`` of clean ``neg`` against ``pos`` by the
+    run's ``ci`` plan."""
+    from advopenood_plugins.verify_ood import rederive_bounds
+
+    got = rederive_bounds(neg, pos, run, key)
+    return {k: got[k] for k in ("auroc_lo", "auroc_hi", "fpr95_lo", "fpr95_hi", "ci")}
+
+
+#: a mead.csv row's interval columns
+BOUNDS = ["auroc_lo", "auroc_hi", "fpr95_lo", "fpr95_hi", "ci"]
+
+
 def csv_eps(eps: float | None) -> float:
     """An eps key as the CSV holds it (6 significant digits; NaN for none), for :func:`advopenood.evaluation.verify.compare`."""
     return math.nan if eps is None else as_csv_float(eps)
@@ -147,9 +172,10 @@ def expected_mead(run: RunFiles) -> pd.DataFrame:
                 auroc, fpr95 = detection_metrics(neg, worst)
                 rows.append({"detector": det, "backend": backend_of(run, det), "norm": group, "eps": csv_eps(eps),
                              "setting": setting, "auroc": auroc, "fpr95": fpr95, "n_pos": len(worst),
-                             "n_neg": len(neg), "mean_successes": mean_hits, "protocol": run.protocol})
+                             "n_neg": len(neg), "mean_successes": mean_hits, "protocol": run.protocol,
+                             **row_bounds(neg, worst, run, row_key("mead", det, group, eps, setting))})
     return pd.DataFrame(rows, columns=["detector", "backend", "norm", "eps", "setting", "auroc", "fpr95", "n_pos",
-                                       "n_neg", "mean_successes", "protocol"])
+                                       "n_neg", "mean_successes", "protocol", *BOUNDS])
 
 
 def expected_summary(mead: pd.DataFrame) -> pd.DataFrame:
@@ -191,6 +217,7 @@ def verify_mead(run: RunFiles) -> list[str]:
         return lines
     mead = expected_mead(run)
     return (compare(mead, run.table("mead.csv"), ["detector", "norm", "eps", "setting"],
-                    ["backend", "auroc", "fpr95", "n_pos", "n_neg", "mean_successes", "protocol"], table="mead.csv")
+                    ["backend", "auroc", "fpr95", *BOUNDS, "n_pos", "n_neg", "mean_successes", "protocol"],
+                    atol=1e-6, table="mead.csv")
             + compare(expected_summary(mead), run.table("mead_summary.csv"), ["detector", "norm", "setting"],
                       ["backend", "auroc", "fpr95", "n_groups", "protocol"], table="mead_summary.csv"))

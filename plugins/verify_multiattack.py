@@ -5,7 +5,9 @@ the protocol's OOD positives) and ``run.json`` (sets, protocol, backend, the eva
 :mod:`advopenood_plugins.multiattack` and :mod:`advopenood_plugins.mead` (nothing imported from either): metrics
 and worst cases come from :mod:`advopenood_plugins.verify_mead`'s rank-based helpers, and the competitiveness
 ratios (MultiRobustBench Definition 3.5, Eqs. 2-3) and stability constants (Definition 3.7, Eq. 4) are written
-again as loops over dictionaries.
+again as loops over dictionaries. Intervals are re-derived as ``mead.csv``'s
+(:func:`advopenood_plugins.verify_mead.row_bounds`: a loop over each cell's seeded resamples; a set's key is its
+``ood.csv`` cell's, a union's ``union|<det>|<group>|<eps>`` or ``union|<det>|all``).
 """
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ from typing import Any
 import pandas as pd
 
 from advopenood.evaluation.verify import RunFiles, compare
-from advopenood_plugins.verify_mead import (backend_of, chosen_detectors, csv_eps, detection_metrics, eps_groups,
-                                            run_params, run_sets, worst_case)
+from advopenood_plugins.verify_mead import (BOUNDS, backend_of, chosen_detectors, csv_eps, detection_metrics,
+                                            eps_groups, eps_text, row_bounds, run_params, run_sets, worst_case)
 
 #: MultiRobustBench's alpha = 3 % (Sec. 4.1), the evaluator's default, and the slack on ``|ds| <= alpha``.
 PAPER_ALPHA, SLACK = 0.03, 1e-12
@@ -48,15 +50,17 @@ def expected_curves(run: RunFiles) -> pd.DataFrame:
                 mask = arrays[f"{m['name']}.positive"].astype(bool)
                 auroc, fpr95 = detection_metrics(neg, arrays[m["name"]][mask])
                 rows.append({**base, "attack": m["label"], "set": m["name"], "auroc": auroc, "fpr95": fpr95,
-                             "n_pos": int(mask.sum()), "n_neg": len(neg)})
+                             "n_pos": int(mask.sum()), "n_neg": len(neg),
+                             **row_bounds(neg, arrays[m["name"]][mask], run, f"ood|{det}|{m['name']}")})
             if len({m["label"] for m in members}) > 1:
                 worst, _ = worst_case([arrays[m["name"]] for m in members],
                                       [arrays[f"{m['name']}.positive"] for m in members])
                 auroc, fpr95 = detection_metrics(neg, worst)
                 rows.append({**base, "attack": "union", "set": "+".join(m["name"] for m in members), "auroc": auroc,
-                             "fpr95": fpr95, "n_pos": len(worst), "n_neg": len(neg)})
+                             "fpr95": fpr95, "n_pos": len(worst), "n_neg": len(neg),
+                             **row_bounds(neg, worst, run, f"union|{det}|{group}|{eps_text(eps)}")})
     return pd.DataFrame(rows, columns=["detector", "backend", "attack", "norm", "eps", "set", "auroc", "fpr95", "n_pos",
-                                       "n_neg", "positives", "protocol"])
+                                       "n_neg", "positives", "protocol", *BOUNDS])
 
 
 def _accuracy(value: float, metric: str) -> float:
@@ -139,15 +143,21 @@ def expected_table(run: RunFiles, curves: pd.DataFrame) -> pd.DataFrame:
             worst_union, _ = worst_case([arrays[s["name"]] for s in here],
                                         [arrays[f"{s['name']}.positive"] for s in here])
             union = detection_metrics(arrays["id"], worst_union)[0 if metric == "auroc" else 1]
+            union_bounds = row_bounds(arrays["id"], worst_union, run, f"union|{d}|all")
             values = [(p, v) for p, v in raw[d].items() if not math.isnan(v)]
             worst_set, worst = "", math.nan
             for p, v in values:
                 if worst_set == "" or (v < worst if metric == "auroc" else v > worst):
                     worst_set, worst = p, v
+            at = per_set[(per_set["detector"] == d) & (per_set["set"] == worst_set)]
             cr_avg, cr_worst, n_cr = _ratios(acc[d], ref)
             cc_avg, cc_worst, n_cc = _ratios(cc[d], ref_cc)
             rows.append({"detector": d, "metric": metric, "avg": _mean([v for _, v in values]), "worst": worst,
                          "worst_set": worst_set, "union": union, "cr_ind_avg": cr_avg, "cr_ind_worst": cr_worst,
+                         "worst_lo": at[f"{metric}_lo"].iloc[0] if len(at) else math.nan,
+                         "worst_hi": at[f"{metric}_hi"].iloc[0] if len(at) else math.nan,
+                         "union_lo": union_bounds[f"{metric}_lo"], "union_hi": union_bounds[f"{metric}_hi"],
+                         "ci": union_bounds["ci"],
                          "n_sets_cr": n_cr, "cr_cc_ind_avg": cc_avg, "cr_cc_ind_worst": cc_worst, "n_sets_cr_cc": n_cc,
                          "stability": _sc(acc[d], strength, alpha), "alpha": alpha,
                          "stability_eps": _sweep(acc[d], sets), "reference": reference, "n_sets": len(values),
@@ -165,15 +175,16 @@ def verify_multiattack(run: RunFiles) -> list[str]:
     curves, written = expected_curves(run), run.table("multiattack.csv")
     reference = str(run_params(run, "multiattack").get("reference", "best")).lower()
     lines = compare(curves, run.table("multiattack_curves.csv"), ["detector", "set"],
-                    ["backend", "attack", "norm", "eps", "auroc", "fpr95", "n_pos", "n_neg", "positives", "protocol"],
-                    table="multiattack_curves.csv")
+                    ["backend", "attack", "norm", "eps", "auroc", "fpr95", *BOUNDS, "n_pos", "n_neg", "positives",
+                     "protocol"], atol=1e-6, table="multiattack_curves.csv")
     if reference != "best" and reference not in set(curves["detector"]):
         lines.append(f"multiattack.csv: reference detector {reference!r} has no scores in the run")
     elif len(curves[curves["attack"] != "union"]):
         lines += compare(expected_table(run, curves), written, ["detector", "metric"],
-                         ["backend", "avg", "worst", "worst_set", "union", "cr_ind_avg", "cr_ind_worst", "n_sets_cr",
-                          "cr_cc_ind_avg", "cr_cc_ind_worst", "n_sets_cr_cc", "stability", "alpha", "stability_eps",
-                          "reference", "n_sets", "positives", "protocol"], table="multiattack.csv")
+                         ["backend", "avg", "worst", "worst_lo", "worst_hi", "worst_set", "union", "union_lo",
+                          "union_hi", "cr_ind_avg", "cr_ind_worst", "n_sets_cr", "cr_cc_ind_avg", "cr_cc_ind_worst",
+                          "n_sets_cr_cc", "stability", "alpha", "stability_eps", "reference", "n_sets", "positives",
+                          "protocol", "ci"], atol=1e-6, table="multiattack.csv")
     elif len(written):
         lines.append("multiattack.csv: rows written but no set was scored")
     if "deviations" not in written.columns or (len(written) and written["deviations"].isna().any()):

@@ -21,6 +21,9 @@ from scipy.stats import rankdata
 from sklearn.metrics import roc_curve
 
 ROBUST_METRICS = ("clean_auroc", "id_attacked_auroc", "ood_attacked_auroc", "robust_auroc", "robust_fpr95")
+ROBUST_BOUNDS = [f"{m}_{end}" for m in ROBUST_METRICS for end in ("lo", "hi")]
+#: the AUROCs of a robust row: (ID array, OOD array) among (clean ID, clean OOD, attacked ID, attacked OOD)
+_PAIRS = {"clean_auroc": (0, 1), "id_attacked_auroc": (2, 1), "ood_attacked_auroc": (0, 3), "robust_auroc": (2, 3)}
 
 
 def mann_whitney_auroc(conf_id: np.ndarray, conf_ood: np.ndarray) -> float:
@@ -43,6 +46,50 @@ def fpr95(conf_id: np.ndarray, conf_ood: np.ndarray) -> float:
     return 100.0 * float(fpr[np.flatnonzero(tpr >= 0.95)[0]])
 
 
+def robust_bounds(arrays: tuple[np.ndarray, ...], run: Any, key: str) -> dict[str, Any]:
+    """A robust row's ``<m>_lo`` / ``<m>_hi``, ``ci`` and ``error`` re-derived by the run's ``ci`` plan from
+    ``arrays`` = (clean ID, clean OOD, attacked ID, attacked OOD): the bootstrap as a loop over the cell's seeded
+    resamples (the same ID indices for both ID arrays, the same OOD indices for both OOD arrays), each resample's
+    AUROC from ranks (:func:`mann_whitney_auroc`) and FPR95 from its ROC points
+    (:func:`advopenood_plugins.verify_ood.resample_metrics`); DeLong's interval per AUROC as ``ood.csv``'s."""
+    from advopenood.evaluation.intervals import draw, generator
+    from advopenood_plugins.verify_ood import ci_plan, rederive_bounds, resample_metrics
+
+    method, resamples, seed = ci_plan(run)
+    out: dict[str, Any] = {c: math.nan for c in ROBUST_BOUNDS}
+    out.update(ci=f"bootstrap-{resamples}" if method == "bootstrap" else method, error=math.nan)  # empty = NaN
+    clean_id, clean_ood, adv_id, adv_ood = (np.asarray(a, float).ravel() for a in arrays)
+    n, m = len(adv_id), len(adv_ood)
+    if method == "none":
+        return out
+    if (len(clean_id), len(clean_ood)) != (n, m):
+        out["error"] = (f"no interval: the attacked sets ({n} ID, {m} OOD images) are not paired with the clean "
+                        f"ones ({len(clean_id)}, {len(clean_ood)})")
+        return out
+    if min(n, m) < 2:
+        out["error"] = f"no interval: {n} ID and {m} OOD images (an interval needs at least 2 per side)"
+        return out
+    if any(np.isnan(a).any() for a in (clean_id, clean_ood, adv_id, adv_ood)):
+        out["error"] = "no interval: NaN scores"
+        return out
+    sides = (clean_id, clean_ood, adv_id, adv_ood)
+    if method == "delong":
+        for metric, (i, j) in _PAIRS.items():
+            got = rederive_bounds(sides[i], sides[j], run, key)
+            out[f"{metric}_lo"], out[f"{metric}_hi"] = got["auroc_lo"], got["auroc_hi"]
+        return out
+    idx_id, idx_ood = draw(generator(seed, key), n, m, resamples)
+    reps: dict[str, list[float]] = {metric: [] for metric in ROBUST_METRICS}
+    for i, j in zip(idx_id, idx_ood):
+        for metric, (a, b) in _PAIRS.items():
+            reps[metric].append(mann_whitney_auroc(sides[a][i], sides[b][j]))
+        rank = rankdata(np.r_[adv_id[i], adv_ood[j]], method="dense")
+        reps["robust_fpr95"].append(resample_metrics(rank[:n], rank[n:])["fpr95"])
+    for metric, values in reps.items():
+        out[f"{metric}_lo"], out[f"{metric}_hi"] = np.percentile(values, [2.5, 97.5])
+    return out
+
+
 def _attack_class(name: str) -> Any:
     from advopenood import registry
 
@@ -50,7 +97,8 @@ def _attack_class(name: str) -> Any:
 
 
 def robust_sets(run: Any) -> list[dict[str, Any]]:
-    """Every robust-AUROC set of the run (attack class with ``objective == "robust"``): name, detector, method, side,
+    """Every robust-AUROC set of the run (attack class with ``objective == "robust"``): name, detector, method, attack
+    family (``eot`` for a class that names the plain attack it averages the gradient of, ``plain`` otherwise), side,
     eps and the OOD set it perturbed."""
     out = []
     for name, entry in (run.info.get("attacks") or {}).items():
@@ -58,14 +106,15 @@ def robust_sets(run: Any) -> list[dict[str, Any]]:
         if getattr(cls, "objective", "") != "robust":
             continue
         side = "id" if entry.get("source", "id") == "id" else "ood"
-        out.append({"set": name, "detector": cls.detector, "method": cls.method, "side": side,
+        family = "plain" if getattr(cls, "plain_attack", entry["attack"]) in ("", entry["attack"]) else "eot"
+        out.append({"set": name, "detector": cls.detector, "method": cls.method, "family": family, "side": side,
                     "eps": float(entry["params"]["eps"]), "source": entry.get("source", "id")})
     return out
 
 
 def rederive_robust(run: Any) -> pd.DataFrame:
     """robust_auroc.csv re-computed: one row per ID-side and OOD-side set of a detector with saved scores, with the
-    same method and eps (relative tolerance 1e-6)."""
+    same method, attack family and eps (relative tolerance 1e-6)."""
     sets = robust_sets(run)
     rows = []
     for a in (s for s in sets if s["side"] == "id"):
@@ -74,19 +123,22 @@ def rederive_robust(run: Any) -> pd.DataFrame:
         arrays = run.scores(a["detector"])
         for b in sets:
             if b["side"] != "ood" or b["detector"] != a["detector"] or b["method"] != a["method"] \
-                    or not math.isclose(a["eps"], b["eps"], rel_tol=1e-6):
+                    or b["family"] != a["family"] or not math.isclose(a["eps"], b["eps"], rel_tol=1e-6):
                 continue
             clean_id, clean_ood = arrays["id"], arrays[b["source"]]
             adv_id, adv_ood = arrays[a["set"]], arrays[b["set"]]
+            key = f"robust|{a['detector']}|{a['set']}|{b['set']}"
             rows.append({"detector": a["detector"], "id_attack": a["set"], "ood_attack": b["set"],
-                         "ood_set": b["source"], "eps": a["eps"], "method": a["method"],
+                         "ood_set": b["source"], "eps": a["eps"], "method": a["method"], "attack_family": a["family"],
                          "clean_auroc": mann_whitney_auroc(clean_id, clean_ood),
                          "id_attacked_auroc": mann_whitney_auroc(adv_id, clean_ood),
                          "ood_attacked_auroc": mann_whitney_auroc(clean_id, adv_ood),
                          "robust_auroc": mann_whitney_auroc(adv_id, adv_ood), "robust_fpr95": fpr95(adv_id, adv_ood),
-                         "n_id": len(adv_id), "n_ood": len(adv_ood)})
+                         "n_id": len(adv_id), "n_ood": len(adv_ood),
+                         **robust_bounds((clean_id, clean_ood, adv_id, adv_ood), run, key)})
     return pd.DataFrame(rows, columns=["detector", "id_attack", "ood_attack", "ood_set", "eps", "method",
-                                       *ROBUST_METRICS, "n_id", "n_ood"])
+                                       "attack_family", *ROBUST_METRICS, *ROBUST_BOUNDS, "ci", "error", "n_id",
+                                       "n_ood"])
 
 
 def verify_robust(run: Any) -> list[str]:
@@ -98,14 +150,15 @@ def verify_robust(run: Any) -> list[str]:
     written = run.table("robust_auroc.csv")
     rederived = rederive_robust(run)
     return compare(rederived, written, ["detector", "id_attack", "ood_attack"],
-                   ["ood_set", "eps", "method", *ROBUST_METRICS, "n_id", "n_ood"], atol=1e-6,
+                   ["ood_set", "eps", "method", "attack_family", *ROBUST_METRICS, *ROBUST_BOUNDS, "ci", "error",
+                    "n_id", "n_ood"], atol=1e-6,
                    table="robust_auroc.csv") + verify_entries(run, rederived)
 
 
 def verify_entries(run: Any, robust: pd.DataFrame) -> list[str]:
     """The robust fields of ``leaderboard_openood.json``: per detector, the mean ``robust_auroc`` / ``robust_fpr95``
     over the near and the far sets (groups from ``ood.csv``'s natural rows) at the largest eps, PGD rows when there
-    are any, to two decimals; ``/`` for a detector without robust rows."""
+    are any, EOT rows when there are any, to two decimals; ``/`` for a detector without robust rows."""
     import json
 
     if not run.has("leaderboard_openood.json") or not run.has("ood.csv"):
@@ -119,6 +172,7 @@ def verify_entries(run: Any, robust: pd.DataFrame) -> list[str]:
         if len(rows):
             rows = rows[np.isclose(rows["eps"], rows["eps"].max())]
             rows = rows[rows["method"] == ("pgd" if (rows["method"] == "pgd").any() else rows["method"].iloc[0])]
+            rows = rows[rows["attack_family"] == ("eot" if (rows["attack_family"] == "eot").any() else "plain")]
         for group, title in (("near", "Near-OOD"), ("far", "Far-OOD")):
             sub = rows[rows["ood_set"].map(groups) == group] if len(rows) else rows
             for metric, name in (("robust_auroc", "AUROC"), ("robust_fpr95", "FPR95")):
@@ -158,67 +212,117 @@ def _id_negative(entry: dict[str, Any]) -> bool:
     return issubclass(_attack_class(entry["attack"]), IdNegatives)
 
 
+#: levels.csv's criteria re-stated: (level, name, source); the paper's Sec. 4 gives every level's definition and no
+#: number, so only our addition (both sides attacked) is ``ours``
+_CRITERIA = ((1, "strong", "paper"), (2, "other_model_data", "paper"), (3, "bpda_adaptive", "paper"),
+             (4, "adaptive_id", "paper"), (4, "ood_to_id", "paper"), (4, "robust_auroc", "ours"))
+
+
 def rederive_levels(run: Any, levels: pd.DataFrame) -> pd.DataFrame:
-    """levels.csv re-computed for the detectors it lists (level 2 from the run folders its ``sets`` name)."""
+    """levels.csv re-computed for the detectors it lists, one row per criterion (level 2 from the run's own model and
+    data and the run folders of ``evaluator_params.levels.runs``), with the interval of each criterion's worst set
+    (:func:`_worst_bounds`) and whether it excludes the bar."""
     from advopenood.capabilities import DetectorAware
+    from advopenood_plugins.verify_ood import ci_plan
 
     saved = run.config
     size, protocol = int(saved["model"]["input_size"]), run.protocol
     attacks = {n: e for n, e in (run.info.get("attacks") or {}).items() if not _id_negative(e)}
     robust = rederive_robust(run)
+    method, resamples, _ = ci_plan(run)
+    ci = f"bootstrap-{resamples}" if method == "bootstrap" else method
+    own = _beyond_baseline(str(run.info.get("model", {}).get("arch", "")), _dataset(saved))
     rows = []
-    for r in levels.to_dict("records"):
-        det = r["detector"]
+    for det in dict.fromkeys(levels["detector"]):
+        bar = float(levels.loc[levels["detector"] == det, "min_auroc"].iloc[0])
         arrays = run.scores(det)
-        found: dict[int, dict[str, float]] = {1: {}, 2: {}, 3: {}, 4: {}}
+        found: dict[str, dict[str, float]] = {name: {} for _, name, _ in _CRITERIA}
         for name, entry in attacks.items():
             cls = _attack_class(entry["attack"])
             adapted = issubclass(cls, DetectorAware) and cls.detector == det
-            level = 1 if _strong(entry, size, protocol) else \
-                (3 if entry.get("source", "id") == "id" else 4) if adapted else None
-            if level is None:
-                continue
+            kinds = ("strong",) if _strong(entry, size, protocol) else \
+                (("bpda_adaptive", "adaptive_id") if entry.get("source", "id") == "id" else ("ood_to_id",)) \
+                if adapted else ()
             value = mann_whitney_auroc(arrays["id"], arrays[name][arrays[f"{name}.positive"].astype(bool)])
-            if not math.isnan(value):
-                found[level][name] = value
+            for kind in kinds if not math.isnan(value) else ():
+                found[kind][name] = value
         for b in robust[robust["detector"] == det].to_dict("records"):
             if not math.isnan(b["robust_auroc"]):
-                found[4][f"{b['id_attack']}+{b['ood_attack']}"] = b["robust_auroc"]
-        found[2] = _level2_evidence(run, det)
-        if found[2]:
-            found[2].update({f"level1:{k}": v for k, v in found[1].items()})
-        worst = {k: min(v.values()) if v else math.nan for k, v in found.items()}
-        reached, evaluated = 0, [k for k in (1, 2, 3, 4) if not math.isnan(worst[k])]
+                found["robust_auroc"][f"{b['id_attack']}+{b['ood_attack']}"] = b["robust_auroc"]
+        other = _level2_evidence(run, det)
+        found["other_model_data"] = {**{k: v for k, (v, _, _) in other.items()},
+                                     **({f"level1:{k}": v for k, v in found["strong"].items()} if own else {})}
+        worst = {name: min(v.values()) if v else math.nan for name, v in found.items()}
+        at = {name: min(sorted(v), key=lambda k, v=v: round(v[k], 9)) if v else "" for name, v in found.items()}
+        per_level = {k: [worst[n] for level, n, _ in _CRITERIA if level == k and not math.isnan(worst[n])]
+                     for k in (1, 2, 3, 4)}
+        reached, evaluated = 0, [k for k, v in per_level.items() if v]
         for k in evaluated:
-            if worst[k] < float(r["min_auroc"]):
+            if min(per_level[k]) < bar:
                 break
             reached = k
-        rows.append({"detector": det, **{f"level{k}_auroc": worst[k] for k in (1, 2, 3, 4)},
-                     "reached": float(reached) if evaluated else math.nan,
-                     "sets": " | ".join(f"level{k}: {','.join(sorted(found[k]))}" for k in (1, 2, 3, 4) if found[k])})
+        for level, name, source in _CRITERIA:
+            lo, hi = _worst_bounds(run, det, at[name], arrays, robust, other)
+            rows.append({"detector": det, "level": level, "criterion": name, "criterion_source": source,
+                         "auroc": worst[name], "auroc_lo": lo, "auroc_hi": hi, "ci": ci,
+                         "worst_set": at[name] or math.nan,
+                         "passed": math.nan if math.isnan(worst[name]) else float(worst[name] >= bar),
+                         "conclusive": math.nan if math.isnan(lo) or math.isnan(hi) else float(not lo <= bar <= hi),
+                         "reached": float(reached) if evaluated else math.nan, "sets": ",".join(sorted(found[name]))})
     return pd.DataFrame(rows)
 
 
-def _level2_evidence(run: Any, det: str) -> dict[str, float]:
-    """Level 2 re-read: the run folders of ``evaluator_params.levels.runs`` whose model architecture or ID data set
-    differ from this run's, their ``levels.csv`` level-1 and ``transfer.csv`` AUROCs of ``det`` (worst of each)."""
+def _worst_bounds(run: Any, det: str, label: str, arrays: dict[str, np.ndarray], robust: pd.DataFrame,
+                  other: dict[str, tuple[float, float, float]]) -> tuple[float, float]:
+    """The interval of the set a criterion's worst AUROC comes from, re-derived: an attack set's as ``ood.csv``'s
+    cell (:func:`advopenood_plugins.verify_ood.rederive_bounds`, key ``ood|<det>|<set>``), a robust pair's from
+    :func:`rederive_robust`, another run's as its ``levels.csv`` wrote it; NaN for none."""
+    from advopenood_plugins.verify_ood import rederive_bounds
+
+    label = label.removeprefix("level1:")
+    if label in other:
+        return other[label][1], other[label][2]
+    if "+" in label:
+        row = robust[(robust["detector"] == det) & (robust["id_attack"] + "+" + robust["ood_attack"] == label)]
+        return (float(row["robust_auroc_lo"].iloc[0]), float(row["robust_auroc_hi"].iloc[0])) if len(row) else \
+            (math.nan, math.nan)
+    if not label:
+        return math.nan, math.nan
+    conf = arrays[label][arrays[f"{label}.positive"].astype(bool)]
+    got = rederive_bounds(arrays["id"], conf, run, f"ood|{det}|{label}")
+    return got["auroc_lo"], got["auroc_hi"]
+
+
+def _beyond_baseline(arch: str, dataset: str) -> bool:
+    """Level 2 re-stated: the model is no ResNet-18 (any ``resnet18`` name not followed by a digit, after a
+    ``timm:`` or RobustBench prefix) and the ID data is not CIFAR-10 (Sec. 4's "simple ResNet-18 trained on
+    CIFAR-10")."""
+    import re
+
+    model = arch.split(":")[-1].split("/")[-1].lower()
+    return re.match(r"resnet18(?![0-9])", model) is None and dataset.lower() != "cifar10"
+
+
+def _level2_evidence(run: Any, det: str) -> dict[str, tuple[float, float, float]]:
+    """Level 2 re-read: the run folders of ``evaluator_params.levels.runs`` beyond the baseline, each one's worst
+    level-1 AUROC of ``det`` in its ``levels.csv`` with that row's interval (NaN where it has none)."""
     import json
 
     saved = run.config
     paths = ((saved.get("evaluator_params") or {}).get("levels") or {}).get("runs") or []
-    mine = (str(run.info.get("model", {}).get("arch", "")), _dataset(saved))
-    found: dict[str, float] = {}
+    found: dict[str, tuple[float, float, float]] = {}
     for path in [paths] if isinstance(paths, str) else paths:
         folder = Path(path).expanduser()
         info = json.loads((folder / "run.json").read_text())
-        if (str(info.get("model", {}).get("arch", "")), _dataset(info.get("config") or {})) == mine:
+        if not _beyond_baseline(str(info.get("model", {}).get("arch", "")), _dataset(info.get("config") or {})):
             continue
-        for table, column, tag in (("levels.csv", "level1_auroc", "level1"), ("transfer.csv", "auroc", "transfer")):
-            if (folder / table).is_file():
-                t = pd.read_csv(folder / table)
-                values = t.loc[t["detector"] == det, column].dropna()
-                if len(values):
-                    found[f"{folder.name}:{tag}"] = float(values.min())
+        t = pd.read_csv(folder / "levels.csv")
+        rows = t[(t["detector"] == det) & (t["level"] == 1)].dropna(subset=["auroc"])
+        rows = rows.sort_values("auroc", kind="stable")
+        if len(rows):
+            first = rows.iloc[0]
+            found[f"{folder.name}:level1"] = (float(first["auroc"]), float(first.get("auroc_lo", math.nan)),
+                                              float(first.get("auroc_hi", math.nan)))
     return found
 
 
@@ -228,13 +332,8 @@ def _dataset(saved: dict[str, Any]) -> str:
 
 
 def _normalised_sets(text: Any) -> str:
-    """The ``sets`` cell with each level's names sorted (the order a table lists them in is not checked)."""
-    parts = []
-    for part in str("" if pd.isna(text) else text).split("; "):
-        level, _, names = part.partition(": ")
-        if level:
-            parts.append(f"{level}: {','.join(sorted(n.strip() for n in names.split(', ')))}")
-    return " | ".join(parts)
+    """The ``sets`` cell with its names sorted (the order a table lists them in is not checked)."""
+    return ",".join(sorted(n.strip() for n in str("" if pd.isna(text) else text).split(", ") if n.strip()))
 
 
 def verify_levels(run: Any) -> list[str]:
@@ -246,5 +345,6 @@ def verify_levels(run: Any) -> list[str]:
     written = run.table("levels.csv")
     written = written[written["detector"].isin(run.detectors)].copy()
     written["sets"] = [_normalised_sets(s) for s in written["sets"]]
-    return compare(rederive_levels(run, written), written, ["detector"],
-                   [*(f"level{k}_auroc" for k in (1, 2, 3, 4)), "reached", "sets"], atol=1e-6, table="levels.csv")
+    return compare(rederive_levels(run, written), written, ["detector", "level", "criterion"],
+                   ["criterion_source", "auroc", "auroc_lo", "auroc_hi", "ci", "worst_set", "passed", "conclusive",
+                    "reached", "sets"], atol=1e-6, table="levels.csv")

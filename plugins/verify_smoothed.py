@@ -2,7 +2,9 @@
 written apart from ``plugins/smoothed.py`` and :mod:`advopenood.evaluation.metrics`: the metrics are
 :func:`advopenood_plugins.verify_ood.rederive_metrics` (sklearn on dense ranks, OpenOOD's definitions), the
 positives are the ``<set>.positive`` masks the core saved, and the attack sets' sources and parameters come from
-``run.json``.
+``run.json``. Each cell's interval is re-derived as ``ood.csv``'s
+(:func:`advopenood_plugins.verify_ood.rederive_bounds`, a loop over the cell's seeded resamples, key
+``ood|<det>|<set>``).
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood_plugins.verify_ood import rederive_metrics
+from advopenood_plugins.verify_ood import rederive_bounds, rederive_metrics
 
 TABLE = "table_smoothed.csv"
 
@@ -22,15 +24,19 @@ def _named(value: Any) -> str:
     return "" if pd.isna(value) else str(value)
 
 
-def _side(run: Any, arrays: dict[str, np.ndarray], name: str) -> tuple[dict[str, float], float]:
-    """(AUROC and FPR95, n_ood) of ID vs set ``name``: an attack set's saved positives, a natural set's every row."""
+BOUNDED = [f"{m}{end}" for m in ("auroc", "fpr95") for end in ("", "_lo", "_hi")]
+
+
+def _side(run: Any, arrays: dict[str, np.ndarray], det: str, name: str) -> tuple[dict[str, float], float]:
+    """(AUROC and FPR95 with their intervals, n_ood) of ID vs set ``name``: an attack set's saved positives, a
+    natural set's every row."""
     if not name:
-        return {"auroc": math.nan, "fpr95": math.nan}, math.nan
+        return {m: math.nan for m in BOUNDED}, math.nan
     conf = arrays[name]
     if name in (run.info.get("attacks") or {}):
         conf = conf[arrays[f"{name}.positive"].astype(bool)]
-    got = rederive_metrics(arrays["id"], conf)
-    return {"auroc": got["auroc"], "fpr95": got["fpr95"]}, float(len(conf))
+    got = {**rederive_metrics(arrays["id"], conf), **rederive_bounds(arrays["id"], conf, run, f"ood|{det}|{name}")}
+    return {m: got[m] for m in BOUNDED}, float(len(conf))
 
 
 def rederive(run: Any, table: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -45,9 +51,9 @@ def rederive(run: Any, table: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
             lines.append(f"{TABLE}: {det}: no saved scores")
             continue
         arrays = run.scores(det)
-        base, n_base = _side(run, arrays, _named(r["baseline"]))
-        got_plain, n_plain = _side(run, arrays, plain)
-        got_eot, n_eot = _side(run, arrays, eot)
+        base, n_base = _side(run, arrays, det, _named(r["baseline"]))
+        got_plain, n_plain = _side(run, arrays, det, plain)
+        got_eot, n_eot = _side(run, arrays, det, eot)
         source = attacks.get(plain or eot, {}).get("source", "id")
         direction = "id->id" if source == "id" else "ood->id"
         positives = "successful" if source == "id" and rule == "successful" else "all"
@@ -58,12 +64,21 @@ def rederive(run: Any, table: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
                 lines.append(f"{TABLE}: {det} / {plain or eot}: {col} written {r[col]!r}, run.json gives {want!r}")
         eot_params = attacks.get(eot, {}).get("params") or {}
         samples = (eot_params.get("eot") or r["n"]) if eot else math.nan
+        cells = {f"{m}_{kind}{end}": got[f"{m}{end}"] for kind, got in (("baseline", base), ("plain", got_plain),
+                                                                         ("eot", got_eot))
+                 for m in ("auroc", "fpr95") for end in ("", "_lo", "_hi")}
         rows.append({"detector": det, "direction": r["direction"], "eps": r["eps"], "plain_attack": plain,
-                     "eot_attack": eot, "auroc_baseline": base["auroc"], "fpr95_baseline": base["fpr95"],
-                     "auroc_plain": got_plain["auroc"], "fpr95_plain": got_plain["fpr95"], "n_ood_plain": n_plain,
-                     "auroc_eot": got_eot["auroc"], "fpr95_eot": got_eot["fpr95"], "n_ood_eot": n_eot,
-                     "eot_samples": samples, "delta_auroc": got_eot["auroc"] - got_plain["auroc"]})
+                     "eot_attack": eot, **cells, "n_ood_plain": n_plain, "n_ood_eot": n_eot, "eot_samples": samples,
+                     "delta_auroc": got_eot["auroc"] - got_plain["auroc"], "ci": _ci(run)})
     return pd.DataFrame(rows), lines
+
+
+def _ci(run: Any) -> str:
+    """The ``ci`` label of the run's interval method."""
+    from advopenood_plugins.verify_ood import ci_plan
+
+    method, resamples, _ = ci_plan(run)
+    return f"bootstrap-{resamples}" if method == "bootstrap" else method
 
 
 #: the attacks the table pairs: the plain detector-adaptive ones (``adaptive_``, ``adaptive_ood_``,
@@ -102,7 +117,9 @@ def verify(run: Any) -> list[str]:
     if len(rederived):
         keys = ["detector", "direction", "eps", "plain_attack", "eot_attack"]
         written = table.assign(plain_attack=table["plain_attack"].map(_named), eot_attack=table["eot_attack"].map(_named))
+        cells = [f"{m}_{kind}{end}" for kind in ("baseline", "plain", "eot") for m in ("auroc", "fpr95")
+                 for end in ("", "_lo", "_hi")]
         lines += compare(rederived, written[written["detector"].isin(run.detectors)], keys,
-                         ["auroc_baseline", "fpr95_baseline", "auroc_plain", "fpr95_plain", "n_ood_plain", "auroc_eot",
-                          "fpr95_eot", "n_ood_eot", "eot_samples", "delta_auroc"], atol=1e-6, table=TABLE)
+                         [*cells, "n_ood_plain", "n_ood_eot", "eot_samples", "delta_auroc", "ci"], atol=1e-6,
+                         table=TABLE)
     return lines

@@ -1,6 +1,7 @@
 """Detector-adaptive attacks on the real CIFAR-10 ResNet-20: differentiable scores, the joint attack, reporting."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -9,6 +10,8 @@ import pytest
 import torch
 
 from advopenood import registry
+from advopenood.attacks.base import build_attack
+from advopenood.capabilities import bind_attack
 from advopenood.config.loading import apply_overrides, load_config
 from advopenood.config.plan import expand_attacks
 from advopenood.config.schema import thaw
@@ -162,3 +165,57 @@ def test_adaptive_family_stands_for_one_attack_per_selected_detector(data_root, 
     assert {s.params["eps"] for s in specs.values()} == {4 / 255}
     with pytest.raises(UsageError, match="attack 'adaptive' stands for one attack per selected detector"):
         expand_attacks(cfg.replace(detectors=[]), 32)
+
+
+@pytest.mark.parametrize("name, steps_key, per_step", [
+    ("adaptive_msp", "steps", (1, 1)), ("adaptive_gram", "steps", (1, 1)), ("robust_id_gram", "steps", (1, 1)),
+    ("robust_ood_gram", "steps", (1, 1)), ("adaptive_apgd_gram", "n_iter", (1, 1)), ("adaptive_odin", "steps", (2, 3)),
+    ("robust_id_odin", "steps", (2, 2)), ("adaptive_apgd_odin", "n_iter", (2, 3)),
+    ("adaptive_eot_smoothed_gram", "steps", (5, 3))])
+def test_network_passes_per_attack_step(cifar_model, cifar_fit, cifar_batch, name, steps_key, per_step):
+    """Every extra step of a detector-aware attack costs one forward and one backward pass of the network, GRAM's
+    included (its tapped maps come from the attack's shared pass, not a pass of its own); ODIN's preprocessing
+    gradient is one more backward through that pass, its perturbed input one more forward and backward (the robust
+    attacks' loss is the detector's alone: no backward through the shared pass for a classifier term). EOT over
+    smoothed GRAM with 2 draws: the smoothed value's 2 noisy forwards, 2 noisy passes for the gradient, the shared
+    pass."""
+    x, y = cifar_batch[0][:4], cifar_batch[1][:4]
+    passes = {"forward": 0, "backward": 0}
+
+    def count(module, inputs, output):
+        passes["forward"] += 1
+        if output.requires_grad:
+            output.register_hook(lambda grad: passes.__setitem__("backward", passes["backward"] + 1))
+
+    handle = cifar_model.backbone.conv1.register_forward_hook(count)
+    try:
+        counts = []
+        for steps in (1, 3):
+            attack = build_attack(name, {steps_key: steps, **({"lam": [1.0]} if "robust" not in name else {})},
+                                  input_size=32, protocol=None)
+            bind_attack(attack, cifar_model, cifar_fit, seed=0, batch_size=256, device=CPU,
+                        detector_params={"smoothed_gram": {"n": 2}})
+            attack.target  # fitting and calibrating are no attack step
+            passes.update(forward=0, backward=0)
+            attack(cifar_model, x, y, seed=0)
+            counts.append(dict(passes))
+    finally:
+        handle.remove()
+    assert counts[1]["forward"] - counts[0]["forward"] == 2 * per_step[0], counts
+    assert counts[1]["backward"] - counts[0]["backward"] == 2 * per_step[1], counts
+
+
+@pytest.mark.parametrize("name", ["gram", "odin"])
+def test_gradient_from_the_shared_pass_equals_the_detectors_own(cifar_model, cifar_fit, cifar_batch, name):
+    """GRAM's and ODIN's confidence and input gradient from the attack's shared pass (tapped maps; the graph for
+    ODIN's preprocessing gradient) equal those from passes of their own, bit for bit."""
+    det = fit_detectors([name], "pytorch-ood", cifar_model, cifar_fit, batch_size=256, device=CPU, seed=0,
+                        progress=False).dets[name]
+    results = []
+    for shared in (True, False):
+        xr = cifar_batch[0][:8].clone().requires_grad_()
+        out = grad_outputs(cifar_model, xr, keep_maps=False, taps=shared)
+        out = out if shared else dataclasses.replace(out, logits=out.logits.detach())
+        conf = det.grad_score(cifar_model, xr, out)
+        results.append((conf.detach(), torch.autograd.grad(conf.sum(), xr)[0]))
+    torch.testing.assert_close(results[0], results[1], rtol=0, atol=0)

@@ -308,8 +308,9 @@ def test_ood_evaluator_rows_scores_and_table(bench, tmp_path):
     ctx = _context(bench, tmp_path, scores, {"broken": "fit failed: ValueError: singular"})
     out = registry.get("evaluators", "ood")()(ctx)
     df = out["ood.csv"]
-    assert list(df.columns[:14]) == ["dataset", "arch", "attack", "eps", "detector", "backend", "ood_set", "group",
-                                     "fpr95", "auroc", "aupr_in", "aupr_out", "n_id", "n_ood"]
+    metrics = [c for m in ("fpr95", "auroc", "aupr_in", "aupr_out") for c in (m, f"{m}_lo", f"{m}_hi")]
+    assert list(df.columns[:23]) == ["dataset", "arch", "attack", "eps", "detector", "backend", "ood_set", "group",
+                                     *metrics, "ci", "n_id", "n_ood"]
     assert set(df.group) == {"far", "adversarial"}  # MNIST is far-OOD for CIFAR-10 in OpenOOD v1.5
     assert len(df) == 4 * 2  # 4 detectors x (mnist + pgd)
     success = bench["adv"].records["success"].to_numpy(bool)

@@ -386,8 +386,12 @@ def test_mead_section_and_the_bridge_entry_point_agree_with_the_table(mead_run):
     assert any(f"the best is {best.detector.upper()} (AUROC {best.auroc:.1f})" in line and "linf" in line
                for line in readings)
     # what the OpenOOD bridge calls, through the registry and not by import
-    again = registry.create("evaluators", "mead").table(ctx.scores, ctx.id_adv_sets, ctx.backend, ctx.protocol)
+    ci = (ctx.plan.ci.method, ctx.plan.ci.resamples, ctx.seed)
+    again = registry.create("evaluators", "mead").table(ctx.scores, ctx.id_adv_sets, ctx.backend, ctx.protocol,
+                                                        None, ci)
     pd.testing.assert_frame_equal(again, table)
+    bare = registry.create("evaluators", "mead").table(ctx.scores, ctx.id_adv_sets, ctx.backend, ctx.protocol)
+    assert set(bare.ci) == {"none"} and bare.auroc_lo.isna().all()  # the bridge's call: no plan, no intervals
 
 
 def test_mead_positives_are_the_union_and_worst_case_bounds_every_attack(mead_run):
@@ -609,6 +613,35 @@ def test_mead_positives_are_the_successes_the_detectors_see(df_run):
         assert row.auroc == pytest.approx(auroc)
 
 
+def test_each_row_has_the_bootstrap_interval_of_its_worst_case_scores(df_run):
+    """The worst-case scores of a row are one score vector: resampled against the clean scores like any cell (the
+    row's seeded ID and positive draws), each resample's AUROC by scikit-learn."""
+    from advopenood.evaluation.intervals import draw, generator
+    from advopenood_plugins.mead import mead_key, worst_case_scores
+
+    ctx, outputs = df_run
+    table = outputs["mead.csv"]
+    assert (table.ci == "bootstrap-2000").all() and (table.error == "").all()
+    for metric in ("auroc", "fpr95"):
+        assert ((table[f"{metric}_lo"] <= table[metric] + 1e-9) & (table[metric] <= table[f"{metric}_hi"] + 1e-9)).all()
+    row = table[(table.detector == "msp") & (table.norm == "l2") & table.eps.isna() & (table.setting == "mead")].iloc[0]
+    conf_id = ctx.scores["msp"]["id"]
+    worst, positive = worst_case_scores(ctx.scores["msp"]["df"], ctx.success("df"))
+    worst = worst[positive]
+    idx_id, idx_pos = draw(generator(ctx.seed, mead_key("msp", "l2", None, "mead")), len(conf_id), len(worst), 2000)
+    reps = [100 * skm.roc_auc_score(np.r_[np.zeros(len(i)), np.ones(len(j))], -np.r_[conf_id[i], worst[j]])
+            for i, j in zip(idx_id, idx_pos)]
+    assert [row.auroc_lo, row.auroc_hi] == pytest.approx(list(np.percentile(reps, [2.5, 97.5])), abs=1e-9)
+
+
+@pytest.mark.parametrize("successes, reason", [([1, 0, 0, 0], "at least 2"), ([1, 1, 0, 0], "")])
+def test_a_row_with_fewer_than_two_positives_has_no_interval_and_says_why(successes, reason):
+    conf_id, conf = np.array([0.9, 0.8, 0.7, 0.6]), np.array([0.1, 0.2, 0.3, 0.4])
+    row = worst_case_metrics(conf_id, conf, np.array(successes, bool), ("bootstrap", 200, 0), "k")
+    assert (reason in row["error"]) if reason else row["error"] == ""
+    assert np.isnan(row["auroc_lo"]) == bool(reason) and row["ci"] == "bootstrap-200"
+
+
 def test_verify_rederives_meads_tables(df_run, tmp_path):
     ctx, outputs = df_run
     run = write_run(tmp_path, ctx, outputs.tables, "mead", {})
@@ -617,7 +650,8 @@ def test_verify_rederives_meads_tables(df_run, tmp_path):
 
 @pytest.mark.parametrize("table, column, change", [
     ("mead.csv", "auroc", 0.5), ("mead.csv", "fpr95", -1.0), ("mead.csv", "n_pos", 1),
-    ("mead.csv", "mean_successes", 0.01), ("mead_summary.csv", "auroc", 0.01), ("mead_summary.csv", "n_groups", 1)])
+    ("mead.csv", "mean_successes", 0.01), ("mead_summary.csv", "auroc", 0.01), ("mead_summary.csv", "n_groups", 1),
+    ("mead.csv", "auroc_lo", -0.5), ("mead.csv", "fpr95_hi", 1.0)])
 def test_verify_reports_a_changed_number(df_run, tmp_path, table, column, change):
     ctx, outputs = df_run
     tables = {name: df.copy() for name, df in outputs.tables.items()}
@@ -652,6 +686,7 @@ def cli_run(session_cache, tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("table, column", [(None, None), ("mead.csv", "fpr95"), ("mead_summary.csv", "auroc"),
+                                           ("mead.csv", "auroc_lo"),
                                            ("multiattack.csv", "cr_ind_worst"), ("multiattack_curves.csv", "auroc")])
 def test_advopenood_verify_rederives_both_evaluators_tables(cli_run, tmp_path, capsys, table, column):
     from advopenood.cli.main import main

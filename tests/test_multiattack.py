@@ -118,6 +118,35 @@ def test_union_and_averages_on_hand_built_scores():
     assert table.loc["auroc", "cr_ind_avg"] == pytest.approx(100.0)  # the only detector is the best one
     assert set(table.protocol) == set(curves.protocol) == {"strong"}
     assert table.loc["auroc", "n_sets"] == 3 and table.loc["auroc", "alpha"] == ALPHA
+    assert set(curves.ci) == set(table.ci) == {"none"} and curves.auroc_lo.isna().all()  # no plan: no intervals
+
+
+def test_worst_has_its_sets_interval_and_union_that_of_its_worst_case_scores(sweep_run):
+    """``worst_lo`` / ``worst_hi``: the worst set's curve row; ``union_lo`` / ``union_hi``: the worst-case scores over
+    every set resampled against the clean scores with the row's seeded draws, each resample's AUROC by sklearn."""
+    from sklearn.metrics import roc_auc_score
+
+    from advopenood.evaluation.intervals import draw, generator
+
+    ctx, outputs = sweep_run
+    table, curves = outputs["multiattack.csv"], outputs["multiattack_curves.csv"]
+    assert set(table.ci) == set(curves.ci) == {"bootstrap-2000"}
+    for frame, cols in ((curves, ("auroc", "fpr95")), (table, ("worst", "union"))):
+        for col in cols:
+            assert ((frame[f"{col}_lo"] <= frame[col] + 1e-9) & (frame[col] <= frame[f"{col}_hi"] + 1e-9)).all()
+    per_set = curves.set_index(["detector", "set"])
+    for row in table.itertuples():
+        assert [row.worst_lo, row.worst_hi] == [per_set.loc[(row.detector, row.worst_set), f"{row.metric}_lo"],
+                                                per_set.loc[(row.detector, row.worst_set), f"{row.metric}_hi"]]
+    names = list(ctx.adv_sets)
+    worst, _ = worst_case_scores(np.stack([ctx.scores["msp"][s] for s in names], 1).astype(np.float64),
+                                 np.stack([ctx.ood_positives(s) for s in names], 1))
+    conf_id = ctx.scores["msp"]["id"]
+    idx_id, idx_pos = draw(generator(ctx.seed, "union|msp|all"), len(conf_id), len(worst), 2000)
+    reps = [100 * roc_auc_score(np.r_[np.zeros(len(i)), np.ones(len(j))], -np.r_[conf_id[i], worst[j]])
+            for i, j in zip(idx_id, idx_pos)]
+    row = table.set_index(["detector", "metric"]).loc[("msp", "auroc")]
+    assert [row.union_lo, row.union_hi] == pytest.approx(list(np.percentile(reps, [2.5, 97.5])), abs=1e-9)
 
 
 SWEEP = {**{f"fgsm@{k}/255": ("mead_fgsm_ce_linf", {"eps": k / 255}) for k in (1, 4, 16)},
@@ -249,7 +278,9 @@ def test_verify_rederives_the_multiattack_tables(sweep_ctx, tmp_path, protocol, 
     ("multiattack_curves.csv", "auroc", 0.5), ("multiattack_curves.csv", "n_pos", -1),
     ("multiattack.csv", "union", 0.2), ("multiattack.csv", "cr_ind_avg", -0.1),
     ("multiattack.csv", "cr_cc_ind_worst", 1), ("multiattack.csv", "stability", 0.01),
-    ("multiattack.csv", "stability_eps", 0.01), ("multiattack.csv", "avg", 0.1)])
+    ("multiattack.csv", "stability_eps", 0.01), ("multiattack.csv", "avg", 0.1),
+    ("multiattack_curves.csv", "auroc_lo", -0.5), ("multiattack.csv", "union_hi", 0.5),
+    ("multiattack.csv", "worst_lo", -0.5)])
 def test_verify_reports_a_changed_number(sweep_ctx, tmp_path, table, column, change):
     params = {"alpha": 0.5}
     ctx, outputs = evaluate(sweep_ctx, "strong", plots=False, **params)

@@ -163,6 +163,8 @@ def test_pipeline_at_224px(openood_root, tmp_path, arch, n_taps):
     fsood = pd.read_csv(out / "fsood.csv")
     assert set(fsood.group) == {"near", "far"} and (fsood.n_id == CLASSES * TEST_PER_CLASS + 3 * OOD_PER_SET).all()
     assert board[["csid_acc", "fsood_near_auroc", "fsood_far_fpr95"]].notna().all().all()
+    assert board[["fsood_near_auroc_lo", "fsood_far_fpr95_hi", "near_auroc_lo"]].notna().all().all()
+    assert (fsood.auroc_lo <= fsood.auroc).all() and (fsood.auroc <= fsood.auroc_hi).all()
     info = json.loads((out / "run.json").read_text())
     assert info["precision"]["amp_active"] is False
 

@@ -146,7 +146,8 @@ def test_a_dead_holder_releases_the_lock(tmp_path):
 def test_each_process_stages_in_its_own_folder(tmp_path):
     out = tmp_path / "out"
     code = f"from advopenood import io; print(io.begin_output({str(out)!r}))"
-    first = Path(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip())
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    first = Path(done.stdout.strip())
     second = aio.begin_output(out)
     assert first != second and f"-{os.getpid()}-" in second.name and second.parent == tmp_path
     assert not first.exists()  # begin_output (run under the lock) removes what an interrupted run left

@@ -23,7 +23,9 @@ from advopenood.run.pipeline import run
 from advopenood.evaluation.verify import RunFiles
 from advopenood_plugins import bintest as bt
 from advopenood_plugins.ood_eval import with_positives
-from advopenood_plugins.robust_auroc import COLUMNS, robust_metrics
+from advopenood.evaluation.intervals import metric_intervals
+from advopenood.evaluation.metrics import auroc_interval
+from advopenood_plugins.robust_auroc import COLUMNS, ROBUST_METRICS, robust_intervals, robust_metrics
 from advopenood_plugins.verify_robust import fpr95, mann_whitney_auroc, verify_robust
 
 CPU = torch.device("cpu")
@@ -141,6 +143,57 @@ def test_rows_recompute_from_the_saved_scores(robust_run):
             assert r[f"{column}_auroc"] == pytest.approx(want, abs=1e-4), (r["detector"], r["ood_set"], column)
 
 
+def test_every_metric_has_a_paired_interval_around_it(robust_run):
+    """Bootstrap bounds around each value; with the same ID and OOD draws for clean and attacked arrays, an attacked
+    ID image never above its clean twin (and an OOD one never below) keeps the order of the AUROCs in each bound."""
+    _, out = robust_run
+    table = pd.read_csv(out / "robust_auroc.csv")
+    assert (table.ci == "bootstrap-2000").all() and table.error.isna().all()
+    for metric in ROBUST_METRICS:
+        lo, value, hi = table[f"{metric}_lo"], table[metric], table[f"{metric}_hi"]
+        assert ((lo <= value + 1e-9) & (value <= hi + 1e-9)).all(), metric
+    for end in ("lo", "hi"):
+        one_sided = table[[f"id_attacked_auroc_{end}", f"ood_attacked_auroc_{end}"]]
+        assert (table[f"robust_auroc_{end}"] <= one_sided.min(axis=1) + 1e-9).all()
+        assert (one_sided.max(axis=1) <= table[f"clean_auroc_{end}"] + 1e-9).all()
+
+
+def test_an_attacked_image_moves_with_its_clean_twin():
+    """An attack that moves nothing: drawn in pairs, every AUROC's interval is the clean one exactly; the same cells
+    resampled independently (a generator each, as unpaired cells of ood.csv are) give other intervals."""
+    rng = np.random.default_rng(0)
+    clean_id, clean_ood = rng.normal(1, 1, 16), rng.normal(0, 1, 16)
+    paired, reason = robust_intervals(clean_id, clean_ood, clean_id, clean_ood, "bootstrap", 0, "k", 2000)
+    assert reason == ""
+    unpaired = {m: metric_intervals(clean_id, clean_ood, "bootstrap", 0, f"k|{m}", 2000)[0]
+                for m in ("clean_auroc", "id_attacked_auroc", "ood_attacked_auroc", "robust_auroc")}
+    for metric in unpaired:
+        assert (paired[f"{metric}_lo"], paired[f"{metric}_hi"]) == (paired["clean_auroc_lo"], paired["clean_auroc_hi"])
+    assert len({(b["auroc_lo"], b["auroc_hi"]) for b in unpaired.values()}) > 1
+
+
+@pytest.mark.parametrize("sizes, reason", [((16, 16, 15, 16), "not paired"), ((1, 16, 1, 16), "at least 2")])
+def test_a_row_without_an_interval_says_why(sizes, reason):
+    arrays = [np.linspace(0, 1, n) for n in sizes]
+    bounds, why = robust_intervals(*arrays, "bootstrap", 0, "k", 200)
+    assert reason in why and all(np.isnan(v) for v in bounds.values())
+
+
+@pytest.mark.parametrize("method", ["none", "delong"])
+def test_ci_none_leaves_the_bounds_empty_and_delong_gives_delongs_aurocs(robust_run, data_root, tmp_path, method):
+    ctx, _ = robust_run
+    out = tmp_path / method
+    run(_config(data_root, out, ci=method), progress=False)
+    table = pd.read_csv(out / "robust_auroc.csv")
+    assert (table.ci == method).all() and table[["robust_fpr95_lo", "robust_fpr95_hi"]].isna().all().all()
+    for r in table.to_dict("records"):
+        with np.load(out / "scores" / f"{r['detector']}.npz") as s:
+            conf_id, conf_ood = s[r["id_attack"]], s[r["ood_attack"]]
+        want = [100 * b for b in auroc_interval(conf_id, conf_ood)] if method == "delong" else [np.nan, np.nan]
+        np.testing.assert_allclose([r["robust_auroc_lo"], r["robust_auroc_hi"]], want, atol=1e-4)
+    assert main(["verify", str(out)]) == 0
+
+
 def test_id_side_sets_are_id_negatives_not_ood_positives(robust_run):
     """The ID images pushed to look OOD are no adversarial examples to detect: ood.csv, the leaderboard's means
     and the detection evaluators (id_adv_sets) leave them out; the OOD side stays an OOD->ID row."""
@@ -177,6 +230,73 @@ def test_evaluator_adds_its_sets_once_per_detector_method_and_ood_set(data_root,
         registry.create("evaluators", "robust_auroc", eps=2.0)
 
 
+#: robust_auroc's settings for a randomised detector -> the sets it adds for msp and smoothed_msp (one OOD set)
+FAMILIES = [
+    ({}, ["robust_id_msp", "robust_ood_msp-tin", "robust_id_eot_smoothed_msp", "robust_ood_eot_smoothed_msp-tin"]),
+    ({"randomised_attacks": "plain"}, ["robust_id_msp", "robust_ood_msp-tin", "robust_id_smoothed_msp",
+                                       "robust_ood_smoothed_msp-tin"]),
+    ({"randomised_attacks": "both", "method": "apgd", "eot": 3},
+     ["robust_apgd_id_msp", "robust_apgd_ood_msp-tin", "robust_apgd_id_smoothed_msp",
+      "robust_apgd_ood_smoothed_msp-tin", "robust_apgd_id_eot_smoothed_msp", "robust_apgd_ood_eot_smoothed_msp-tin"]),
+]
+
+
+@pytest.mark.parametrize("params, names", FAMILIES)
+def test_a_randomised_detector_gets_the_eot_attacks_by_default(data_root, tmp_path, params, names):
+    """Issue 31: the EOT twins of the robust attacks for a randomised detector (declared capability) by default, the
+    plain ones on request; an EOT set takes the plain attacks' attack_params and the evaluator's number of draws."""
+    cfg = _config(data_root, tmp_path, detectors="msp,smoothed_msp").replace(
+        evaluator_params={"robust_auroc": {"ood_sets": ["tin"], **params}})
+    specs = {s.set_name: s for s in expand_attacks(cfg, 32)}
+    assert list(specs) == ["pgd", *names]
+    for name in names:
+        assert specs[name].params.get("eot") == (params.get("eot") if "_eot_" in name else None)
+    if not params:
+        assert specs["robust_id_eot_smoothed_msp"].params["steps"] == 20  # attack_params.robust_id
+
+
+@pytest.mark.parametrize("params, match", [({"randomised_attacks": "sometimes"}, "randomised_attacks 'sometimes'"),
+                                           ({"eot": 0}, "eot 0"), ({"eot": True}, "eot True")])
+def test_bad_randomised_settings_are_refused(params, match):
+    with pytest.raises(UsageError, match=match):
+        registry.create("evaluators", "robust_auroc", **params)
+
+
+@pytest.mark.parametrize("method, steps", [("pgd", {"steps": 5}), ("apgd", {"n_iter": 5})])
+def test_eot_robust_auroc_is_at_most_the_plain_ones_on_a_smoothed_detector(method, steps, cifar_model, fit_set,
+                                                                            cifar_batch, pack_set):
+    """Issue 31, finding 2: on smoothed_msp (16 ID, 16 texture images, 8/255, same steps and start), both sides
+    attacked with EOT gradients give a robust AUROC no higher than the plain attacks' noise-free gradient, both
+    scored with the evaluation noise (independent of the attacks' draws)."""
+    from advopenood.data.datasets import stack
+    from advopenood.detection.scoring import fit_detectors
+
+    params = {"smoothed_msp": {"n": 8, "sigma": 0.05}}
+    det = fit_detectors(["smoothed_msp"], "pytorch-ood", cifar_model, fit_set, batch_size=128, device=CPU, seed=0,
+                        params=params, progress=False).dets["smoothed_msp"]
+    sides = {"id": (cifar_batch[0][:16], cifar_batch[1][:16]),
+             "ood": stack(pack_set("textures", "texture_test.npz", 16), list(range(16)))}
+    prefix = "robust_" if method == "pgd" else "robust_apgd_"
+    with torch.no_grad():
+        clean = {side: det.score(cifar_model, x, None).numpy() for side, (x, _) in sides.items()}
+    robust = {}
+    for family in ("", "eot_"):
+        attacked = {}
+        for side, (x, y) in sides.items():
+            attack = bind_attack(build_attack(f"{prefix}{side}_{family}smoothed_msp", steps, input_size=32),
+                                 cifar_model, fit_set, seed=0, batch_size=128, device=CPU, detector_params=params)
+            torch.manual_seed(0)
+            x_adv = attack.perturb(cifar_model, x, y)
+            assert float((x_adv - x).abs().amax()) <= 8 / 255 + 1e-6
+            with torch.no_grad():
+                attacked[side] = det.score(cifar_model, x_adv, None).numpy()
+        robust[family or "plain"] = 100 * roc_auc_score(np.r_[np.zeros(16), np.ones(16)],
+                                                        -np.r_[attacked["id"], attacked["ood"]])
+    clean_auroc = 100 * roc_auc_score(np.r_[np.zeros(16), np.ones(16)], -np.r_[clean["id"], clean["ood"]])
+    print(method, clean_auroc, robust)
+    assert robust["eot_"] <= robust["plain"] < clean_auroc - 40
+
+
 # ---------------------------------------------------------------------------------------------- verify hook
 
 def test_an_untouched_run_verifies(robust_run, capsys):
@@ -187,7 +307,8 @@ def test_an_untouched_run_verifies(robust_run, capsys):
 
 
 @pytest.mark.parametrize("column, change", [("robust_auroc", 0.5), ("clean_auroc", -1e-3), ("robust_fpr95", -6.25),
-                                            ("n_ood", -1)])
+                                            ("n_ood", -1), ("robust_auroc_lo", -0.5), ("ood_attacked_auroc_hi", 1e-3),
+                                            ("robust_fpr95_hi", -1.0)])
 def test_one_changed_number_is_one_difference(robust_run, tmp_path, column, change):
     _, out = robust_run
     copy = tmp_path / "run"
@@ -198,6 +319,17 @@ def test_one_changed_number_is_one_difference(robust_run, tmp_path, column, chan
     table.to_csv(copy / "robust_auroc.csv", index=False, float_format="%.6g")
     lines = verify_robust(RunFiles.open(copy))
     assert len(lines) == 1 and column in lines[0] and table.loc[1, "detector"] in lines[0]
+
+
+def test_an_edited_lower_bound_fails_verify(robust_run, tmp_path, capsys):
+    _, out = robust_run
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    table = pd.read_csv(copy / "robust_auroc.csv")
+    table.loc[0, "robust_auroc_lo"] -= 1.0
+    table.to_csv(copy / "robust_auroc.csv", index=False, float_format="%.6g")
+    assert main(["verify", str(copy)]) == 1
+    assert "robust_auroc_lo" in capsys.readouterr().out
 
 
 def test_a_changed_robust_field_of_a_leaderboard_entry_is_a_difference(robust_run, tmp_path):

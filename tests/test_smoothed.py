@@ -83,7 +83,7 @@ def test_scores_are_seeded_reproducible_and_differ_from_msp(cifar_model, cifar_b
         other_seed = _smoothed(seed=1).score(cifar_model, x, None).numpy()
         msp = MSP().score(cifar_model, x, _outputs(cifar_model, x)).double().numpy()
         copies = np.stack([MSP().score(cifar_model, x + SIGMA * e, _outputs(cifar_model, x + SIGMA * e)).double().numpy()
-                           for e in noise_draws(x, 0, N_COPIES)])
+                           for e in noise_draws(x, det.evaluation_noise_seed(), N_COPIES)])
         noiseless = _smoothed({"sigma": 0.0}).score(cifar_model, x, None).numpy()
     np.testing.assert_array_equal(whole, split)
     np.testing.assert_allclose(whole, np.median(copies, axis=0), rtol=0, atol=1e-12)
@@ -188,7 +188,7 @@ def test_plain_and_eot_gradients(cifar_model, cifar_batch):
     torch.testing.assert_close(plain, msp_grad)
     xh = x.clone().requires_grad_()
     mean = sum(MSP().score(cifar_model, xh + SIGMA * e, _outputs_grad(cifar_model, xh + SIGMA * e))
-               for e in noise_draws(x, 0, N_COPIES)) / N_COPIES
+               for e in noise_draws(x, det.evaluation_noise_seed(), N_COPIES)) / N_COPIES
     (exact,) = torch.autograd.grad(mean.sum(), xh)
     torch.testing.assert_close(eot, exact)
     assert (eot - plain).abs().max() > 1e-3 * plain.abs().max()
@@ -226,18 +226,109 @@ def test_eot_attack_is_at_least_as_strong_as_the_plain_one(cifar_model, cifar_ba
     assert min(fooled.values()) > 0.9
 
 
+@pytest.mark.parametrize("name, params", [
+    ("adaptive_smoothed_msp", {"steps": 3, "lam": [1.0]}), ("adaptive_eot_smoothed_msp", {"steps": 3, "lam": [1.0]}),
+    ("robust_id_smoothed_msp", {"steps": 3}), ("robust_ood_eot_smoothed_msp", {"steps": 3}),
+    ("robust_apgd_id_eot_smoothed_msp", {"n_iter": 3}),
+])
+def test_evaluation_noise_is_independent_of_every_draw_an_attack_saw(name, params, cifar_model, cifar_batch, pack_set,
+                                                                      monkeypatch):
+    """Issue 31, finding 1: every per-image noise seed an attack on smoothed_msp draws (its candidates, its success,
+    its calibration, its EOT gradient) is recorded; the run's scoring of the clean and the attacked images (fitted
+    and scored as the pipeline does, score_all) draws none of them. Before, the noise was a function of the image and
+    the run's seed alone, so the attack kept the iterate whose evaluation noise looked best."""
+    import advopenood_plugins.smoothed as smoothed
+
+    drawn: list[int] = []
+    real = smoothed.noise_seed
+    monkeypatch.setattr(smoothed, "noise_seed", lambda seed, image: drawn.append(real(seed, image)) or drawn[-1])
+    x, y = cifar_batch[0][:8], cifar_batch[1][:8]
+    fit = pack_set("cifar10", "cifar10_train_10k.npz", 64)
+    det_params = {"smoothed_msp": {"n": 4, "sigma": SIGMA}}
+    attack = bind_attack(build_attack(name, params, input_size=32), cifar_model, fit, seed=0, batch_size=64,
+                         device=CPU, detector_params=det_params)
+    torch.manual_seed(0)
+    x_adv = attack.perturb(cifar_model, x, y)
+    seen, drawn[:] = set(drawn), []
+    assert len(seen) > len(x)
+    result = score_all(["smoothed_msp"], "pytorch-ood", cifar_model, fit,
+                       {"id": lambda: [(x, y)], "adv": lambda: [(x_adv, y)]}, batch_size=64, device=CPU, seed=0,
+                       params=det_params, progress=False)
+    assert result.errors == {} and len(result.scores["smoothed_msp"]["adv"]) == len(x)
+    assert drawn and not seen & set(drawn)
+
+
+def test_randomised_is_a_declared_capability_not_a_name():
+    """EOT attacks (adaptive and robust, PGD and APGD) exist for every detector that declares Randomised with a
+    differentiable score, whatever its name, and for no other (a detector named smoothed_* that does not declare it
+    gets none)."""
+    from advopenood.capabilities import Randomised, is_randomised
+    from advopenood_plugins.detectors import EBO
+
+    class Noisy(EBO, Randomised):
+        openood_name = None
+        draws = 2
+
+        def evaluation_noise_seed(self) -> int:
+            return 7
+
+        def with_eot(self, samples):
+            return self
+
+    plain = type("Plain", (EBO,), {"openood_name": None, "__module__": __name__})
+    registry.register("detectors", "zznoisy")(Noisy)
+    registry.register("detectors", "smoothed_zzplain")(plain)
+    eot = ("adaptive_eot_", "adaptive_ood_eot_", "adaptive_apgd_eot_", "robust_id_eot_", "robust_ood_eot_",
+           "robust_apgd_id_eot_", "robust_apgd_ood_eot_")
+    try:
+        attacks = set(registry.names("attacks"))
+        assert is_randomised(Noisy) and not is_randomised(plain) and is_randomised(_smoothed())
+        assert {prefix + "zznoisy" for prefix in eot} <= attacks
+        assert not {prefix + "smoothed_zzplain" for prefix in eot} & attacks
+        assert {prefix + "smoothed_msp" for prefix in eot} <= attacks
+    finally:
+        registry.unregister("detectors", "zznoisy")
+        registry.unregister("detectors", "smoothed_zzplain")
+    assert not [a for a in registry.names("attacks") if "eot_" in a and a.endswith(("zznoisy", "zzplain"))]
+
+
+def test_the_evaluation_noise_seed_decides_the_scores_and_the_store_key(cifar_model, cifar_batch):
+    """Derived from the run's seed by default, or given (eval_seed); another seed gives other scores and another
+    store key; the attack stream differs from the evaluation stream of the same seed."""
+    from advopenood_plugins.smoothed import stream_seed
+
+    x = cifar_batch[0][:16]
+    derived, given = _smoothed(), _smoothed({"eval_seed": 5})
+    assert derived.evaluation_noise_seed() == stream_seed(0, "eval") and given.evaluation_noise_seed() == 5
+    assert derived.for_attack().draw_seed() == stream_seed(0, "attack") != derived.draw_seed()
+    with torch.no_grad():
+        scores = [d.score(cifar_model, x, None).numpy() for d in (derived, given, derived.for_attack())]
+    assert np.abs(scores[0] - scores[1]).max() > 1e-3 and np.abs(scores[0] - scores[2]).max() > 1e-3
+    keys = {detector_key(model_hash="m", name="smoothed_msp", backend="pytorch-ood", detector=d, params=d.params,
+                         fit_identity={"rows": 1}, seed=0, batch_size=8) for d in (derived, given)}
+    assert len(keys) == 2
+
+
+@pytest.mark.parametrize("eval_seed", [-1, 1.5, "x", True])
+def test_a_bad_eval_seed_is_refused(eval_seed):
+    from advopenood.errors import UsageError
+
+    with pytest.raises(UsageError, match="eval_seed"):
+        _smoothed({"eval_seed": eval_seed})
+
+
 @pytest.fixture(scope="module")
 def smoothed_run(session_cache, tmp_path_factory) -> Path:
     """A demo run with smoothed_msp under PGD, its plain and its EOT attack, the smoothed evaluator, and the
-    robust_auroc evaluator (whose robust_id_/robust_ood_smoothed_msp sets are attacks on the smoothed detector that
-    are neither plain nor EOT rows)."""
+    robust_auroc evaluator (whose robust_id_eot_/robust_ood_eot_smoothed_msp sets are attacks on the smoothed detector
+    that are neither plain nor EOT rows)."""
     cfg = yaml.safe_load((resources.files("advopenood.configs") / "demo.yaml").read_text())
     cfg.update(attacks=["pgd", "adaptive", "adaptive_eot"], detectors=["msp", "smoothed_msp"],
                evaluators=["ood", "smoothed", "robust_auroc"], analyses=[],
                attack_params={"pgd": {"steps": 5, "eps": "16/255"}, "adaptive": {"steps": 5, "eps": "16/255", "lam": [1.0]},
                               "adaptive_eot": {"steps": 5, "eps": "16/255", "lam": [1.0]},
                               "robust_id": {"steps": 5}, "robust_ood": {"steps": 5}},
-               evaluator_params={"robust_auroc": {"ood_sets": ["textures"]}},
+               evaluator_params={"robust_auroc": {"ood_sets": ["textures"], "eot": 2}},
                detector_params={"smoothed_msp": {"n": 4, "sigma": 0.1}})
     folder = tmp_path_factory.mktemp("smoothed")
     (folder / "smoothed.yaml").write_text(yaml.safe_dump(cfg))
@@ -248,7 +339,7 @@ def smoothed_run(session_cache, tmp_path_factory) -> Path:
 
 def test_the_report_puts_plain_and_eot_side_by_side(smoothed_run):
     attacked = set(pd.read_csv(smoothed_run / "asr.csv")["attack"])
-    assert {"robust_id_smoothed_msp", "robust_ood_smoothed_msp-textures"} <= attacked  # in the run, not the table
+    assert {"robust_id_eot_smoothed_msp", "robust_ood_eot_smoothed_msp-textures"} <= attacked  # not in the table
     table = pd.read_csv(smoothed_run / "table_smoothed.csv")
     assert len(table) == 1
     row = table.iloc[0]
@@ -264,19 +355,50 @@ def test_the_report_puts_plain_and_eot_side_by_side(smoothed_run):
     assert f"AUROC {row.auroc_plain:.1f} under the plain attack" in report and f"{row.auroc_eot:.1f} under EOT" in report
 
 
-def test_the_smoothed_table_verifies(smoothed_run, tmp_path, capsys):
+def test_every_auroc_and_fpr95_has_the_interval_of_its_ood_csv_cell(smoothed_run):
+    row = pd.read_csv(smoothed_run / "table_smoothed.csv").iloc[0]
+    ood = pd.read_csv(smoothed_run / "ood.csv").set_index(["detector", "attack"])
+    assert row.ci == "bootstrap-2000"
+    for attack, kind in (("adaptive_smoothed_msp", "plain"), ("adaptive_eot_smoothed_msp", "eot"), ("pgd", "baseline")):
+        cell = ood.loc[("smoothed_msp", attack)]
+        for metric in ("auroc", "fpr95"):
+            lo, value, hi = (row[f"{metric}_{kind}{end}"] for end in ("_lo", "", "_hi"))
+            assert lo <= value <= hi
+            assert [lo, hi] == pytest.approx([cell[f"{metric}_lo"], cell[f"{metric}_hi"]], abs=1e-4)
+
+
+def test_the_run_records_the_evaluation_noise_and_attacks_both_sides_with_eot(smoothed_run):
+    """run.json names the evaluation noise's seed of every randomised detector; robust_auroc attacks smoothed_msp
+    with the EOT attacks (attack_family eot, the evaluator's number of draws) and msp with the plain ones, and says
+    so."""
+    import json
+
+    from advopenood_plugins.smoothed import stream_seed
+
+    info = json.loads((smoothed_run / "run.json").read_text())
+    assert info["evaluation_noise_seed"] == {"smoothed_msp": stream_seed(info["seed"], "eval")}
+    robust = pd.read_csv(smoothed_run / "robust_auroc.csv").set_index("detector")
+    assert robust.loc["smoothed_msp", "attack_family"] == "eot" and robust.loc["msp", "attack_family"] == "plain"
+    assert robust.loc["smoothed_msp", "id_attack"] == "robust_id_eot_smoothed_msp"
+    assert info["attacks"]["robust_id_eot_smoothed_msp"]["params"]["eot"] == 2  # evaluator_params.robust_auroc.eot
+    report = (smoothed_run / "report.md").read_text()
+    assert "(PGD with EOT gradients, eps" in report
+
+
+@pytest.mark.parametrize("column, change", [("auroc_eot", 0.5), ("auroc_plain_lo", -0.5), ("fpr95_baseline_hi", -1)])
+def test_the_smoothed_table_verifies(smoothed_run, tmp_path, capsys, column, change):
     import shutil
 
     assert main(["verify", str(smoothed_run)]) == 0
     run = tmp_path / "run"
     shutil.copytree(smoothed_run, run)
     table = pd.read_csv(run / "table_smoothed.csv")
-    table.loc[0, "auroc_eot"] += 0.5
+    table.loc[0, column] += change
     table.to_csv(run / "table_smoothed.csv", index=False, float_format="%.6g")
     capsys.readouterr()
     assert main(["verify", str(run)]) == 1
     lines = [line for line in capsys.readouterr().out.splitlines() if "DIFFERENCE" in line]
-    assert len(lines) == 1 and "table_smoothed.csv" in lines[0] and "auroc_eot" in lines[0]
+    assert len(lines) == 1 and "table_smoothed.csv" in lines[0] and f" {column}:" in lines[0]
 
 
 def _edit_auroc(run: Path) -> None:

@@ -77,7 +77,8 @@ def test_third_party_evaluator_and_analysis_write_tables_and_report_sections(thi
     assert "![meanconf](plots/meanconf.png)" in md and (thirdparty_run / "plots" / "meanconf.png").is_file()
     saved = json.loads((thirdparty_run / "report_sections.json").read_text())
     sources = [s["source"] for s in saved["sections"]]
-    assert sources == ["core", "ood", "ood", "meanconf", "pertnorm"]  # ood: detection, then the leaderboard
+    # ood: detection, the leaderboard, then the paired comparisons
+    assert sources == ["core", "ood", "ood", "ood", "meanconf", "pertnorm"]
     manifest = json.loads((thirdparty_run / "manifest.json").read_text())["files"]
     assert {"meanconf.csv", "pertnorm.csv", "plots/meanconf.png", "report_sections.json"} <= set(manifest)
 

@@ -111,6 +111,8 @@ def _detection_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--evaluator", "--evaluators", dest="evaluator", help="comma-separated evaluators (default: ood)")
     p.add_argument("--analysis", "--analyses", dest="analysis",
                    help="comma-separated analyses (advopenood list analyses)")
+    p.add_argument("--ci", help="95 %% interval beside every metric: bootstrap (default) | delong | none")
+    p.add_argument("--ci-resamples", type=int, help="bootstrap resamples per cell (default 2000; at least 100)")
 
 
 SUBCOMMAND_FLAGS: dict[str, list[Callable[[argparse.ArgumentParser], None]]] = {
@@ -150,7 +152,8 @@ def _plan(args: argparse.Namespace, **forced):
 
     plan, folder = load_config(args.config or "demo")
     names = ("data_root", "out", "protocol", "attack", "eps", "detectors", "detector_backend", "evaluator", "analysis",
-             "limit", "device", "seed", "cache_dir", "shard_size", "num_workers", "amp", "recompute")
+             "limit", "device", "seed", "cache_dir", "shard_size", "num_workers", "amp", "recompute", "ci",
+             "ci_resamples")
     flags = {k: getattr(args, k, None) for k in names}
     flags["channels_last"] = flags["amp"]
     flags.update({k: v for k, v in forced.items() if v is not None})

@@ -278,7 +278,8 @@ def apply_overrides(plan: RunPlan | Mapping[str, Any], *, data_root: str | None 
                     analysis: str | None = None, limit: int | None = None, device: str | None = None,
                     seed: int | None = None, cache_dir: str | None = None, shard_size: int | None = None,
                     num_workers: int | None = None, config_dir: Path | None = None, amp: bool | None = None,
-                    channels_last: bool | None = None, recompute: str | None = None) -> RunPlan:
+                    channels_last: bool | None = None, recompute: str | None = None, ci: str | None = None,
+                    ci_resamples: int | None = None) -> RunPlan:
     """Apply CLI flags to a plan (or a raw config mapping) and validate the result (a new :class:`RunPlan`;
     ``plan`` is not changed)."""
     raw = plan.dump() if isinstance(plan, RunPlan) else thaw(plan)
@@ -304,6 +305,9 @@ def apply_overrides(plan: RunPlan | Mapping[str, Any], *, data_root: str | None 
             raw[key] = value
     if recompute is not None:
         raw["recompute"] = recompute
+    if ci is not None or ci_resamples is not None:
+        raw["ci"] = {**(raw.get("ci") or {}), **{k: v for k, v in (("method", ci), ("resamples", ci_resamples))
+                                                 if v is not None}}
     result = validate(raw, source=plan.source, folder=plan.folder, positions=plan.positions) \
         if isinstance(plan, RunPlan) else validate(raw)
     if eps is not None:

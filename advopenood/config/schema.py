@@ -127,6 +127,15 @@ class AttackEntry(StrictModel):
         return value.strip().lower()
 
 
+class CISection(StrictModel):
+    """``ci``: the 95 % interval beside every metric (:mod:`advopenood.evaluation.intervals`)."""
+
+    #: ``bootstrap`` (stratified percentile bootstrap), ``delong`` (AUROC only) or ``none``
+    method: Literal["bootstrap", "delong", "none"] = "bootstrap"
+    #: bootstrap resamples per cell (at least 100)
+    resamples: int = Field(2000, ge=100)
+
+
 class RunConfig(StrictModel):
     """A whole run. Every key is listed here; anything else is an error."""
 
@@ -161,6 +170,7 @@ class RunConfig(StrictModel):
     analysis_params: Params = {}
     #: attack set names or detector names (or ``all``) whose stored work this run recomputes on purpose
     recompute: Names = ()
+    ci: CISection = CISection()
 
     @field_validator("protocol")
     @classmethod

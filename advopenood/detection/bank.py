@@ -17,6 +17,7 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from advopenood import registry
+from advopenood.capabilities import is_randomised
 from advopenood.data.datasets import Subset, seeded_prefix
 from advopenood.detection.openood_backend import (
     OpenOODPostprocessor,
@@ -48,6 +49,14 @@ def create_detector(name: str, backend: str, params: dict[str, Any] | None = Non
     det.batch_size = int(batch_size)
     det.progress = bool(progress)
     return det
+
+
+def evaluation_noise_seeds(names: Iterable[str], params: dict[str, dict] | None, seed: int) -> dict[str, int]:
+    """The seed of the evaluation noise of every randomised detector in ``names``
+    (:meth:`~advopenood.capabilities.Randomised.evaluation_noise_seed`; ``run.json``'s ``evaluation_noise_seed``)."""
+    params = {str(k).lower(): dict(v or {}) for k, v in (params or {}).items()}
+    return {name: create_detector(name, "pytorch-ood", params.get(name), seed=seed).evaluation_noise_seed()
+            for name in names if is_randomised(registry.get("detectors", name))}
 
 
 def backend_label(name: str, resolved: str) -> str:

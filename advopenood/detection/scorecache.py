@@ -4,7 +4,9 @@ Each (detector, set) score vector is stored as ``<cache>/scores/<detector>-<key>
 SHA-256 sidecar, written by atomic rename. The detector key hashes everything that decides the scores: the
 model weights, the detector's registry name, its effective parameters and resolved backend, the source
 files of its class (and of the detector it wraps, ``wrapped``) and of the detector machinery, the fit data
-(identity, rows, seed), the batch size and the library versions. The set key hashes what the images are: a
+(identity, rows, seed), the batch size, the library versions and, for a randomised detector
+(:class:`~advopenood.capabilities.Randomised`), the seed of its evaluation noise. The set key hashes what the
+images are: a
 dataset's identity (file fingerprint and rows) or an adversarial set's store key and the view its readers get
 (``quantize``). A re-run of the same config fits nothing and runs no network pass for detectors; a changed
 parameter recomputes that detector only, from the stored fit pass and the stored outputs (logits, features) of
@@ -23,6 +25,7 @@ import numpy as np
 import torch
 
 from advopenood import io as aio
+from advopenood.capabilities import is_randomised
 from advopenood.provenance import canonical_key, library_versions, source_sha
 
 #: the detector machinery whose source enters every detector and pass key (files beside this one)
@@ -45,8 +48,9 @@ def detector_key(*, model_hash: str, name: str, backend: str, detector: Any, par
     wrapped = getattr(detector, "wrapped", None)  # a detector wrapping another (smoothed_<det>): that one's code too
     if wrapped is not None:
         code.append(source_sha(getattr(wrapped, "inner", wrapped)))
+    noise = {"evaluation_noise_seed": detector.evaluation_noise_seed()} if is_randomised(detector) else {}
     return canonical_key({"model": model_hash, "detector": name, "backend": backend, "params": dict(params),
-                          "code": code, "fit": dict(fit_identity),
+                          "code": code, "fit": dict(fit_identity), **noise,
                           "seed": int(seed), "batch_size": int(batch_size), "versions": library_versions()})
 
 

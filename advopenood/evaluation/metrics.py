@@ -111,7 +111,18 @@ def auroc_interval(conf_id: np.ndarray, conf_ood: np.ndarray, level: float = 0.9
     ``Var = var(V10) / n_ood + var(V01) / n_id`` (sample variances); the interval is ``AUROC +- z * sqrt(Var)``.
     Needs at least 2 images per side.
     """
-    from scipy.stats import norm, rankdata
+    from scipy.stats import norm
+
+    v10, v01 = delong_components(conf_id, conf_ood)
+    auc = float(v10.mean())
+    half = float(norm.ppf(0.5 + level / 2)) * float(np.sqrt(v10.var(ddof=1) / len(v10) + v01.var(ddof=1) / len(v01)))
+    return max(0.0, auc - half), min(1.0, auc + half)
+
+
+def delong_components(conf_id: np.ndarray, conf_ood: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """DeLong's structural components ``(V10, V01)`` (see :func:`auroc_interval`): ``V10`` one per OOD image, ``V01``
+    one per ID image, in input order (so two detectors' components on the same images pair up)."""
+    from scipy.stats import rankdata
 
     conf, label = _prepare(conf_id, conf_ood)
     pos, neg = -conf[label == 1], -conf[label == 0]
@@ -119,11 +130,26 @@ def auroc_interval(conf_id: np.ndarray, conf_ood: np.ndarray, level: float = 0.9
     if m < 2 or n < 2:
         raise ValueError(f"an AUROC interval needs at least 2 ID and 2 OOD samples; got {n} ID and {m} OOD")
     both = rankdata(np.concatenate([pos, neg]))
-    v10 = (both[:m] - rankdata(pos)) / n
-    v01 = 1.0 - (both[m:] - rankdata(neg)) / m
-    auc = float(v10.mean())
-    half = float(norm.ppf(0.5 + level / 2)) * float(np.sqrt(v10.var(ddof=1) / m + v01.var(ddof=1) / n))
-    return max(0.0, auc - half), min(1.0, auc + half)
+    return (both[:m] - rankdata(pos)) / n, 1.0 - (both[m:] - rankdata(neg)) / m
+
+
+def auroc_difference_interval(id_a: np.ndarray, ood_a: np.ndarray, id_b: np.ndarray, ood_b: np.ndarray,
+                              level: float = 0.95) -> tuple[float, float]:
+    """DeLong's interval on ``AUROC_a - AUROC_b`` in [-1, 1] for two detectors scored on the same images (image ``i``
+    of ``id_a`` is image ``i`` of ``id_b``, likewise OOD): DeLong, DeLong and Clarke-Pearson (1988), eq. for the
+    contrast ``L = (1, -1)``: ``Var = (S10_aa + S10_bb - 2 S10_ab) / n_ood + (S01_aa + S01_bb - 2 S01_ab) / n_id``
+    with ``S10`` / ``S01`` the sample covariances of the two detectors' ``V10`` / ``V01``
+    (:func:`delong_components`)."""
+    from scipy.stats import norm
+
+    v10_a, v01_a = delong_components(id_a, ood_a)
+    v10_b, v01_b = delong_components(id_b, ood_b)
+    if len(v10_a) != len(v10_b) or len(v01_a) != len(v01_b):
+        raise ValueError("a paired AUROC difference needs both detectors scored on the same images")
+    delta = float(v10_a.mean() - v10_b.mean())
+    var = np.var(v10_a - v10_b, ddof=1) / len(v10_a) + np.var(v01_a - v01_b, ddof=1) / len(v01_a)
+    half = float(norm.ppf(0.5 + level / 2)) * float(np.sqrt(var))
+    return max(-1.0, delta - half), min(1.0, delta + half)
 
 
 def hanley_mcneil_se(auc: float, n_id: int, n_ood: int) -> float:

@@ -2,7 +2,8 @@
 ``plots/`` folder (:data:`PLOT_DIR`, ``ctx.plot_dir``).
 
 * :func:`plot_auroc_heatmap`: detector x set AUROC heatmap of an OOD-metrics table (natural OOD sets, then
-  attacks; red below chance, green above).
+  attacks; red below chance, green above; cells whose interval contains 50 hatched and marked ``~``,
+  :func:`chance_mask`).
 * :func:`plot_roc`: ROC curves of one detector, one curve per natural OOD set and attack, from per-sample
   confidences (:func:`roc_sets` splits a saved score mapping; the adversarial positives are the protocol's,
   ``<attack>.positive``).
@@ -83,12 +84,25 @@ def pick_examples(df: pd.DataFrame, k: int) -> pd.DataFrame:
     return pool.iloc[picks]
 
 
-def plot_auroc_heatmap(ood: pd.DataFrame) -> Figure:
-    """Heatmap of AUROC (%) per detector and set; 50 (chance) is white, below red, above green."""
+def chance_mask(ood: pd.DataFrame) -> np.ndarray:
+    """Which cells of :func:`ood_matrix` ``(ood, "auroc")`` have a 95 % interval (``auroc_lo``, ``auroc_hi``) that
+    contains 50 (chance): a boolean detector x set array; False where a cell has no interval."""
+    table = ood_matrix(ood, "auroc")
+    if table.empty or "auroc_lo" not in ood or "auroc_hi" not in ood:
+        return np.zeros(table.shape, dtype=bool)
+    lo, hi = ood_matrix(ood, "auroc_lo").to_numpy(float), ood_matrix(ood, "auroc_hi").to_numpy(float)
+    with np.errstate(invalid="ignore"):
+        return (lo <= 50.0) & (50.0 <= hi)
+
+
+def plot_auroc_heatmap(ood: pd.DataFrame, chance: np.ndarray | None = None) -> Figure:
+    """Heatmap of AUROC (%) per detector and set; 50 (chance) is white, below red, above green. ``chance``: a boolean
+    array of the table's shape (:func:`chance_mask`), its cells hatched and marked ``~`` (interval contains 50)."""
     table = ood_matrix(ood, "auroc")
     n_rows, n_cols = table.shape
     from matplotlib.colors import TwoSlopeNorm
     from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
 
     fig = Figure(figsize=(max(4.5, 1.0 * n_cols + 2.5), max(2.5, 0.42 * n_rows + 1.6)))
     ax = fig.subplots()
@@ -96,11 +110,15 @@ def plot_auroc_heatmap(ood: pd.DataFrame) -> Figure:
     im = ax.imshow(np.ma.masked_invalid(values), cmap="RdYlGn", norm=TwoSlopeNorm(vmin=0, vcenter=50, vmax=100),
                    aspect="auto")
     ax.set_facecolor("0.85")
+    marked = np.zeros(values.shape, dtype=bool) if chance is None else np.asarray(chance, dtype=bool)
     for i in range(n_rows):
         for j in range(n_cols):
             v = values[i, j]
-            ax.text(j, i, "n/a" if math.isnan(v) else f"{v:.1f}", ha="center", va="center", fontsize=8,
+            text = "n/a" if math.isnan(v) else f"~{v:.1f}" if marked[i, j] else f"{v:.1f}"
+            ax.text(j, i, text, ha="center", va="center", fontsize=8,
                     color="black" if math.isnan(v) or 20 < v < 85 else "white")
+            if marked[i, j]:
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="//", edgecolor="0.4", lw=0))
     ax.set_xticks(range(n_cols), [str(c) for c in table.columns], rotation=30, ha="right")
     ax.set_yticks(range(n_rows), [str(r) for r in table.index])
     n_natural = table.attrs["n_natural"]

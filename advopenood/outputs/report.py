@@ -174,6 +174,15 @@ def _sentence(lead: str, text: str) -> str:
 
 # ------------------------------------------------------------------------------------------------- sections
 
+def _ci_fact(ci: dict[str, Any] | None) -> str | None:
+    """The run's interval method as the report's run table states it (None for a run written before intervals)."""
+    if not ci:
+        return None
+    method = str(ci.get("method"))
+    return {"bootstrap": f"stratified percentile bootstrap, {ci.get('resamples')} resamples, seeded per cell",
+            "delong": "DeLong (AUROC only)", "none": "none"}.get(method, method)
+
+
 def _run_section(info: dict[str, Any]) -> list[Block]:
     blocks = [Block("h2", "Run")]
     settings = info.get("config") or {}
@@ -182,6 +191,7 @@ def _run_section(info: dict[str, Any]) -> list[Block]:
              "weights sha256": str((info.get("model") or {}).get("weights_sha256", ""))[:16],
              "ID images": ((info.get("data") or {}).get("id") or {}).get("n"),
              "clean accuracy (%)": info.get("clean_acc"), "detector backend": info.get("detector_backend"),
+             "95 % intervals": _ci_fact(settings.get("ci")),
              "attack shards generated / reused": " / ".join(str((info.get("attack_work") or {}).get(k, "?"))
                                                             for k in ("shards_generated", "shards_reused"))
              if info.get("attack_work") else None}

@@ -29,10 +29,12 @@ from advopenood.config.loading import validate
 from advopenood.config.plan import RunPlan, source_set
 from advopenood.config.schema import thaw
 from advopenood.data.datasets import build_dataset, limit_dataset, make_loader
+from advopenood.detection.bank import evaluation_noise_seeds
 from advopenood.detection.scorecache import ScoreCache
 from advopenood.detection.scoring import score_all
 from advopenood.errors import UsageError
 from advopenood.evaluation.context import CleanRecord, RunContext
+from advopenood.evaluation.intervals import wilson
 from advopenood.evaluation.metrics import sample_note
 from advopenood.models.classifier import (
     Classifier,
@@ -46,8 +48,8 @@ from advopenood.outputs.latex import write_latex
 from advopenood.provenance import library_versions
 from advopenood.run.preflight import build_plugins, checkpoint_path, preflight
 
-ASR_COLUMNS = ["dataset", "arch", "attack", "eps", "n", "clean_acc", "asr", "asr_all", "mean_linf", "mean_l2", "seed",
-               "source", "protocol"]
+ASR_COLUMNS = ["dataset", "arch", "attack", "eps", "n", "clean_acc", "asr", "asr_lo", "asr_hi", "asr_all", "asr_all_lo",
+               "asr_all_hi", "ci", "mean_linf", "mean_l2", "seed", "source", "protocol"]
 
 
 def seed_everything(seed: int) -> None:
@@ -79,18 +81,28 @@ def clean_predictions(model: Classifier, ds, batch_size: int, device: torch.devi
     return CleanRecord(torch.cat(ys).numpy(), torch.cat(preds).numpy())
 
 
-def asr_row(adv: AdvSet, dataset: str, arch: str, seed: int, clean_acc: float, protocol: str) -> dict[str, Any]:
+def asr_row(adv: AdvSet, dataset: str, arch: str, seed: int, clean_acc: float, protocol: str,
+            ci: str = "none") -> dict[str, Any]:
     """One row of asr.csv. ``asr``: share of clean-correct samples whose attack succeeded (adv_pred != y);
     ``asr_all``: share of all samples misclassified after the attack (the paper's Table 3 convention).
     Norms are means over successful adversarial examples. Percentages. For an OOD->ID set (``source`` not
-    ``"id"``) both are the share of OOD images the attack made the detector accept."""
+    ``"id"``) both are the share of OOD images the attack made the detector accept. Unless ``ci`` (the plan's
+    ``ci.method``) is ``none``, ``asr_lo`` / ``asr_hi`` and ``asr_all_lo`` / ``asr_all_hi`` hold Wilson's 95 %
+    interval (:func:`advopenood.evaluation.intervals.wilson`; empty for a share of no images) and ``ci`` says
+    ``wilson``."""
     r = adv.records
     correct = (r.clean_pred == r.y).to_numpy() if adv.source == "id" else np.ones(len(r), dtype=bool)
     success = r.success.to_numpy().astype(bool)
     hit = r[success]
+    nan = float("nan")
+    wanted = ci != "none"
+    asr_lo, asr_hi = wilson(int(success[correct].sum()), int(correct.sum())) if wanted else (nan, nan)
+    all_lo, all_hi = wilson(int(success.sum()), len(success)) if wanted else (nan, nan)
     return {"dataset": dataset, "arch": arch, "attack": adv.set_name, "eps": adv.eps, "n": len(r),
-            "clean_acc": clean_acc, "asr": 100.0 * success[correct].mean() if correct.any() else float("nan"),
-            "asr_all": 100.0 * success.mean(), "mean_linf": hit.linf.mean() if len(hit) else float("nan"),
+            "clean_acc": clean_acc, "asr": 100.0 * success[correct].mean() if correct.any() else nan,
+            "asr_lo": asr_lo, "asr_hi": asr_hi, "asr_all": 100.0 * success.mean() if len(success) else nan,
+            "asr_all_lo": all_lo, "asr_all_hi": all_hi, "ci": "wilson" if wanted else "none",
+            "mean_linf": hit.linf.mean() if len(hit) else float("nan"),
             "mean_l2": hit.l2.mean() if len(hit) else float("nan"), "seed": seed, "source": adv.source,
             "protocol": protocol}
 
@@ -258,7 +270,8 @@ def _execute(plan: RunPlan, inputs: Inputs, plugins: list[tuple[str, Any]], out:
         if not attack_only:
             _score(ctx, progress, world_size)
         return ctx
-    asr = pd.DataFrame([asr_row(a, dataset, arch, seed, clean.accuracy, ctx.protocol) for a in adv_sets.values()],
+    asr = pd.DataFrame([asr_row(a, dataset, arch, seed, clean.accuracy, ctx.protocol, plan.ci.method)
+                        for a in adv_sets.values()],
                        columns=ASR_COLUMNS)
     aio.write_csv(out / "asr.csv", asr)
 
@@ -396,6 +409,7 @@ def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
         "detector_backend": ctx.backend,
         "detector_backends": ctx.backends,
         "detector_errors": ctx.detector_errors,
+        "evaluation_noise_seed": evaluation_noise_seeds(ctx.scores, thaw(ctx.plan.detector_params), ctx.seed),
         "plugin_errors": ctx.plugin_errors,
         "nothing_computed": ctx.nothing_computed,
         "timings_s": timings,

@@ -1,0 +1,221 @@
+"""Paired comparisons of detectors (``paired.csv``) and the leaderboard's ranks with ties, for the ``ood`` evaluator.
+
+**Pairs.** On every set of ``ood.csv`` (natural OOD sets and adversarial positive sets) the detectors scored the
+same images, so their AUROCs are compared paired: with at most :data:`MAX_ALL_PAIRS` detectors scored, every pair
+(``detector_a`` before ``detector_b`` by name); with more, each detector against the best by AUROC on that set
+(``detector_a``; the first by name among equals). A detector that declares a twin
+(:func:`advopenood.capabilities.twin_of`: ``smoothed_<det>`` derives from ``<det>``) is always paired with it, as
+``detector_a`` = the derived one, ``twin`` = True.
+
+**Intervals** on ``delta_auroc = auroc_a - auroc_b`` (percent points), by the run's ``ci`` plan: ``bootstrap``:
+the percentile interval of the replicates' differences, both detectors resampled with the same ID and OOD draws
+(one draw per set, :func:`advopenood.evaluation.intervals.generator` of the run seed and ``paired|<set>``);
+``delong``: DeLong's paired test for correlated AUROCs
+(:func:`advopenood.evaluation.metrics.auroc_difference_interval`); ``none``: empty bounds. ``significant`` is
+True when the interval excludes 0, empty when there is no interval.
+
+**Ranks with ties** (:func:`tie_ranks`): the leaderboard's ``<metric>_rank`` orders the detectors best first (higher
+AUROC, lower FPR95). The best detector leads a tie group at rank 1; each next detector joins the group (shares its
+leader's rank) when its 95 % interval overlaps the leader's (closed intervals), else it leads a new group whose
+rank is its position (competition ranking: 1, 1, 3). Without intervals only equal values tie; a NaN mean has no
+rank.
+"""
+from __future__ import annotations
+
+import math
+from itertools import combinations
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from advopenood import registry
+from advopenood.capabilities import twin_of
+from advopenood.errors import UsageError
+from advopenood.evaluation.context import RunContext
+from advopenood.evaluation.intervals import cell_key, ci_label, draw, generator, percentile, replicates, too_few
+from advopenood.evaluation.metrics import auroc_difference_interval
+from advopenood.outputs.report import join
+from advopenood.outputs.report import name as label
+from advopenood.outputs.results import Bullets, Paragraph, Section, Table
+
+#: up to this many scored detectors every pair is compared; above it, each detector against the best on the set
+MAX_ALL_PAIRS = 20
+PAIRED_COLUMNS = ["detector_a", "detector_b", "ood_set", "group", "twin", "auroc_a", "auroc_b", "delta_auroc",
+                  "delta_auroc_lo", "delta_auroc_hi", "ci", "significant", "n_id", "n_ood", "error", "protocol"]
+#: the leaderboard's group metrics that get a ``<metric>_rank`` column, and whether higher is better
+RANKED = {"near_fpr95": False, "near_auroc": True, "far_fpr95": False, "far_auroc": True, "adv_fpr95": False,
+          "adv_auroc": True}
+FSOOD_RANKED = {"fsood_near_fpr95": False, "fsood_near_auroc": True, "fsood_far_fpr95": False,
+                "fsood_far_auroc": True}
+
+
+def declared_twin(detector: str) -> str:
+    """The registered detector ``detector`` derives from (its twin), "" when it declares none or is unknown here."""
+    try:
+        return twin_of(registry.get("detectors", detector))
+    except UsageError:
+        return ""
+
+
+def detector_pairs(detectors: Iterable[str], aurocs: dict[str, float]) -> list[tuple[str, str, bool]]:
+    """``(detector_a, detector_b, twin)`` on one set: every pair (names sorted) with at most :data:`MAX_ALL_PAIRS`
+    detectors, else each one against the best by ``aurocs`` (NaN never best); every declared twin pair, derived
+    first, whatever the rule."""
+    names = sorted(detectors)
+    twins = [(d, declared_twin(d)) for d in names if declared_twin(d) in names]
+    if len(names) <= MAX_ALL_PAIRS:
+        pairs = list(combinations(names, 2))
+    else:
+        ranked = [d for d in names if not math.isnan(aurocs.get(d, math.nan))]
+        best = max(ranked, key=lambda d: aurocs[d]) if ranked else names[0]
+        pairs = [(best, d) for d in names if d != best]
+    twin_sets = {frozenset(p) for p in twins}
+    return [(a, b, False) for a, b in pairs if frozenset((a, b)) not in twin_sets] + [(a, b, True) for a, b in twins]
+
+
+def significant(lo: float, hi: float) -> Any:
+    """Whether the interval ``[lo, hi]`` excludes 0 (``pd.NA`` without one)."""
+    return pd.NA if math.isnan(lo) or math.isnan(hi) else bool(lo > 0 or hi < 0)
+
+
+def paired_table(ctx: RunContext, ood: pd.DataFrame, masks: dict[str, np.ndarray | None]) -> pd.DataFrame:
+    """``paired.csv``: the AUROC difference of each pair of detectors (:func:`detector_pairs`) on each set of ``ood``
+    with its paired interval. ``masks``: each set's positive rows (None = every row), as ``ood.csv`` used them."""
+    method, resamples = ctx.plan.ci.method, ctx.plan.ci.resamples
+    rows: list[dict[str, Any]] = []
+    scored = ood[ood["detector"].isin(list(ctx.scores))]
+    for ood_set, part in scored.groupby("ood_set", sort=False):
+        aurocs = dict(zip(part["detector"], part["auroc"].astype(float)))
+        group = str(part["group"].iloc[0])
+        mask = masks.get(ood_set)
+        if mask is not None and any(len(ctx.scores[d][ood_set]) != len(mask) for d in aurocs):
+            continue  # ood.csv names the mismatch in its error column
+        cells = {d: (ctx.scores[d]["id"], ctx.scores[d][ood_set] if mask is None else ctx.scores[d][ood_set][mask])
+                 for d in aurocs}
+        reps: dict[str, np.ndarray] = {}
+        if method == "bootstrap":
+            sizes = {(len(i), len(o)) for i, o in cells.values()}
+            if len(sizes) == 1 and not too_few(*next(iter(sizes))):
+                idx_id, idx_ood = draw(generator(ctx.seed, cell_key("paired", ood_set)), *next(iter(sizes)), resamples)
+                reps = {d: replicates(i, o, idx_id, idx_ood, ("auroc",))["auroc"] for d, (i, o) in cells.items()
+                        if not math.isnan(aurocs[d])}
+        for a, b, twin in detector_pairs(aurocs, aurocs):
+            row = {"detector_a": a, "detector_b": b, "ood_set": ood_set, "group": group, "twin": twin,
+                   "auroc_a": aurocs[a], "auroc_b": aurocs[b], "delta_auroc": aurocs[a] - aurocs[b],
+                   "ci": ci_label(method, resamples), "n_id": len(cells[a][0]), "n_ood": len(cells[a][1]),
+                   "protocol": ctx.protocol}
+            lo, hi, error = _bounds(method, cells[a], cells[b], reps.get(a), reps.get(b))
+            rows.append({**row, "delta_auroc_lo": lo, "delta_auroc_hi": hi, "significant": significant(lo, hi),
+                         "error": error})
+    return pd.DataFrame(rows, columns=PAIRED_COLUMNS).astype({"significant": "boolean", "twin": bool})
+
+
+def _bounds(method: str, cell_a: tuple[np.ndarray, np.ndarray], cell_b: tuple[np.ndarray, np.ndarray],
+            reps_a: np.ndarray | None, reps_b: np.ndarray | None) -> tuple[float, float, str]:
+    """``(lo, hi, reason)`` of one pair's difference interval in points; NaN bounds and the reason when there is
+    none (no reason under ``none``)."""
+    nan = math.nan
+    if method == "none":
+        return nan, nan, ""
+    if len(cell_a[0]) != len(cell_b[0]) or len(cell_a[1]) != len(cell_b[1]):
+        return nan, nan, "no interval: the two detectors did not score the same images"
+    reason = too_few(len(cell_a[0]), len(cell_a[1]))
+    if reason:
+        return nan, nan, reason
+    if any(np.isnan(np.concatenate(c)).any() for c in (cell_a, cell_b)):
+        return nan, nan, "no interval: NaN scores"
+    if method == "delong":
+        lo, hi = auroc_difference_interval(*cell_a, *cell_b)
+        return 100.0 * lo, 100.0 * hi, ""
+    lo, hi = percentile(reps_a - reps_b)
+    return lo, hi, ""
+
+
+def tie_ranks(values: Iterable[float], lo: Iterable[float], hi: Iterable[float], higher_better: bool) -> list[Any]:
+    """Competition ranks with ties by interval overlap (module docstring): best first, a detector shares the rank of
+    its tie group's leader when their 95 % intervals overlap (equal values when either has none); NaN -> ``pd.NA``."""
+    vals, los, his = (np.asarray(list(v), dtype=float) for v in (values, lo, hi))
+    order = [i for i in np.argsort(-vals if higher_better else vals, kind="stable") if not math.isnan(vals[i])]
+    ranks: list[Any] = [pd.NA] * len(vals)
+    leader = None
+    for position, i in enumerate(order, start=1):
+        if leader is not None and _tied(vals, los, his, leader, i):
+            ranks[i] = ranks[leader]
+        else:
+            ranks[i], leader = position, i
+    return ranks
+
+
+def _tied(vals: np.ndarray, los: np.ndarray, his: np.ndarray, i: int, j: int) -> bool:
+    """Whether rows ``i`` and ``j`` tie: their closed intervals overlap, or (without both intervals) equal values."""
+    if np.isnan([los[i], his[i], los[j], his[j]]).any():
+        return bool(vals[i] == vals[j])
+    return bool(los[j] <= his[i] and los[i] <= his[j])
+
+
+def add_ranks(board: pd.DataFrame, ranked: dict[str, bool]) -> pd.DataFrame:
+    """``board`` with a ``<metric>_rank`` column (nullable integers) for each metric of ``ranked`` it holds."""
+    for metric, higher in ranked.items():
+        if metric in board:
+            board[f"{metric}_rank"] = pd.array(tie_ranks(board[metric], board[f"{metric}_lo"], board[f"{metric}_hi"],
+                                                         higher), dtype="Int64")
+    return board
+
+
+# ------------------------------------------------------------------------------------------------- report
+
+def read_paired(table: pd.DataFrame) -> list[str]:
+    """Readings of ``paired.csv``: a difference is claimed only where its interval excludes 0; twins are read
+    always; the other pairs are counted."""
+    out = []
+    for r in table[table["twin"].astype(bool)].to_dict("records"):
+        out.append(_reading(r))
+    others = table[~table["twin"].astype(bool)]
+    sig = others[others["significant"].eq(True)]
+    for r in sig.to_dict("records"):
+        out.append(_reading(r))
+    undecided = len(others) - len(sig)
+    if undecided:
+        out.append(f"{undecided} of {len(others)} other pair(s) of detectors: no difference shown (the interval "
+                   "contains 0 or there is none).")
+    return out
+
+
+def _reading(r: dict[str, Any]) -> str:
+    """One pair's sentence: which AUROC is higher, claimed only when the interval excludes 0."""
+    a, b, where = label(r["detector_a"]), label(r["detector_b"]), label(r["ood_set"])
+    delta = float(r["delta_auroc"])
+    if math.isnan(delta):
+        return f"{a} vs {b} on {where}: undefined ({r['error'] or 'NaN AUROC'})."
+    interval = "" if pd.isna(r["delta_auroc_lo"]) else f" (95 % interval [{r['delta_auroc_lo']:+.1f}, " \
+                                                       f"{r['delta_auroc_hi']:+.1f}])"
+    if pd.isna(r["significant"]) or not bool(r["significant"]):
+        return (f"{a} vs {b} on {where}: {delta:+.1f} AUROC points{interval}; no difference shown "
+                f"({'the interval contains 0' if interval else 'no interval'}).")
+    higher, lower = (a, b) if delta > 0 else (b, a)
+    return f"On {where}, {higher}'s AUROC is higher than {lower}'s by {abs(delta):.1f} points{interval}."
+
+
+def paired_cell(r: dict[str, Any]) -> str:
+    """``+3.1 [0.5, 5.7]`` (the difference alone without an interval)."""
+    if pd.isna(r["delta_auroc"]):
+        return "n/a"
+    if pd.isna(r["delta_auroc_lo"]):
+        return f"{r['delta_auroc']:+.1f}"
+    return f"{r['delta_auroc']:+.1f} [{r['delta_auroc_lo']:+.1f}, {r['delta_auroc_hi']:+.1f}]"
+
+
+def paired_section(table: pd.DataFrame) -> Section:
+    """``Paired comparisons``: the AUROC differences with their paired intervals and readings."""
+    shown = pd.DataFrame({"detector_a": table["detector_a"], "detector_b": table["detector_b"],
+                          "ood_set": table["ood_set"], "delta AUROC [95 %]": [paired_cell(r) for r in
+                                                                           table.to_dict("records")],
+                          "significant": table["significant"], "twin": table["twin"]})
+    sets = join([label(s) for s in dict.fromkeys(table["ood_set"])]) if len(table) else "no set"
+    return Section("Paired comparisons", [
+        Paragraph("AUROC differences (points, detector_a minus detector_b) of detectors scored on the same images, "
+                  f"on {sets}, each with a paired 95 % interval (paired.csv); a difference is claimed only where "
+                  "its interval excludes 0. A detector and its twin (e.g. smoothed_<det> and <det>) are always "
+                  "compared."),
+        Table(shown), Bullets(read_paired(table))])
