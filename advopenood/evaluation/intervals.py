@@ -89,27 +89,26 @@ def _grid(inv: np.ndarray, idx: np.ndarray, size: int) -> np.ndarray:
     return np.bincount(flat, minlength=rows * size).reshape(rows, size).astype(np.float64)
 
 
-def _pr_area(pos: np.ndarray, neg: np.ndarray) -> np.ndarray:
-    """Trapezoidal area under the precision-recall curve per row, thresholds in the grid's column order (columns =
-    distinct scores from the most to the least positive): sklearn's points plus its start (recall 0, precision 1);
-    a distinct score absent from a resample repeats the previous point and adds no area."""
-    tp, fp = np.cumsum(pos, axis=1), np.cumsum(neg, axis=1)
+def _pr_area(tp: np.ndarray, fp: np.ndarray) -> np.ndarray:
+    """Trapezoidal area under the precision-recall curve per row, from the cumulative true and false positives at
+    each threshold in the grid's column order (columns = distinct scores from the most to the least positive):
+    sklearn's points plus its start (recall 0, precision 1); a distinct score absent from a resample repeats the
+    previous point and adds no area."""
     total = tp + fp
     precision = np.divide(tp, total, out=np.ones_like(tp), where=total > 0)
     recall = tp / tp[:, -1:]
-    precision = np.concatenate([np.ones((len(tp), 1)), precision], axis=1)
-    recall = np.concatenate([np.zeros((len(tp), 1)), recall], axis=1)
-    return np.sum(np.diff(recall, axis=1) * (precision[:, 1:] + precision[:, :-1]) / 2.0, axis=1)
+    first = recall[:, 0] * (precision[:, 0] + 1.0)
+    rest = np.einsum("ij,ij->i", np.diff(recall, axis=1), precision[:, 1:] + precision[:, :-1])
+    return (first + rest) / 2.0
 
 
-def _fpr95(g_id: np.ndarray, g_ood: np.ndarray) -> np.ndarray:
+def _fpr95(g_id: np.ndarray, g_ood: np.ndarray, fp: np.ndarray, tp: np.ndarray) -> np.ndarray:
     """``fpr[argmax(tpr >= 0.95)]`` of sklearn's ``roc_curve(is_ood, -conf)`` per row (columns: distinct scores in
     increasing confidence = the curve's threshold order). A point is on sklearn's curve when its score is drawn and
     it is the first or last such, or its step ``(d fp, d tp)`` differs from the next drawn score's
     (``drop_intermediate``); the answer is the first kept point at or after the first with TPR >= 0.95."""
     rows, size = g_id.shape
     cols = np.arange(size)
-    fp, tp = np.cumsum(g_id, axis=1), np.cumsum(g_ood, axis=1)
     present = (g_id + g_ood) > 0
     nxt = np.where(present, cols, size)
     nxt = np.minimum.accumulate(nxt[:, ::-1], axis=1)[:, ::-1]
@@ -145,15 +144,16 @@ def replicates(conf_id: np.ndarray, conf_ood: np.ndarray, idx_id: np.ndarray, id
     for start in range(0, len(idx_id), BLOCK):
         g_id = _grid(inv_id, idx_id[start:start + BLOCK], size)
         g_ood = _grid(inv_ood, idx_ood[start:start + BLOCK], size)
-        if "auroc" in wanted:
-            above = n_id - np.cumsum(g_id, axis=1) + 0.5 * g_id  # ID images above each score, ties count half
-            out["auroc"].append(100.0 * np.sum(g_ood * above, axis=1) / (n_id * n_ood))
+        c_id, c_ood = np.cumsum(g_id, axis=1), np.cumsum(g_ood, axis=1)  # images at or below each score
+        if "auroc" in wanted:  # OOD images times the ID images above them, ties counting half
+            below = np.einsum("ij,ij->i", g_ood, c_id) - 0.5 * np.einsum("ij,ij->i", g_ood, g_id)
+            out["auroc"].append(100.0 * (n_id * n_ood - below) / (n_id * n_ood))
         if "fpr95" in wanted:
-            out["fpr95"].append(100.0 * _fpr95(g_id, g_ood))
+            out["fpr95"].append(100.0 * _fpr95(g_id, g_ood, c_id, c_ood))
         if "aupr_out" in wanted:
-            out["aupr_out"].append(100.0 * _pr_area(g_ood, g_id))
-        if "aupr_in" in wanted:
-            out["aupr_in"].append(100.0 * _pr_area(g_id[:, ::-1], g_ood[:, ::-1]))
+            out["aupr_out"].append(100.0 * _pr_area(c_ood, c_id))
+        if "aupr_in" in wanted:  # ID positive, thresholds from the highest confidence down: suffix sums
+            out["aupr_in"].append(100.0 * _pr_area((n_id - c_id + g_id)[:, ::-1], (n_ood - c_ood + g_ood)[:, ::-1]))
     return {m: np.concatenate(v) if v else np.empty(0) for m, v in out.items()}
 
 
