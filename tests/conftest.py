@@ -117,3 +117,18 @@ def registered(plugins: dict):
     yield
     for kind, name in plugins:
         registry.unregister(kind, name)
+
+
+def edited_copy(out: Path, tmp_path: Path, table: str, column: str, delta: float = -1.0, row: int = 0) -> Path:
+    """A copy of the run folder ``out`` with one cell of ``table`` moved by ``delta`` (written at CSV precision),
+    for tests that expect ``advopenood verify`` to find exactly that difference."""
+    import shutil
+
+    import pandas as pd
+
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    frame = pd.read_csv(copy / table)
+    frame.loc[row, column] += delta
+    frame.to_csv(copy / table, index=False, float_format="%.6g")
+    return copy

@@ -11,6 +11,8 @@ import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
 
+from conftest import edited_copy
+
 from advopenood.config.loading import apply_overrides, load_config
 from advopenood.config.schema import thaw
 from advopenood.errors import UsageError
@@ -325,11 +327,7 @@ def test_one_changed_cell_is_one_difference(levels_run, tmp_path, row, column, v
 
 def test_an_edited_lower_bound_fails_verify(levels_run, tmp_path):
     _, out = levels_run
-    copy = tmp_path / "run"
-    shutil.copytree(out, copy)
-    table = pd.read_csv(copy / "levels.csv")
-    table.loc[0, "auroc_lo"] -= 1.0
-    table.to_csv(copy / "levels.csv", index=False, float_format="%.6g")
+    copy = edited_copy(out, tmp_path, "levels.csv", "auroc_lo")
     assert main(["verify", str(copy)]) == 1
 
 

@@ -8,6 +8,8 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
+
+from conftest import edited_copy
 import torch
 from sklearn.metrics import roc_auc_score
 
@@ -323,11 +325,7 @@ def test_one_changed_number_is_one_difference(robust_run, tmp_path, column, chan
 
 def test_an_edited_lower_bound_fails_verify(robust_run, tmp_path, capsys):
     _, out = robust_run
-    copy = tmp_path / "run"
-    shutil.copytree(out, copy)
-    table = pd.read_csv(copy / "robust_auroc.csv")
-    table.loc[0, "robust_auroc_lo"] -= 1.0
-    table.to_csv(copy / "robust_auroc.csv", index=False, float_format="%.6g")
+    copy = edited_copy(out, tmp_path, "robust_auroc.csv", "robust_auroc_lo")
     assert main(["verify", str(copy)]) == 1
     assert "robust_auroc_lo" in capsys.readouterr().out
 
