@@ -24,20 +24,25 @@ def _pct(value: float, lo: float, hi: float) -> str:
     return f"{value:.1f} % (95 % interval {lo:.1f} to {hi:.1f})"
 
 
-def strongest_attack(ctx: RunContext) -> tuple[str, int, int] | None:
-    """``(set, successes, correctly classified images)`` of the ID->ID set with the highest ASR (asr.csv's
-    ``asr``) among the bounded ones (a minimal-perturbation attack succeeds almost always, at any distance), among
-    all when none is bounded; None when the run has no ID->ID set."""
+def strongest_attack(ctx: RunContext) -> tuple[list[str], int, int] | None:
+    """``(sets, successes, correctly classified images)`` of the ID->ID sets with the highest ASR (asr.csv's ``asr``;
+    every set that ties for it, in run order, the counts of the first) among the bounded ones (a minimal-perturbation
+    attack succeeds almost always, at any distance), among all when none is bounded; None when the run has no ID->ID
+    set."""
     sets = ctx.id_adv_sets
     bounded = {name: adv for name, adv in sets.items() if adv.eps is not None}
-    best = None
+    rates = {}
     for name, adv in (bounded or sets).items():
         r = adv.records
         correct = (r.clean_pred == r.y).to_numpy()
         k, n = int(r.success.to_numpy().astype(bool)[correct].sum()), int(correct.sum())
-        if n and (best is None or k / n > best[1] / best[2]):
-            best = (name, k, n)
-    return best
+        if n:
+            rates[name] = (k, n)
+    if not rates:
+        return None
+    top = max(k / n for k, n in rates.values())
+    names = [name for name, (k, n) in rates.items() if k / n == top]
+    return (names, *rates[names[0]])
 
 
 def most_robust_detector(ctx: RunContext) -> tuple[str, str, float, tuple[float, float]] | None:
@@ -80,10 +85,11 @@ def summary(ctx: RunContext) -> list[str]:
         lines.append(f"clean accuracy: {_pct(100 * k / n, *wilson(k, n))} on {n} ID images")
     attack = strongest_attack(ctx)
     if attack is not None:
-        name, k, n = attack
-        eps = ctx.adv_sets[name].eps
-        budget = f"eps {eps_label(eps)}" if eps is not None else "no budget"
-        lines.append(f"strongest attack: {name} ({budget}), ASR {_pct(100 * k / n, *wilson(k, n))} of {n} correctly "
+        names, k, n = attack
+        budgets = sorted({eps_label(ctx.adv_sets[name].eps) or "no budget" for name in names})
+        budget = ", ".join(f"eps {b}" if b != "no budget" else b for b in budgets)
+        which = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        lines.append(f"strongest attack: {which} ({budget}), ASR {_pct(100 * k / n, *wilson(k, n))} of {n} correctly "
                      "classified images")
     robust = most_robust_detector(ctx)
     if robust is not None:
