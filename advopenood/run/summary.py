@@ -3,21 +3,12 @@ interval: the classifier's clean accuracy and the strongest attack's success rat
 robust detector's worst AUROC (DeLong interval, :func:`advopenood.evaluation.metrics.auroc_interval`)."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from advopenood.evaluation.context import RunContext
-from advopenood.evaluation.metrics import Z95, auroc, auroc_interval
+from advopenood.evaluation.intervals import wilson
+from advopenood.evaluation.metrics import auroc, auroc_interval
 from advopenood.outputs.report import eps_label
-
-
-def wilson(k: int, n: int) -> tuple[float, float]:
-    """Wilson's 95 % score interval on the proportion ``k / n``, in percent."""
-    p, z2 = k / n, Z95 * Z95
-    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
-    half = Z95 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return 100 * max(0.0, centre - half), 100 * min(1.0, centre + half)
 
 
 def _pct(value: float, lo: float, hi: float) -> str:
