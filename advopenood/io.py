@@ -250,6 +250,15 @@ def staging_prefix(out: Path) -> str:
     return f".{Path(out).name}.partial"
 
 
+def staging_dir(out: Path) -> Path:
+    """Deprecated: a run no longer has one staging folder (each process stages in its own, see
+    :func:`begin_output`). Returns ``.<out>.partial`` beside ``out``, the prefix of every staging folder's path;
+    use :func:`staging_dirs` for the folders that exist."""
+    warnings.warn("advopenood.io.staging_dir is deprecated: each run stages in its own folder; use "
+                  "advopenood.io.staging_dirs(out)", DeprecationWarning, stacklevel=2)
+    return Path(out).parent / staging_prefix(out)
+
+
 def staging_dirs(out: Path) -> list[Path]:
     """Every staging folder of ``out`` that exists (a running run's, or ones interrupted runs left)."""
     out = Path(out)

@@ -172,3 +172,13 @@ def test_two_runs_at_once_on_one_out_lose_nothing(tmp_path, session_cache):
     assert "asr.csv" in manifest and "ood.csv" in manifest
     assert all((out / rel).is_file() for rel in manifest)
     assert not aio.staging_dirs(out)
+
+
+def test_the_old_staging_dir_still_imports_with_a_deprecation_warning(tmp_path):
+    """``advopenood.io.staging_dir`` (public at the last landed version) keeps working, with a warning."""
+    out = tmp_path / "out"
+    with pytest.warns(DeprecationWarning, match="staging_dirs"):
+        legacy = aio.staging_dir(out)
+    assert legacy == tmp_path / ".out.partial"
+    stage = aio.begin_output(out)
+    assert stage.name.startswith(legacy.name) and aio.staging_dirs(out) == [stage]
