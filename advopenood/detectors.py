@@ -1,5 +1,7 @@
 """The detector plugin interface, where third-party detectors import it from (``from advopenood.detectors import
 Postprocessor, Outputs``). The machinery lives in :mod:`advopenood.detection`."""
+from typing import Any
+
 from advopenood.detection.bank import create_detector, fit_subset
 from advopenood.detection.openood_backend import cuda_redirect
 from advopenood.detection.outputs import (
@@ -12,6 +14,12 @@ from advopenood.detection.outputs import (
 )
 from advopenood.detection.postprocessor import Postprocessor
 from advopenood.detection.scoring import fit_detectors, score_all
+from advopenood.deprecated import forward
 
 __all__ = ["Batches", "cuda_redirect", "Outputs", "Postprocessor", "Taps", "create_detector", "fc_layer", "fit_detectors",
            "fit_subset", "forward_outputs", "grad_outputs", "score_all"]
+
+
+def __getattr__(name: str) -> Any:
+    """The names this module held before the split, from where they live now (with a DeprecationWarning)."""
+    return forward(__name__, name)

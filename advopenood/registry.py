@@ -13,6 +13,12 @@ and are discovered through Python entry points (as pytest's ``pytest11``): a pac
 module runs its decorators. An entry point may also name an object directly
 (``mydet = mypkg.detectors:MyDetector``); it is then registered under the entry point's name.
 The built-in plugins in ``plugins/`` are found the same way, through this package's own entry points.
+
+The registry is strict: a second plugin under a taken name is a one-line UsageError naming both sources, unless one
+of the two declares ``overrides = True`` on itself (not inherited); the override is then recorded (:func:`overrides`,
+``run.json``'s ``plugin_overrides``). An entry point that fails to import is remembered (:func:`failures`): a name
+that is not registered while one failed is refused with "plugin package X failed to load: <reason>". What exists
+never depends on the order in which entry points load.
 """
 from __future__ import annotations
 
@@ -44,9 +50,31 @@ class Entry:
     description: str
     source: str
 
+    @property
+    def origin(self) -> str:
+        """Where it comes from, as messages name it: its module and, when an entry point's distribution ships
+        that module's package, the distribution (``name==version``)."""
+        dist = _DISTS.get(self.source.split(".")[0])
+        return f"{self.source} ({dist})" if dist else self.source
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An entry point whose import failed: its group's kind, the entry point, the package and the reason."""
+
+    kind: str
+    entry: str
+    package: str
+    reason: str
+
 
 _REGISTRY: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
 _DISCOVERED: set[str] = set()
+#: (kind, name) -> the entry that an ``overrides = True`` plugin replaced
+_OVERRIDDEN: dict[tuple[str, str], Entry] = {}
+_FAILED: list[Failure] = []
+#: top-level module named by an entry point -> its distribution, ``name==version``
+_DISTS: dict[str, str] = {}
 _PROVIDERS: dict[str, list[Callable[[], None]]] = {kind: [] for kind in KINDS}
 _PROVIDING: set[str] = set()
 
@@ -76,29 +104,76 @@ def _first_line(obj: Any) -> str:
 
 
 def register(kind: str, name: str | None = None, description: str | None = None) -> Callable[[T], T]:
-    """Decorator that adds a class or function to the registry of ``kind`` under ``name``."""
+    """Decorator that adds a class or function to the registry of ``kind`` under ``name``. A name that is taken is
+    a UsageError naming both plugins' sources, unless exactly one of the two declares ``overrides = True`` on
+    itself: that one holds the name, whichever registered first, and the override is recorded. Registering the
+    same plugin again (the same object, or its module imported afresh) replaces it silently."""
     _check_kind(kind)
 
     def deco(obj: T) -> T:
         key = (name or getattr(obj, "name", None) or obj.__name__).lower()
         if isinstance(obj, type) and hasattr(obj, "name") and not obj.__dict__.get("name"):
             obj.name = key
-        _REGISTRY[kind][key] = Entry(kind, key, obj, description or _first_line(obj), obj.__module__)
+        entry = Entry(kind, key, obj, description or _first_line(obj), obj.__module__)
+        held = _REGISTRY[kind].get(key)
+        if held is None or _same_plugin(held.obj, obj):
+            _REGISTRY[kind][key] = entry
+        elif _declares_override(obj) and not _declares_override(held.obj):
+            _REGISTRY[kind][key], _OVERRIDDEN[kind, key] = entry, held
+        elif _declares_override(held.obj) and not _declares_override(obj):
+            _OVERRIDDEN[kind, key] = entry
+        else:
+            both = " and ".join(sorted((held.origin, entry.origin)))
+            rule = ("both declare overrides = True" if _declares_override(obj) else
+                    "declare overrides = True on the one that replaces the other on purpose")
+            raise UsageError(f"{_singular(kind)} {key!r} is registered twice, by {both}; {rule}")
         return obj
 
     return deco
+
+
+def _same_plugin(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are one plugin: the same object, or the same definition (module and qualified
+    name) imported afresh."""
+    return a is b or (getattr(a, "__module__", None), getattr(a, "__qualname__", None)) == \
+        (getattr(b, "__module__", object()), getattr(b, "__qualname__", object()))
+
+
+def _declares_override(obj: Any) -> bool:
+    """``overrides = True`` set on ``obj`` itself (a subclass of an overriding plugin does not inherit it)."""
+    return vars(obj).get("overrides") is True if hasattr(obj, "__dict__") else False
+
+
+def overrides() -> list[dict[str, str]]:
+    """Every plugin that replaces another of the same name on purpose (``overrides = True``): kind, name, the
+    replacing plugin's source and the replaced one's (``run.json``'s ``plugin_overrides``)."""
+    return [{"kind": kind, "name": key, "plugin": _REGISTRY[kind][key].origin, "replaces": replaced.origin}
+            for (kind, key), replaced in sorted(_OVERRIDDEN.items()) if key in _REGISTRY[kind]]
+
+
+def failures() -> list[Failure]:
+    """The entry points that failed to load in this process."""
+    return list(_FAILED)
+
+
+def failure_message() -> str:
+    """One line naming each plugin package that failed to load and why (empty when none did)."""
+    rows = dict.fromkeys((f.package, f.reason) for f in _FAILED)
+    return "; ".join(f"plugin package {pkg} failed to load: {reason}" for pkg, reason in rows)
 
 
 def unregister(kind: str, name: str) -> None:
     """Remove ``name`` from the registry of ``kind`` (plugins registered for a test or a session)."""
     _check_kind(kind)
     _REGISTRY[kind].pop(name.strip().lower(), None)
+    _OVERRIDDEN.pop((kind, name.strip().lower()), None)
 
 
 def discover(kind: str) -> None:
     """Load every entry point of every group ``advopenood.<kind>`` once (a module named in one group may register
     plugins of another kind: the detectors' module registers the ``smoothed`` evaluator, so a fresh process that
-    looks up only the evaluators must load it too); a broken plugin only warns."""
+    looks up only the evaluators must load it too). A broken plugin warns and is remembered (:func:`failures`);
+    the others go on."""
     _check_kind(kind)
     for group in KINDS:
         _discover_group(group)
@@ -109,14 +184,23 @@ def _discover_group(kind: str) -> None:
     if kind in _DISCOVERED:
         return
     _DISCOVERED.add(kind)
+    installed = entry_points()  # every group's, so that a message names a package's distribution before it loads
+    _DISTS.update({ep.module.split(".")[0]: f"{ep.dist.name}=={ep.dist.version}" for group in KINDS
+                   for ep in installed.select(group=GROUP_PREFIX + group) if ep.dist})
     for ep in entry_points(group=GROUP_PREFIX + kind):
         try:
             obj = ep.load()
+            if not isinstance(obj, ModuleType):
+                register(kind, ep.name)(obj)
+        except UsageError:  # a name registered twice: no registry is right, whichever loaded first
+            _DISCOVERED.discard(kind)  # so every later look-up says so again
+            raise
         except Exception as exc:  # a third-party plugin must not break the others
+            reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+            failure = Failure(kind, f"{ep.name} = {ep.value}", ep.dist.name if ep.dist else ep.module, reason)
+            if failure not in _FAILED:  # a group loads again after a duplicate was refused
+                _FAILED.append(failure)
             warnings.warn(f"advopenood: could not load plugin {ep.name!r} ({ep.value}): {exc}", stacklevel=2)
-            continue
-        if not isinstance(obj, ModuleType) and ep.name.lower() not in _REGISTRY[kind]:
-            register(kind, ep.name)(obj)
 
 
 # --------------------------------------------------------------------------------------------------- index
@@ -124,7 +208,7 @@ def _discover_group(kind: str) -> None:
 # them (which imports torch): names, descriptions, sources and the analyses' subcommands, stored beside the cache
 # and rebuilt whenever the entry points or any file they name changed.
 
-INDEX_VERSION = 3
+INDEX_VERSION = 4
 
 
 def _index_path() -> Any:
@@ -198,13 +282,14 @@ def build_index() -> dict[str, Any]:
     out: dict[str, Any] = {kind: {n: [e.description, e.source] for n, e in entries(kind).items()} for kind in KINDS}
     out["commands"] = {obj.command: obj.command_help for obj in (e.obj for e in entries("analyses").values())
                        if isinstance(obj, type) and issubclass(obj, CommandAnalysis) and obj.command}
+    out["failed"] = failure_message()
     return out
 
 
 def index(store: bool = True) -> dict[str, Any]:
     """The plugin index, read from its file when it matches the installed plugins, else built (and stored when
-    ``store``). In a process that has already loaded or registered plugins, it is built from them (no file
-    involved)."""
+    ``store`` and every entry point loaded; ``failed``: :func:`failure_message`). In a process that has already
+    loaded or registered plugins, it is built from them (no file involved)."""
     import json
 
     if _DISCOVERED or any(_REGISTRY.values()):
@@ -217,7 +302,7 @@ def index(store: bool = True) -> dict[str, Any]:
     except (OSError, ValueError, KeyError, AttributeError):
         pass
     built = build_index()
-    if not store:
+    if not store or built["failed"]:  # a failure may go away without any file changing (a dependency installed)
         return built
     try:
         from advopenood.io import write_text
@@ -273,6 +358,11 @@ def get(kind: str, name: str) -> Any:
     """The plugin object ``name`` of ``kind``; a UsageError lists the valid names otherwise."""
     table = entries(kind)
     key = name.strip().lower()
+    if key not in table and _FAILED:  # it may be one of the failed package's plugins: say why, not "unknown"
+        named = [f.package for f in _FAILED if f.kind == kind and f.entry.split(" = ")[0].lower() == key]
+        what = f"{_singular(kind)} {name!r} is " + (f"an entry point of {named[0]}" if named else
+                                                     "not among the plugins that loaded")
+        raise UsageError(f"{failure_message()} ({what})")
     if key not in table:
         close = difflib.get_close_matches(key, list(table), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ";"
@@ -288,7 +378,10 @@ def parse_names(kind: str, spec: str | list[str] | None, default: list[str] | No
         return list(default or [])
     items = spec if isinstance(spec, list) else [s for s in spec.split(",") if s.strip()]
     if len(items) == 1 and str(items[0]).strip().lower() == "all":  # every plugin but the derived ones
-        return [n for n, e in entries(kind).items() if not is_derived(e.obj)]
+        table = entries(kind)
+        if _FAILED:  # "all" would silently lack the failed package's plugins
+            raise UsageError(f"{failure_message()} (so '{kind}: all' cannot select all of them)")
+        return [n for n, e in table.items() if not is_derived(e.obj)]
     out = []
     for item in items:
         get(kind, str(item))

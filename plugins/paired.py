@@ -105,13 +105,13 @@ def paired_table(ctx: RunContext, ood: pd.DataFrame, masks: dict[str, np.ndarray
                    "auroc_a": aurocs[a], "auroc_b": aurocs[b], "delta_auroc": aurocs[a] - aurocs[b],
                    "ci": ci_label(method, resamples), "n_id": len(cells[a][0]), "n_ood": len(cells[a][1]),
                    "protocol": ctx.protocol}
-            lo, hi, error = _bounds(method, cells[a], cells[b], reps.get(a), reps.get(b))
+            lo, hi, error = difference_bounds(method, cells[a], cells[b], reps.get(a), reps.get(b))
             rows.append({**row, "delta_auroc_lo": lo, "delta_auroc_hi": hi, "significant": significant(lo, hi),
                          "error": error})
     return pd.DataFrame(rows, columns=PAIRED_COLUMNS).astype({"significant": "boolean", "twin": bool})
 
 
-def _bounds(method: str, cell_a: tuple[np.ndarray, np.ndarray], cell_b: tuple[np.ndarray, np.ndarray],
+def difference_bounds(method: str, cell_a: tuple[np.ndarray, np.ndarray], cell_b: tuple[np.ndarray, np.ndarray],
             reps_a: np.ndarray | None, reps_b: np.ndarray | None) -> tuple[float, float, str]:
     """``(lo, hi, reason)`` of one pair's difference interval in points; NaN bounds and the reason when there is
     none (no reason under ``none``)."""

@@ -66,6 +66,7 @@ from advopenood.outputs.report import eps_label, join
 from advopenood.outputs.report import name as label
 from advopenood_plugins.adaptive import is_eot
 from advopenood_plugins.robust_attacks import EOT_PREFIXES, PREFIXES, robust_class
+from advopenood_plugins.robust_paired import read_robust_paired, robust_paired_table
 from advopenood_plugins.verify_robust import verify_robust
 
 ROBUST_METRICS = ("clean_auroc", "id_attacked_auroc", "ood_attacked_auroc", "robust_auroc", "robust_fpr95")
@@ -148,7 +149,19 @@ def robust_pairs(ctx: RunContext) -> list[tuple[str, str, str, str, str, float]]
 
 def robust_table(ctx: RunContext) -> pd.DataFrame:
     """One row per detector with scores and pair of robust sets (:func:`robust_pairs`), each metric with its
-    interval by the run's ``ci`` plan (:func:`robust_intervals`, cell key ``robust|<det>|<ID set>|<OOD set>``)."""
+    interval by the run's ``ci`` plan (:func:`robust_intervals`, cell key ``robust|<det>|<ID set>|<OOD set>``).
+
+    Computed once per run state: the ``ood``, ``levels`` and ``robust_auroc`` evaluators all read it, so it is kept
+    in ``ctx.extras`` under the names of the run's sets and scores and a copy is returned."""
+    state = (tuple(sorted(ctx.adv_sets)), tuple(sorted((d, tuple(sorted(s))) for d, s in ctx.scores.items())))
+    memo = ctx.extras.setdefault("robust_table", {})
+    if state not in memo:
+        memo.clear()
+        memo[state] = _robust_table(ctx)
+    return memo[state].copy()
+
+
+def _robust_table(ctx: RunContext) -> pd.DataFrame:
     ci = ctx.plan.ci
     rows = []
     for det, id_set, ood_set_attack, method, family, eps in robust_pairs(ctx):
@@ -185,8 +198,9 @@ def read_robust(table: pd.DataFrame) -> list[str]:
     return out
 
 
-def robust_section(table: pd.DataFrame) -> Section:
-    """``Robust AUROC``: the table's AUROCs per detector and set, and their readings."""
+def robust_section(table: pd.DataFrame, paired: pd.DataFrame | None = None) -> Section:
+    """``Robust AUROC``: the table's AUROCs per detector and set, and their readings, with the paired differences'
+    (``robust_paired.csv``) when given."""
     bounds = [c for c in table.columns if c.endswith(("_lo", "_hi"))]
     shown = table.drop(columns=["id_attack", "ood_attack", "n_id", "n_ood", "protocol", "error", *bounds],
                        errors="ignore").copy()
@@ -201,7 +215,7 @@ def robust_section(table: pd.DataFrame) -> Section:
                   "attacked (robust). Every image of both sets counts. A randomised detector (e.g. a smoothed one) "
                   "is attacked with EOT gradients (attack family eot) unless the evaluator is told otherwise, and "
                   "scored with evaluation noise independent of every noise draw its attacks saw."),
-        Table(shown), Bullets(read_robust(table))])
+        Table(shown), Bullets(read_robust(table) + ([] if paired is None else read_robust_paired(paired)))])
 
 
 def run_budgets(plan: Any) -> list[float]:
@@ -294,6 +308,9 @@ class RobustAUROC(RequiresAttacks, Verifiable):
 
     def __call__(self, ctx: RunContext) -> Results:
         table = robust_table(ctx)
+        if not len(table):
+            return Results(tables={"robust_auroc.csv": table})
+        paired = robust_paired_table(ctx, table)
         sections = guarded("Robust AUROC (ID and OOD attacked)",
-                           lambda: [robust_section(as_written(table, ctx.protocol))]) if len(table) else []
-        return Results(tables={"robust_auroc.csv": table}, sections=sections)
+                           lambda: [robust_section(as_written(table, ctx.protocol), paired)])
+        return Results(tables={"robust_auroc.csv": table, "robust_paired.csv": paired}, sections=sections)

@@ -147,12 +147,14 @@ def verify_robust(run: Any) -> list[str]:
 
     if not run.has("robust_auroc.csv"):
         return ["robust_auroc.csv: the evaluator ran but the table is missing"]
+    from advopenood_plugins.verify_robust_paired import verify_robust_paired
+
     written = run.table("robust_auroc.csv")
     rederived = rederive_robust(run)
     return compare(rederived, written, ["detector", "id_attack", "ood_attack"],
                    ["ood_set", "eps", "method", "attack_family", *ROBUST_METRICS, *ROBUST_BOUNDS, "ci", "error",
                     "n_id", "n_ood"], atol=1e-6,
-                   table="robust_auroc.csv") + verify_entries(run, rederived)
+                   table="robust_auroc.csv") + verify_entries(run, rederived) + verify_robust_paired(run, rederived)
 
 
 def verify_entries(run: Any, robust: pd.DataFrame) -> list[str]:

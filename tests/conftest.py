@@ -129,6 +129,7 @@ def edited_copy(out: Path, tmp_path: Path, table: str, column: str, delta: float
     copy = tmp_path / "run"
     shutil.copytree(out, copy)
     frame = pd.read_csv(copy / table)
+    frame[column] = frame[column].astype(float)  # a column of whole numbers reads back as integers
     frame.loc[row, column] += delta
     frame.to_csv(copy / table, index=False, float_format="%.6g")
     return copy

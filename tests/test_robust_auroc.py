@@ -350,6 +350,47 @@ def test_a_missing_row_is_a_difference(robust_run, tmp_path):
     assert len(lines) == 1 and "is missing" in lines[0]
 
 
+# ------------------------------------------------------------------------------------ paired differences
+
+def test_robust_paired_holds_each_pair_with_the_difference_of_its_rows(robust_run):
+    _, out = robust_run
+    robust, paired = pd.read_csv(out / "robust_auroc.csv"), pd.read_csv(out / "robust_paired.csv")
+    groups = robust.groupby(["ood_set", "eps", "method"]).ngroups
+    assert len(paired) == groups and set(zip(paired.detector_a, paired.detector_b)) == {("mds", "msp")}
+    for r in paired.to_dict("records"):
+        mine = robust[(robust.ood_set == r["ood_set"]) & (robust.method == r["method"])].set_index("detector")
+        assert r["robust_auroc_a"] == pytest.approx(mine.loc["mds", "robust_auroc"], abs=1e-4)
+        assert r["delta_robust_auroc"] == pytest.approx(r["robust_auroc_a"] - r["robust_auroc_b"], abs=1e-4)
+        assert r["delta_robust_auroc_lo"] <= r["delta_robust_auroc_hi"] and r["ci"] == "bootstrap-2000"
+        assert r["significant"] == (r["delta_robust_auroc_lo"] > 0 or r["delta_robust_auroc_hi"] < 0)
+
+
+def test_the_paired_bootstrap_resamples_both_detectors_on_the_same_images(robust_run):
+    from advopenood.evaluation.intervals import draw, generator
+    from advopenood_plugins.robust_paired import paired_key
+
+    ctx, out = robust_run
+    r = pd.read_csv(out / "robust_paired.csv").iloc[0]
+    robust = pd.read_csv(out / "robust_auroc.csv")
+    rows = robust[(robust.ood_set == r.ood_set) & (robust.method == r.method)].set_index("detector")
+    cells = {d: (ctx.scores[d][rows.loc[d, "id_attack"]], ctx.scores[d][rows.loc[d, "ood_attack"]]) for d in DETECTORS}
+    n, m = len(cells["msp"][0]), len(cells["msp"][1])
+    idx_id, idx_ood = draw(generator(ctx.seed, paired_key(r.ood_set, r.eps, r.method)), n, m, 2000)
+    auc = {d: np.array([100 * roc_auc_score(np.r_[np.zeros(n), np.ones(m)], -np.r_[c[0][i], c[1][j]])
+                        for i, j in zip(idx_id, idx_ood)]) for d, c in cells.items()}
+    lo, hi = np.percentile(auc["mds"] - auc["msp"], [2.5, 97.5])
+    assert (r.delta_robust_auroc_lo, r.delta_robust_auroc_hi) == pytest.approx((lo, hi), abs=1e-3)
+
+
+@pytest.mark.parametrize("column, change", [("delta_robust_auroc", 0.5), ("delta_robust_auroc_hi", -0.5),
+                                            ("robust_auroc_b", 1e-3)])
+def test_a_changed_paired_number_is_one_difference(robust_run, tmp_path, column, change):
+    _, out = robust_run
+    copy = edited_copy(out, tmp_path, "robust_paired.csv", column, change)
+    lines = verify_robust(RunFiles.open(copy))
+    assert len(lines) == 1 and column in lines[0] and "robust_paired.csv" in lines[0]
+
+
 # ------------------------------------------------------------------------------------- OpenOOD leaderboard
 
 #: the fields of an entry of OpenOOD's leaderboard (branch ``leaderboard``, model_info/cifar10/*.json at f969dfa)

@@ -20,6 +20,7 @@ import fcntl
 import hashlib
 import io
 import json
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -230,6 +231,7 @@ class AdvStore:
         n_shards = (len(ds) + self.shard_size - 1) // self.shard_size
         mine = [i for i in range(n_shards) if i % world_size == rank]
         generated = reused = regenerated = 0
+        start = time.perf_counter()
         bar = tqdm(mine, desc=f"attack {attack.name}", unit="shard", disable=not progress, leave=False)
         for i in bar:
             shard = self._shard_path(path, i)
@@ -247,7 +249,7 @@ class AdvStore:
                 generated += 1
         shards = [self._shard_path(path, i) for i in range(n_shards)]
         stats = {"shards": n_shards, "generated": generated, "reused": reused, "regenerated": regenerated,
-                 "recomputed": bool(recompute)}
+                 "recomputed": bool(recompute), "seconds": round(time.perf_counter() - start, 3)}
         if rank == 0 and world_size == 1:
             self.write_manifest(path, spec, shards)
         return AdvSet(attack.name, attack.norm, attack.params.get("eps"), dict(attack.params), key, path, shards, stats)

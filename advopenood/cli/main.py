@@ -161,10 +161,14 @@ def _plan(args: argparse.Namespace, **forced):
 
 
 def cmd_list(kind: str) -> int:
-    """One line per registered plugin of ``kind``: name and description (from the plugin index)."""
+    """One line per registered plugin of ``kind``: name and description (from the plugin index); a UsageError when
+    a plugin package failed to load."""
     if kind not in registry.KINDS:
         raise UsageError(f"unknown plugin kind {kind!r}; valid choices: {', '.join(registry.KINDS)}")
-    table = registry.index()[kind]
+    listing = registry.index()
+    if listing.get("failed"):  # a list without the failed package's plugins would look complete
+        raise UsageError(f"{listing['failed']} (advopenood list {kind} would lack its plugins)")
+    table = listing[kind]
     width = max((len(n) for n in table), default=0)
     for name, (description, _) in table.items():
         print(f"{name:<{width}}  {description}")

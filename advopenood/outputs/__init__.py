@@ -2,6 +2,9 @@
 (:mod:`advopenood.outputs.results`), the report (:mod:`advopenood.outputs.report`) and plots
 (:mod:`advopenood.outputs.plots`). ``from advopenood.outputs import Results, Section, Table`` is the path an
 evaluator or analysis uses."""
+from typing import Any
+
+from advopenood.deprecated import forward
 from advopenood.outputs.results import (
                                         SECTIONS_FILE,
                                         Bullets,
@@ -23,3 +26,8 @@ from advopenood.outputs.results import (
 
 __all__ = ["SECTIONS_FILE", "Bullets", "Figure", "Item", "Paragraph", "Results", "Section", "Table", "as_results", "as_written",
            "collect", "guarded", "read_sections", "relative", "write_sections", "write_tables"]
+
+
+def __getattr__(name: str) -> Any:
+    """The names this module held before the split, from where they live now (with a DeprecationWarning)."""
+    return forward(__name__, name)

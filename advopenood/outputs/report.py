@@ -219,6 +219,11 @@ def _run_section(info: dict[str, Any]) -> list[Block]:
         blocks.append(Block("p", "Plugins that failed (a detector's rows are empty, an evaluator's or analysis' "
                                  "outputs are missing; the tracebacks are in errors.log):"))
         blocks.append(Block("ul", failed))
+    replaced = [f"{o['kind']} {o['name']}: {o['plugin']} replaces {o['replaces']}"
+                for o in info.get("plugin_overrides") or []]
+    if replaced:
+        blocks.append(Block("p", "Plugins that replace another of the same name on purpose (overrides = True):"))
+        blocks.append(Block("ul", replaced))
     if settings:
         blocks.append(Block("code", yaml.safe_dump(settings, sort_keys=False, default_flow_style=None), "config"))
     return blocks

@@ -21,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from advopenood import io as aio
+from advopenood import registry
 from advopenood.attacks.base import build_attack
 from advopenood.attacks.store import AdvSet, AdvStore
 from advopenood.capabilities import bind_attack
@@ -411,6 +412,7 @@ def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
         "detector_errors": ctx.detector_errors,
         "evaluation_noise_seed": evaluation_noise_seeds(ctx.scores, thaw(ctx.plan.detector_params), ctx.seed),
         "plugin_errors": ctx.plugin_errors,
+        "plugin_overrides": registry.overrides(),
         "nothing_computed": ctx.nothing_computed,
         "timings_s": timings,
     }

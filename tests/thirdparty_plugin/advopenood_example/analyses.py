@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from advopenood.context import RunContext
-from advopenood.outputs import Paragraph, Results, Section, Table
+from advopenood.plugin import Paragraph, Results, RunContext, Section, Table
 
 TITLE = "Perturbation size (example plugin)"
 

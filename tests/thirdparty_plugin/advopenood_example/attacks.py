@@ -6,7 +6,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from advopenood.attacks import Attack
+from advopenood.plugin import Attack
 
 
 class RandomSign(Attack):

@@ -4,8 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from advopenood.capabilities import DifferentiableDetector
-from advopenood.detectors import Outputs, Postprocessor
+from advopenood.plugin import DifferentiableDetector, Outputs, Postprocessor
 
 
 def top_gap(logits: Tensor) -> Tensor:

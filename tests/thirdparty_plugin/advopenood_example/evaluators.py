@@ -4,9 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from advopenood.context import RunContext
-from advopenood.io import save_figure
-from advopenood.outputs import Bullets, Figure, Paragraph, Results, Section, Table
+from advopenood.plugin import Bullets, Figure, Paragraph, Results, RunContext, Section, Table, save_figure
 
 TITLE = "Mean confidence per set (example plugin)"
 

@@ -1,0 +1,341 @@
+"""One room per plugin (issue 32, item 2): a name is registered once unless a plugin declares that it overrides
+another (recorded in run.json and the report), a plugin package that fails to load is named instead of "unknown",
+what exists never depends on the order entry points load in, and the public plugin API stays: every name in
+``advopenood.plugin``, every module path of earlier versions as a re-export with a DeprecationWarning."""
+from __future__ import annotations
+
+import ast
+import importlib
+import itertools
+import json
+import sys
+import warnings
+from importlib.metadata import EntryPoint, EntryPoints
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import pack_config
+from advopenood import registry
+from advopenood.cli.main import main
+from advopenood.errors import UsageError
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "tests" / "thirdparty_plugin" / "advopenood_example"
+
+
+@pytest.fixture()
+def fresh(monkeypatch):
+    """An empty registry for the test (no plugin discovered yet, no entry point, no provider)."""
+    monkeypatch.setattr(registry, "_REGISTRY", {kind: {} for kind in registry.KINDS})
+    monkeypatch.setattr(registry, "_PROVIDERS", {kind: [] for kind in registry.KINDS})
+    monkeypatch.setattr(registry, "_OVERRIDDEN", {})
+    monkeypatch.setattr(registry, "_FAILED", [])
+    monkeypatch.setattr(registry, "_DISTS", {})
+    monkeypatch.setattr(registry, "_DISCOVERED", set(registry.KINDS))
+
+
+@pytest.fixture()
+def installed(monkeypatch):
+    """The registry as the installed plugins made it, copied for the test: changes to it end with the test. The
+    entry points load again on the next look-up (modules already imported register nothing new)."""
+    for kind in registry.KINDS:
+        registry.entries(kind)
+    monkeypatch.setattr(registry, "_REGISTRY", {k: dict(v) for k, v in registry._REGISTRY.items()})
+    monkeypatch.setattr(registry, "_PROVIDERS", {k: list(v) for k, v in registry._PROVIDERS.items()})
+    monkeypatch.setattr(registry, "_OVERRIDDEN", dict(registry._OVERRIDDEN))
+    monkeypatch.setattr(registry, "_FAILED", list(registry._FAILED))
+    monkeypatch.setattr(registry, "_DISTS", dict(registry._DISTS))
+    monkeypatch.setattr(registry, "_DISCOVERED", set())
+
+
+def plugin(module: str, name: str = "Plugin", **attrs) -> type:
+    """A detector class defined in ``module``."""
+    return type(name, (), {"__module__": module, "__qualname__": name, "__doc__": f"{name} of {module}.", **attrs})
+
+
+# --------------------------------------------------------------------------------------------- duplicates
+
+def _subclass_of_an_override() -> tuple[type, type]:
+    base = plugin("pkg_one.detectors", "Base", overrides=True)
+    return plugin("pkg_zero.detectors", "Held"), type("Sub", (base,), {"__module__": "pkg_two.detectors"})
+
+
+@pytest.mark.parametrize("make, error", [
+    (lambda: (plugin("pkg_one.detectors"), plugin("pkg_two.detectors")),
+     "declare overrides = True on the one that replaces"),
+    (lambda: (plugin("pkg_one.detectors", overrides=True), plugin("pkg_two.detectors", overrides=True)),
+     "both declare overrides = True"),
+    (_subclass_of_an_override, "declare overrides = True on the one that replaces"),
+], ids=["neither-overrides", "both-override", "override-is-not-inherited"])
+def test_a_second_plugin_under_a_taken_name_is_one_line_naming_both(fresh, make, error):
+    first, second = make()
+    registry.register("detectors", "zzdup")(first)
+    with pytest.raises(UsageError) as caught:
+        registry.register("detectors", "zzdup")(second)
+    message = str(caught.value)
+    assert "\n" not in message and error in message
+    assert message.startswith("detector 'zzdup' is registered twice, by ")
+    assert first.__module__ in message and second.__module__ in message
+    assert registry.get("detectors", "zzdup") is first
+
+
+def test_the_same_plugin_registered_again_is_no_duplicate(fresh):
+    """The same object twice (an entry point naming a class its module's decorator registered), or its module
+    imported afresh (a new class object of the same definition): one entry, no error, no override."""
+    first = plugin("pkg_one.detectors")
+    registry.register("detectors", "zzsame")(first)
+    registry.register("detectors", "zzsame")(first)
+    reloaded = plugin("pkg_one.detectors")
+    registry.register("detectors", "zzsame")(reloaded)
+    assert registry.get("detectors", "zzsame") is reloaded and registry.overrides() == []
+
+
+@pytest.mark.parametrize("override_first", [False, True], ids=["override-registers-last", "override-registers-first"])
+def test_a_declared_override_holds_the_name_in_either_order_and_is_recorded(fresh, override_first):
+    original, replacement = plugin("pkg_one.detectors"), plugin("pkg_two.detectors", overrides=True)
+    for obj in ((replacement, original) if override_first else (original, replacement)):
+        registry.register("detectors", "zzover")(obj)
+    assert registry.get("detectors", "zzover") is replacement
+    assert registry.overrides() == [{"kind": "detectors", "name": "zzover", "plugin": "pkg_two.detectors",
+                                     "replaces": "pkg_one.detectors"}]
+
+
+# --------------------------------------------------------------------------------------- fake packages
+
+def make_dist(site: Path, dist: str, modules: dict[str, str], entry_points: dict[str, list[str]]) -> None:
+    """A package installed in ``site``: its modules and a ``dist-info`` with its entry points."""
+    for module, source in modules.items():
+        (site / f"{module}.py").write_text(source)
+    info = site / f"{dist.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("".join(f"[{group}]\n" + "".join(f"{line}\n" for line in lines)
+                                                   for group, lines in entry_points.items()))
+
+
+BROKEN = "from advopenood import no_such_api\n"
+LEGACY = '''from advopenood.protocols import PROTOCOLS
+
+
+class Legacy:
+    """Names the protocols, through the module path of an earlier version."""
+
+    def __call__(self, ctx):
+        return {}
+'''
+
+
+@pytest.fixture()
+def site(tmp_path, monkeypatch):
+    """A folder on ``sys.path`` for fake installed packages; their modules are forgotten afterwards."""
+    folder = tmp_path / "site"
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(folder))
+    yield folder
+    for module in [m for m in sys.modules if m.startswith("zz_")]:
+        del sys.modules[module]
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--evaluator", "zzfoo"],
+    ["run", "--evaluator", "zzbroken"],
+    ["run", "--detectors", "all"],
+    ["list", "evaluators"],
+], ids=["unknown-name", "the-entry-points-name", "all", "list"])
+def test_a_plugin_package_that_fails_to_load_is_named_not_unknown(installed, site, tmp_path, capsys, data_root, argv):
+    make_dist(site, "zz-broken-plugin", {"zz_broken": BROKEN},
+              {"advopenood.evaluators": ["zzbroken = zz_broken:Evaluator"]})
+    if argv[0] == "run":
+        argv = [*argv, "--config", pack_config(tmp_path / "cfg", data_root), "--out", str(tmp_path / "out")]
+    with pytest.warns(UserWarning, match="could not load plugin 'zzbroken'"):
+        assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("advopenood: error: plugin package zz-broken-plugin failed to load: "
+                                               "ImportError: cannot import name 'no_such_api' from 'advopenood'")
+    assert "unknown evaluator" not in err[0] and not (tmp_path / "out").exists()
+    if "zzbroken" in argv:
+        assert "evaluator 'zzbroken' is an entry point of zz-broken-plugin" in err[0]
+    assert registry.get("evaluators", "ood")  # the plugins that loaded still serve their names
+
+
+def test_a_plugin_package_written_against_advopenood_protocols_loads(installed, site):
+    """The issue's case: a package of the last round imports ``advopenood.protocols``; it loads and runs."""
+    make_dist(site, "zz-legacy-plugin", {"zz_legacy": LEGACY},
+              {"advopenood.evaluators": ["zzlegacy = zz_legacy:Legacy"]})
+    legacy = registry.get("evaluators", "zzlegacy")
+    assert sys.modules["zz_legacy"].PROTOCOLS is importlib.import_module("advopenood.config.protocols").PROTOCOLS
+    assert legacy()(None) == {} and registry.failures() == []
+    assert registry.entries("evaluators")["zzlegacy"].origin == "zz_legacy (zz-legacy-plugin==1.0)"
+
+
+def test_a_duplicate_between_two_packages_is_refused_whichever_loads_first(installed, site, tmp_path, capsys,
+                                                                           data_root):
+    """Two packages registering one name: every look-up is a one-line error naming both distributions."""
+    detector = "class Gap:\n    \"\"\"A detector.\"\"\"\n"
+    make_dist(site, "zz-one", {"zz_one": detector}, {"advopenood.detectors": ["zzgap = zz_one:Gap"]})
+    make_dist(site, "zz-two", {"zz_two": detector}, {"advopenood.detectors": ["zzgap = zz_two:Gap"]})
+    config = pack_config(tmp_path / "cfg", data_root)
+    assert main(["run", "--config", config, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["advopenood: error: detector 'zzgap' is registered twice, by zz_one (zz-one==1.0) and zz_two "
+                   "(zz-two==1.0); declare overrides = True on the one that replaces the other on purpose"]
+    with pytest.raises(UsageError, match="registered twice"):  # not only the first look-up
+        registry.names("detectors")
+
+
+# ----------------------------------------------------------------------------------- order independence
+
+ORDER_PACKAGES = {
+    "zz-alpha": ({"zz_alpha": '''from advopenood.registry import register
+
+
+@register("detectors", "zzfirst")
+class First:
+    """First."""
+
+
+@register("evaluators", "zzeval")
+class Evaluate:
+    """An evaluator registered by a detectors entry point's module."""
+'''}, {"advopenood.detectors": ["alpha = zz_alpha", "zzfirst = zz_alpha:First"]}),
+    "zz-beta": ({"zz_beta": '''class First:
+    """Replaces zz_alpha's First on purpose."""
+
+    overrides = True
+'''}, {"advopenood.detectors": ["zzfirst = zz_beta:First"]}),
+    "zz-gamma": ({"zz_gamma": '''class Second:
+    """Second."""
+'''}, {"advopenood.attacks": ["zzsecond = zz_gamma:Second"]}),
+    "zz-delta": ({"zz_delta": BROKEN}, {"advopenood.analyses": ["zzdelta = zz_delta"]}),
+}
+
+
+def _load(order: tuple[int, ...], groups: tuple[str, ...], points: list[EntryPoint]) -> tuple:
+    """The registry after loading ``points`` in ``order`` and the groups in the order ``groups``, from nothing."""
+    for module in [m for m in sys.modules if m.startswith("zz_")]:
+        del sys.modules[module]
+    registry._REGISTRY.update({kind: {} for kind in registry.KINDS})
+    registry._OVERRIDDEN.clear()
+    registry._FAILED.clear()
+    registry._DISCOVERED.clear()
+    ordered = EntryPoints(points[i] for i in order)
+    with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mp.setattr(registry, "entry_points", lambda **group: ordered.select(**group) if group else ordered)
+        for kind in groups:
+            registry._discover_group(kind)
+    return ({kind: {name: (e.source, e.obj.__qualname__) for name, e in registry._REGISTRY[kind].items()}
+             for kind in registry.KINDS}, registry.overrides(), [f.package for f in registry.failures()])
+
+
+def test_what_exists_does_not_depend_on_the_order_entry_points_load_in(fresh, site):
+    points = []
+    for dist, (modules, groups) in ORDER_PACKAGES.items():
+        make_dist(site, dist, modules, groups)
+        points += [EntryPoint(line.split(" = ")[0], line.split(" = ")[1], group)
+                   for group, lines in groups.items() for line in lines]
+    results = {(order, groups): _load(order, groups, points) for order in itertools.permutations(range(len(points)))
+               for groups in (registry.KINDS, tuple(reversed(registry.KINDS)))}
+    expected = ({"attacks": {"zzsecond": ("zz_gamma", "Second")}, "detectors": {"zzfirst": ("zz_beta", "First")},
+                 "evaluators": {"zzeval": ("zz_alpha", "Evaluate")}, "analyses": {}},
+                [{"kind": "detectors", "name": "zzfirst", "plugin": "zz_beta", "replaces": "zz_alpha"}], ["zz_delta"])
+    assert len(results) == 240 and {repr(v) for v in results.values()} == {repr(expected)}
+
+
+# --------------------------------------------------------------------------------------- a run's record
+
+class _MaxLogit:
+    """MSP replaced by the largest logit, on purpose (a test's override)."""
+
+    overrides = True
+
+    def setup(self, net, id_loader_dict, ood_loader_dict):
+        pass
+
+    def postprocess(self, net, data):
+        logits = net(data)
+        return logits.argmax(1), logits.max(1).values
+
+
+def test_an_override_is_named_in_run_json_and_the_report(installed, tmp_path, data_root, session_cache):
+    registry.register("detectors", "msp")(_MaxLogit)
+    out = tmp_path / "out"
+    assert main(["run", "--config", pack_config(tmp_path / "cfg", data_root), "--out", str(out), "--quiet"]) == 0
+    info = json.loads((out / "run.json").read_text())
+    assert info["plugin_overrides"] == [{"kind": "detectors", "name": "msp", "plugin": __name__,
+                                         "replaces": "advopenood_plugins.detectors (advopenood==0.1.0)"}]
+    with np.load(out / "scores" / "msp.npz") as scores:
+        assert scores["id"].max() > 1.0  # a logit, not a softmax probability: the override scored
+    report = (out / "report.md").read_text()
+    assert f"- detectors msp: {__name__} replaces advopenood_plugins.detectors (advopenood==0.1.0)" in report
+
+
+# ------------------------------------------------------------------------------------- the public API
+
+def test_every_name_of_the_public_plugin_module_imports():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        public = importlib.import_module("advopenood.plugin")
+        namespace: dict = {}
+        exec("from advopenood.plugin import *", namespace)
+    assert len(public.__all__) == len(set(public.__all__))
+    assert [n for n in public.__all__ if n not in namespace] == []
+    for needed in ("Attack", "Postprocessor", "DifferentiableDetector", "register", "create", "Results", "Section",
+                   "Table", "Paragraph", "Bullets", "Figure", "RunContext", "Protocol", "PROTOCOLS", "UsageError"):
+        assert needed in public.__all__
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLE.glob("*.py")), ids=lambda p: p.name)
+def test_the_example_package_imports_only_the_public_plugin_module(path):
+    from advopenood import plugin as public
+
+    imports = [node for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    ours = [node for node in imports if (getattr(node, "module", None) or "").startswith("advopenood")
+            or any(alias.name.startswith("advopenood") for alias in node.names)]
+    assert all(isinstance(node, ast.ImportFrom) and node.module == "advopenood.plugin" for node in ours)
+    assert [a.name for node in ours for a in node.names if a.name not in public.__all__] == []
+
+
+#: what the built-in and example plugins imported at the last version with flat modules (``cf83ddb^``)
+OLD_IMPORTS = [
+    ("advopenood.protocols", ["PROTOCOLS", "Protocol", "get", "quantize"]),
+    ("advopenood.metrics", ["NaNScoreError", "id_threshold", "ood_metrics"]),
+    ("advopenood.report", ["CHANCE", "eps_label", "fmt", "join", "name", "pct"]),
+    ("advopenood.plots", ["ood_matrix", "pick_examples", "plot_auroc_heatmap", "plot_roc", "roc_sets", "safe_name"]),
+    ("advopenood.store", ["AdvSet", "AdvStore", "canonical_key", "derive_seed", "library_versions", "seeded"]),
+    ("advopenood.verify", ["compare", "RunFiles"]),
+    ("advopenood.training", ["RECIPE", "train_classifier"]),
+    ("advopenood.openood_benchmarks", ["ADVERSARIAL", "natural_group"]),
+    ("advopenood.config", ["cache_dir", "parse_eps"]),
+    ("advopenood.data", ["Subset", "dataset_name", "make_loader", "seeded_prefix", "stack"]),
+    ("advopenood.models", ["ARCHS", "Backbone", "Classifier", "build_model", "weights_hash"]),
+    ("advopenood.detectors", ["vim_dim"]),
+]
+
+
+@pytest.mark.parametrize("module, names", OLD_IMPORTS, ids=[m for m, _ in OLD_IMPORTS])
+def test_a_module_path_of_an_earlier_version_imports_with_a_deprecation_warning(module, names):
+    """An old module warns when first imported (so it is imported afresh here), a name that a module turned
+    package held warns when it is read."""
+    from advopenood import deprecated
+
+    if module in deprecated.MOVED:
+        sys.modules.pop(module, None)
+    with pytest.warns(DeprecationWarning, match=rf"{module}\S* is deprecated, use advopenood\.") as caught:
+        imported = __import__(module, fromlist=names)  # as ``from <module> import <names>`` does
+        found = {name: getattr(imported, name) for name in names}
+    assert all(w.filename == __file__ for w in caught)  # the warning points at the importer
+    for name, obj in found.items():
+        targets = deprecated.MOVED.get(module) or deprecated.FORMER[module]
+        assert any(getattr(importlib.import_module(t), name, None) is obj for t in targets), name
+
+
+@pytest.mark.parametrize("statement", ["from advopenood.config import protocols", "from advopenood.detectors import "
+                                       "Postprocessor", "from advopenood.outputs import Results",
+                                       "import advopenood.data.datasets"])
+def test_the_current_paths_do_not_warn(statement):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        exec(statement, {})
