@@ -1,4 +1,5 @@
 """advopenood: adversarial robustness evaluation for OpenOOD's post-hoc OOD detectors."""
+import ast
 from pathlib import Path
 
 from setuptools import setup
@@ -7,6 +8,19 @@ HERE = Path(__file__).parent
 #: the core's packages, one per stage of a run (see ARCHITECTURE.md)
 STAGES = ("config", "data", "models", "attacks", "detection", "evaluation", "outputs", "run", "cli")
 VERSION = (HERE / "advopenood" / "VERSION").read_text().strip()
+KINDS = ("attacks", "detectors", "evaluators", "analyses")
+
+
+def plugin_modules(kind: str) -> tuple[str, ...]:
+    """``MODULES`` of ``plugins/<kind>/__init__.py``, read without importing it: one entry point each."""
+    tree = ast.parse((HERE / "plugins" / kind / "__init__.py").read_text())
+    return next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                and getattr(node.targets[0], "id", None) == "MODULES")
+
+
+#: the built-in plugins' modules per kind, as each kind's ``plugins/<kind>/__init__.py`` lists them
+PLUGIN_MODULES = {kind: plugin_modules(kind) for kind in KINDS}
+
 
 setup(
     name="advopenood",
@@ -16,7 +30,10 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
     # `plugins/` is installed as `advopenood_plugins`, `configs/` as `advopenood.configs`.
-    packages=["advopenood", *(f"advopenood.{stage}" for stage in STAGES), "advopenood.configs", "advopenood_plugins"],
+    packages=["advopenood", *(f"advopenood.{stage}" for stage in STAGES), "advopenood.configs", "advopenood_plugins",
+              "advopenood_plugins.kit", *(f"advopenood_plugins.{kind}" for kind in KINDS),
+              *(f"advopenood_plugins.{kind}.{m}" for kind in ("evaluators", "analyses")
+                for m in PLUGIN_MODULES[kind])],
     package_dir={"advopenood": "advopenood", "advopenood.configs": "configs", "advopenood_plugins": "plugins"},
     package_data={"advopenood": ["VERSION"], "advopenood.configs": ["*.yaml", "openood/*.yml"]},
     install_requires=[
@@ -65,12 +82,10 @@ setup(
     },
     entry_points={
         "console_scripts": ["advopenood = advopenood.cli:main"],
-        "advopenood.attacks": ["builtin = advopenood_plugins.attacks", "mead = advopenood_plugins.mead_attacks",
-                              "adaptive = advopenood_plugins.adaptive", "autoattack = advopenood_plugins.autoattack"],
-        "advopenood.detectors": ["builtin = advopenood_plugins.detectors"],
-        "advopenood.evaluators": ["ood = advopenood_plugins.ood_eval", "mead = advopenood_plugins.mead",
-                                  "multiattack = advopenood_plugins.multiattack"],
-        "advopenood.analyses": ["bintest = advopenood_plugins.bintest", "gradcam = advopenood_plugins.gradcam",
-                                "transfer = advopenood_plugins.transfer"],
+        "advopenood.attacks": [f"{m} = advopenood_plugins.attacks.{m}" for m in PLUGIN_MODULES["attacks"]],
+        "advopenood.detectors": [f"{m} = advopenood_plugins.detectors.{m}" for m in PLUGIN_MODULES["detectors"]],
+        "advopenood.evaluators": [f"{m} = advopenood_plugins.evaluators.{m}.plugin"
+                                  for m in PLUGIN_MODULES["evaluators"]],
+        "advopenood.analyses": [f"{m} = advopenood_plugins.analyses.{m}.plugin" for m in PLUGIN_MODULES["analyses"]],
     },
 )

@@ -30,7 +30,9 @@ MOVED: dict[str, tuple[str, ...]] = {
     "advopenood.demo": ("advopenood.models.demo",),
     "advopenood.openood_benchmarks": ("advopenood.data.benchmarks",),
     "advopenood.scorecache": ("advopenood.detection.scorecache",),
-    "advopenood.pipeline": ("advopenood.run.pipeline", "advopenood.run.preflight", "advopenood.config.plan"),
+    "advopenood.pipeline": ("advopenood.run.pipeline", "advopenood.run.prepare", "advopenood.run.attack",
+                            "advopenood.run.detect", "advopenood.run.evaluate", "advopenood.run.report",
+                            "advopenood.run.preflight", "advopenood.config.plan"),
     "advopenood.preflight": ("advopenood.run.preflight",),
     "advopenood.export": ("advopenood.run.export",),
     "advopenood.openood_bridge": ("advopenood.cli.openood_evaluator", "advopenood.cli.eval_ood"),
@@ -88,6 +90,15 @@ class _Finder(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         return importlib.machinery.ModuleSpec(fullname, _Loader()) if fullname in MOVED else None
+
+
+def add(moved: dict[str, tuple[str, ...]], former: dict[str, tuple[str, ...]] | None = None) -> None:
+    """Keep a plugin package's former module paths importable the same way (its ``__init__`` calls it): ``moved``
+    as :data:`MOVED`, ``former`` as :data:`FORMER` (a package that was a module defines ``__getattr__`` with
+    :func:`forward`)."""
+    MOVED.update(moved)
+    FORMER.update(former or {})
+    install()
 
 
 def install() -> None:

@@ -17,8 +17,8 @@ import torch
 
 from advopenood.data.datasets import build_dataset, stack
 from advopenood.models.classifier import build_model
-from advopenood_plugins import bintest as bt
-from advopenood_plugins.attacks import PGD
+from advopenood_plugins.analyses.bintest import binarization as bt
+from advopenood_plugins.attacks.standard import PGD
 
 DEFAULT_DATA = Path(os.environ.get("ADVOPENOOD_TEST_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 

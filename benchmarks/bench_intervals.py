@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from advopenood.evaluation.intervals import cell_key
-from advopenood_plugins.ood_eval import leaderboard, metric_row
+from advopenood_plugins.evaluators.ood.plugin import leaderboard, metric_row
 
 DETECTORS, SETS = 16, 8
 

@@ -41,7 +41,7 @@ from advopenood.data.datasets import build_dataset, limit_dataset, make_loader
 from advopenood.detection.scoring import score_all
 from advopenood.models.classifier import build_model, weights_hash
 from advopenood.attacks.store import AdvStore
-from advopenood_plugins.mead_attacks import OBJECTIVES, attack_name
+from advopenood_plugins.attacks.mead import OBJECTIVES, attack_name
 
 
 def main() -> None:

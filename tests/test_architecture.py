@@ -41,7 +41,7 @@ def test_no_core_module_over_500_lines(path):
     assert len(path.read_text().splitlines()) <= 500
 
 
-@pytest.mark.parametrize("path", MODULES + sorted((REPO / "plugins").glob("*.py")), ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.parametrize("path", MODULES + sorted((REPO / "plugins").rglob("*.py")), ids=lambda p: str(p.relative_to(REPO)))
 def test_nothing_reads_raw_config_dicts(path):
     """The run plan is read by attribute; ``cfg[...]`` / ``cfg.get(`` would be a raw config dict."""
     assert not re.search(r"\bcfg\[|\bcfg\.get\(|ctx\.config\b", path.read_text())

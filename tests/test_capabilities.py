@@ -169,11 +169,12 @@ def test_seeded_prefix_is_the_seeded_shuffle_prefix(n, k, seed):
 
 
 def test_every_seeded_selection_uses_the_one_order():
-    from advopenood_plugins.gradcam import _select_rows
-    from advopenood_plugins.transfer import _eval_rows, fraction_rows
+    from advopenood_plugins.analyses.gradcam.plugin import _select_rows
+    from advopenood_plugins.analyses.transfer.adversary import fraction_rows
+    from advopenood_plugins.analyses.transfer.tables import eval_rows
 
     np.testing.assert_array_equal(fraction_rows(200, 25, 4), np.sort(_shuffled(200, 4)[:50]))
     np.testing.assert_array_equal(_select_rows(300, 20, 5), np.sort(_shuffled(300, 5)[:20]))
     correct = np.arange(40) % 3 != 0
     rows = np.flatnonzero(correct)
-    np.testing.assert_array_equal(_eval_rows(correct, 9, 6), np.sort(rows[_shuffled(len(rows), 6)[:9]]))
+    np.testing.assert_array_equal(eval_rows(correct, 9, 6), np.sort(rows[_shuffled(len(rows), 6)[:9]]))

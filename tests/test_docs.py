@@ -120,7 +120,8 @@ def test_core_imports_no_plugin():
 
 def test_code_names_only_documents_that_exist():
     """Repository documents named in code and tests (``docs/x.md``, ``benchmarks/README.md``) exist."""
-    for path in [*(REPO / "advopenood").rglob("*.py"), *(REPO / "plugins").rglob("*.py"), *(REPO / "tests").glob("*.py")]:
+    for path in [*(REPO / "advopenood").rglob("*.py"), *(REPO / "plugins").rglob("*.py"), *(REPO / "tests").glob("*.py"),
+                 *(REPO / "tests" / "plugins").rglob("*.py")]:
         for doc in re.findall(r"\b((?:docs|benchmarks)/[\w./-]+\.md|ARCHITECTURE\.md)\b", path.read_text()):
             if path.name != "test_docs.py":
                 assert (REPO / doc).is_file(), f"{path.name} names missing {doc}"

@@ -189,12 +189,12 @@ def test_a_clean_run_exits_0_without_an_error_log(tmp_path, capsys, session_cach
 
 
 def test_a_crash_in_the_core_leaves_no_staging_folder(tmp_path, monkeypatch, session_cache):
-    from advopenood.run import pipeline
+    from advopenood.run import detect
 
     def explode(*args, **kwargs):
         raise OSError("disk gone")
 
-    monkeypatch.setattr(pipeline, "write_scores", explode)
+    monkeypatch.setattr(detect, "write_scores", explode)
     out = tmp_path / "run"
     with pytest.raises(OSError):
         main(["run", "--config", "demo", "--out", str(out), "--quiet", "--limit", "30", "--attack", "fgsm",

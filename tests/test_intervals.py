@@ -70,7 +70,7 @@ def test_paired_cells_move_together():
 
 @pytest.mark.parametrize("n_id,n_ood", [(1, 30), (30, 1), (0, 5)])
 def test_too_few_images_leave_the_interval_empty_with_the_reason(n_id, n_ood):
-    from advopenood_plugins.ood_eval import metric_row
+    from advopenood_plugins.evaluators.ood.plugin import metric_row
 
     from conftest import make_plan
 

@@ -21,7 +21,7 @@ from conftest import make_plan
 from advopenood import io as aio
 from advopenood import registry
 from advopenood import outputs
-from advopenood.run.pipeline import write_scores
+from advopenood.run.detect import write_scores
 from advopenood.evaluation.context import CleanRecord, RunContext
 from advopenood.data.datasets import build_dataset, limit_dataset, make_loader, stack
 from advopenood.models.classifier import weights_hash
@@ -30,10 +30,10 @@ from advopenood.outputs.plots import ood_matrix, plot_roc, roc_sets
 from advopenood.outputs.report import asr_section, build_report, eps_label, read_asr, write_report
 from advopenood.attacks.store import AdvStore
 from advopenood.provenance import library_versions
-from advopenood_plugins.bintest import bintest_section, read_bintest
-from advopenood_plugins.gradcam import read_gradcam
+from advopenood_plugins.analyses.bintest.report import bintest_section, read_bintest
+from advopenood_plugins.analyses.gradcam.plugin import read_gradcam
 from advopenood.evaluation.metrics import MIN_CONCLUSIVE
-from advopenood_plugins.ood_eval import compare_natural_adversarial, ood_plots, read_ood
+from advopenood_plugins.evaluators.ood.report import compare_natural_adversarial, ood_plots, read_ood
 
 CPU = torch.device("cpu")
 N = 48
@@ -492,7 +492,8 @@ def test_figures_have_captions_that_say_what_they_show(tiny_run):
     ({"n_near": 2, "n_far": 1, "n_adv": 2}, ["near"], ["near_fpr95 and near_auroc: a metric of one of the near-OOD"]),
     ({"n_near": 1, "n_far": 1, "n_adv": 2}, [], [])])
 def test_empty_leaderboard_columns_are_explained(counts, nan, expected):
-    from advopenood_plugins.ood_eval import LEADERBOARD_COLUMNS, leaderboard_gaps, leaderboard_section
+    from advopenood_plugins.evaluators.ood.plugin import LEADERBOARD_COLUMNS
+    from advopenood_plugins.evaluators.ood.report import leaderboard_gaps, leaderboard_section
 
     row = {c: 50.0 for c in LEADERBOARD_COLUMNS if c.endswith(("fpr95", "auroc"))}
     row.update({f"{g}_{m}": math.nan for g in nan for m in ("fpr95", "auroc")}, **counts)

@@ -62,7 +62,7 @@ def test_family_declarations(zoo_ready, arch, size, family, n_stages):
     """Logits equal the zoo network's own forward (its internal normalisation once, ours none), the penultimate
     feature is the pooled last stage map, GRAM reads the declared stage maps, Grad-CAM the last stage module."""
     from advopenood.detection.outputs import Taps
-    from advopenood_plugins.gradcam import CamExtractor
+    from advopenood_plugins.analyses.gradcam.plugin import CamExtractor
 
     model = build_model(arch, 1000 if "imagenet" in arch else 10, input_size=size)
     bb = model.backbone

@@ -265,11 +265,11 @@ def test_an_override_is_named_in_run_json_and_the_report(installed, tmp_path, da
     assert main(["run", "--config", pack_config(tmp_path / "cfg", data_root), "--out", str(out), "--quiet"]) == 0
     info = json.loads((out / "run.json").read_text())
     assert info["plugin_overrides"] == [{"kind": "detectors", "name": "msp", "plugin": __name__,
-                                         "replaces": "advopenood_plugins.detectors (advopenood==0.1.0)"}]
+                                         "replaces": "advopenood_plugins.detectors.logits (advopenood==0.1.0)"}]
     with np.load(out / "scores" / "msp.npz") as scores:
         assert scores["id"].max() > 1.0  # a logit, not a softmax probability: the override scored
     report = (out / "report.md").read_text()
-    assert f"- detectors msp: {__name__} replaces advopenood_plugins.detectors (advopenood==0.1.0)" in report
+    assert f"- detectors msp: {__name__} replaces advopenood_plugins.detectors.logits (advopenood==0.1.0)" in report
 
 
 # ------------------------------------------------------------------------------------- the public API

@@ -192,6 +192,41 @@ def _adv_sets(evaluator, args: argparse.Namespace, net: nn.Module, attacks: dict
     return sets
 
 
+def _eval_one(args: argparse.Namespace, sub: Path, trusted: Path, attacks: dict[str, Any], evaluators: list[str],
+              device: torch.device, *, data_root: Path, config_root: Path) -> pd.DataFrame:
+    """One training run ``sub`` (``s*/``) of ``eval-ood``: its network and postprocessor, the adversarial splits,
+    OpenOOD's metrics (returned), the chosen evaluators' tables, and the stored scores and postprocessor."""
+    name, root = args.postprocessor, Path(args.root)
+    net = _network(args.id_data, sub / "best.ckpt", device)
+    postprocessor = _postprocessor(name, sub, trusted)
+    evaluator = adv_evaluator_class()(
+        net, id_name=args.id_data, data_root=str(data_root), config_root=str(config_root), preprocessor=None,
+        postprocessor_name=name, postprocessor=postprocessor, batch_size=args.batch_size, shuffle=False,
+        num_workers=args.num_workers)
+    _adv_sets(evaluator, args, net, attacks, data_root, device)
+    scores_file = sub / "scores" / f"{name}.pkl"
+    if scores_file.is_file():
+        saved = read_pickle(scores_file, trusted)
+        saved.get("ood", {}).pop("adv", None)  # adversarial splits are always scored afresh
+        _update(evaluator.scores, saved)
+        print("Loaded pre-computed scores from file.")
+    pp = evaluator.postprocessor
+    pp_file = sub / "postprocessors" / f"{name}.pkl"
+    if (hasattr(pp, "setup_flag") or pp.hyperparam_search_done is True) and not pp_file.is_file():
+        write_pickle(pp, pp_file, trusted)
+    metrics = evaluator.eval_ood(fsood=args.fsood)
+    for chosen in evaluators:
+        task = root / ("fsood" if args.fsood else "ood")
+        result = evaluator.evaluate(chosen, protocol=DEFAULT_PROTOCOL, out=task / f"{name}_{chosen}_{sub.name}")
+        for fname, table in result.tables.items():
+            if fname.endswith(".csv"):
+                print(table.to_string(index=False))
+                aio.write_csv(task / f"{name}_{Path(fname).stem}_{sub.name}.csv", table)
+    if args.save_score:
+        write_pickle(evaluator.scores, scores_file, trusted)
+    return metrics
+
+
 def eval_ood_main(argv: list[str]) -> int:
     """``advopenood eval-ood``: OpenOOD's ``scripts/eval_ood.py`` plus adversarial splits; returns the exit code."""
     args = build_parser().parse_args(argv)
@@ -223,34 +258,9 @@ def eval_ood_main(argv: list[str]) -> int:
     all_metrics, metrics = [], None
     with cuda_redirect(device):
         for sub in map(Path, subfolders):
-            net = _network(args.id_data, sub / "best.ckpt", device)
-            postprocessor = _postprocessor(name, sub, trusted)
-            evaluator = adv_evaluator_class()(
-                net, id_name=args.id_data, data_root=str(data_root), config_root=str(config_root), preprocessor=None,
-                postprocessor_name=name, postprocessor=postprocessor, batch_size=args.batch_size, shuffle=False,
-                num_workers=args.num_workers)
-            _adv_sets(evaluator, args, net, attacks, data_root, device)
-            scores_file = sub / "scores" / f"{name}.pkl"
-            if scores_file.is_file():
-                saved = read_pickle(scores_file, trusted)
-                saved.get("ood", {}).pop("adv", None)  # adversarial splits are always scored afresh
-                _update(evaluator.scores, saved)
-                print("Loaded pre-computed scores from file.")
-            pp = evaluator.postprocessor
-            pp_file = sub / "postprocessors" / f"{name}.pkl"
-            if (hasattr(pp, "setup_flag") or pp.hyperparam_search_done is True) and not pp_file.is_file():
-                write_pickle(pp, pp_file, trusted)
-            metrics = evaluator.eval_ood(fsood=args.fsood)
+            metrics = _eval_one(args, sub, trusted, attacks, evaluators, device, data_root=data_root,
+                                config_root=config_root)
             all_metrics.append(metrics.to_numpy())
-            for chosen in evaluators:
-                task = root / ("fsood" if args.fsood else "ood")
-                result = evaluator.evaluate(chosen, protocol=DEFAULT_PROTOCOL, out=task / f"{name}_{chosen}_{sub.name}")
-                for fname, table in result.tables.items():
-                    if fname.endswith(".csv"):
-                        print(table.to_string(index=False))
-                        aio.write_csv(task / f"{name}_{Path(fname).stem}_{sub.name}.csv", table)
-            if args.save_score:
-                write_pickle(evaluator.scores, scores_file, trusted)
     df = summary_table(all_metrics, metrics.index, metrics.columns, DEFAULT_PROTOCOL)
     if args.save_csv:
         aio.write_text(root / ("fsood" if args.fsood else "ood") / f"{name}.csv", df.to_csv())

@@ -42,7 +42,7 @@ from advopenood.errors import UsageError
 from advopenood.config.loading import validate
 from advopenood.evaluation.context import CleanRecord, RunContext
 from advopenood.outputs.results import Results, as_results
-from advopenood.run.pipeline import asr_row
+from advopenood.run.attack import asr_row
 from advopenood.run.preflight import SET_NAME
 
 ADAPTER_PREFIX = "advopenood_"
@@ -159,108 +159,113 @@ def config_lookup(original: Callable[[str, str, str], Any]) -> Callable[[str, st
     return get_postprocessor
 
 
+class AdvSplits:
+    """The ``adv`` split of :func:`adv_evaluator_class`'s ``AdvEvaluator``: mixed into OpenOOD's ``Evaluator``
+    (imported only when OpenOOD is installed), so that it also scores adversarial sets next to near/far OOD."""
+
+    def add_adv_split(self, name: str, loader: Any, adv: AdvSet | None = None) -> None:
+        """Inject one adversarial set (a loader of ``{'data', 'label'}`` batches of its successful examples in
+        sample order, normalised as the ID data); ``adv`` (its store entry) gives the row's ``asr`` and
+        enables :meth:`evaluate`. ``name`` becomes a row of OpenOOD's table and a key of ours, so it is a safe
+        set name (:data:`advopenood.run.preflight.SET_NAME`) that names no ID or OOD split already there."""
+        taken = {"id", "advood", "nearood", "farood", *self.dataloader_dict["ood"].get("adv", {})}
+        for group in ("near", "far", "csid"):
+            taken |= set(self.dataloader_dict["ood"].get(group) or self.dataloader_dict.get(group) or {})
+        if not isinstance(name, str) or not SET_NAME.fullmatch(name) or name.lower() in {t.lower() for t in taken}:
+            raise UsageError(f"adversarial split {name!r} is not a safe, unused split name; valid choices: letters, "
+                             f"digits and . _ + @ - starting with a letter or digit, not one of {sorted(taken)}")
+        self.dataloader_dict["ood"].setdefault("adv", {})[name] = loader
+        if adv is not None:
+            self.__dict__.setdefault("adv_sets", {})[name] = adv
+        self.scores["ood"].setdefault("adv", {})[name] = None
+        self.metrics["ood"] = self.metrics["fsood"] = None
+
+    def eval_ood(self, fsood: bool = False, progress: bool = True):
+        """OpenOOD's table plus one row per adversarial split and their ``advood`` mean; columns ``n`` (the
+        split's successful adversarial examples, its OOD samples) and ``asr`` (as asr.csv: percent of the
+        clean-correct attacked images misclassified) are filled for the adversarial splits."""
+        task = "fsood" if fsood else "ood"
+        fresh = self.metrics[task] is None
+        metrics = super().eval_ood(fsood=fsood, progress=progress)
+        adv = self.dataloader_dict["ood"].get("adv")
+        if not fresh or not adv:
+            return metrics
+        id_list = self._id_scores(fsood)
+        rows = pd.DataFrame([self._adv_row(id_list, name, progress) for name in adv], index=list(adv),
+                            columns=[*metrics.columns, "n", "asr"])
+        rows.loc["advood"] = rows[metrics.columns].mean()  # NaN rows (no successful example) left out
+        rows["ACC"] = self.metrics["csid_acc" if fsood else "id_acc"]
+        self.metrics[task] = pd.concat([metrics, rows])
+        with pd.option_context("display.max_rows", None, "display.max_columns", None,
+                               "display.float_format", "{:,.2f}".format):
+            print(rows)
+        return self.metrics[task]
+
+    def _adv_row(self, id_list: list[np.ndarray], name: str, progress: bool) -> list[float]:
+        """FPR@95, AUROC, AUPR_IN, AUPR_OUT (percent), ACC (filled by the caller), n and asr of one split;
+        the metrics are NaN for a split without successful adversarial examples."""
+        from openood.evaluators.metrics import compute_all_metrics
+
+        adv = self.__dict__.get("adv_sets", {}).get(name)
+        scores = self.scores["ood"]["adv"]
+        if scores[name] is None:
+            if adv is not None and not adv.records["success"].any():
+                scores[name] = [np.zeros(0, dtype=int), np.zeros(0, dtype=np.float32), np.zeros(0, dtype=int)]
+            else:
+                scores[name] = list(self.postprocessor.inference(
+                    self.net, self.dataloader_dict["ood"]["adv"][name], progress))
+        pred, conf, _ = scores[name]
+        nan = float("nan")
+        asr = asr_row(adv, self.id_name, "", 0, nan, DEFAULT_PROTOCOL)["asr"] if adv is not None else nan
+        if not len(conf):
+            return [np.nan] * 5 + [0.0, asr]
+        label = np.concatenate([id_list[2], -np.ones(len(conf), dtype=int)])
+        metrics = compute_all_metrics(np.concatenate([id_list[1], conf]), label, np.concatenate([id_list[0], pred]))
+        return [100.0 * m for m in metrics[:4]] + [np.nan, float(len(conf)), asr]
+
+    def evaluate(self, name: str, params: dict[str, Any] | None = None, protocol: str = DEFAULT_PROTOCOL,
+                 out: Path | None = None) -> Results:
+        """Any registered evaluator (``eval-ood --evaluator NAME``) on the adversarial splits, after
+        :meth:`eval_ood`: its ``RunContext`` holds the postprocessor's confidences on the ID test set and on each
+        split (NaN where the attack failed: a split holds its successful examples only), the splits' store
+        entries, the clean predictions and a plan naming this evaluation; the model and data sets are OpenOOD's
+        and not in the context. Figures go under ``out``."""
+        import tempfile
+
+        adv_sets = self.__dict__.get("adv_sets", {})
+        scored = self.scores["ood"].get("adv", {})
+        if not adv_sets or any(scored.get(n) is None for n in adv_sets):
+            raise UsageError(f"evaluator {name!r} needs adversarial splits added with their AdvSet (add_adv_split) "
+                             "and scored by eval_ood; valid order: add_adv_split, eval_ood, evaluate")
+        plugin = registry.create("evaluators", name, **(params or {}))
+        pp = type(self.postprocessor).__name__
+        conf = {"id": self.scores["id"]["test"][1]}
+        conf.update({n: per_sample(scored[n][1], a, n) for n, a in adv_sets.items()})
+        pred, _, label = self.scores["id"]["test"]
+        plan = validate({"name": f"eval-ood {pp}", "protocol": protocol, "model": {"arch": "resnet18_32x32"},
+                         "data": {"dataset": self.id_name, "id": {"kind": "demo"}}, "attacks": [],
+                         "detectors": "", "evaluators": [name], "evaluator_params": {name: params or {}}})
+        ctx = RunContext(plan, Path(out or tempfile.mkdtemp()), self.net, next(self.net.parameters()).device, 0,
+                         self.id_name, type(self.net).__name__, None, None, {}, dict(adv_sets),
+                         CleanRecord(np.asarray(label), np.asarray(pred)), protocol=protocol, backend="openood",
+                         scores={pp: conf})
+        return as_results(plugin(ctx))
+
+    def _id_scores(self, fsood: bool) -> list[np.ndarray]:
+        """The ID (plus covariate-shifted ID under ``fsood``) predictions, confidences and labels."""
+        parts = [self.scores["id"]["test"]]
+        if fsood:
+            parts += [self.scores["csid"][k] for k in self.scores["csid"]]
+        return [np.concatenate([p[i] for p in parts]) for i in range(3)]
+
+
 @lru_cache(maxsize=1)
 def adv_evaluator_class() -> type:
-    """OpenOOD's ``Evaluator`` with an ``adv`` OOD split (see the module docstring)."""
+    """OpenOOD's ``Evaluator`` with an ``adv`` OOD split (:class:`AdvSplits`; see the module docstring)."""
     from openood.evaluation_api import Evaluator
 
-    class AdvEvaluator(Evaluator):
+    class AdvEvaluator(AdvSplits, Evaluator):
         """OpenOOD's Evaluator that also scores adversarial sets (the ``adv`` split) next to near/far OOD."""
-
-        def add_adv_split(self, name: str, loader: Any, adv: AdvSet | None = None) -> None:
-            """Inject one adversarial set (a loader of ``{'data', 'label'}`` batches of its successful examples in
-            sample order, normalised as the ID data); ``adv`` (its store entry) gives the row's ``asr`` and
-            enables :meth:`evaluate`. ``name`` becomes a row of OpenOOD's table and a key of ours, so it is a safe
-            set name (:data:`advopenood.run.preflight.SET_NAME`) that names no ID or OOD split already there."""
-            taken = {"id", "advood", "nearood", "farood", *self.dataloader_dict["ood"].get("adv", {})}
-            for group in ("near", "far", "csid"):
-                taken |= set(self.dataloader_dict["ood"].get(group) or self.dataloader_dict.get(group) or {})
-            if not isinstance(name, str) or not SET_NAME.fullmatch(name) or name.lower() in {t.lower() for t in taken}:
-                raise UsageError(f"adversarial split {name!r} is not a safe, unused split name; valid choices: letters, "
-                                 f"digits and . _ + @ - starting with a letter or digit, not one of {sorted(taken)}")
-            self.dataloader_dict["ood"].setdefault("adv", {})[name] = loader
-            if adv is not None:
-                self.__dict__.setdefault("adv_sets", {})[name] = adv
-            self.scores["ood"].setdefault("adv", {})[name] = None
-            self.metrics["ood"] = self.metrics["fsood"] = None
-
-        def eval_ood(self, fsood: bool = False, progress: bool = True):
-            """OpenOOD's table plus one row per adversarial split and their ``advood`` mean; columns ``n`` (the
-            split's successful adversarial examples, its OOD samples) and ``asr`` (as asr.csv: percent of the
-            clean-correct attacked images misclassified) are filled for the adversarial splits."""
-            task = "fsood" if fsood else "ood"
-            fresh = self.metrics[task] is None
-            metrics = super().eval_ood(fsood=fsood, progress=progress)
-            adv = self.dataloader_dict["ood"].get("adv")
-            if not fresh or not adv:
-                return metrics
-            id_list = self._id_scores(fsood)
-            rows = pd.DataFrame([self._adv_row(id_list, name, progress) for name in adv], index=list(adv),
-                                columns=[*metrics.columns, "n", "asr"])
-            rows.loc["advood"] = rows[metrics.columns].mean()  # NaN rows (no successful example) left out
-            rows["ACC"] = self.metrics["csid_acc" if fsood else "id_acc"]
-            self.metrics[task] = pd.concat([metrics, rows])
-            with pd.option_context("display.max_rows", None, "display.max_columns", None,
-                                   "display.float_format", "{:,.2f}".format):
-                print(rows)
-            return self.metrics[task]
-
-        def _adv_row(self, id_list: list[np.ndarray], name: str, progress: bool) -> list[float]:
-            """FPR@95, AUROC, AUPR_IN, AUPR_OUT (percent), ACC (filled by the caller), n and asr of one split;
-            the metrics are NaN for a split without successful adversarial examples."""
-            from openood.evaluators.metrics import compute_all_metrics
-
-            adv = self.__dict__.get("adv_sets", {}).get(name)
-            scores = self.scores["ood"]["adv"]
-            if scores[name] is None:
-                if adv is not None and not adv.records["success"].any():
-                    scores[name] = [np.zeros(0, dtype=int), np.zeros(0, dtype=np.float32), np.zeros(0, dtype=int)]
-                else:
-                    scores[name] = list(self.postprocessor.inference(
-                        self.net, self.dataloader_dict["ood"]["adv"][name], progress))
-            pred, conf, _ = scores[name]
-            nan = float("nan")
-            asr = asr_row(adv, self.id_name, "", 0, nan, DEFAULT_PROTOCOL)["asr"] if adv is not None else nan
-            if not len(conf):
-                return [np.nan] * 5 + [0.0, asr]
-            label = np.concatenate([id_list[2], -np.ones(len(conf), dtype=int)])
-            metrics = compute_all_metrics(np.concatenate([id_list[1], conf]), label, np.concatenate([id_list[0], pred]))
-            return [100.0 * m for m in metrics[:4]] + [np.nan, float(len(conf)), asr]
-
-        def evaluate(self, name: str, params: dict[str, Any] | None = None, protocol: str = DEFAULT_PROTOCOL,
-                     out: Path | None = None) -> Results:
-            """Any registered evaluator (``eval-ood --evaluator NAME``) on the adversarial splits, after
-            :meth:`eval_ood`: its ``RunContext`` holds the postprocessor's confidences on the ID test set and on each
-            split (NaN where the attack failed: a split holds its successful examples only), the splits' store
-            entries, the clean predictions and a plan naming this evaluation; the model and data sets are OpenOOD's
-            and not in the context. Figures go under ``out``."""
-            import tempfile
-
-            adv_sets = self.__dict__.get("adv_sets", {})
-            scored = self.scores["ood"].get("adv", {})
-            if not adv_sets or any(scored.get(n) is None for n in adv_sets):
-                raise UsageError(f"evaluator {name!r} needs adversarial splits added with their AdvSet (add_adv_split) "
-                                 "and scored by eval_ood; valid order: add_adv_split, eval_ood, evaluate")
-            plugin = registry.create("evaluators", name, **(params or {}))
-            pp = type(self.postprocessor).__name__
-            conf = {"id": self.scores["id"]["test"][1]}
-            conf.update({n: per_sample(scored[n][1], a, n) for n, a in adv_sets.items()})
-            pred, _, label = self.scores["id"]["test"]
-            plan = validate({"name": f"eval-ood {pp}", "protocol": protocol, "model": {"arch": "resnet18_32x32"},
-                             "data": {"dataset": self.id_name, "id": {"kind": "demo"}}, "attacks": [],
-                             "detectors": "", "evaluators": [name], "evaluator_params": {name: params or {}}})
-            ctx = RunContext(plan, Path(out or tempfile.mkdtemp()), self.net, next(self.net.parameters()).device, 0,
-                             self.id_name, type(self.net).__name__, None, None, {}, dict(adv_sets),
-                             CleanRecord(np.asarray(label), np.asarray(pred)), protocol=protocol, backend="openood",
-                             scores={pp: conf})
-            return as_results(plugin(ctx))
-
-        def _id_scores(self, fsood: bool) -> list[np.ndarray]:
-            """The ID (plus covariate-shifted ID under ``fsood``) predictions, confidences and labels."""
-            parts = [self.scores["id"]["test"]]
-            if fsood:
-                parts += [self.scores["csid"][k] for k in self.scores["csid"]]
-            return [np.concatenate([p[i] for p in parts]) for i in range(3)]
 
     return AdvEvaluator
 

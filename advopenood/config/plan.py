@@ -76,6 +76,11 @@ class RunPlan(RunConfig):
         """A plain copy of ``<section>.<name>`` (e.g. ``params("detector_params", "knn")``); empty when unset."""
         return thaw(getattr(self, section).get(name) or {}) if name else {}
 
+    def param_section(self, section: str) -> dict[str, dict[str, Any]]:
+        """A plain copy of a whole parameter section, name -> :meth:`params` (e.g. ``detector_params`` for the
+        detector bank), so no caller thaws the plan itself."""
+        return {name: self.params(section, name) for name in getattr(self, section)}
+
     def recomputes(self, name: str) -> bool:
         """Whether this run recomputes the stored work of attack set or detector ``name`` (``recompute``)."""
         return "all" in self.recompute or name in self.recompute

@@ -107,32 +107,22 @@ def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dat
     keys = [n.strip().lower() for n in names]
     device = torch.device(device)
     num_classes = fc_layer(model).out_features
-    dets: dict[str, Postprocessor] = {}
     errors: dict[str, str] = {}
     traces: dict[str, str] = {}
     seconds: dict[str, float] = {}
     work = dict(FIT_WORK)
+    dets = {}
     for key in keys:
-        try:
-            dets[key] = create_detector(key, resolved, params.get(key), num_classes=num_classes, device=device,
-                                        seed=seed, batch_size=batch_size, progress=progress)
-        except UsageError:
-            raise
-        except Exception as exc:  # a broken detector is skipped, never fatal for the others
-            _fail(errors, traces, key, "construction", exc)
+        det = _constructed(key, resolved, params, errors, traces, num_classes=num_classes, device=device, seed=seed,
+                           batch_size=batch_size, progress=progress)
+        if det is not None:
+            dets[key] = det
     model.eval()
 
     fitting = [k for k, d in dets.items() if d.requires_fit]
     det_keys = {k: _detector_key(dets[k], k, resolved, model_hash, fit_set, seed, batch_size) for k in fitting} \
         if cache is not None else {}
-    for key in list(fitting):
-        if key in (refit or ()):
-            continue
-        state = cache.load_tensors(f"state-{key}", det_keys[key]) if cache is not None else None
-        if state is not None:
-            dets[key].load_fit_state(model, state)
-            fitting.remove(key)
-            work["fit_states_reused"] += 1
+    fitting = _restore_states(dets, fitting, det_keys, model, cache, refit or set(), work)
     if fitting:
         sizes = [dets[k].fit_size for k in fitting]
         fit_data = fit_subset(fit_set, seed, None if None in sizes else max(sizes))
@@ -144,18 +134,11 @@ def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dat
                                               progress=progress)
             work["fit_pass_computed" if computed else "fit_pass_reused"] += 1
         for key in fitting:
-            det = dets[key]
-            n = det.rows_needed(len(fit_data))
-            batches = lambda n=n: take_rows(make_loader(fit_data, batch_size), n)
             start = time.perf_counter()
             try:
-                outputs, labels = fit_pass.for_detector(key, n)
-                if det.needs_all_classes:
-                    check_classes(labels if det.shared_fit else torch.cat([torch.as_tensor(y) for _, y in batches()]),
-                                  num_classes)
-                det.fit(model, outputs, labels, batches)
+                _fit_one(dets[key], key, model, fit_data, fit_pass, batch_size=batch_size, num_classes=num_classes)
                 work["fits_computed"] += 1
-                state = det.fit_state()
+                state = dets[key].fit_state()
                 if cache is not None and state is not None and rank == 0:
                     cache.save_tensors(f"state-{key}", det_keys[key], state)
             except Exception as exc:  # skipped with its reason
@@ -165,6 +148,45 @@ def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dat
     bank = DetectorBank(model, dets, keys, errors, resolved, device, seconds, work)
     bank.traces.update(traces)
     return bank
+
+
+def _constructed(key: str, resolved: str, params: dict[str, dict], errors: dict[str, str], traces: dict[str, str],
+                 **settings: Any) -> Postprocessor | None:
+    """Detector ``key`` built with its parameters; ``None`` (its reason in ``errors``) when it fails to build. An
+    unknown name or parameter (a UsageError) raises."""
+    try:
+        return create_detector(key, resolved, params.get(key), **settings)
+    except UsageError:
+        raise
+    except Exception as exc:  # a broken detector is skipped, never fatal for the others
+        _fail(errors, traces, key, "construction", exc)
+        return None
+
+
+def _restore_states(dets: dict[str, Postprocessor], fitting: list[str], det_keys: dict[str, str], model: nn.Module,
+                    cache: ScoreCache | None, refit: set[str], work: dict[str, int]) -> list[str]:
+    """The detectors of ``fitting`` still to fit: the others' fitted states are read back from the store."""
+    left = list(fitting)
+    for key in fitting:
+        if key in refit:
+            continue
+        state = cache.load_tensors(f"state-{key}", det_keys[key]) if cache is not None else None
+        if state is not None:
+            dets[key].load_fit_state(model, state)
+            left.remove(key)
+            work["fit_states_reused"] += 1
+    return left
+
+
+def _fit_one(det: Postprocessor, key: str, model: nn.Module, fit_data: Dataset, fit_pass: FitPass, *,
+             batch_size: int, num_classes: int) -> None:
+    """Fit one detector from the shared fit pass (or its own batches of the fit data)."""
+    n = det.rows_needed(len(fit_data))
+    batches = lambda n=n: take_rows(make_loader(fit_data, batch_size), n)  # noqa: E731
+    outputs, labels = fit_pass.for_detector(key, n)
+    if det.needs_all_classes:
+        check_classes(labels if det.shared_fit else torch.cat([torch.as_tensor(y) for _, y in batches()]), num_classes)
+    det.fit(model, outputs, labels, batches)
 
 
 def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset,
@@ -206,35 +228,31 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
                              refit=recompute, **sharding)
 
     if cache is None:
-        bank = fit(keys)
-        scores = bank.score(sets, progress)
-        computed = sum(len(v) for v in scores.values())
-        return ScoreResult(scores, bank.errors, bank.backend, bank.seconds, bank,
-                           {**bank.work, "fitted": len(bank.dets), "fits_reused": 0, "score_sets_computed": computed,
-                            "score_sets_reused": 0}, bank.traces, {k: backend_label(k, resolved) for k in keys})
-    identities = identities or {}
+        return _score_unstored(fit(keys), sets, keys, resolved, progress)
+    return _score_stored(fit, sharding, keys, resolved, params, model, fit_set, sets, identities or {}, cache,
+                         recompute, batch_size=batch_size, device=device, seed=seed, model_hash=model_hash, rank=rank,
+                         world_size=world_size, progress=progress)
+
+
+def _score_stored(fit: Callable[[list[str]], DetectorBank], sharding: dict[str, int], keys: list[str], resolved: str,
+                  params: dict[str, dict], model: nn.Module, fit_set: Dataset,
+                  sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]],
+                  identities: dict[str, dict[str, Any]], cache: ScoreCache, recompute: set[str], *, batch_size: int,
+                  device: torch.device, seed: int, model_hash: str, rank: int, world_size: int,
+                  progress: bool) -> ScoreResult:
+    """:func:`score_all` with a store: stored score vectors read back, only the missing ones computed (this rank's
+    share under torchrun, merged on rank 0). ``fit`` fits a subset with ``sharding`` (made unsharded once the
+    run's own fits are done, for the analyses' later fits on rank 0)."""
     num_classes = fc_layer(model).out_features
     errors: dict[str, str] = {}
     traces: dict[str, str] = {}
     det_keys: dict[str, str] = {}
     for key in keys:
-        try:
-            det = create_detector(key, resolved, params.get(key), num_classes=num_classes, device=device, seed=seed,
-                                  batch_size=batch_size)
-        except UsageError:
-            raise
-        except Exception as exc:  # a broken detector is skipped, never fatal for the others
-            _fail(errors, traces, key, "construction", exc)
-            continue
-        det_keys[key] = _detector_key(det, key, resolved, model_hash, fit_set, seed, batch_size)
-    found: dict[str, dict[str, np.ndarray]] = {k: {} for k in det_keys}
-    for key, det_key in det_keys.items():
-        if key in recompute:
-            continue
-        for set_name in sets:
-            cached = cache.load(key, det_key, identities[set_name])
-            if cached is not None:
-                found[key][set_name] = cached
+        det = _constructed(key, resolved, params, errors, traces, num_classes=num_classes, device=device, seed=seed,
+                           batch_size=batch_size)
+        if det is not None:
+            det_keys[key] = _detector_key(det, key, resolved, model_hash, fit_set, seed, batch_size)
+    found = _stored_scores(det_keys, sets, identities, cache, recompute)
     reused = sum(len(v) for v in found.values())
     bank = LazyBank(fit, list(det_keys), errors, resolved, model, device)
     bank.traces.update(traces)
@@ -243,46 +261,114 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
     sharding.update(rank=0, world_size=1)  # later fits (analyses, on rank 0 alone) run unsharded
     todo = {set_name: [k for k in need if set_name not in found[k] and k in bank.dets] for set_name in sets}
     select = None if world_size == 1 else (lambda b: b % world_size == rank)
+    share, pass_work = _score_sets(bank, sets, todo, identities, cache, recompute, select, progress, model=model,
+                                   model_hash=model_hash, batch_size=batch_size, device=device, world_size=world_size)
+    fitted = lambda: len([k for k in need if k not in bank.errors])  # noqa: E731
+    if world_size > 1:
+        share = _merged_shares(share, bank, cache, todo, need, det_keys, {k: identities[k] for k in sets}, rank,
+                               world_size)
+        if share is None:
+            return ScoreResult({}, bank.errors, resolved, bank.seconds, bank,
+                               {**FIT_WORK, **bank.work, **pass_work, "fitted": fitted()})
+    computed = _store_computed(share, found, bank, cache, det_keys, identities)
+    scores = {k: found[k] for k in keys if k in det_keys and k not in bank.errors}
+    return ScoreResult(scores, bank.errors, resolved, bank.seconds, bank,
+                       {**FIT_WORK, **bank.work, **pass_work, "fitted": fitted(),
+                        "fits_reused": len(det_keys) - len(need),
+                        "score_sets_computed": computed, "score_sets_reused": reused}, bank.traces,
+                       {k: backend_label(k, resolved) for k in keys})
+
+
+def _score_unstored(bank: DetectorBank, sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]],
+                    keys: list[str], resolved: str, progress: bool) -> ScoreResult:
+    """:func:`score_all` without a store: every set scored by the freshly fitted bank."""
+    scores = bank.score(sets, progress)
+    computed = sum(len(v) for v in scores.values())
+    return ScoreResult(scores, bank.errors, bank.backend, bank.seconds, bank,
+                       {**bank.work, "fitted": len(bank.dets), "fits_reused": 0, "score_sets_computed": computed,
+                        "score_sets_reused": 0}, bank.traces, {k: backend_label(k, resolved) for k in keys})
+
+
+def _stored_scores(det_keys: dict[str, str], sets: dict[str, Any], identities: dict[str, dict[str, Any]],
+                   cache: ScoreCache, recompute: set[str]) -> dict[str, dict[str, np.ndarray]]:
+    """The score vectors already in the store, detector -> set -> confidences (none for a detector recomputed)."""
+    found: dict[str, dict[str, np.ndarray]] = {k: {} for k in det_keys}
+    for key, det_key in det_keys.items():
+        if key in recompute:
+            continue
+        for set_name in sets:
+            cached = cache.load(key, det_key, identities[set_name])
+            if cached is not None:
+                found[key][set_name] = cached
+    return found
+
+
+def _score_sets(bank: DetectorBank, sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]],
+                todo: dict[str, list[str]], identities: dict[str, dict[str, Any]], cache: ScoreCache,
+                recompute: set[str], select: Callable[[int], bool] | None, progress: bool,
+                **pass_settings: Any) -> tuple[dict[str, dict[str, dict[int, np.ndarray]]], dict[str, int]]:
+    """Each set's missing score vectors (this rank's batches), one network pass per set or its stored pass; the
+    confidences by set, detector and batch, and the pass counters."""
     share: dict[str, dict[str, dict[int, np.ndarray]]] = {}
     pass_work = {"set_passes_computed": 0, "set_passes_reused": 0}
     for set_name, make_batches in sets.items():
         who = [k for k in todo[set_name] if k in bank.dets]  # a detector that failed on an earlier set is gone
         if not who:
             continue
-        # one process keeps each scored set's logits and features, so that a detector whose parameter changed
-        # scores from them without a network pass
-        pass_key = set_pass_key(model_hash=model_hash, model=model, identity=identities[set_name],
-                                batch_size=batch_size) if world_size == 1 else None
-        stored = None
-        if pass_key is not None and not recompute & set(who) and all(reads_outputs_only(bank.dets[k]) for k in who):
-            tensors = cache.load_tensors("setpass", pass_key)
-            if tensors is not None:
-                stored = Outputs(tensors["logits"].to(device), tensors["features"].to(device))
-        record: list[Outputs] | None = [] if pass_key is not None and stored is None else None
+        stored, record, pass_key = _set_pass(bank, who, cache, recompute, identities[set_name], **pass_settings)
         share[set_name] = bank.score_batches(set_name, make_batches(), who, progress, select, stored, record)
         pass_work["set_passes_reused" if stored is not None else "set_passes_computed"] += 1
         if record and any(k in bank.dets for k in who):
             cache.save_tensors("setpass", pass_key, {"logits": torch.cat([o.logits for o in record]),
                                                      "features": torch.cat([o.features for o in record])})
-    if world_size > 1:
-        run_key = canonical_key({"score": det_keys, "sets": {k: identities[k] for k in sets}, "world": world_size})
-        tensors = {set_name: {key: {b: torch.as_tensor(np.ascontiguousarray(conf)) for b, conf in by_batch.items()}
-                              for key, by_batch in by_det.items()} for set_name, by_det in share.items()}
-        cache.save_part(run_key, rank, {"scores": tensors, "errors": {k: bank.errors[k] for k in need
-                                                                       if k in bank.errors}})
-        _barrier(world_size)
-        if rank != 0:
-            return ScoreResult({}, bank.errors, resolved, bank.seconds, bank,
-                               {**FIT_WORK, **bank.work, **pass_work,
-                                "fitted": len([k for k in need if k not in bank.errors])})
-        parts = cache.load_parts(run_key, world_size)
-        cache.drop_parts(run_key)
-        for part in parts:
-            for key, reason in part["errors"].items():
-                bank.drop(key, reason)
-        share = {set_name: {key: {b: conf.numpy() for part in parts for b, conf in part["scores"].get(set_name, {})
-                                  .get(key, {}).items()} for key in who if key in bank.dets}
-                 for set_name, who in todo.items() if who}
+    return share, pass_work
+
+
+def _set_pass(bank: DetectorBank, who: list[str], cache: ScoreCache, recompute: set[str], identity: dict[str, Any], *,
+              model: nn.Module, model_hash: str, batch_size: int, device: torch.device,
+              world_size: int) -> tuple[Outputs | None, list[Outputs] | None, str | None]:
+    """A set's stored network pass when every detector ``who`` scores from logits and features alone, and the list
+    to record a fresh pass into (one process keeps each scored set's logits and features, so that a detector whose
+    parameter changed scores from them without a network pass), ``None`` for either when not applicable; and the
+    pass's store key (one process only)."""
+    pass_key = set_pass_key(model_hash=model_hash, model=model, identity=identity,
+                            batch_size=batch_size) if world_size == 1 else None
+    stored = None
+    if pass_key is not None and not recompute & set(who) and all(reads_outputs_only(bank.dets[k]) for k in who):
+        tensors = cache.load_tensors("setpass", pass_key)
+        if tensors is not None:
+            stored = Outputs(tensors["logits"].to(device), tensors["features"].to(device))
+    return stored, ([] if pass_key is not None and stored is None else None), pass_key
+
+
+def _merged_shares(share: dict[str, dict[str, dict[int, np.ndarray]]], bank: DetectorBank, cache: ScoreCache,
+                   todo: dict[str, list[str]], need: list[str], det_keys: dict[str, str],
+                   identities: dict[str, dict[str, Any]], rank: int,
+                   world_size: int) -> dict[str, dict[str, dict[int, np.ndarray]]] | None:
+    """Under torchrun: every rank's scored batches exchanged through the store; rank 0 gets them all (failures on
+    any rank dropped from the bank), the other ranks ``None``."""
+    run_key = canonical_key({"score": det_keys, "sets": identities, "world": world_size})
+    tensors = {set_name: {key: {b: torch.as_tensor(np.ascontiguousarray(conf)) for b, conf in by_batch.items()}
+                          for key, by_batch in by_det.items()} for set_name, by_det in share.items()}
+    cache.save_part(run_key, rank, {"scores": tensors, "errors": {k: bank.errors[k] for k in need
+                                                                   if k in bank.errors}})
+    _barrier(world_size)
+    if rank != 0:
+        return None
+    parts = cache.load_parts(run_key, world_size)
+    cache.drop_parts(run_key)
+    for part in parts:
+        for key, reason in part["errors"].items():
+            bank.drop(key, reason)
+    return {set_name: {key: {b: conf.numpy() for part in parts for b, conf in part["scores"].get(set_name, {})
+                             .get(key, {}).items()} for key in who if key in bank.dets}
+            for set_name, who in todo.items() if who}
+
+
+def _store_computed(share: dict[str, dict[str, dict[int, np.ndarray]]], found: dict[str, dict[str, np.ndarray]],
+                    bank: DetectorBank, cache: ScoreCache, det_keys: dict[str, str],
+                    identities: dict[str, dict[str, Any]]) -> int:
+    """The computed score vectors joined into ``found`` and stored; how many."""
     computed = 0
     for set_name, by_det in share.items():
         for key, by_batch in by_det.items():
@@ -291,9 +377,4 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
             found[key][set_name] = join_batches(by_batch)
             cache.save(key, det_keys[key], identities[set_name], found[key][set_name])
             computed += 1
-    scores = {k: found[k] for k in keys if k in det_keys and k not in bank.errors}
-    return ScoreResult(scores, bank.errors, resolved, bank.seconds, bank,
-                       {**FIT_WORK, **bank.work, **pass_work, "fitted": len([k for k in need if k not in bank.errors]),
-                        "fits_reused": len(det_keys) - len(need),
-                        "score_sets_computed": computed, "score_sets_reused": reused}, bank.traces,
-                       {k: backend_label(k, resolved) for k in keys})
+    return computed

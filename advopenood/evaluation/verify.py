@@ -3,11 +3,12 @@
 The run folder holds everything a table is computed from: ``scores/<detector>.npz`` (confidences per set, and
 per adversarial set the ``<set>.success`` and ``<set>.positive`` masks of the images the detectors scored),
 ``run.json`` (config, protocol, seed, the attack sets' store paths and keys) and the store's shards. The core
-re-derives ``asr.csv`` from the shards (Wilson's intervals as roots of their quadratic); every evaluator or
-analysis that ran and declares a ``verify`` hook
+re-derives ``asr.csv`` from the shards (Wilson's intervals as roots of their quadratic,
+:func:`advopenood.evaluation.oracle.wilson`); every evaluator or analysis that ran and declares a ``verify`` hook
 (:class:`advopenood.capabilities.Verifiable`) re-derives its own tables. Hooks are written as separate code
-paths from the ones that wrote the tables (other arithmetic, other libraries where possible), so that a bug in
-one does not hide in both.
+paths from the ones that wrote the tables, and take every metric and interval from the one independent checker,
+:mod:`advopenood.evaluation.oracle` (other arithmetic, other libraries where possible), so that a bug in one does
+not hide in both; no hook imports the code it checks.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from advopenood.errors import UsageError
+from advopenood.evaluation import oracle
 
 
 @dataclass
@@ -120,18 +122,6 @@ def compare(expected: pd.DataFrame, written: pd.DataFrame, keys: list[str], colu
     return sorted(lines)
 
 
-def wilson_roots(successes: int, n: int) -> tuple[float, float]:
-    """Wilson's (1927) 95 % interval in percent as the two roots ``p`` of ``(k/n - p)^2 = z^2 p (1 - p) / n``
-    (a quadratic in ``p``, solved with :func:`numpy.roots`: another path than the closed form that wrote it)."""
-    if n <= 0:
-        return math.nan, math.nan
-    from scipy.stats import norm
-
-    z2, share = float(norm.ppf(0.975)) ** 2, successes / n
-    roots = np.sort(np.real(np.roots([1 + z2 / n, -(2 * share + z2 / n), share * share])))
-    return 100.0 * float(np.clip(roots[0], 0, 1)), 100.0 * float(np.clip(roots[-1], 0, 1))
-
-
 def verify_asr(run: RunFiles) -> list[str]:
     """Re-derive ``asr.csv`` from the stored shards' records (``asr``: success among clean-correct rows; ``asr_all``:
     success among all rows; norms averaged over successful rows); sets whose shards are gone are reported."""
@@ -151,8 +141,8 @@ def verify_asr(run: RunFiles) -> list[str]:
         source = entry.get("source", "id")
         correct = rec["clean_pred"] == rec["y"] if source == "id" else np.ones(len(success), dtype=bool)
         wilson = str((run.config.get("ci") or {}).get("method", "none")) != "none"
-        asr_lo, asr_hi = wilson_roots(int(success[correct].sum()), int(correct.sum())) if wilson else (math.nan,) * 2
-        all_lo, all_hi = wilson_roots(int(success.sum()), len(success)) if wilson else (math.nan,) * 2
+        asr_lo, asr_hi = oracle.wilson(int(success[correct].sum()), int(correct.sum())) if wilson else (math.nan,) * 2
+        all_lo, all_hi = oracle.wilson(int(success.sum()), len(success)) if wilson else (math.nan,) * 2
         rows.append({"attack": name, "n": len(success), "asr_lo": asr_lo, "asr_hi": asr_hi, "asr_all_lo": all_lo,
                      "asr_all_hi": all_hi, "ci": "wilson" if wilson else "none",
                      "asr": 100.0 * success[correct].sum() / correct.sum() if correct.any() else math.nan,

@@ -24,7 +24,6 @@ import numpy as np
 
 from advopenood import registry
 from advopenood.config.plan import RunPlan
-from advopenood.config.schema import thaw
 from advopenood.data.specs import INTEGER_LABEL, IdxSpec, OpenOODSpec
 from advopenood.errors import UsageError
 from advopenood.io import MANIFEST, OutputError, check_output_folder
@@ -313,7 +312,7 @@ def check_plugins(plan: RunPlan, attack_only: bool = False) -> None:
 
     specs = list(plan.attack_specs)
     check_sources(specs, [dataset_name(s) for s in plan.data.ood])
-    check_detectors(list(plan.detectors), thaw(plan.detector_params))
+    check_detectors(list(plan.detectors), plan.param_section("detector_params"))
     known = [s.set_name for s in specs] + list(plan.detectors)
     for name in plan.recompute:
         if name != "all" and name not in known:

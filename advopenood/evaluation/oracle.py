@@ -1,0 +1,196 @@
+"""The one independent checker of every metric and interval a run writes: what each ``verify`` hook re-derives with.
+
+It is written apart from the writers (:mod:`advopenood.evaluation.metrics`, :mod:`advopenood.evaluation.intervals`
+and the plugins) and imports none of them (an import-linter contract, ``oracle``, keeps it so), so that one bug
+cannot hide in a table and in its check. The definitions are OpenOOD v1.5's (``openood/evaluators/metrics.py``):
+a detector's confidence ``conf`` is higher for more in-distribution inputs, OOD is the positive class and the
+decision score is ``-conf``; every metric is in percent.
+
+* **AUROC**: the Mann-Whitney statistic on average ranks (``scipy.stats.rankdata``; Hanley and McNeil 1982),
+  ``(R_id - n_id (n_id + 1) / 2) / (n_id n_ood)``: ties count one half, which equals the trapezoidal ROC area.
+* **FPR95**: the false positive rate at the first ROC point whose true positive rate reaches 95 %, on the points
+  ``sklearn.metrics.roc_curve`` keeps (``drop_intermediate``: a point whose step in false and true positives equals
+  the next one's is dropped), built here from cumulative counts at each distinct score.
+* **AUPR-In / AUPR-Out**: the trapezoidal areas under the precision-recall points (``precision_recall_curve`` with
+  its end point recall 0, precision 1) with ID / OOD positive, as OpenOOD's ``auc(recall, precision)``.
+* **bootstrap**: the stratified percentile interval (2.5 and 97.5 % linear quantiles) over the run's resamples: the
+  cell's seed is the first 8 bytes, little-endian, of SHA-256 of ``"<run seed>\\0<cell key>"``; a PCG64 generator
+  seeded with it draws the ``(resamples, n_id)`` ID indices, then the ``(resamples, n_ood)`` OOD indices, uniform
+  with replacement. Each resample's metrics are computed one resample at a time (:func:`replicates`).
+* **DeLong**: DeLong, DeLong and Clarke-Pearson (1988) from the pairwise comparison matrix ``psi`` (one row per
+  OOD image, one column per ID image), for one AUROC and for the difference of two on the same images.
+* **Wilson**: the 95 % score interval on a share as the roots of its quadratic (Wilson 1927).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+from typing import Iterable
+
+import numpy as np
+
+METRICS = ("fpr95", "auroc", "aupr_in", "aupr_out")
+TPR = 0.95
+LEVEL = 0.95
+
+
+def _z() -> float:
+    """The two-sided 95 % normal quantile."""
+    from scipy.stats import norm
+
+    return float(norm.ppf(0.5 + LEVEL / 2))
+
+
+def usable(conf_id: np.ndarray, conf_ood: np.ndarray) -> bool:
+    """Whether both sides hold at least one confidence and none is NaN (otherwise every metric is NaN)."""
+    return bool(len(conf_id) and len(conf_ood) and not np.isnan(conf_id).any() and not np.isnan(conf_ood).any())
+
+
+def _arrays(conf_id: np.ndarray, conf_ood: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return np.asarray(conf_id, dtype=np.float64).ravel(), np.asarray(conf_ood, dtype=np.float64).ravel()
+
+
+def _steps(positive: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cumulative (false, true) positives at each distinct ``score``, from the highest down."""
+    order = np.argsort(-score, kind="mergesort")
+    ranked, pos = score[order], positive[order]
+    ends = np.r_[np.flatnonzero(ranked[1:] != ranked[:-1]), len(ranked) - 1]
+    tp = np.cumsum(pos)[ends].astype(np.float64)
+    return ends + 1.0 - tp, tp
+
+
+def _pr_area(fp: np.ndarray, tp: np.ndarray) -> float:
+    """Trapezoidal area under the precision-recall points, with the end point (recall 0, precision 1)."""
+    recall, precision = np.r_[0.0, tp / tp[-1]], np.r_[1.0, tp / (tp + fp)]
+    return float(np.sum(np.diff(recall) * (precision[1:] + precision[:-1])) / 2.0)
+
+
+def _metrics(conf_id: np.ndarray, conf_ood: np.ndarray, wanted: Iterable[str]) -> dict[str, float]:
+    """The ``wanted`` metrics in percent of usable float arrays."""
+    from scipy.stats import rankdata
+
+    n_id, n_ood = len(conf_id), len(conf_ood)
+    pooled = np.concatenate([conf_id, conf_ood])
+    is_ood = np.r_[np.zeros(n_id), np.ones(n_ood)]
+    out: dict[str, float] = {}
+    for metric in wanted:
+        if metric == "auroc":
+            u_id = rankdata(pooled)[:n_id].sum() - n_id * (n_id + 1) / 2.0
+            out[metric] = 100.0 * u_id / (n_id * n_ood)
+        elif metric == "fpr95":
+            fp, tp = _steps(is_ood, -pooled)
+            if len(fp) > 2:  # sklearn's drop_intermediate
+                keep = np.r_[True, (np.diff(fp, 2) != 0) | (np.diff(tp, 2) != 0), True]
+                fp, tp = fp[keep], tp[keep]
+            fpr, tpr = np.r_[0.0, fp] / n_id, np.r_[0.0, tp] / n_ood
+            out[metric] = 100.0 * float(fpr[np.flatnonzero(tpr >= TPR)[0]])
+        elif metric == "aupr_out":
+            out[metric] = 100.0 * _pr_area(*_steps(is_ood, -pooled))
+        elif metric == "aupr_in":
+            out[metric] = 100.0 * _pr_area(*_steps(1.0 - is_ood, pooled))
+        else:
+            raise ValueError(f"unknown metric {metric!r}; valid: {', '.join(METRICS)}")
+    return out
+
+
+def ood_metrics(conf_id: np.ndarray, conf_ood: np.ndarray, wanted: Iterable[str] = METRICS) -> dict[str, float]:
+    """The ``wanted`` metrics (default all four) in percent; NaN when a side is empty or holds NaN."""
+    conf_id, conf_ood = _arrays(conf_id, conf_ood)
+    wanted = tuple(wanted)
+    if not usable(conf_id, conf_ood):
+        return {m: math.nan for m in wanted}
+    return _metrics(conf_id, conf_ood, wanted)
+
+
+def auroc(conf_id: np.ndarray, conf_ood: np.ndarray) -> float:
+    """AUROC in percent (Mann-Whitney); NaN when a side is empty or holds NaN."""
+    return ood_metrics(conf_id, conf_ood, ("auroc",))["auroc"]
+
+
+def fpr95(conf_id: np.ndarray, conf_ood: np.ndarray) -> float:
+    """FPR95 in percent (OpenOOD's); NaN when a side is empty or holds NaN."""
+    return ood_metrics(conf_id, conf_ood, ("fpr95",))["fpr95"]
+
+
+def cell_seed(seed: int, key: str) -> int:
+    """A cell's 64-bit resampling seed: SHA-256 of ``"<seed>\\0<key>"``, its first 8 bytes as a little-endian
+    unsigned integer."""
+    digest = hashlib.sha256(str(int(seed)).encode() + b"\x00" + key.encode()).digest()
+    return int(struct.unpack("<Q", digest[:8])[0])
+
+
+def resample_indices(seed: int, key: str, n_id: int, n_ood: int, resamples: int) -> tuple[np.ndarray, np.ndarray]:
+    """The cell's stratified draws: ``(resamples, n_id)`` ID indices, then ``(resamples, n_ood)`` OOD indices."""
+    rng = np.random.Generator(np.random.PCG64(cell_seed(seed, key)))
+    idx_id = rng.integers(0, n_id, size=(resamples, n_id))
+    return idx_id, rng.integers(0, n_ood, size=(resamples, n_ood))
+
+
+def replicates(conf_id: np.ndarray, conf_ood: np.ndarray, idx_id: np.ndarray, idx_ood: np.ndarray,
+               wanted: Iterable[str] = METRICS) -> dict[str, np.ndarray]:
+    """The ``wanted`` metrics (percent) of every resample, one resample at a time: row ``b`` scores
+    ``conf_id[idx_id[b]]`` against ``conf_ood[idx_ood[b]]`` (usable arrays: no NaN)."""
+    conf_id, conf_ood = _arrays(conf_id, conf_ood)
+    wanted = tuple(wanted)
+    rows = [_metrics(conf_id[i], conf_ood[j], wanted) for i, j in zip(idx_id, idx_ood)]
+    return {m: np.array([r[m] for r in rows]) for m in wanted}
+
+
+def percentile_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+    """The percentile interval of bootstrap replicates: the linear-interpolation quantiles (Hyndman and Fan's
+    type 7) at ``(1 - level) / 2`` and ``(1 + level) / 2``."""
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    ends = []
+    for q in ((1 - level) / 2, (1 + level) / 2):
+        h = (len(ordered) - 1) * q
+        below = int(math.floor(h))
+        above = min(below + 1, len(ordered) - 1)
+        ends.append(float(ordered[below] + (h - below) * (ordered[above] - ordered[below])))
+    return ends[0], ends[1]
+
+
+def bootstrap_interval(conf_id: np.ndarray, conf_ood: np.ndarray, seed: int, key: str, resamples: int,
+                       wanted: Iterable[str] = METRICS) -> tuple[dict[str, tuple[float, float]], dict[str, np.ndarray]]:
+    """``({metric: (lo, hi)}, replicates)`` of one cell's seeded stratified bootstrap (usable arrays)."""
+    conf_id, conf_ood = _arrays(conf_id, conf_ood)
+    idx_id, idx_ood = resample_indices(seed, key, len(conf_id), len(conf_ood), resamples)
+    reps = replicates(conf_id, conf_ood, idx_id, idx_ood, wanted)
+    return {m: percentile_interval(v) for m, v in reps.items()}, reps
+
+
+def _psi(conf_id: np.ndarray, conf_ood: np.ndarray) -> np.ndarray:
+    """The comparison matrix: ``psi[i, j] = 1`` when OOD image ``i`` looks less ID than ID image ``j``, 1/2 on a
+    tie, else 0."""
+    conf_id, conf_ood = _arrays(conf_id, conf_ood)
+    return (conf_ood[:, None] < conf_id[None, :]) + 0.5 * (conf_ood[:, None] == conf_id[None, :])
+
+
+def delong_interval(conf_id: np.ndarray, conf_ood: np.ndarray) -> tuple[float, float]:
+    """DeLong's 95 % interval on the AUROC in percent, clipped to [0, 100]: ``V10`` the rows' and ``V01`` the
+    columns' means of ``psi``, ``Var = var(V10) / n_ood + var(V01) / n_id`` (sample variances)."""
+    psi = _psi(conf_id, conf_ood)
+    v10, v01 = psi.mean(axis=1), psi.mean(axis=0)
+    half = _z() * math.sqrt(np.var(v10, ddof=1) / len(v10) + np.var(v01, ddof=1) / len(v01))
+    return 100.0 * max(0.0, psi.mean() - half), 100.0 * min(1.0, psi.mean() + half)
+
+
+def delong_difference(cell_a: tuple[np.ndarray, np.ndarray], cell_b: tuple[np.ndarray, np.ndarray]
+                      ) -> tuple[float, float]:
+    """DeLong's 95 % interval on ``AUROC_a - AUROC_b`` in points, clipped to [-100, 100], for two detectors' cells
+    ``(conf_id, conf_ood)`` on the same images: the variance of the contrast ``(1, -1)``."""
+    psi_a, psi_b = _psi(*cell_a), _psi(*cell_b)
+    d10, d01 = psi_a.mean(axis=1) - psi_b.mean(axis=1), psi_a.mean(axis=0) - psi_b.mean(axis=0)
+    delta = psi_a.mean() - psi_b.mean()
+    half = _z() * math.sqrt(np.var(d10, ddof=1) / len(d10) + np.var(d01, ddof=1) / len(d01))
+    return 100.0 * max(-1.0, delta - half), 100.0 * min(1.0, delta + half)
+
+
+def wilson(successes: int, n: int) -> tuple[float, float]:
+    """Wilson's (1927) 95 % interval in percent as the two roots ``p`` of ``(k/n - p)^2 = z^2 p (1 - p) / n``
+    (a quadratic in ``p``, solved with :func:`numpy.roots`); NaN when ``n`` is 0."""
+    if n <= 0:
+        return math.nan, math.nan
+    z2, share = _z() ** 2, successes / n
+    roots = np.sort(np.real(np.roots([1 + z2 / n, -(2 * share + z2 / n), share * share])))
+    return 100.0 * float(np.clip(roots[0], 0, 1)), 100.0 * float(np.clip(roots[-1], 0, 1))

@@ -1,0 +1,159 @@
+"""Stage 2 of a run, attack: the clean pass, one adversarial set per attack spec (through the store) and
+``asr.csv``; its output is the :class:`~advopenood.evaluation.context.RunContext` the later stages fill."""
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from advopenood import io as aio
+from advopenood.attacks.base import build_attack
+from advopenood.attacks.store import AdvSet, AdvStore
+from advopenood.capabilities import bind_attack
+from advopenood.config.plan import AttackSpec, RunPlan, source_set
+from advopenood.data.datasets import make_loader
+from advopenood.errors import UsageError
+from advopenood.evaluation.context import CleanRecord, RunContext
+from advopenood.evaluation.intervals import wilson
+from advopenood.models.classifier import Classifier, weights_hash
+from advopenood.run.prepare import Inputs, Setup
+
+ASR_COLUMNS = ["dataset", "arch", "attack", "eps", "n", "clean_acc", "asr", "asr_lo", "asr_hi", "asr_all", "asr_all_lo",
+               "asr_all_hi", "ci", "mean_linf", "mean_l2", "seed", "source", "protocol"]
+
+
+@dataclass(frozen=True)
+class Attacked:
+    """What the attack stage hands on: the run's context (clean record, adversarial sets, attack failures), the
+    ASR table (rank 0; ``None`` on other ranks) and the stage's seconds."""
+
+    ctx: RunContext
+    asr: pd.DataFrame | None
+    seconds: float
+
+
+def clean_predictions(model: Classifier, ds, batch_size: int, device: torch.device, progress: bool,
+                      workers: int = 0) -> CleanRecord:
+    """Clean-ID labels and predictions, one batched pass."""
+    ys, preds = [], []
+    with torch.no_grad():
+        for x, y in tqdm(make_loader(ds, batch_size, workers), desc="clean pass", disable=not progress, leave=False):
+            preds.append(model(x.to(device)).argmax(1).cpu())
+            ys.append(y)
+    return CleanRecord(torch.cat(ys).numpy(), torch.cat(preds).numpy())
+
+
+def asr_row(adv: AdvSet, dataset: str, arch: str, seed: int, clean_acc: float, protocol: str,
+            ci: str = "none") -> dict[str, Any]:
+    """One row of asr.csv. ``asr``: share of clean-correct samples whose attack succeeded (adv_pred != y);
+    ``asr_all``: share of all samples misclassified after the attack (the paper's Table 3 convention).
+    Norms are means over successful adversarial examples. Percentages. For an OOD->ID set (``source`` not
+    ``"id"``) both are the share of OOD images the attack made the detector accept. Unless ``ci`` (the plan's
+    ``ci.method``) is ``none``, ``asr_lo`` / ``asr_hi`` and ``asr_all_lo`` / ``asr_all_hi`` hold Wilson's 95 %
+    interval (:func:`advopenood.evaluation.intervals.wilson`; empty for a share of no images) and ``ci`` says
+    ``wilson``."""
+    r = adv.records
+    correct = (r.clean_pred == r.y).to_numpy() if adv.source == "id" else np.ones(len(r), dtype=bool)
+    success = r.success.to_numpy().astype(bool)
+    hit = r[success]
+    nan = float("nan")
+    wanted = ci != "none"
+    asr_lo, asr_hi = wilson(int(success[correct].sum()), int(correct.sum())) if wanted else (nan, nan)
+    all_lo, all_hi = wilson(int(success.sum()), len(success)) if wanted else (nan, nan)
+    return {"dataset": dataset, "arch": arch, "attack": adv.set_name, "eps": adv.eps, "n": len(r),
+            "clean_acc": clean_acc, "asr": 100.0 * success[correct].mean() if correct.any() else nan,
+            "asr_lo": asr_lo, "asr_hi": asr_hi, "asr_all": 100.0 * success.mean() if len(success) else nan,
+            "asr_all_lo": all_lo, "asr_all_hi": all_hi, "ci": "wilson" if wanted else "none",
+            "mean_linf": hit.linf.mean() if len(hit) else float("nan"),
+            "mean_l2": hit.l2.mean() if len(hit) else float("nan"), "seed": seed, "source": adv.source,
+            "protocol": protocol}
+
+
+def _one_set(plan: RunPlan, spec: AttackSpec, store: AdvStore, model: Classifier, model_hash: str, id_set, *,
+             fit_set, ood_sets: dict[str, Any], device: torch.device, rank: int, world_size: int,
+             progress: bool) -> AdvSet:
+    """The adversarial set of one spec: built, bound to the fit set, generated or read from the store, checked."""
+    attack = build_attack(spec.attack, spec.params)
+    source, data = source_set(spec, id_set, ood_sets)
+    bind_attack(attack, model, fit_set, seed=plan.seed, batch_size=plan.batch_size, device=device,
+                detector_params=plan.param_section("detector_params"))
+    adv = store.generate(data, model, attack, model_hash=model_hash, seed=plan.seed, device=device,
+                         rank=rank, world_size=world_size, progress=progress,
+                         recompute=plan.recomputes(spec.set_name))
+    adv.set_name, adv.source = spec.set_name, source
+    adv.quantize = plan.protocol_spec.quantize
+    adv.see(model, attack, plan.batch_size, device)
+    return adv
+
+
+def generate_sets(plan: RunPlan, model: Classifier, id_set, device: torch.device, *, fit_set,
+                  ood_sets: dict[str, Any], rank: int = 0, world_size: int = 1,
+                  progress: bool = True, errors: dict[str, str] | None = None,
+                  traces: dict[str, str] | None = None) -> dict[str, AdvSet]:
+    """One adversarial set per spec, from the store when it is already there.
+
+    Detector-aware attacks are bound to the fit set (:func:`advopenood.capabilities.bind_attack`). Under torchrun
+    each rank attacks the shards ``i % world_size == rank`` into the shared store; after a barrier rank 0 writes
+    the manifests, and every rank sees the complete sets.
+    With ``errors`` (one process only), an attack that raises (or whose output fails
+    :func:`advopenood.attacks.store.check_attack_output`) costs only its set: the set is left out, ``errors``
+    gets ``attack:<set>`` -> one line and ``traces`` its traceback; otherwise (and for a UsageError) it raises.
+    """
+    store = AdvStore(plan.cache / "adv", shard_size=plan.shard_size)
+    model_hash = weights_hash(model)
+    sets: dict[str, AdvSet] = {}
+    for spec in plan.attack_specs:
+        try:
+            sets[spec.set_name] = _one_set(plan, spec, store, model, model_hash, id_set, fit_set=fit_set,
+                                           ood_sets=ood_sets, device=device, rank=rank, world_size=world_size,
+                                           progress=progress)
+        except UsageError:
+            raise
+        except Exception as exc:
+            if errors is None or world_size > 1:
+                raise
+            label = f"attack:{spec.set_name}"
+            errors[label] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300] or type(exc).__name__}"
+            if traces is not None:
+                traces[label] = traceback.format_exc()
+    if world_size > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+        if rank == 0:
+            for adv in sets.values():
+                store.finalize(adv)
+        dist.barrier()
+    return sets
+
+
+def attack(setup: Setup, inputs: Inputs) -> Attacked:
+    """The stage: clean pass and adversarial sets (an attack that raises costs only its set), the run's context,
+    and on rank 0 ``asr.csv`` (the core's own table)."""
+    plan, rank = setup.plan, setup.rank
+    device, seed, bs = torch.device(plan.device), plan.seed, plan.batch_size
+    model, id_set = inputs.model, inputs.id_set
+    t = time.perf_counter()
+    clean = clean_predictions(model, id_set, bs, device, setup.progress, plan.num_workers)
+    errors: dict[str, str] = {}
+    traces: dict[str, str] = {}
+    adv_sets = generate_sets(plan, model, id_set, device, fit_set=inputs.fit_set, ood_sets=inputs.ood_sets, rank=rank,
+                             world_size=setup.world_size, progress=setup.progress, errors=errors, traces=traces)
+    seconds = time.perf_counter() - t
+    dataset, arch = plan.data.dataset or id_set.name, model.arch
+    ctx = RunContext(plan, setup.out, model, device, seed, dataset, arch, id_set, inputs.fit_set, inputs.ood_sets,
+                     adv_sets, clean, batch_size=bs, protocol=plan.protocol, rank=rank, progress=setup.progress)
+    ctx.plugin_errors.update(errors)
+    ctx.traces.update(traces)
+    if rank != 0:
+        return Attacked(ctx, None, seconds)
+    asr = pd.DataFrame([asr_row(a, dataset, arch, seed, clean.accuracy, ctx.protocol, plan.ci.method)
+                        for a in adv_sets.values()], columns=ASR_COLUMNS)
+    aio.write_csv(setup.out / "asr.csv", asr)
+    return Attacked(ctx, asr, seconds)

@@ -1,0 +1,82 @@
+"""Stage 5 of a run, report: the OpenOOD export (``--export-png``), ``tables.tex``, ``run.json``, the readable
+report and ``errors.log``, all into the staging folder the driver then commits."""
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from typing import Any
+
+from advopenood import io as aio
+from advopenood import registry
+from advopenood.config import protocols
+from advopenood.detection.bank import evaluation_noise_seeds
+from advopenood.evaluation.context import RunContext
+from advopenood.evaluation.metrics import sample_note
+from advopenood.models.classifier import weights_hash
+from advopenood.outputs.latex import write_latex
+from advopenood.outputs.report import write_report
+from advopenood.provenance import library_versions
+from advopenood.run.prepare import Setup
+
+
+def log_failures(ctx: RunContext) -> None:
+    """``errors.log`` with the traceback of every failed detector and plugin (none written when all ran)."""
+    failures = ctx.failures
+    if not failures:
+        return
+    parts = [f"== {label}: {reason}\n{ctx.traces.get(label, '')}" for label, reason in failures.items()]
+    aio.write_text(ctx.out / "errors.log", "\n".join(parts))
+
+
+def _sample(ctx: RunContext) -> Any:
+    """run.json's ``sample``: the note on the smallest set evaluated."""
+    sizes = [len(v) for v in ctx.ood_sets.values()] + [len(a.records) for a in ctx.adv_sets.values()]
+    return sample_note(len(ctx.id_set), min(sizes, default=len(ctx.id_set)))
+
+
+def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
+    """run.json: config, seed, versions, cache keys, whether attacks were generated or reused, timings."""
+    adv = ctx.adv_sets.values()
+    return {
+        "config": ctx.plan.dump(),
+        "protocol": protocols.get(ctx.protocol).as_dict(),
+        "seed": ctx.seed,
+        "versions": {**library_versions(), "python": sys.version.split()[0], "platform": platform.platform()},
+        "model": {"arch": ctx.arch, "weights_sha256": weights_hash(ctx.model)},
+        "precision": getattr(ctx.model, "precision", {}),
+        "data": {"id": ctx.id_set.identity(), "fit": ctx.fit_set.identity(),
+                 "ood": {k: v.identity() for k, v in ctx.ood_sets.items()}},
+        "clean_acc": ctx.clean.accuracy,
+        "sample": _sample(ctx),
+        "attacks": {name: {"attack": a.attack, "key": a.key, "path": str(a.path), "params": a.params,
+                           "source": a.source, "quantize": a.quantize, **a.stats}
+                    for name, a in ctx.adv_sets.items()},
+        "attack_work": {"shards_generated": sum(a.stats.get("generated", 0) for a in adv),
+                        "shards_reused": sum(a.stats.get("reused", 0) for a in adv)},
+        "detector_work": ctx.extras.get("detector_work", {}),
+        "detector_backend": ctx.backend,
+        "detector_backends": ctx.backends,
+        "detector_errors": ctx.detector_errors,
+        "evaluation_noise_seed": evaluation_noise_seeds(ctx.scores, ctx.plan.param_section("detector_params"),
+                                                        ctx.seed),
+        "plugin_errors": ctx.plugin_errors,
+        "plugin_overrides": registry.overrides(),
+        "nothing_computed": ctx.nothing_computed,
+        "timings_s": timings,
+    }
+
+
+def report(setup: Setup, ctx: RunContext, timings: dict[str, float], t0: float) -> None:
+    """The stage (rank 0): export, ``tables.tex`` (every CSV of the run, the core's ``asr.csv`` included),
+    ``run.json`` (with the total time since ``t0``), the report (not for an attack-only run) and ``errors.log``."""
+    if setup.export_png:
+        from advopenood.run.export import export_openood
+
+        ctx.extras["export"] = export_openood(ctx)
+    write_latex(setup.out)
+    timings["total"] = time.perf_counter() - t0
+    aio.write_json(setup.out / "run.json", run_info(ctx, timings))
+    if not setup.attack_only:
+        write_report(setup.out)
+    log_failures(ctx)

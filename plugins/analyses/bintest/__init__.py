@@ -1,0 +1,1 @@
+"""The ``bintest`` analysis: its plugin (``plugin.py``) and what it alone uses."""

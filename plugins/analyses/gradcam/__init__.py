@@ -1,0 +1,1 @@
+"""The ``gradcam`` analysis: its plugin (``plugin.py``) and what it alone uses."""

@@ -1,0 +1,1 @@
+"""The ``transfer`` analysis: its plugin (``plugin.py``) and what it alone uses."""

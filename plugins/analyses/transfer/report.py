@@ -1,0 +1,59 @@
+"""The ``transfer`` analysis's report section: its table and one reading per adversary."""
+from __future__ import annotations
+
+import pandas as pd
+
+from advopenood.outputs.results import Bullets, Paragraph, Section, Table
+from advopenood.outputs.report import fmt
+from advopenood.outputs.report import name as label
+
+
+def read_transfer(table: pd.DataFrame) -> list[str]:
+    """Per surrogate and data fraction: the attack with the highest transfer ASR (or that none fools the target),
+    and the detector with the largest defense accuracy improvement (or that none improves, and the worst)."""
+    out = []
+    for (surrogate, fraction), part in table.groupby(["surrogate", "data_fraction"], sort=False):
+        line = f"{surrogate} surrogate, {fmt(fraction)} % of the training data (up to {int(part['n'].max())} " \
+               "attacked test images): "
+        asr = part.dropna(subset=["asr"])
+        if asr.empty:
+            out.append(line + "nothing to attack.")
+            continue
+        best = asr.loc[asr["asr"].idxmax()]
+        line += (f"the highest transfer ASR is {best['asr']:.1f} % ({best['attack']})" if best["asr"] > 0
+                 else "no transferred example fools the target")
+        scored = part.dropna(subset=["improvement"])
+        scored = scored[scored["detector"].astype("string").fillna("") != ""]
+        if len(scored):
+            top, worst = scored.loc[scored["improvement"].idxmax()], scored.loc[scored["improvement"].idxmin()]
+            if top["improvement"] > 0:
+                line += (f"; {label(top['detector'])} improves defense accuracy the most, {top['improvement']:+.1f} "
+                         f"points on {top['attack']} ({top['vanilla_acc']:.1f} % -> {top['defense_acc']:.1f} %)")
+            else:
+                line += "; no detector improves defense accuracy"
+            if worst["improvement"] < 0:
+                line += (f"; {label(worst['detector'])} does worse than no defense, {worst['improvement']:+.1f} "
+                         f"points on {worst['attack']}")
+        out.append(line + ".")
+    return out
+
+
+def transfer_section(table: pd.DataFrame) -> Section:
+    """``Black-box transfer``: transfer ASR and defense accuracy per surrogate, attack and detector."""
+    protocols = set(table["protocol"].astype(str)) if "protocol" in table else {"strong"}
+    adversary = ("the adversary is Mahmood et al.'s CIFAR-10 one as their code runs it (protocol mahmood2021): "
+                 "each defense is attacked by its own adversary and compared with the vanilla network attacked by "
+                 "its own (rows without a detector), so an improvement can be negative; the deviations column "
+                 "lists where it differs from the authors' code" if protocols == {"mahmood2021"} else
+                 "the adversary is ours (protocol " + ", ".join(sorted(protocols)) + "), weaker than the paper's, "
+                 "and every detector is scored on the same examples; its numbers are not comparable with the paper's")
+    return Section("Black-box transfer", [
+        Paragraph("Mahmood et al., Beware the Black-Box: adversarial examples crafted on a surrogate (pure: trained on "
+                  "the true labels; mixed: labels queried from the target, rejected queries dropped) and submitted to "
+                  "the target; " + adversary + ". Every metric is on the n test images the row's adversary attacked. "
+                  "asr: transfer success rate; undefended_acc = 100 - asr; defense_acc: share handled correctly "
+                  "(right label or rejected); vanilla_acc: the vanilla network's defense accuracy; improvement = "
+                  "defense_acc - vanilla_acc; percent."),
+        Table(table.drop(columns=["deviations"], errors="ignore")), Bullets(read_transfer(table)),
+        *[Paragraph(f"Deviations from the authors' adversary: {text}.") for text in
+          (table["deviations"].dropna().astype(str).unique() if "deviations" in table else []) if text]])

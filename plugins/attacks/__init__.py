@@ -1,0 +1,24 @@
+"""The built-in attacks, a module per family; the entry points of group ``advopenood.attacks`` name each of
+:data:`MODULES` (``setup.py`` reads it: one list). Importing this package registers nothing.
+
+Before the layout by kind this was one module (FGSM, PGD, MIM, DeepFool, masked PGD): those names still import from
+here, with a ``DeprecationWarning`` naming their module now.
+"""
+from typing import Any
+
+from advopenood.deprecated import forward
+
+#: the modules of this kind, in the order the entry points load them
+MODULES = (
+    "standard",    # FGSM, PGD, MIM, DeepFool, masked PGD (foolbox)
+    "mead",        # MEAD's attacks on the detector's objectives
+    "adaptive",    # detector-adaptive PGD, adaptive_<det> / adaptive_ood_<det>
+    "autoattack",  # AutoAttack's attacks, C&W, adaptive_apgd_<det>
+    "robust",      # the robust-AUROC attacks, robust_<side>_<det>
+    "eot",         # EOT twins of the adaptive attacks on randomised (smoothed) detectors
+)
+
+
+def __getattr__(name: str) -> Any:
+    """A name the former module ``advopenood_plugins.attacks`` held, from where it lives now (with a warning)."""
+    return forward(__name__, name)

@@ -1,0 +1,338 @@
+"""Detector-adaptive attacks: PGD on a joint objective, classifier loss + lambda x detector-score loss.
+
+Lorenz et al., "Deciphering the Definition of Adversarial Robustness for Post-Hoc OOD Detectors" (the paper
+behind this project) ends with a roadmap whose level 3 is attacks that adapt to the detector; the recipe is the
+adaptive-attack one of Carlini & Wagner ("Adversarial Examples Are Not Easily Detected", AISec 2017) and
+Tramer, Carlini, Brendel & Madry ("On Adaptive Attacks to Adversarial Example Defenses", NeurIPS 2020).
+
+For a detector with confidence ``c(x)`` (higher = more ID, OpenOOD's convention), standardised on its fit set,
+``s(x) = (c(x) - mean_fit) / std_fit``, and logits ``f``, Linf PGD (foolbox ``LinfPGD``, random start) maximises
+
+* ``adaptive_<det>`` (ID->ID evasion, an ID image ``x`` with label ``y``):
+  ``L(x') = min(max_{j != y} f_j(x') - f_y(x'), kappa) + lambda * s(x')``: misclassify with margin ``kappa``
+  (clipped, so once misclassified the detector term takes over) while looking in-distribution;
+* ``adaptive_ood_<det>`` (OOD->ID, a natural OOD image, clean prediction ``t``):
+  ``L(x') = min(f_t(x') - max_{j != t} f_j(x'), kappa) + lambda * s(x')``: stay confidently classified while
+  the detector accepts it.
+
+``lam`` is a list swept per sample (default ``[0, 1, 4]``; 0 keeps the classifier-only attack among the candidates,
+so the adaptive attack never misclassifies less than PGD): every lambda runs the whole attack, every iterate of
+every run is a candidate, and each sample keeps the candidate that succeeds (ID->ID: misclassified; OOD->ID: confidence at or
+above the detector's 95 %-TPR threshold on its fit set) with the highest confidence, else the one with the
+highest confidence. The detector is the pytorch-ood implementation fitted on the run's fit rows (the same rows
+and parameters as the evaluated detector) and differentiated through its ``grad_score`` (BPDA where the
+detector is not differentiable; see each detector's docstring in ``plugins/detectors/``); the evaluation then
+scores the examples with the run's backend, OpenOOD's own postprocessors included.
+
+A randomised detector (:class:`~advopenood.capabilities.Randomised`, e.g. ``smoothed_<det>``) is attacked through
+its attack noise stream (:meth:`~advopenood.capabilities.Randomised.for_attack`), independent of the evaluation
+stream the run scores every set with; :class:`EOTAttack` turns any of these attacks into its EOT twin (the gradient
+averaged over the detector's draws).
+
+The binarization test's detector variant runs these attacks: the regular test uses them as they are, the
+inverted test uses :meth:`AdaptiveAttack.inverted`, which minimises the detector term instead.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+import eagerpy as ep
+import foolbox as fb
+import numpy as np
+import torch
+import torch.nn as nn
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from advopenood import registry
+from advopenood.attacks.base import Attack, default_eps, foolbox_model
+from advopenood.capabilities import AttackFamily, DetectorAware, Invertible, is_differentiable, is_randomised
+from advopenood.data.datasets import make_loader
+from advopenood.detection.outputs import Outputs, grad_outputs
+from advopenood.detection.postprocessor import Postprocessor
+from advopenood.detection.scoring import fit_detectors
+from advopenood.detection.bank import fit_subset
+from advopenood.errors import UsageError
+from advopenood.evaluation.metrics import id_threshold
+from advopenood_plugins.kit.attacks import Best, rel_stepsize
+
+#: The detector's fit-set confidences used for standardisation and the acceptance threshold (first rows).
+CALIBRATION_ROWS = 2000
+
+
+def margin_loss(logits: Tensor, target: Tensor, sign: float, kappa: float) -> Tensor:
+    """``min(sign * (f_t - max_{j != t} f_j), kappa)`` per sample: ``sign = -1`` rewards leaving class ``t``
+    (untargeted misclassification), ``sign = +1`` rewards staying in it; clipped at ``kappa`` (Carlini & Wagner)."""
+    other = logits.masked_fill(nn.functional.one_hot(target, logits.shape[1]).bool(), -math.inf).amax(1)
+    own = logits.gather(1, target[:, None])[:, 0]
+    return (sign * (own - other)).clamp(max=kappa)
+
+
+@dataclass
+class DetectorTarget:
+    """A fitted detector as the attack sees it: differentiable confidence, fit-set statistics, threshold."""
+
+    detector: Postprocessor
+    net: nn.Module
+    mean: float
+    std: float
+    threshold: float
+
+    def outputs(self, x: Tensor) -> Outputs:
+        """The network's outputs for ``x`` with gradients, with the tapped maps when the detector reads them
+        (``needs_taps``, GRAM): one pass serves the classifier term and the detector."""
+        return grad_outputs(self.net, x, keep_maps=False, taps=self.detector.needs_taps)
+
+    def confidence(self, x: Tensor, out: Outputs | None = None) -> Tensor:
+        """The detector's confidence of ``x`` (higher = more ID), differentiable in ``x``; ``out``: the network's
+        outputs for ``x`` when the caller already has them (with gradients)."""
+        out = self.outputs(x) if out is None else out
+        return self.detector.grad_score(self.net, x, out).flatten()
+
+    def standardized(self, x: Tensor, out: Outputs | None = None) -> Tensor:
+        """``(c(x) - mean_fit) / std_fit``."""
+        return (self.confidence(x, out) - self.mean) / self.std
+
+    @torch.no_grad()
+    def score(self, x: Tensor) -> Tensor:
+        """The confidence without gradients (the binarization test's ``score_fn``)."""
+        return self.confidence(x)
+
+
+def calibrate(detector: Postprocessor, net: nn.Module, fit_set: Dataset, seed: int, batch_size: int,
+              device: torch.device) -> DetectorTarget:
+    """Mean, standard deviation and 95 %-TPR threshold of the confidence on the first
+    :data:`CALIBRATION_ROWS` fit rows (in the detectors' seeded order)."""
+    target = DetectorTarget(detector, net, 0.0, 1.0, -math.inf)
+    conf = []
+    with torch.no_grad():
+        for x, _ in make_loader(fit_subset(fit_set, seed, CALIBRATION_ROWS), batch_size):
+            conf.append(target.confidence(x.to(device)).double().cpu())
+    values = torch.cat(conf).numpy()
+    finite = values[np.isfinite(values)]
+    if len(finite) < 2:
+        raise UsageError(f"detector {detector.name!r} gives no finite confidences on the fit set; "
+                         "it cannot be attacked adaptively")
+    target.mean, target.std = float(finite.mean()), float(max(finite.std(), 1e-12))
+    target.threshold = id_threshold(finite)
+    return target
+
+
+class JointLinfPGD(fb.attacks.LinfPGD):
+    """foolbox's LinfPGD with the joint objective as loss; every iterate it evaluates is a candidate for ``best``."""
+
+    def __init__(self, objective: Callable[[Tensor], tuple[Tensor, Tensor, Tensor]], best: Best, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.objective, self.best = objective, best
+
+    def get_loss_fn(self, model: fb.Model, labels: ep.Tensor) -> Callable[[ep.Tensor], ep.Tensor]:
+        def loss_fn(inputs: ep.Tensor) -> ep.Tensor:
+            loss, success, value = self.objective(inputs.raw)
+            self.best.update(inputs.raw, success, value)
+            return ep.astensor(loss.sum())
+
+        return loss_fn
+
+
+class AdaptiveAttack(Attack, DetectorAware, Invertible):
+    """Base of ``adaptive_<det>`` / ``adaptive_ood_<det>``: call :meth:`bind` with the ID fit data first
+    (the pipeline does); the detector is fitted on first use."""
+
+    norm = "linf"
+    objective = "adaptive"
+    detector: ClassVar[str] = ""
+    #: ``"id"``: ID->ID evasion; ``"ood"``: OOD->ID
+    source: ClassVar[str] = "id"
+
+    def __init__(self, **params: Any):
+        super().__init__(**params)
+        lam = self.params["lam"]
+        lams = [lam] if isinstance(lam, (int, float)) else list(lam or [])
+        if not lams or any(not isinstance(v, (int, float)) or v < 0 for v in lams):
+            raise UsageError(f"lam {lam!r} for attack {self.name!r}; valid choices: a number >= 0 or a list of them")
+        if float(self.params["kappa"]) <= 0:
+            raise UsageError(f"kappa {self.params['kappa']!r} for attack {self.name!r}; valid choices: a number > 0")
+        self.lams = [float(v) for v in lams]
+        self.sign = 1.0
+        self._bound: dict[str, Any] | None = None
+        self._target: DetectorTarget | None = None
+
+    @classmethod
+    def defaults(cls, input_size: int) -> dict[str, Any]:
+        base = {"eps": default_eps(input_size), "steps": 40, "rel_stepsize": None, "random_start": True,
+                "lam": [0.0, 1.0, 4.0], "kappa": 5.0}
+        return {**base, "ood_set": None} if cls.source == "ood" else base
+
+    def bind(self, net: nn.Module, fit_set: Dataset, *, seed: int, batch_size: int, device: torch.device | str,
+             detector_params: dict[str, Any] | None = None) -> AdaptiveAttack:
+        """Fit data and settings for the detector (the run's ``detector_params.<det>`` and seed, so it is the
+        evaluated detector's fit); recorded in the cache key through :attr:`context`."""
+        params = dict(detector_params or {})
+        self._bound = {"net": net, "fit_set": fit_set, "seed": int(seed), "batch_size": int(batch_size),
+                       "device": torch.device(device), "params": params}
+        self.context = {"fit": fit_set.identity(), "detector": self.detector, "detector_params": params,
+                        "fit_seed": int(seed)}
+        self._target = None
+        return self
+
+    @property
+    def target(self) -> DetectorTarget:
+        """The fitted, calibrated detector (fitted on first use)."""
+        if self._target is None:
+            if self._bound is None:
+                raise UsageError(f"attack {self.name!r} needs the ID fit data to fit detector {self.detector!r}; "
+                                 "call bind(net, fit_set, ...) first (advopenood run does)")
+            b = self._bound
+            bank = fit_detectors([self.detector], "pytorch-ood", b["net"], b["fit_set"], batch_size=b["batch_size"],
+                                 device=b["device"], seed=b["seed"], params={self.detector: b["params"]},
+                                 progress=False)
+            if self.detector not in bank.dets:
+                raise RuntimeError(f"attack {self.name!r}: {bank.errors.get(self.detector, 'detector did not fit')}")
+            det = bank.dets[self.detector]
+            if not is_differentiable(det):
+                raise UsageError(f"attack {self.name!r}: detector {self.detector!r} declares no differentiable score; "
+                                 "valid choices: detectors that subclass advopenood.capabilities.DifferentiableDetector")
+            det = det.for_attack() if is_randomised(det) else det  # never the noise the run evaluates with
+            self._target = calibrate(det, b["net"], b["fit_set"], b["seed"], b["batch_size"], b["device"])
+        return self._target
+
+    def detector_score(self, x: Tensor) -> Tensor:
+        """The attacked detector's confidence (no gradients), e.g. the binarization test's detector."""
+        return self.target.score(x)
+
+    def inverted(self) -> AdaptiveAttack:
+        """The same attack with the detector term negated (seeks detected examples): the inverted binarization test."""
+        twin = copy.copy(self)
+        twin.sign = -self.sign
+        return twin
+
+    def _accepted(self, conf: Tensor) -> Tensor:
+        return conf >= self.target.threshold
+
+    def succeeded(self, model: nn.Module, x_adv: Tensor, y: Tensor, adv_pred: Tensor) -> Tensor:
+        """ID->ID: misclassified; OOD->ID: accepted by the detector (confidence >= its 95 %-TPR threshold)."""
+        if self.source == "id":
+            return super().succeeded(model, x_adv, y, adv_pred)
+        return self._accepted(self.target.score(x_adv).to(adv_pred.device))
+
+    def perturb(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+        target, p = self.target, self.params
+        if self.source == "id":
+            labels, margin_sign = y, -1.0
+        else:
+            with torch.no_grad():
+                labels, margin_sign = model(x).argmax(1), 1.0
+        kappa = float(p["kappa"])
+        best = Best(x)
+        for lam in self.lams:
+            def objective(x_adv: Tensor, lam: float = lam) -> tuple[Tensor, Tensor, Tensor]:
+                shared = target.outputs(x_adv) if model is target.net else None
+                logits = model(x_adv) if shared is None else shared.logits
+                conf = target.standardized(x_adv, shared)
+                loss = margin_loss(logits, labels, margin_sign, kappa) + lam * self.sign * conf
+                with torch.no_grad():
+                    raw = conf * target.std + target.mean
+                    if self.source == "id":
+                        success = logits.argmax(1) != labels
+                    else:
+                        success = self._accepted(raw) if self.sign > 0 else ~self._accepted(raw)
+                return loss, success, self.sign * raw
+
+            attack = JointLinfPGD(objective, best, rel_stepsize=rel_stepsize(p), steps=int(p["steps"]),
+                                  random_start=bool(p["random_start"]))
+            _, clipped, _ = attack(foolbox_model(model, x.device), x, labels, epsilons=float(p["eps"]))
+            objective(clipped)
+        return best.x
+
+
+class EOTAttack:
+    """Mixin of the EOT attacks (before a detector-adaptive attack class in the bases): the attacked randomised
+    detector's gradient averages over ``eot`` of its attack-stream draws (None: the detector's own number of
+    draws); everything else is the attack it is mixed into."""
+
+    #: the attack this one differs from in its gradient only
+    plain_attack: ClassVar[str] = ""
+
+    def __init__(self, **params: Any):
+        super().__init__(**params)
+        eot = self.params["eot"]
+        if eot is not None and (isinstance(eot, bool) or not isinstance(eot, int) or eot < 1):
+            raise UsageError(f"eot {eot!r} for attack {self.name!r}; valid choices: an integer >= 1, or null for the "
+                             "detector's number of draws")
+
+    @classmethod
+    def defaults(cls, input_size: int) -> dict[str, Any]:
+        return {**super().defaults(input_size), "eot": None}
+
+    @property
+    def target(self) -> Any:
+        """The plain attack's fitted, calibrated detector (the forward value is the same), with EOT gradients."""
+        fresh = self._target is None
+        target = super().target
+        if fresh:  # a copy: the plain attack may share the fitted target (the robust attacks do)
+            det = target.detector
+            if not is_randomised(det):
+                raise UsageError(f"attack {self.name!r} averages gradients over a randomised detector's draws; "
+                                 f"{det.name!r} is not one; valid choices: detectors that subclass "
+                                 "advopenood.capabilities.Randomised, e.g. smoothed_<det>")
+            draws = det.draws if self.params["eot"] is None else int(self.params["eot"])
+            target = self._target = dataclasses.replace(target, detector=det.with_eot(draws))
+        return target
+
+
+def is_eot(attack: Any) -> bool:
+    """Whether an attack (class or instance) is an EOT attack (:class:`EOTAttack`)."""
+    cls = attack if isinstance(attack, type) else type(attack)
+    return issubclass(cls, EOTAttack)
+
+
+def adaptive_attack(detector: str, direction: str = "id") -> type[AdaptiveAttack]:
+    """Register ``adaptive_<detector>`` (direction ``"id"``) or ``adaptive_ood_<detector>`` (``"ood"``) for a
+    registered detector that declares a differentiable score (a third party's too) and return the class."""
+    if direction not in ("id", "ood"):
+        raise UsageError(f"direction {direction!r} for an adaptive attack; valid choices: id, ood")
+    name = f"adaptive_{detector}" if direction == "id" else f"adaptive_ood_{detector}"
+    what = ("misclassify an ID image while " + detector.upper() + " keeps it in-distribution" if direction == "id"
+            else "make a natural OOD image look in-distribution to " + detector.upper())
+    cls = type(name, (AdaptiveAttack,), {
+        "__doc__": f"Detector-adaptive Linf PGD against {detector.upper()}: {what} (lambda swept per sample).",
+        "__module__": __name__, "detector": detector, "source": direction})
+    return registry.register("attacks", name)(cls)
+
+
+class AdaptiveFamily(AttackFamily):
+    """``adaptive`` / ``adaptive_ood``: shorthand for ``adaptive[_ood]_<det>`` of every selected detector that has one
+    (``--attack pgd,adaptive --detectors mds,knn`` runs ``pgd``, ``adaptive_mds`` and ``adaptive_knn``)."""
+
+    bounded: ClassVar[bool] = True
+    prefix: ClassVar[str] = "adaptive_"
+    hint: ClassVar[str] = "one attack per selected detector with a differentiable score"
+    remedy: ClassVar[str] = "select such detectors (--detectors mds,knn) or name the attacks (adaptive_mds)"
+
+    @classmethod
+    def members(cls, plan: Any) -> list[str]:
+        available = set(registry.names("attacks"))
+        return [cls.prefix + d for d in plan.detectors if cls.prefix + d in available]
+
+
+registry.register("attacks", "adaptive")(type("adaptive", (AdaptiveFamily,), {
+    "__doc__": "One adaptive_<det> (ID->ID evasion) per selected detector: --attack pgd,adaptive --detectors mds,knn.",
+    "__module__": __name__}))
+registry.register("attacks", "adaptive_ood")(type("adaptive_ood", (AdaptiveFamily,), {
+    "__doc__": "One adaptive_ood_<det> (OOD->ID) per selected detector: --attack adaptive_ood --detectors mds,knn.",
+    "__module__": __name__, "prefix": "adaptive_ood_"}))
+
+
+@registry.provide("attacks")
+def _adaptive_attacks() -> None:
+    """``adaptive_<det>`` and ``adaptive_ood_<det>`` for every registered detector that declares a differentiable
+    score (:class:`~advopenood.capabilities.DifferentiableDetector`), built-in or not, registered since or not."""
+    for name, entry in registry.entries("detectors").items():
+        if is_differentiable(entry.obj):
+            for direction, prefix in (("id", "adaptive_"), ("ood", "adaptive_ood_")):
+                if not registry.registered("attacks", prefix + name):
+                    adaptive_attack(name, direction)

@@ -1,0 +1,247 @@
+"""Attacks of the robust AUROC: one side lowers the confidence of ID images, the other raises that of OOD images.
+
+A robust AUROC (Azizmalayeri et al., "Your Out-of-Distribution Detection Method is Not Robust!", NeurIPS 2022,
+ATD; Mirzaei et al., AROS, ICLR 2025) is the AUROC of a detector when both sides of the detection problem are
+attacked within the same Linf ball: every ID test image is pushed to look OOD and every OOD image to look ID.
+For a detector with confidence ``c(x)`` (higher = more ID), standardised on its fit set,
+``s(x) = (c(x) - mean_fit) / std_fit``, the attacks maximise
+
+* ``robust_id_<det>`` (ID images, :class:`~advopenood.capabilities.IdNegatives`): ``L(x') = -s(x')``;
+* ``robust_ood_<det>`` (natural OOD images, parameter ``ood_set``): ``L(x') = +s(x')``,
+
+with Linf PGD (foolbox ``LinfPGD``, random start, 100 steps of ``2.5 * eps / steps``: ATD's ``attack_pgd`` with
+``attack_iters=100, alpha=2.5*eps/attack_iters``) or, as ``robust_apgd_id_<det>`` / ``robust_apgd_ood_<det>``, APGD
+(Croce & Hein 2020) through pyautoattack's external-loss interface (``is_tf_model``, as ``adaptive_apgd_<det>``).
+A randomised detector (:class:`~advopenood.capabilities.Randomised`, e.g. ``smoothed_<det>``) with a differentiable
+score also gets the EOT twin of each (``robust_id_eot_<det>``, ``robust_ood_eot_<det>``, ``robust_apgd_id_eot_<det>``,
+``robust_apgd_ood_eot_<det>``; :class:`~.adaptive.EOTAttack`): the same attack, its gradient the
+mean over ``eot`` of the detector's attack-stream draws (default: as many as one confidence takes), which the
+``robust_auroc`` evaluator runs by default for such a detector.
+Every iterate is a candidate and so is the clean image (``delta = 0`` lies in the ball); each image keeps the
+candidate with the lowest (ID side) or highest (OOD side) confidence, so an attacked ID image never looks more ID
+than its clean self and an attacked OOD image never less. Success, as stored: the detector rejects the ID image
+(confidence below its 95 %-TPR threshold on the fit set) or accepts the OOD image. The detector is fitted and
+differentiated as for ``adaptive_<det>`` (:mod:`advopenood_plugins.attacks.adaptive`: the evaluated detector's fit rows
+and parameters, ``grad_score`` with BPDA where the detector is not differentiable).
+
+Binarization test (detector variant, Zimmermann et al. 2022, App. A.1): its binary classifier must be flipped,
+which these attacks never try; :meth:`RobustScoreAttack.test_form` therefore runs the attack's own optimiser and
+detector term with the adaptive attacks' classifier term added (``min(max_{j != y} f_j - f_y, kappa) +
+lambda * sign * s(x')``, kappa 5, lambda 0, 1, 4 swept per sample): ``sign = +1`` (raise the confidence) in the
+regular test, ``-1`` in the inverted one. A weakened optimiser or a broken detector gradient fails it.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any, Callable, ClassVar
+
+import torch
+import torch.nn as nn
+from pyautoattack.autopgd_base import APGDAttack
+from torch import Tensor
+
+from advopenood import registry
+from advopenood.attacks.base import Attack, default_eps, foolbox_model
+from advopenood.capabilities import DetectorTestForms, IdNegatives, is_differentiable, is_randomised
+from advopenood.errors import UsageError
+from advopenood_plugins.attacks.adaptive import (AdaptiveAttack, AdaptiveFamily, DetectorTarget, EOTAttack,
+                                                 JointLinfPGD, margin_loss)
+from advopenood_plugins.attacks.autoattack import VERSION, ObjectiveHead, aa_seed
+from advopenood_plugins.kit.attacks import Best, rel_stepsize
+
+#: the binarization-test form's classifier term: C&W margin clip and detector weights (``adaptive_<det>``'s)
+TEST_KAPPA = 5.0
+TEST_LAMS = (0.0, 1.0, 4.0)
+#: ``(side, method) -> name prefix``
+PREFIXES = {("id", "pgd"): "robust_id_", ("ood", "pgd"): "robust_ood_",
+            ("id", "apgd"): "robust_apgd_id_", ("ood", "apgd"): "robust_apgd_ood_"}
+#: ``(side, method) -> name prefix`` of the EOT twins (randomised detectors only)
+EOT_PREFIXES = {key: prefix + "eot_" for key, prefix in PREFIXES.items()}
+
+#: fitted detectors shared between robust attacks (:attr:`RobustScoreAttack.target`), oldest dropped first
+_TARGETS: dict[tuple[int, str, str], DetectorTarget] = {}
+MAX_TARGETS = 32
+
+Objective = Callable[[Tensor], tuple[Tensor, Tensor, Tensor, Tensor]]
+
+
+class RobustScoreAttack(AdaptiveAttack, DetectorTestForms):
+    """Base of the robust-AUROC attacks: move the detector's standardised confidence down (``side = "id"``) or up
+    (``side = "ood"``) within the eps-ball; bind with the ID fit data first (the pipeline does)."""
+
+    objective = "robust"
+    #: ``"id"``: ID images pushed to look OOD; ``"ood"``: OOD images pushed to look ID
+    side: ClassVar[str] = "id"
+    #: the optimiser, ``"pgd"`` or ``"apgd"``
+    method: ClassVar[str] = "pgd"
+
+    def __init__(self, **params: Any):
+        Attack.__init__(self, **params)  # no lambda or kappa: the objective is the detector's score alone
+        for key in ("n_iter", "n_restarts"):
+            if key in self.params and int(self.params[key]) < 1:
+                raise UsageError(f"{key} {self.params[key]!r} for attack {self.name!r}; valid choices: an integer >= 1")
+        self.sign = -1.0 if self.side == "id" else 1.0
+        self.joint = False
+        self._bound: dict[str, Any] | None = None
+        self._target = None
+
+    @classmethod
+    def defaults(cls, input_size: int) -> dict[str, Any]:
+        base = ({"eps": default_eps(input_size), "steps": 100, "rel_stepsize": None, "random_start": True}
+                if cls.method == "pgd" else {"eps": default_eps(input_size), "n_iter": 100, "n_restarts": 1, "rho": 0.75})
+        return {**base, "ood_set": None} if cls.source == "ood" else base
+
+    def bind(self, *args: Any, **kwargs: Any) -> RobustScoreAttack:
+        super().bind(*args, **kwargs)
+        if self.method == "apgd":
+            self.context = {**self.context, **VERSION}
+        return self
+
+    @property
+    def target(self) -> DetectorTarget:
+        """The fitted, calibrated detector, shared by every robust attack bound to the same network, fit data,
+        detector parameters and seed (a run's ID-side and OOD-side sets fit it once)."""
+        if self._target is None and self._bound is not None:
+            key = (id(self._bound["net"]), str(self._bound["device"]),
+                   json.dumps(self.context, sort_keys=True, default=str))
+            cached = _TARGETS.get(key)
+            if cached is not None and cached.net is self._bound["net"]:
+                self._target = cached
+            else:
+                self._target = _TARGETS[key] = AdaptiveAttack.target.fget(self)
+                while len(_TARGETS) > MAX_TARGETS:
+                    _TARGETS.pop(next(iter(_TARGETS)))
+        return AdaptiveAttack.target.fget(self)
+
+    def test_form(self, test: str) -> RobustScoreAttack:
+        """The binarization test's form: this optimiser and detector term plus the classifier term, raising the
+        confidence in the ``regular`` test and lowering it in the ``inverted`` one."""
+        if test not in ("regular", "inverted"):
+            raise UsageError(f"test {test!r} for the detector variant; valid choices: regular, inverted")
+        form = copy.copy(self)
+        form.sign, form.joint = (1.0 if test == "regular" else -1.0), True
+        return form
+
+    def _wanted(self, conf: Tensor) -> Tensor:
+        """Whether the detector decides as this attack wants: rejects (sign < 0) or accepts (sign > 0)."""
+        accepted = conf >= self.target.threshold
+        return accepted if self.sign > 0 else ~accepted
+
+    def succeeded(self, model: nn.Module, x_adv: Tensor, y: Tensor, adv_pred: Tensor) -> Tensor:
+        """ID side: the detector rejects the image; OOD side: it accepts it (95 %-TPR threshold on the fit set)."""
+        return self._wanted(self.target.score(x_adv).to(adv_pred.device))
+
+    def objective_fn(self, model: nn.Module, y: Tensor, lam: float) -> Objective:
+        """``x' -> (loss per sample, success, sign * confidence, logits)`` for the optimiser and :class:`Best`."""
+        target = self.target
+
+        def objective(x_adv: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+            shared = target.outputs(x_adv) if model is target.net else None
+            conf = target.standardized(x_adv, shared)
+            if self.joint:
+                logits = model(x_adv) if shared is None else shared.logits
+                loss = margin_loss(logits, y, -1.0, TEST_KAPPA) + lam * self.sign * conf
+            else:
+                loss = self.sign * conf
+                with torch.no_grad():
+                    logits = model(x_adv) if shared is None else shared.logits
+            with torch.no_grad():
+                raw = conf * target.std + target.mean
+                success = self._wanted(raw)
+                if self.joint:
+                    success &= logits.argmax(1) != y
+            return loss, success, self.sign * raw, logits
+
+        return objective
+
+    def perturb(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+        best = Best(x)
+        with torch.no_grad():
+            _, success, value, logits = self.objective_fn(model, y, 0.0)(x)
+        best.update(x, success, value)
+        if not self.joint:
+            y = logits.argmax(1)  # OOD rows carry no class label; the optimisers only need one (from the clean pass)
+        for lam in (TEST_LAMS if self.joint else (1.0,)):
+            self.optimise(model, x, y, self.objective_fn(model, y, lam), best)
+        return best.x
+
+    def optimise(self, model: nn.Module, x: Tensor, y: Tensor, objective: Objective, best: Best) -> None:
+        """Run the optimiser on ``objective``; every iterate it evaluates is offered to ``best``."""
+        raise NotImplementedError
+
+
+class RobustPGD(RobustScoreAttack):
+    """Linf PGD (foolbox ``LinfPGD``) on the detector's score."""
+
+    def optimise(self, model: nn.Module, x: Tensor, y: Tensor, objective: Objective, best: Best) -> None:
+        p = self.params
+        attack = JointLinfPGD(lambda z: objective(z)[:3], best, rel_stepsize=rel_stepsize(p), steps=int(p["steps"]),
+                              random_start=bool(p["random_start"]))
+        _, clipped, _ = attack(foolbox_model(model, x.device), x, y, epsilons=float(p["eps"]))
+        with torch.no_grad():
+            _, success, value, _ = objective(clipped)
+        best.update(clipped, success, value)
+
+
+class RobustAPGD(RobustScoreAttack):
+    """APGD-Linf (pyautoattack ``APGDAttack``, external loss) on the detector's score."""
+
+    method = "apgd"
+
+    def optimise(self, model: nn.Module, x: Tensor, y: Tensor, objective: Objective, best: Best) -> None:
+        p = self.params
+        apgd = APGDAttack(ObjectiveHead(model, objective, best), n_iter=int(p["n_iter"]), norm="Linf", n_restarts=1,
+                          eps=float(p["eps"]), seed=aa_seed(), loss="ce", rho=float(p["rho"]), device=x.device,
+                          is_tf_model=True)
+        apgd.init_hyperparam(x)
+        for _ in range(int(p["n_restarts"])):
+            apgd.attack_single_run(x, y)
+
+
+def robust_attack(detector: str, side: str, method: str = "pgd", eot: bool = False) -> type[RobustScoreAttack]:
+    """Register the robust-AUROC attack on ``detector`` for ``side`` (``id``, ``ood``) and ``method`` (``pgd``,
+    ``apgd``), its EOT twin when ``eot``, and return the class (e.g. ``robust_id_mds``, ``robust_apgd_ood_knn``,
+    ``robust_id_eot_smoothed_msp``)."""
+    if (side, method) not in PREFIXES:
+        raise UsageError(f"robust attack side {side!r}, method {method!r}; valid choices: side id or ood, "
+                         "method pgd or apgd")
+    name = (EOT_PREFIXES if eot else PREFIXES)[side, method] + detector
+    what = (f"lower {detector.upper()}'s confidence of an ID image (ID looks OOD)" if side == "id"
+            else f"raise {detector.upper()}'s confidence of a natural OOD image (OOD looks ID)")
+    bases = ((EOTAttack,) if eot else ()) + ((RobustPGD if method == "pgd" else RobustAPGD),) \
+        + ((IdNegatives,) if side == "id" else ())
+    cls = type(name, bases, {
+        "__doc__": f"Robust-AUROC attack, Linf {method.upper()}{', EOT gradient' if eot else ''}: {what}.",
+        "__module__": __name__, "detector": detector, "side": side, "source": side,
+        **({"plain_attack": PREFIXES[side, method] + detector} if eot else {})})
+    return registry.register("attacks", name)(cls)
+
+
+def robust_class(name: str) -> type[RobustScoreAttack] | None:
+    """The robust-AUROC attack class registered as ``name``, None for any other attack."""
+    cls = registry.get("attacks", name)
+    return cls if isinstance(cls, type) and issubclass(cls, RobustScoreAttack) else None
+
+
+for (_side, _method), _prefix in PREFIXES.items():
+    for _eot, _hint in (("", "with a differentiable score"),
+                        ("eot_", "that is randomised, with a differentiable score")):
+        _family = _prefix + _eot.rstrip("_") if _eot else _prefix.rstrip("_")
+        registry.register("attacks", _family)(type(_family, (AdaptiveFamily,), {
+            "__doc__": f"One {_prefix}{_eot}<det> per selected detector (robust AUROC, {_side.upper()} side, "
+                       f"{_method.upper()}{', EOT' if _eot else ''}).", "__module__": __name__,
+            "prefix": _prefix + _eot, "hint": f"one robust-AUROC attack per selected detector {_hint}"}))
+
+
+@registry.provide("attacks")
+def _robust_attacks() -> None:
+    """The four robust-AUROC attacks of every registered detector that declares a differentiable score
+    (:class:`~advopenood.capabilities.DifferentiableDetector`), built-in or third-party, and their four EOT twins
+    when it is randomised too (:class:`~advopenood.capabilities.Randomised`)."""
+    for name, entry in registry.entries("detectors").items():
+        if is_differentiable(entry.obj):
+            for (side, method), prefix in PREFIXES.items():
+                for eot in (False, True) if is_randomised(entry.obj) else (False,):
+                    if not registry.registered("attacks", (EOT_PREFIXES if eot else PREFIXES)[side, method] + name):
+                        robust_attack(name, side, method, eot)

@@ -1,0 +1,1 @@
+"""The ``levels`` evaluator: its plugin (``plugin.py``) and what it alone uses."""

@@ -1,0 +1,453 @@
+"""The ``levels`` evaluator: the worst AUROC of every detector at each of the paper's four levels of robustness.
+
+Lorenz et al., "Deciphering the Definition of Adversarial Robustness for Post-Hoc OOD Detectors", Sec. 4 "Levels
+of Adversarial Robustness - From Detector towards Defense":
+
+    1. Level 1: Evaluate on strong attacks [44] and avoid hyperparameters that weaken the strength of the attack's
+       effect. The FGSM is not recommended because it performs a single step to find the adversarial
+       perturbation, making it less effective than PGD [95]. Furthermore, the attack hyperparameter space is huge
+       [96] and could mitigate the attacks' strength.
+    2. Level 2: Use different models and datasets than the simple ResNet-18 trained on CIFAR-10. We suggest using
+       ImageNet-1K because its resolution and objects are more closely related to real-world scenarios.
+    3. Level 3: Elaborate your strategy to countermeasure the attack as demonstrated in [45]. New defense
+       mechanisms have often been broken quickly again [44]. For example, a differentiable OOD detector can be
+       easily fooled if the attacker approximates the gradients of the network during the backward pass in a
+       differentiable manner, known as BPDA [97].
+    4. Level 4: Let your method fail against sophisticated attacks, such as adaptive attacks [97, 54] or design OOD
+       adversarial examples that convert OD to ID samples [3]. Adversarial robustness is an iterative process,
+       where defenses are proposed, evaluated, and improved upon in response to new attacks or discovered
+       vulnerabilities.
+
+    It must be noted that not all levels are required to be evaluated. This roadmap should indicate which level of
+    OOD detection is robust.
+
+The levels are quoted verbatim above (the text of Sec. 4; the reference numbers are the paper's). Sec. 4 says
+what each level evaluates but gives no number a detector must reach: each level's definition below is the paper's
+(``criterion_source`` ``paper``), what we add is marked ``ours``. ``levels.csv`` has one row per detector, level and
+criterion: the worst AUROC (percent, OOD positive; an adversarial set's positives follow the run's protocol,
+:meth:`advopenood.evaluation.context.RunContext.ood_positives`; a set whose AUROC is undefined, e.g. no
+successful example under ``strong``, does not count) of the sets the criterion names, per detector ``d``:
+
+* **Level 1**, ``strong`` (paper: "strong attacks", "FGSM is not recommended", "avoid hyperparameters that weaken"):
+  the ID->ID sets of classifier-only attacks (not :class:`~advopenood.capabilities.DetectorAware`) that are not
+  single-step and whose settings are not weakened: no iteration count (``steps``, ``n_iter``, ``n_restarts``,
+  ``n_queries``, ``binary_search_steps``) below the attack's default under the run's protocol, no budget below its
+  default eps, and, where a step size is set, ``steps * step size >= eps`` (the iterates can reach the ball's
+  surface).
+* **Level 2**, ``other_model_data`` (paper: "different models and datasets than the simple ResNet-18 trained on
+  CIFAR-10"): level 1 on a model that is not a ResNet-18 and ID data that is not CIFAR-10 (we read "models and
+  datasets" as both, so a ResNet-20 on CIFAR-10 is not level 2): this run's level-1 sets when it is such a run, and
+  the level-1 rows of the ``levels.csv`` of each such run folder in ``evaluator_params.levels.runs``.
+* **Level 3**, ``bpda_adaptive`` (paper: "a differentiable OOD detector can be easily fooled if the attacker
+  approximates the gradients ... BPDA"): the ID->ID sets of attacks adapted to ``d`` through its differentiable
+  (BPDA) score: ``adaptive_<d>``, ``adaptive_apgd_<d>`` and their EOT variants.
+* **Level 4**, ``adaptive_id`` (paper: "adaptive attacks"): the same ID->ID adaptive sets; ``ood_to_id`` (paper:
+  "OOD adversarial examples that convert OD to ID samples"): the OOD->ID sets adapted to ``d``
+  (``adaptive_ood_<d>``, ``robust_ood_<d>``, ``robust_apgd_ood_<d>``: clean ID against all their images);
+  ``robust_auroc`` (ours): the robust AUROC of ``d``, both sides attacked (the ``robust_auroc`` evaluator).
+
+The bar is ours at every level (the paper gives none): a row *passes* when its worst AUROC is at least
+``min_auroc`` (default 50, chance: the detector still ranks attacked OOD below clean ID more often than not); a
+detector *reaches* level ``k`` when level ``k`` is evaluated (some criterion of it has a set), every criterion of it
+passes, and no evaluated level below ``k`` falls short ("not all levels are required to be evaluated");
+``reached`` is 0 when the lowest evaluated level falls short, empty when none is.
+
+Intervals: ``auroc_lo`` / ``auroc_hi`` are the 95 % interval of the set that attains a criterion's worst AUROC
+(``worst_set``; ties go to the first label in sorted order), by the run's ``ci`` plan: an attack set's is its
+``ood.csv`` cell (same key and resamples), a robust pair's its paired interval in ``robust_auroc.csv``, another
+run's its ``levels.csv`` row's. A simultaneous interval over the minimum of several sets is out of scope.
+``conclusive`` is 1 when that interval excludes ``min_auroc`` (the row's pass or fail holds at 95 %), 0 when it
+contains the bar, empty without an interval (``--ci none``; FPR95-only methods).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import numpy as np
+import pandas as pd
+
+from advopenood import io as aio
+from advopenood import registry
+from advopenood.attacks.base import attack_params
+from advopenood.capabilities import Verifiable, is_detector_aware
+from advopenood.evaluation.context import RunContext
+from advopenood.errors import UsageError
+from advopenood.evaluation.intervals import cell_key, ci_label, metric_intervals
+from advopenood.evaluation.metrics import auroc
+from advopenood.outputs.results import Bullets, Figure, Paragraph, Results, Section, Table, as_written, guarded
+from advopenood.registry import register
+from advopenood.outputs.report import join
+from advopenood.outputs.report import name as label
+from advopenood_plugins.evaluators.ood.plugin import set_groups
+from advopenood_plugins.evaluators.robust_auroc.plugin import robust_table
+from advopenood_plugins.evaluators.levels.verify import verify_levels
+
+LEVELS = (1, 2, 3, 4)
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One criterion of a level: its name in ``levels.csv``, whose it is (``paper``: Sec. 4's definition of the level;
+    ``ours``: our addition) and the sets it counts."""
+
+    level: int
+    name: str
+    source: str
+    rule: str
+
+
+#: every level's criteria, in the table's order (the module docstring quotes the paper's words for each)
+CRITERIA = (
+    Criterion(1, "strong", "paper", "ID->ID sets of multi-step attacks on the classifier (no FGSM), settings not "
+                                    "weakened"),
+    Criterion(2, "other_model_data", "paper", "level 1 on a model other than ResNet-18 and ID data other than "
+                                              "CIFAR-10"),
+    Criterion(3, "bpda_adaptive", "paper", "ID->ID sets of attacks adapted to the detector through its (BPDA) score"),
+    Criterion(4, "adaptive_id", "paper", "adaptive attacks: the same ID->ID sets"),
+    Criterion(4, "ood_to_id", "paper", "OOD->ID sets adapted to the detector (clean ID against all their images)"),
+    Criterion(4, "robust_auroc", "ours", "robust AUROC: ID and OOD sides both attacked"),
+)
+#: the paper's level-2 baseline: "the simple ResNet-18 trained on CIFAR-10"
+BASELINE_DATASET = "cifar10"
+BASELINE_MODEL = re.compile(r"resnet18(?!\d)")
+COLUMNS = ["detector", "level", "criterion", "criterion_source", "auroc", "auroc_lo", "auroc_hi", "ci", "worst_set",
+           "passed", "conclusive", "reached", "min_auroc", "sets", "protocol"]
+#: a set label's 95 % interval ``(lo, hi)`` per detector
+Bounds = dict[str, dict[str, tuple[float, float]]]
+#: attacks that take a single gradient step (Level 1: "The FGSM is not recommended because it performs a single step")
+SINGLE_STEP = ("fgsm",)
+#: a detector whose clean AUROC is below ``min_auroc`` plus this many points passes a level's bar without much to
+#: lose (on the adversarially trained ResNet-20, MDS is 52.0 clean and 52.7 under PGD): the report says so
+NEAR_BAR = 5.0
+#: parameters that count iterations: a value below the attack's default weakens it
+ITERATION_KEYS = ("steps", "n_iter", "n_restarts", "n_queries", "binary_search_steps")
+
+
+def weakened(attack: str, params: dict[str, Any], input_size: int, protocol: str) -> str:
+    """Why a set's settings weaken its attack against the attack's defaults under ``protocol`` (``""``: they do
+    not): fewer iterations, a smaller budget, or steps that cannot reach the ball's surface."""
+    default = attack_params(attack, input_size, protocol)
+    for key in ITERATION_KEYS:
+        if params.get(key) is not None and default.get(key) is not None and int(params[key]) < int(default[key]):
+            return f"{key} {params[key]} < {default[key]}"
+    eps = params.get("eps")
+    if registry.get("attacks", attack).bounded and eps is not None and default.get("eps") is not None \
+            and float(eps) < float(default["eps"]) * (1 - 1e-9):
+        return f"eps {eps:.4g} < {float(default['eps']):.4g}"
+    step = params.get("rel_stepsize")
+    if step is None and params.get("abs_stepsize") is not None and eps:
+        step = float(params["abs_stepsize"]) / float(eps)
+    if step is not None and params.get("steps") is not None and float(step) * int(params["steps"]) < 1.0:
+        return f"steps x step size = {float(step) * int(params['steps']):.3g} eps < eps"
+    return ""
+
+
+def set_auroc(ctx: RunContext, det: str, name: str) -> float:
+    """AUROC (%) of clean ID against the protocol's positives of set ``name``; NaN when undefined."""
+    conf = ctx.scores[det][name][ctx.ood_positives(name)]
+    try:
+        return 100.0 * auroc(ctx.scores[det]["id"], conf)
+    except ValueError:
+        return math.nan
+
+
+def set_bounds(ctx: RunContext, det: str, name: str) -> tuple[float, float]:
+    """The 95 % interval of :func:`set_auroc` by the run's ``ci`` plan: ``ood.csv``'s cell of the set (same key
+    ``ood|<det>|<set>``, same resamples, so the same interval)."""
+    conf = ctx.scores[det][name][ctx.ood_positives(name)]
+    bounds, _, _ = metric_intervals(ctx.scores[det]["id"], conf, ctx.plan.ci.method, ctx.seed,
+                                    cell_key("ood", det, name), ctx.plan.ci.resamples)
+    return bounds["auroc_lo"], bounds["auroc_hi"]
+
+
+def worst_set(sets: dict[str, float]) -> str:
+    """The label of the set with the lowest AUROC (ties, to 1e-9: the first label in sorted order); "" for none."""
+    return min(sorted(sets), key=lambda k: round(sets[k], 9)) if sets else ""
+
+
+def conclusive(lo: float, hi: float, min_auroc: float) -> float:
+    """1.0 when the interval excludes the bar (the pass or fail holds at 95 %), 0.0 when it contains it, NaN
+    without an interval."""
+    return math.nan if math.isnan(lo) or math.isnan(hi) else float(not lo <= min_auroc <= hi)
+
+
+def level_sets(ctx: RunContext, bounds: Bounds | None = None) -> dict[str, dict[str, dict[str, float]]]:
+    """``{detector: {criterion: {set label: AUROC}}}`` for every criterion but level 2's, of the run's scored
+    detectors; each label's interval goes into ``bounds[detector]`` when given (a robust pair's is its paired
+    interval from ``robust_auroc.csv``'s computation)."""
+    bounds = {} if bounds is None else bounds
+    out: dict[str, dict[str, dict[str, float]]] = {det: {c.name: {} for c in CRITERIA if c.level != 2}
+                                                   for det in ctx.scores}
+    size = int(ctx.model.input_size)
+    for name, adv in ctx.positive_sets.items():
+        cls = registry.get("attacks", adv.attack)
+        aware = is_detector_aware(cls)
+        for det in ctx.scores:
+            if not aware and adv.source == "id" and adv.attack not in SINGLE_STEP \
+                    and not weakened(adv.attack, adv.params, size, ctx.protocol):
+                kinds: tuple[str, ...] = ("strong",)
+            elif aware and cls.detector == det:
+                kinds = ("bpda_adaptive", "adaptive_id") if adv.source == "id" else ("ood_to_id",)
+            else:
+                continue
+            value = set_auroc(ctx, det, name)
+            if not math.isnan(value):
+                for kind in kinds:
+                    out[det][kind][name] = value
+                bounds.setdefault(det, {})[name] = set_bounds(ctx, det, name)
+    robust = robust_table(ctx)
+    for r in robust.to_dict("records"):
+        if not math.isnan(r["robust_auroc"]):
+            pair = f"{r['id_attack']}+{r['ood_attack']}"
+            out[r["detector"]]["robust_auroc"][pair] = float(r["robust_auroc"])
+            bounds.setdefault(r["detector"], {})[pair] = (float(r["robust_auroc_lo"]), float(r["robust_auroc_hi"]))
+    return out
+
+
+def beyond_baseline(arch: str, dataset: str) -> bool:
+    """Level 2's setting: a model that is not a ResNet-18 (``resnet18``, ``resnet18_32x32``, ``timm:resnet18...``)
+    and ID data that is not CIFAR-10."""
+    model = arch.rsplit(":", 1)[-1].rsplit("/", 1)[-1].lower()
+    return not BASELINE_MODEL.match(model) and dataset.lower() != BASELINE_DATASET
+
+
+def other_runs(paths: list[str]) -> list[tuple[str, pd.DataFrame]]:
+    """``(folder name, levels.csv)`` of every listed run folder beyond the paper's baseline (:func:`beyond_baseline`);
+    a folder without ``run.json``, model and data names, or a ``levels.csv`` of criteria rows is a UsageError."""
+    import json
+
+    out = []
+    for path in paths:
+        folder = Path(path).expanduser()
+        info_file, table_file = folder / "run.json", folder / "levels.csv"
+        if not info_file.is_file():
+            raise UsageError(f"evaluator levels: runs entry {path!r} is not a run folder (no run.json); valid "
+                             "choices: output folders of other advopenood runs")
+        info = json.loads(info_file.read_text())
+        data = (info.get("config") or {}).get("data") or {}
+        arch = str((info.get("model") or {}).get("arch") or "")
+        dataset = str(data.get("dataset") or (data.get("id") or {}).get("name") or "")
+        if not arch or not dataset:
+            raise UsageError(f"evaluator levels: runs entry {path!r} names no model architecture or ID data set in "
+                             "run.json; valid choices: output folders of other advopenood runs")
+        table = pd.read_csv(table_file) if table_file.is_file() else None
+        if table is None or not {"detector", "level", "auroc"} <= set(table.columns):
+            raise UsageError(f"evaluator levels: runs entry {path!r} has no levels.csv with one row per detector, "
+                             "level and criterion; valid choices: run folders written with --evaluator levels")
+        if beyond_baseline(arch, dataset):
+            out.append((folder.name, table))
+    return out
+
+
+def level2(det: str, runs: list[tuple[str, pd.DataFrame]], own: dict[str, float],
+           bounds: dict[str, tuple[float, float]] | None = None) -> dict[str, float]:
+    """Level-2 evidence of ``det``: each other run's worst level-1 AUROC and ``own``, this run's level-1 sets when
+    the run itself is beyond the baseline (empty otherwise). ``bounds`` (a set label's interval) gets each other
+    run's interval of that row (empty for a ``levels.csv`` written without intervals) and ``own``'s."""
+    bounds = {} if bounds is None else bounds
+    found: dict[str, float] = {}
+    for name, levels in runs:
+        rows = levels[(levels["detector"] == det) & (levels["level"] == 1)].dropna(subset=["auroc"])
+        if len(rows):
+            row = rows.loc[rows["auroc"].idxmin()]
+            found[f"{name}:level1"] = float(row["auroc"])
+            bounds[f"{name}:level1"] = (float(row.get("auroc_lo", math.nan)), float(row.get("auroc_hi", math.nan)))
+    bounds.update({f"level1:{k}": bounds.get(k, (math.nan, math.nan)) for k in own})
+    found.update({f"level1:{k}": v for k, v in own.items()})
+    return found
+
+
+def reached_level(worst: dict[int, float], min_auroc: float) -> float:
+    """The highest evaluated level whose worst AUROC, and that of every evaluated level below it, is at least
+    ``min_auroc``; 0 when the lowest evaluated level falls short; NaN when no level is evaluated."""
+    evaluated = [k for k in LEVELS if not math.isnan(worst[k])]
+    reached = 0
+    for k in evaluated:
+        if worst[k] < min_auroc:
+            break
+        reached = k
+    return float(reached) if evaluated else math.nan
+
+
+def levels_table(ctx: RunContext, min_auroc: float = 50.0,
+                 runs: list[tuple[str, pd.DataFrame]] | None = None) -> pd.DataFrame:
+    """One row per scored detector and criterion (:data:`CRITERIA`): the worst AUROC of the criterion's sets (NaN
+    where the run has none), whether it passes ``min_auroc``, the detector's level reached and the sets used."""
+    own = beyond_baseline(ctx.arch, ctx.dataset)
+    bounds: Bounds = {}
+    ci = ci_label(ctx.plan.ci.method, ctx.plan.ci.resamples)
+    rows = []
+    for det, sets in level_sets(ctx, bounds).items():
+        sets["other_model_data"] = level2(det, runs or [], sets["strong"] if own else {}, bounds.setdefault(det, {}))
+        worst = {c.name: min(sets[c.name].values()) if sets[c.name] else math.nan for c in CRITERIA}
+        by_level = {k: min((worst[c.name] for c in CRITERIA if c.level == k and not math.isnan(worst[c.name])),
+                           default=math.nan) for k in LEVELS}
+        reached = reached_level(by_level, min_auroc)
+        for c in CRITERIA:
+            value, at = worst[c.name], worst_set(sets[c.name])
+            lo, hi = bounds[det].get(at, (math.nan, math.nan))
+            rows.append({"detector": det, "level": c.level, "criterion": c.name, "criterion_source": c.source,
+                         "auroc": value, "auroc_lo": lo, "auroc_hi": hi, "ci": ci, "worst_set": at,
+                         "passed": math.nan if math.isnan(value) else float(value >= min_auroc),
+                         "conclusive": conclusive(lo, hi, min_auroc), "reached": reached, "min_auroc": min_auroc,
+                         "sets": ", ".join(sets[c.name]),
+                         "protocol": ctx.protocol})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def worst_levels(table: pd.DataFrame) -> pd.DataFrame:
+    """``levels.csv`` one row per detector: the worst AUROC at each level (over its criteria; NaN where none is
+    evaluated) with the 95 % interval of the criterion that attains it (``level<k>_lo`` / ``level<k>_hi``, NaN
+    without one), ``reached`` and ``min_auroc``."""
+    rows = []
+    for det, part in table.groupby("detector", sort=False):
+        row = {"detector": det}
+        for k in LEVELS:
+            at = part[(part["level"] == k) & part["auroc"].notna()]
+            worst = at.loc[at["auroc"].idxmin()] if len(at) else None
+            row[f"level{k}_auroc"] = math.nan if worst is None else float(worst["auroc"])
+            for end in ("lo", "hi"):
+                value = math.nan if worst is None else worst.get(f"auroc_{end}", math.nan)
+                row[f"level{k}_{end}"] = float(value) if pd.notna(value) else math.nan
+        rows.append({**row, "reached": part["reached"].iloc[0], "min_auroc": part["min_auroc"].iloc[0]})
+    columns = ["detector", *(f"level{k}_{c}" for k in LEVELS for c in ("auroc", "lo", "hi")), "reached", "min_auroc"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+# ------------------------------------------------------------------------------------------------- report
+
+def clean_aurocs(ctx: RunContext) -> dict[str, float]:
+    """Each scored detector's clean AUROC (%): the mean over the run's natural OOD sets (csid sets, covariate-shifted
+    ID, left out as in ``table_ood``); NaN when it has none."""
+    natural = [name for name, group in set_groups(ctx).items() if group != "csid"]
+    out = {}
+    for det, scores in ctx.scores.items():
+        values = []
+        for name in natural:
+            try:
+                values.append(100.0 * auroc(scores["id"], scores[name]))
+            except (KeyError, ValueError):  # a set the detector did not score, or NaN scores: not counted
+                continue
+        out[det] = float(np.mean(values)) if values else math.nan
+    return out
+
+
+def read_levels(table: pd.DataFrame, clean: dict[str, float] | None = None) -> list[str]:
+    """One sentence per row of :func:`worst_levels`: the level it reaches, where it falls short, which levels the run
+    lacks; with
+    ``clean`` (:func:`clean_aurocs`), a detector that reaches a level while its clean AUROC is within
+    :data:`NEAR_BAR` points of ``min_auroc`` is said to detect little even unattacked (the bar is a floor)."""
+    out = []
+    clean = clean or {}
+    for r in table.to_dict("records"):
+        det, line = label(r["detector"]), float(r["min_auroc"])
+        worst = {k: float(r[f"level{k}_auroc"]) for k in LEVELS}
+        missing = [str(k) for k in LEVELS if math.isnan(worst[k])]
+        gap = f" Levels {join(missing)} are not evaluated in this run." if len(missing) > 1 else \
+            f" Level {missing[0]} is not evaluated in this run." if missing else ""
+        if pd.isna(r["reached"]):
+            out.append(f"{det}: no level is evaluated (the run has no strong, adaptive or OOD->ID set for it).")
+            continue
+        reached = int(r["reached"])
+        failing = next((k for k in LEVELS if k > reached and not math.isnan(worst[k])), None)
+        head = (f"{det} reaches level {reached} (worst AUROC there {worst[reached]:.1f}, at least {line:.0f})"
+                if reached else f"{det} reaches no level")
+        tail = (f"; at level {failing} its worst AUROC is {worst[failing]:.1f}, below {line:.0f}" if failing else "")
+        base = clean.get(r["detector"], math.nan)
+        weak = (f" Its clean AUROC is only {base:.1f}: it passes the bar of {line:.0f} without detecting much even "
+                "unattacked." if reached and base < line + NEAR_BAR else "")
+        out.append(f"{head}{tail}.{weak}{gap}")
+    return out
+
+
+def read_conclusive(table: pd.DataFrame) -> list[str]:
+    """One sentence per ``levels.csv`` row whose interval contains the bar (``conclusive`` 0): its pass or fail is
+    not supported at 95 %."""
+    out = []
+    for r in table.to_dict("records"):
+        if r.get("conclusive") == 0:
+            verdict = "passes" if r["passed"] == 1 else "falls short of"
+            out.append(f"{label(r['detector'])} {verdict} the bar of {float(r['min_auroc']):.0f} at level {r['level']} "
+                       f"({r['criterion']}: worst AUROC {r['auroc']:.1f}, 95 % interval {r['auroc_lo']:.1f} to "
+                       f"{r['auroc_hi']:.1f} on {r['worst_set']}), but the interval contains the bar: not conclusive.")
+    return out
+
+
+def plot_levels(table: pd.DataFrame, path: Path, min_auroc: float) -> Path:
+    """Grouped bars: the worst AUROC per level and detector (rows of :func:`worst_levels`) with its 95 % interval as
+    an error bar, chance and the ``min_auroc`` line; unevaluated levels are marked ``n/a``."""
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dets = list(table["detector"])
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.4 * len(dets) + 1.5), 3.2))
+    width = 0.8 / len(LEVELS)
+    for i, k in enumerate(LEVELS):
+        xs = np.arange(len(dets)) + (i - 1.5) * width
+        values = table[f"level{k}_auroc"].to_numpy(float)
+        lo, hi = table[f"level{k}_lo"].to_numpy(float), table[f"level{k}_hi"].to_numpy(float)
+        err = np.nan_to_num(np.stack([values - lo, hi - values]))  # no bar where a cell has no interval
+        ax.bar(xs, np.nan_to_num(values), width, yerr=err, error_kw={"elinewidth": 0.6, "capsize": 1.5},
+               label=f"level {k}")
+        for x, v in zip(xs, values):
+            ax.text(x, 1 if math.isnan(v) else v + 1, "n/a" if math.isnan(v) else f"{v:.0f}", ha="center",
+                    va="bottom", fontsize=6, rotation=90)
+    ax.axhline(50, color="grey", lw=0.8, ls=":", label="chance")
+    if min_auroc != 50:
+        ax.axhline(min_auroc, color="black", lw=0.8, ls="--", label=f"min_auroc {min_auroc:g}")
+    ax.set_xticks(np.arange(len(dets)), [label(d) for d in dets])
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("worst AUROC (%)")
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.15), frameon=False)
+    aio.save_figure(fig, path)
+    return path
+
+
+def levels_section(table: pd.DataFrame, figure: Path, clean: dict[str, float] | None = None) -> Section:
+    """``Levels of adversarial robustness``: the criteria and whose they are, the worst AUROC per level, one reading
+    per detector, the figure."""
+    wide = worst_levels(table)
+    criteria = pd.DataFrame([{"level": c.level, "criterion": c.name, "source": c.source, "what counts": c.rule}
+                             for c in CRITERIA])
+    return Section("Levels of adversarial robustness", [
+        Paragraph("Lorenz et al.'s four levels (Sec. 4): 1 strong attacks, 2 other models and data than the "
+                  "ResNet-18 trained on CIFAR-10, 3 attacks adapted to the detector through BPDA, 4 adaptive attacks "
+                  "and OOD->ID examples. Each criterion below is the paper's unless marked ours; the bar a level must "
+                  "clear, a worst AUROC of at least min_auroc, is ours: Sec. 4 gives no number."),
+        Table(criteria),
+        Paragraph("Each cell is the worst AUROC (%) of the level's criteria (their sets are in levels.csv); empty "
+                  "where the run has none."),
+        Table(wide), Bullets(read_levels(wide, clean) + read_conclusive(table)),
+        Figure(figure, "Worst AUROC (%) of each detector at each level (bars; n/a where the run has no set of the "
+                       "level), with chance (dotted) and min_auroc (dashed)")])
+
+
+@register("evaluators", "levels")
+class Levels(Verifiable):
+    """The worst AUROC of every detector at each of Lorenz et al.'s four levels of adversarial robustness."""
+
+    verify = staticmethod(verify_levels)
+
+    def __init__(self, min_auroc: float = 50.0, runs: list[str] | None = None):
+        """``min_auroc``: the worst AUROC a level needs to count as reached (default 50, chance; our bar, the paper
+        gives none); ``runs``: other run folders, read now, whose level 1 counts at level 2 when their model is not a
+        ResNet-18 and their data not CIFAR-10."""
+        if not 0.0 <= float(min_auroc) <= 100.0:
+            raise UsageError(f"evaluator levels: min_auroc {min_auroc!r}; valid choices: 0 <= min_auroc <= 100")
+        self.min_auroc = float(min_auroc)
+        self.runs = other_runs([runs] if isinstance(runs, str) else list(runs or []))
+
+    def __call__(self, ctx: RunContext) -> Results:
+        table = levels_table(ctx, self.min_auroc, self.runs)
+        if not len(table):
+            return Results(tables={"levels.csv": table})
+        figure = plot_levels(worst_levels(table), ctx.plot_dir / "levels.png", self.min_auroc)
+        return Results(tables={"levels.csv": table}, figures=[figure],
+                       sections=guarded("Levels of adversarial robustness",
+                                        lambda: [levels_section(as_written(table, ctx.protocol), figure,
+                                                                        clean_aurocs(ctx))]))

@@ -1,0 +1,1 @@
+"""The ``mead`` evaluator: its plugin (``plugin.py``) and what it alone uses."""

@@ -1,0 +1,364 @@
+"""MEAD's worst-case evaluation of post-hoc OOD detectors on adversarial inputs (evaluator ``mead``).
+
+Granese et al., "MEAD: A Multi-Armed Approach for Evaluation of Adversarial Examples Detectors"
+(ECML-PKDD 2022), Sec. 4, Eqs. 7-10, with OpenOOD's conventions: a detector gives ``conf`` (higher =
+more in-distribution), adversarial examples are the positive (OOD) class, the decision score is ``-conf``.
+
+Attacks are grouped by (norm, eps) ("a large collection of attacks grouped w.r.t. the Lp-norm and the maximal
+perturbation eps they consider", Sec. 4). Within a group, for each clean sample ``x_i``:
+
+* only attacks that succeed count ("a perturbed example is considered adversarial if and only if it fools the
+  classifier. Otherwise, it is discarded", Sec. 4); success is that of the image the detectors score
+  (:meth:`RunContext.success`: after the protocol's 8-bit truncation under ``lorenz2024``), whatever the
+  protocol's rule for OOD positives, since MEAD's sifter is part of its definition; a sample with no
+  successful attack is not a positive;
+* the sample is detected at threshold ``t`` iff *every* successful attack on it is detected
+  (``conf < t`` for all of them), i.e. iff ``max_j conf_ij < t`` over its successful attacks ``j``.
+  The per-sample worst case ``w_i = max_j conf_ij`` (the least OOD-looking score) therefore gives the
+  exact MEAD true-positive rate at every threshold, and the MEAD ROC is the ordinary ROC of the clean
+  scores (negatives, every clean sample) against the ``w_i`` (positives): no threshold grid.
+
+Settings: ``mead`` (all attacks of the group) and one per objective (``ce``, ``kl``, ``gini``, ``fr``, and
+``adaptive`` for the detector-adaptive attacks of ``plugins/attacks/adaptive.py``, advopenood's addition), each itself a
+worst case over that objective's attacks (e.g. FGSM, BIM and PGD in Linf), so ``ce`` (classifier-only) and
+``adaptive`` sit side by side. Only sets made from the ID test images count (OOD->ID sets have no clean ID
+sample to attach to). An attack's norm and objective come from its registry class (``norm`` and ``objective``
+attributes); attacks without an ``objective`` (the built-in ``fgsm``, ``pgd``, ``mpgd``) count as
+cross-entropy. Attacks whose objective is none of the single-armed ones (DeepFool and CW, which have none;
+Square, APGD-DLR, FAB, AutoAttack) enter every objective setting of their group, as in MEAD's Tables 4-15, where
+DeepFool, CW2, HOP, SA, CWinf and STA appear in every objective column (Table 4: Linf eps 0.3125 with CWinf,
+"9.88 / 13" attacks in MEAD and "3.79 / 4" in ACE). An objective setting is reported when the run has an attack
+of that objective, for every group holding one, and for every group holding only such shared attacks (there it
+repeats the ``mead`` row, as MEAD's DeepFool row does). Unbounded attacks (DeepFool, CW) form the "no eps" group
+of their norm (eps empty), as MEAD's "DeepFool, No eps" row; two unbounded attacks of one norm share it (MEAD
+labels its CW2 row "eps = 0.01"; our CW has no eps).
+
+Outputs: ``mead.csv`` (one row per detector, norm, eps and setting: AUROC and FPR95 in percent, ``n_pos``,
+``n_neg``, ``mean_successes`` = mean number of successful attacks per clean sample) and ``mead_summary.csv``
+(:func:`mead_summary`, MEAD's Tables 1-3: per detector, group and setting the mean over *every* row of the
+group, unbounded ones included, and ``norm = all``, the mean of the per-group averages). Both carry the run's
+``protocol``. Report: the ``MEAD worst case`` section, AUROC per detector and group with one reading per (norm,
+eps) group. ``verify`` (:func:`advopenood_plugins.evaluators.mead.verify.verify_mead`) re-derives both tables from a
+run's saved scores, masks and ``run.json``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Mapping
+
+import numpy as np
+import pandas as pd
+
+from advopenood import registry
+from advopenood.capabilities import Verifiable
+from advopenood.evaluation.context import RunContext
+from advopenood.errors import UsageError
+from advopenood.evaluation.intervals import DEFAULT_RESAMPLES, bound_columns, cell_key, ci_label, metric_intervals
+from advopenood.evaluation.metrics import NaNScoreError, ood_metrics
+from advopenood.outputs.results import Bullets, Paragraph, Results, Section, Table, as_written, guarded
+from advopenood.outputs.report import CHANCE, eps_label, join
+from advopenood.outputs.report import name as label
+from advopenood.attacks.store import AdvSet
+from advopenood_plugins.evaluators.mead.verify import verify_mead
+
+SETTINGS = ("mead", "ce", "kl", "gini", "fr", "adaptive")
+#: The single-armed settings: one objective each (MEAD's ACE, KL, Gini, FR columns; ``adaptive`` is ours).
+OBJECTIVES = SETTINGS[1:]
+#: AUROC and FPR95 each followed by its 95 % interval, then the interval's method; ``error``: why a row has none
+MEAD_COLUMNS = ["detector", "backend", "norm", "eps", "setting", *bound_columns(["auroc", "fpr95"]), "ci", "n_pos",
+                "n_neg", "mean_successes", "protocol", "error"]
+SUMMARY_COLUMNS = ["detector", "backend", "norm", "setting", "auroc", "fpr95", "n_groups", "protocol"]
+#: a run's interval plan: (method, resamples, seed), from ``ctx.plan.ci`` and the run seed
+CIPlan = tuple[str, int, int]
+NO_CI: CIPlan = ("none", DEFAULT_RESAMPLES, 0)
+#: MEAD's Lp groups (Sec. 5.1.2), in report order; other groups (``patch``) follow.
+NORM_ORDER = ("l1", "l2", "linf")
+#: The group of patch attacks (perturbation unbounded inside a patch, zero outside).
+PATCH = "patch"
+
+
+def threat_group(cls: type) -> str:
+    """The MEAD group of a registered attack class: its declared ``threat`` attribute if it has one, else
+    ``"patch"`` when its parameters (``defaults``) include ``patch`` (masked PGD), else its ``norm``
+    (default ``linf``)."""
+    threat = getattr(cls, "threat", None)
+    if threat is not None:
+        return str(threat)
+    if "patch" in cls.defaults(32):
+        return PATCH
+    return str(getattr(cls, "norm", "linf"))
+
+
+def attack_kind(cls: type) -> tuple[str, str | None]:
+    """``(group, objective)`` of a registered attack class.
+
+    ``group`` is :func:`threat_group` (the norm of an Lp attack, ``patch`` for patch attacks); ``objective``
+    is the class's own, else ``ce`` for eps-bounded attacks (the built-in foolbox FGSM, PGD and masked PGD all
+    maximise cross-entropy) and ``None`` for unbounded (minimal-perturbation) attacks such as DeepFool.
+    """
+    norm = threat_group(cls)
+    objective = getattr(cls, "objective", None)
+    if objective is None and getattr(cls, "bounded", True):
+        objective = "ce"
+    return norm, objective
+
+
+@dataclass(frozen=True)
+class SetInfo:
+    """What MEAD needs of one adversarial set: its name, group (``norm``: l1, l2, linf or patch), eps (None if
+    unbounded), objective and ``positive``, per row (row ``i`` = clean sample ``i``) whether it may be a
+    positive: for MEAD the attack's success on the image the detectors score, for ``multiattack`` the
+    protocol's OOD positives."""
+
+    name: str
+    norm: str
+    eps: float | None
+    objective: str | None
+    positive: np.ndarray
+
+
+def set_info(name: str, adv: AdvSet, positive: np.ndarray | None = None) -> SetInfo:
+    """:class:`SetInfo` of a run's adversarial set, its group and objective from the attack's registry class
+    (an attack whose norm is a parameter, e.g. AutoAttack's ``norm``, is grouped by the set's own norm).
+    ``positive`` defaults to the success of the images the detectors see (``AdvSet.seen_success``, what
+    :meth:`RunContext.success` returns); ``multiattack`` passes :meth:`RunContext.ood_positives`."""
+    cls = registry.get("attacks", adv.attack)
+    norm, objective = attack_kind(cls)
+    if "norm" in cls.defaults(32):
+        norm = str(adv.params.get("norm") or norm)
+    eps = float(adv.eps) if getattr(cls, "bounded", True) and adv.eps is not None else None
+    mask = adv.seen_success if positive is None else positive
+    return SetInfo(name, norm, eps, objective, np.asarray(mask, dtype=bool))
+
+
+def worst_case_scores(conf: np.ndarray, success: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-sample worst case over successful attacks.
+
+    ``conf`` and ``success`` are ``n_samples x n_attacks`` (confidence, higher = more ID, and success mask).
+    Returns ``(worst, positive)``: ``worst[i]`` is the largest confidence (least OOD-looking score) among the
+    successful attacks on sample ``i`` (NaN where none succeeded) and ``positive[i]`` whether any succeeded.
+    A NaN confidence of a successful attack makes the sample's worst case NaN.
+    """
+    conf = np.asarray(conf, dtype=np.float64)
+    success = np.asarray(success, dtype=bool)
+    if conf.ndim == 1:
+        conf, success = conf[:, None], success[:, None]
+    if conf.shape != success.shape:
+        raise ValueError(f"conf {conf.shape} and success {success.shape} must have the same shape")
+    positive = success.any(axis=1)
+    masked = np.where(success, conf, -np.inf)
+    worst = masked.max(axis=1, initial=-np.inf)
+    worst[~positive] = np.nan
+    return worst, positive
+
+
+def worst_case_metrics(conf_id: np.ndarray, conf: np.ndarray, success: np.ndarray, ci: CIPlan = NO_CI,
+                       key: str = "") -> dict[str, Any]:
+    """MEAD's AUROC and FPR95 (percent) of clean ``conf_id`` against the per-sample worst cases, with
+    ``n_pos``, ``n_neg`` and ``mean_successes`` (successful attacks per clean sample). Metrics are NaN
+    without positives or with NaN scores. Their 95 % intervals by ``ci`` (method, resamples, seed): the worst-case
+    scores are a score vector like any set's, resampled stratified against the clean ones (cell ``key``); ``error``
+    says why they are empty."""
+    worst, positive = worst_case_scores(conf, success)
+    success = np.asarray(success, dtype=bool).reshape(len(worst), -1)
+    row: dict[str, Any] = {"auroc": float("nan"), "fpr95": float("nan"), "n_pos": int(positive.sum()),
+                           "n_neg": int(len(conf_id)),
+                           "mean_successes": float(success.sum(1).mean()) if len(success) else float("nan")}
+    method, resamples, seed = ci
+    bounds, _, reason = metric_intervals(conf_id, worst[positive], method, seed, key, resamples)
+    row.update({k: v for k, v in bounds.items() if k.startswith(("auroc", "fpr95"))}, ci=ci_label(method, resamples),
+               error=reason)
+    if positive.any() and len(conf_id):
+        try:
+            m = ood_metrics(conf_id, worst[positive])
+        except NaNScoreError:
+            return row
+        row.update(auroc=m["auroc"], fpr95=m["fpr95"])
+    return row
+
+
+def mead_key(detector: str, norm: str, eps: float | None, setting: str) -> str:
+    """The cell key of a ``mead.csv`` row (eps to 6 significant digits, ``none`` when unbounded)."""
+    return cell_key("mead", detector, norm, "none" if eps is None else f"{eps:.6g}", setting)
+
+
+def backend_for(backend: str | Mapping[str, str], detector: str) -> str:
+    """The ``backend`` column of a detector's rows: one name for all, or a name per detector
+    (:meth:`RunContext.backend_of`)."""
+    return backend if isinstance(backend, str) else str(backend.get(detector, ""))
+
+
+def _eps_key(eps: float | None) -> float | None:
+    return None if eps is None else round(float(eps), 10)
+
+
+def group_sets(sets: Iterable[SetInfo]) -> dict[tuple[str, float | None], list[SetInfo]]:
+    """MEAD's attack groups: sets by (norm, eps), in norm order then eps (unbounded last)."""
+    groups: dict[tuple[str, float | None], list[SetInfo]] = {}
+    for s in sets:
+        groups.setdefault((s.norm, _eps_key(s.eps)), []).append(s)
+
+    def order(key: tuple[str, float | None]) -> tuple:
+        norm, eps = key
+        return (NORM_ORDER.index(norm) if norm in NORM_ORDER else len(NORM_ORDER), norm, eps is None, eps or 0.0)
+
+    return {k: groups[k] for k in sorted(groups, key=order)}
+
+
+def detector_groups(scores: Mapping[str, Mapping[str, np.ndarray]], sets: Iterable[SetInfo]
+                    ) -> Iterator[tuple[str, Mapping[str, np.ndarray], np.ndarray, str, float | None, list[SetInfo]]]:
+    """``(detector, its scores by set, clean confidences, norm, eps, group members)`` for every detector that
+    has clean (``"id"``) scores and every (norm, eps) group of :func:`group_sets`."""
+    groups = group_sets(sets)
+    for detector, by_set in scores.items():
+        if "id" not in by_set:
+            continue
+        conf_id = np.asarray(by_set["id"], dtype=np.float64)
+        for (norm, eps), members in groups.items():
+            yield detector, by_set, conf_id, norm, eps, members
+
+
+def setting_members(members: list[SetInfo], setting: str) -> list[SetInfo]:
+    """The sets of one (norm, eps) group that ``setting``'s worst case runs over.
+
+    ``mead``: all of them. An objective: the group's attacks of that objective plus its *shared* attacks (objective
+    none of :data:`OBJECTIVES`: DeepFool, CW, Square, ...), which MEAD puts in every objective column (Tables 4-15);
+    a group of shared attacks only gives all of them (MEAD's DeepFool row repeats across the columns); a group
+    with attacks of other objectives but none of this one gives none (no row).
+    """
+    if setting == "mead":
+        return list(members)
+    shared = [m for m in members if m.objective not in OBJECTIVES]
+    own = [m for m in members if m.objective == setting]
+    return own + shared if own or len(shared) == len(members) else []
+
+
+def mead_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: Iterable[SetInfo],
+               backend: str | Mapping[str, str] = "", settings: Iterable[str] = SETTINGS,
+               protocol: str = "strong", ci: CIPlan = NO_CI) -> pd.DataFrame:
+    """One row per (detector, norm, eps group, setting): the ``mead.csv`` table, intervals by ``ci``
+    (:func:`worst_case_metrics`, cell key :func:`mead_key`).
+
+    ``backend``: :func:`backend_for`. ``scores[detector]`` maps ``"id"`` to the clean confidences and each set name
+    to the set's confidences (same row order); a detector without scores for a set skips the groups holding it. An objective setting is
+    reported only when some set of the run has that objective; its members per group are
+    :func:`setting_members`.
+    """
+    settings = list(settings)
+    bad = [s for s in settings if s not in SETTINGS]
+    if bad:
+        raise UsageError(f"unknown MEAD setting {bad[0]!r}; valid choices: {', '.join(SETTINGS)}")
+    sets = list(sets)
+    present = {s.objective for s in sets}
+    settings = [s for s in settings if s == "mead" or s in present]
+    rows: list[dict[str, Any]] = []
+    for detector, by_set, conf_id, norm, eps, members in detector_groups(scores, sets):
+        if any(m.name not in by_set for m in members):
+            continue
+        for setting in settings:
+            chosen = setting_members(members, setting)
+            if not chosen:
+                continue
+            conf = np.stack([np.asarray(by_set[m.name], dtype=np.float64) for m in chosen], axis=1)
+            success = np.stack([m.positive for m in chosen], axis=1)
+            rows.append({"detector": detector, "backend": backend_for(backend, detector), "norm": norm, "eps": eps,
+                         "setting": setting,
+                         **worst_case_metrics(conf_id, conf, success, ci, mead_key(detector, norm, eps, setting)),
+                         "protocol": protocol})
+    return pd.DataFrame(rows, columns=MEAD_COLUMNS)
+
+
+def mead_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """MEAD's summaries (their Tables 1-3) of ``mead.csv`` rows, per detector, norm and setting.
+
+    * Per group (``l1``, ``l2``, ``linf``, ``patch``): AUROC and FPR95 averaged over *every* row of the group,
+      the unbounded ("no eps") one included. MEAD's "L2 Average" is the mean of all its L2 rows, PGD-L2 at seven
+      eps, DeepFool (no eps), CW2 and HOP (Sec. 5.1.2; Table 5, NSS on CIFAR-10: 64.0 / 82.0, where the PGD rows
+      alone give 65.8 / 78.6); rows without positives (AUROC NaN) are left out of the mean, ``n_groups`` counts
+      the rows.
+    * ``norm = all``: the mean of the per-group averages, every group with equal weight, the non-Lp group
+      included: MEAD's Table 3 averages L1, L2, Linf *and* "No norm" (STA), e.g. NSS on CIFAR-10
+      (62.9 + 64.0 + 71.9 + 88.5) / 4 = 71.8 and (81.6 + 82.0 + 62.0 + 38.8) / 4 = 66.1 (Tables 1 and 3). Here
+      the non-Lp group is ``patch`` (masked PGD: unbounded inside its patch, like STA not bounded by an Lp norm).
+    """
+    if table.empty:
+        return pd.DataFrame(columns=SUMMARY_COLUMNS)
+    keys = ["detector", "backend", "norm", "setting", "protocol"]
+    per_norm = (table.groupby(keys, sort=False, dropna=False)
+                .agg(auroc=("auroc", "mean"), fpr95=("fpr95", "mean"), n_groups=("setting", "size")).reset_index())
+    overall = (per_norm.groupby(["detector", "backend", "setting", "protocol"], sort=False, dropna=False)
+               .agg(auroc=("auroc", "mean"), fpr95=("fpr95", "mean"), n_groups=("n_groups", "sum")).reset_index())
+    overall["norm"] = "all"
+    return pd.concat([per_norm, overall[SUMMARY_COLUMNS]], ignore_index=True)[SUMMARY_COLUMNS]
+
+
+def read_mead(mead: pd.DataFrame) -> list[str]:
+    """Per (norm, eps) group of MEAD's all-attack worst case: detectors below chance, else the best one."""
+    out = []
+    worst = mead[mead["setting"] == "mead"] if (mead["setting"] == "mead").any() else mead
+    for (norm, eps), part in worst.groupby(["norm", worst["eps"].fillna(-1.0)], sort=False):
+        part = part.dropna(subset=["auroc"])
+        if part.empty:
+            continue
+        group = f"{norm}" + (f", eps {eps_label(eps)}" if eps >= 0 else ", unbounded")
+        below = [label(d) for d, a in zip(part["detector"], part["auroc"]) if a < CHANCE]
+        best = part.loc[part["auroc"].idxmax()]
+        top = f"the best is {label(best['detector'])} (AUROC {best['auroc']:.1f})"
+        if below:
+            out.append(f"Under MEAD's worst case over all attacks ({group}), {len(below)} of {len(part)} detectors "
+                       f"fall below chance ({join(below)}); {top}.")
+        else:
+            out.append(f"Under MEAD's worst case over all attacks ({group}) no detector falls below chance; {top}.")
+    return out
+
+
+def mead_section(mead: pd.DataFrame) -> Section:
+    """``MEAD worst case``: AUROC per detector (rows) and setting, group and eps (columns), with readings."""
+    table = mead.copy()
+    table["group"] = [f"{s} {n} {eps_label(e) or 'unbounded'}"
+                      for s, n, e in zip(table["setting"], table["norm"], table["eps"])]
+    wide = table.pivot_table(index="detector", columns="group", values="auroc", aggfunc="mean", sort=False)
+    wide = wide.reindex(index=list(dict.fromkeys(table["detector"])), columns=list(dict.fromkeys(table["group"])))
+    wide.columns.name = None
+    protocol = f" Protocol: {mead['protocol'].iloc[0]}." if "protocol" in mead and len(mead) else ""
+    return Section("MEAD worst case", [
+        Paragraph("AUROC (%) per detector when a clean image counts as detected only if every successful attack on "
+                  "it is detected (Granese et al.); columns: setting, group (norm l1, l2 or linf; patch for patch "
+                  "attacks such as mPGD, kept out of the norm groups), eps. Attacks without one of MEAD's objectives "
+                  "(DeepFool, CW) enter every objective setting, as in MEAD's tables." + protocol),
+        Table(wide, "MEAD AUROC (%)"), Bullets(read_mead(mead))])
+
+
+@registry.register("evaluators", "mead")
+class MeadEvaluator(Verifiable):
+    """MEAD worst-case AUROC/FPR95 per (norm, eps) group and objective (Granese et al. 2022): mead.csv."""
+
+    def __init__(self, settings: list[str] | None = None, detectors: list[str] | None = None):
+        """``settings``: subset of ``mead, ce, kl, gini, fr, adaptive`` (default all); ``detectors``: subset of the run's
+        detectors (default all scored)."""
+        self.settings = list(settings) if settings is not None else list(SETTINGS)
+        bad = [s for s in self.settings if s not in SETTINGS]
+        if bad:
+            raise UsageError(f"unknown MEAD setting {bad[0]!r}; valid choices: {', '.join(SETTINGS)}")
+        self.detectors = [d.lower() for d in detectors] if detectors is not None else None
+
+    verify = staticmethod(verify_mead)
+
+    def __call__(self, ctx: RunContext) -> Results:
+        scores = {d: s for d, s in ctx.scores.items() if self.detectors is None or d in self.detectors}
+        success = {name: ctx.success(name) for name in ctx.id_adv_sets}
+        table = self.table(scores, ctx.id_adv_sets, {d: ctx.backend_of(d) for d in scores}, ctx.protocol, success,
+                           (ctx.plan.ci.method, ctx.plan.ci.resamples, ctx.seed))
+        sections = guarded("MEAD worst case", lambda: [mead_section(as_written(table, ctx.protocol))]) if len(table) else []
+        return Results(tables={"mead.csv": table, "mead_summary.csv": mead_summary(table)}, sections=sections)
+
+    def table(self, scores: Mapping[str, Mapping[str, np.ndarray]], adv_sets: Mapping[str, AdvSet],
+              backend: str | Mapping[str, str] = "", protocol: str = "strong",
+              success: Mapping[str, np.ndarray] | None = None, ci: CIPlan = NO_CI) -> pd.DataFrame:
+        """``mead.csv`` of ``scores[detector][set]`` (``"id"`` the clean confidences, one entry per set of
+        ``adv_sets``, same row order) with this evaluator's settings; what the OpenOOD bridge calls through the
+        registry. ``success[set]``: success of the images the detectors scored (default ``AdvSet.seen_success``);
+        ``ci``: (method, resamples, seed) of the intervals (default none)."""
+        success = success or {}
+        infos = [set_info(name, adv, success.get(name)) for name, adv in adv_sets.items()]
+        return mead_table(scores, infos, backend, self.settings, protocol, ci)

@@ -1,0 +1,1 @@
+"""The ``ood`` evaluator: its plugin (``plugin.py``) and what it alone uses."""

@@ -1,0 +1,322 @@
+"""The ``ood`` evaluator: FPR95 / AUROC / AUPR of every detector on natural OOD sets and adversarial sets.
+
+Follows OpenOOD's convention (:mod:`advopenood.evaluation.metrics`): OOD is the positive class, scores are
+confidences (higher = more ID), and adversarial examples count as OOD. Which adversarial examples are the
+positives is the protocol's choice (:mod:`advopenood.config.protocols`), written in the ``positives`` column:
+``successful`` (protocol ``strong``: the examples whose attack succeeded, ``advset.records.success``, i.e.
+``adv_pred != y``) or ``all`` (protocol ``lorenz2024``: "all attacked test images", as the paper's Table 4 is
+computed). ``n_ood`` records how many there were. The perturbed images of an OOD->ID attack
+(``adaptive_ood_<det>``) are all OOD, so all of them are positives. The ID side of a robust AUROC
+(``robust_id_<det>``, :class:`~advopenood.capabilities.IdNegatives`) perturbs ID images that stay ID: it has no
+rows here (``robust_auroc.csv`` has them).
+
+With detector-adaptive attacks in the run (``plugins/attacks/adaptive.py``), ``table_adaptive.{csv,md}`` puts each
+detector's AUROC/FPR95 under its own adaptive attack next to the classifier-only attack: ``pgd`` at the same
+eps for ``adaptive_<det>``, the clean natural OOD set for ``adaptive_ood_<det>``.
+
+Every row carries its ``group`` (OpenOOD v1.5's, :mod:`advopenood.data.benchmarks`): ``near`` / ``far`` for
+near- and far-OOD sets, ``csid`` for covariate-shifted ID sets (their row is ID vs the shifted set, a number
+OpenOOD does not report: how strongly a detector flags covariate shift), ``adversarial`` for adversarial sets
+and ``other`` for a natural set outside OpenOOD's benchmark for the run's ID set (e.g. Fashion-MNIST for
+CIFAR-10). A data entry's ``group`` key wins; otherwise the set's name is looked up for ``data.dataset``.
+
+``leaderboard.{csv,md}`` puts, per detector, OpenOOD's columns (near-OOD and far-OOD FPR95/AUROC, each the mean
+over the group's sets as OpenOOD's ``nearood``/``farood`` rows, and ID accuracy) next to the adversarial ones
+(the mean over the adversarial sets). With csid sets in the run, ``fsood.csv`` gives OpenOOD's full-spectrum
+rows (``Evaluator.eval_ood(fsood=True)``: the ID side is the ID test set and every csid set concatenated, the
+OOD side each near/far set) and the leaderboard adds their group means and ``csid_acc`` (accuracy over the ID
+test set and the csid sets together, ``eval_acc('csid')``). ``leaderboard_openood.json`` holds the same rows as
+entries of OpenOOD's leaderboard (``model_info/*.json`` of its ``leaderboard`` branch) with the adversarial and
+robust AUROCs and the run's provenance as fields of ours (:mod:`advopenood_plugins.evaluators.ood.leaderboard`).
+
+Report: the ``OOD detection`` section (AUROC and FPR95 matrices, readings generated from them, the AUROC heatmap
+and one detector's ROC curves, ``plots/auroc_heatmap.png`` and ``plots/roc_<detector>.png``: ``msp`` if scored,
+else the first detector by name) and, with adaptive sets, ``Detector-adaptive attacks`` (``report.py``).
+
+Writes ``scores/<detector>.npz`` (atomically) with one float64 array of confidences per set (``id``, each
+natural OOD set, each attack, in sample order) and, per attack, the boolean ``<attack>.success`` mask, so
+every metric can be recomputed with :func:`advopenood.evaluation.metrics.ood_metrics`.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from advopenood.capabilities import Verifiable, is_detector_aware
+from advopenood import registry
+from advopenood.evaluation.context import RunContext
+from advopenood.data.datasets import dataset_name, make_loader
+from advopenood.evaluation.intervals import bound_columns, cell_key, ci_label, mean_interval, metric_intervals
+from advopenood.evaluation.metrics import ood_metrics
+from advopenood.data.benchmarks import ADVERSARIAL, natural_group
+from advopenood.outputs.results import Results, as_written, guarded
+from advopenood.registry import register
+from advopenood_plugins.evaluators.ood.leaderboard import openood_entries
+from advopenood_plugins.evaluators.ood.report import (adaptive_section, leaderboard_section, ood_plots, ood_section,
+                                                      with_positives)
+from advopenood_plugins.evaluators.robust_auroc.plugin import robust_table
+from advopenood_plugins.kit.paired import FSOOD_RANKED, RANKED, add_ranks, paired_section, paired_table
+from advopenood_plugins.evaluators.ood.verify import verify as verify_ood
+
+ADAPTIVE_COLUMNS = ["detector", "attack", "eps", "baseline", "auroc_baseline", "auroc_adaptive", "delta_auroc",
+                    "fpr95_baseline", "fpr95_adaptive", "n_ood"]
+METRICS = ("fpr95", "auroc", "aupr_in", "aupr_out")
+#: each metric followed by its 95 % interval (``<m>_lo``, ``<m>_hi``), then the interval's method
+METRIC_COLUMNS = [*bound_columns(METRICS), "ci"]
+COLUMNS = ["dataset", "arch", "attack", "eps", "detector", "backend", "ood_set", "group", *METRIC_COLUMNS,
+           "n_id", "n_ood", "positives", "protocol", "error"]
+FSOOD_COLUMNS = ["dataset", "arch", "detector", "backend", "ood_set", "group", *METRIC_COLUMNS,
+                 "n_id", "n_ood", "csid_sets", "protocol", "error"]
+LEADERBOARD_COLUMNS = ["dataset", "arch", "detector", "backend", "id_acc",
+                       *bound_columns(["near_fpr95", "near_auroc", "far_fpr95", "far_auroc", "adv_fpr95", "adv_auroc"]),
+                       "n_near", "n_far", "n_adv", "ci", *[f"{m}_rank" for m in RANKED]]
+FSOOD_LEADERBOARD_COLUMNS = ["csid_acc", *bound_columns(["fsood_near_fpr95", "fsood_near_auroc", "fsood_far_fpr95",
+                                                         "fsood_far_auroc"]), *[f"{m}_rank" for m in FSOOD_RANKED]]
+NAN_METRICS = {m: math.nan for m in METRICS}
+#: bootstrap replicates per cell key (:func:`advopenood.evaluation.intervals.cell_key`), for the group means
+Replicates = dict[str, dict[str, np.ndarray]]
+
+
+def metric_row(conf_id: np.ndarray, conf_ood: np.ndarray, ctx: RunContext | None = None, key: str = "",
+               replicates: Replicates | None = None) -> dict[str, Any]:
+    """Metrics in percent, each with its 95 % interval (``<m>_lo``, ``<m>_hi``: the run's ``ci`` plan, seeded by
+    the run seed and ``key``; none without ``ctx``), ``ci``, ``n_id``, ``n_ood`` and ``error`` (NaN metrics and the
+    reason when undefined; empty bounds and the reason when a side has fewer than 2 images). The cell's bootstrap
+    replicates go into ``replicates[key]`` when given."""
+    method = ctx.plan.ci.method if ctx is not None else "none"
+    resamples = ctx.plan.ci.resamples if ctx is not None else 0
+    base = {"n_id": len(conf_id), "n_ood": len(conf_ood), "error": "", "ci": ci_label(method, resamples)}
+    try:
+        values = ood_metrics(conf_id, conf_ood)
+    except ValueError as exc:  # NaN scores or an empty side: reported in the row, never averaged away
+        values, base["error"] = NAN_METRICS, str(exc)
+    bounds, reps, reason = metric_intervals(conf_id, conf_ood, method, ctx.seed if ctx is not None else 0, key,
+                                            resamples)
+    if replicates is not None:
+        replicates[key] = reps
+    base["error"] = base["error"] or reason
+    return {**values, **bounds, **base}
+
+
+def pivot_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Paper-style table (Table 4): one row per detector, columns ``<dataset> <attack> FPR95`` / ``AUROC``.
+
+    Attack ``none`` is the mean over the natural OOD sets; a NaN in any of them stays NaN.
+    """
+    if df.empty:
+        return pd.DataFrame({"detector": []})
+    detectors = list(dict.fromkeys(df["detector"]))
+    cells: dict[str, dict[str, float]] = {}
+    for (dataset, attack), part in df.groupby(["dataset", "attack"], sort=False):
+        for metric, title in (("fpr95", "FPR95"), ("auroc", "AUROC")):
+            means = part.groupby("detector", sort=False)[metric].agg(lambda s: s.mean(skipna=False))
+            cells[f"{dataset} {attack} {title}"] = {d: float(means.get(d, math.nan)) for d in detectors}
+    order = sorted(cells, key=lambda c: (c.split(" ")[0], c.split(" ")[1] != "none"))
+    return pd.DataFrame({"detector": detectors, **{col: [cells[col][d] for d in detectors] for col in order}})
+
+
+def set_groups(ctx: RunContext) -> dict[str, str]:
+    """Group of every natural set of the run: the data entry's ``group``, else OpenOOD v1.5's for
+    ``data.dataset`` (:func:`advopenood.data.benchmarks.natural_group`)."""
+    data = ctx.plan.data
+    declared = {dataset_name(spec): spec.group for spec in data.ood}
+    return {name: declared.get(name) or natural_group(data.dataset or ctx.dataset, name) for name in ctx.ood_sets}
+
+
+def _group_mean(part: pd.DataFrame, metric: str) -> float:
+    """OpenOOD's group row: the mean over the group's sets (NaN when a set's metric is NaN or there is none)."""
+    return float(part[metric].mean(skipna=False)) if len(part) else math.nan
+
+
+def _group_cells(part: pd.DataFrame, prefix: str, keys: list[str], replicates: Replicates) -> dict[str, float]:
+    """``<prefix>_fpr95`` / ``<prefix>_auroc`` group means with their intervals: the mean of the sets' bootstrap
+    replicates (:func:`advopenood.evaluation.intervals.mean_interval`; empty without replicates, e.g. under
+    ``delong``). ``keys``: each row's cell key."""
+    out: dict[str, float] = {}
+    for metric in ("fpr95", "auroc"):
+        parts = [replicates.get(k, {}).get(metric, np.empty(0)) for k in keys]
+        lo, hi = mean_interval(parts) if len(part) else (math.nan, math.nan)
+        out.update({f"{prefix}_{metric}": _group_mean(part, metric), f"{prefix}_{metric}_lo": lo,
+                    f"{prefix}_{metric}_hi": hi})
+    return out
+
+
+def leaderboard(df: pd.DataFrame, id_acc: float, fsood: pd.DataFrame | None = None,
+                csid_acc: float = math.nan, replicates: Replicates | None = None) -> pd.DataFrame:
+    """One row per detector: near/far-OOD FPR95 and AUROC means and ID accuracy (OpenOOD's columns) next to the
+    mean over the adversarial sets; with ``fsood`` rows, their near/far means and the csid accuracy. Each mean's
+    interval comes from the cells' ``replicates`` (keys ``cell_key("ood"|"fsood", detector, ood_set)``)."""
+    reps = replicates or {}
+    method = str(df["ci"].iloc[0]) if "ci" in df and len(df) else "none"
+    rows = []
+    for (dataset, arch, det, backend), part in df.groupby(["dataset", "arch", "detector", "backend"], sort=False):
+        row: dict[str, Any] = {"dataset": dataset, "arch": arch, "detector": det, "backend": backend, "id_acc": id_acc}
+        for group, prefix in (("near", "near"), ("far", "far"), (ADVERSARIAL, "adv")):
+            sub = part[part["group"] == group]
+            row.update(_group_cells(sub, prefix, [cell_key("ood", det, s) for s in sub["ood_set"]], reps))
+            row[f"n_{prefix}"] = len(sub)
+        row["ci"] = method if method.startswith("bootstrap") else "none"
+        if fsood is not None:
+            fs = fsood[fsood["detector"] == det]
+            row["csid_acc"] = csid_acc
+            for group in ("near", "far"):
+                sub = fs[fs["group"] == group]
+                row.update(_group_cells(sub, f"fsood_{group}", [cell_key("fsood", det, s) for s in sub["ood_set"]],
+                                        reps))
+        rows.append(row)
+    columns = LEADERBOARD_COLUMNS + (FSOOD_LEADERBOARD_COLUMNS if fsood is not None else [])
+    return add_ranks(pd.DataFrame(rows, columns=columns), {**RANKED, **FSOOD_RANKED})
+
+
+@torch.no_grad()
+def accuracy_with(ctx: RunContext, names: list[str]) -> float:
+    """Top-1 accuracy in percent over the ID test set and the natural sets ``names`` together (OpenOOD's
+    ``eval_acc('csid')``); the ID predictions are the run's clean pass."""
+    correct, total = int((ctx.clean.pred == ctx.clean.y).sum()), len(ctx.clean.y)
+    for name in names:
+        for x, y in make_loader(ctx.ood_sets[name], ctx.batch_size):
+            correct += int((ctx.model(x.to(ctx.device)).argmax(1).cpu() == y).sum())
+            total += len(y)
+    return 100.0 * correct / total if total else math.nan
+
+
+def _baseline(ctx: RunContext, adv, attacks: dict[str, str]) -> str | None:
+    """The classifier-only counterpart of an adaptive set: the natural OOD set it perturbed (OOD->ID), else the
+    ``pgd`` set with the same eps (ID->ID); None when the run has none."""
+    if adv.source != "id":
+        return adv.source
+    for name, other in ctx.id_adv_sets.items():
+        if attacks[name] == "pgd" and other.eps is not None and adv.eps is not None \
+                and math.isclose(float(other.eps), float(adv.eps), rel_tol=1e-6):
+            return name
+    return None
+
+
+def adaptive_table(df: pd.DataFrame, ctx: RunContext) -> pd.DataFrame:
+    """One row per detector-adaptive set and its own detector: AUROC/FPR95 next to the classifier-only baseline."""
+    attacks = {name: adv.attack for name, adv in ctx.adv_sets.items()}
+    rows = []
+    for name, adv in ctx.positive_sets.items():
+        cls = registry.get("attacks", adv.attack)
+        target = cls.detector if is_detector_aware(cls) else None
+        if not target or target not in set(df["detector"]):
+            continue
+        part = df[df["detector"] == target].set_index("ood_set")
+        base = _baseline(ctx, adv, attacks)
+        got = part.loc[name]
+        ref = part.loc[base] if base is not None and base in part.index else None
+        nan = math.nan
+        rows.append({"detector": target, "attack": name, "eps": got["eps"], "baseline": base or "",
+                     "auroc_baseline": nan if ref is None else ref["auroc"], "auroc_adaptive": got["auroc"],
+                     "delta_auroc": nan if ref is None else got["auroc"] - ref["auroc"],
+                     "fpr95_baseline": nan if ref is None else ref["fpr95"], "fpr95_adaptive": got["fpr95"],
+                     "n_ood": got["n_ood"]})
+    return pd.DataFrame(rows, columns=ADAPTIVE_COLUMNS)
+
+
+@register("evaluators", "ood")
+class OODEvaluator(Verifiable):
+    """OOD metrics (FPR95, AUROC, AUPR-In/Out) of every detector vs natural OOD and adversarial sets."""
+
+    verify = staticmethod(verify_ood)
+
+    def __init__(self, success_only: bool | None = None):
+        """``success_only``: True = successful adversarial examples are the positives, False = all attacked
+        images; None (default) = the run's protocol decides (``ood_positives``)."""
+        self.success_only = None if success_only is None else bool(success_only)
+
+    def _positives(self, ctx: RunContext, attack: str) -> np.ndarray | None:
+        """The positive rows of an adversarial set (None = every row): the protocol's rule
+        (:meth:`RunContext.ood_positives`), or successful / all rows when ``success_only`` says so."""
+        adv = ctx.adv_sets[attack]
+        successful = ctx.positives_rule == "successful" if self.success_only is None else self.success_only
+        if adv.source != "id" or not successful:
+            return None
+        return ctx.ood_positives(attack) if self.success_only is None else ctx.success(attack)
+
+    def __call__(self, ctx: RunContext) -> Results:
+        rows: list[dict[str, Any]] = []
+        replicates: Replicates = {}
+        detectors = list(ctx.scores) + [d for d in ctx.detector_errors if d not in ctx.scores]
+        for det in detectors:
+            rows += self._rows(ctx, det, replicates)
+        df = pd.DataFrame(rows, columns=COLUMNS)
+        df["n_id"] = df["n_id"].astype("Int64")
+        df["n_ood"] = df["n_ood"].astype("Int64")
+        table = pivot_table(df[df["group"] != "csid"])  # "none" = the mean over natural OOD sets, not csid
+        out = Results(tables={"ood.csv": df, "table_ood.csv": table, "table_ood.md": table})
+        groups = set_groups(ctx)
+        csid = [name for name, group in groups.items() if group == "csid"]
+        fsood = self._fsood(ctx, groups, csid, replicates) if csid else None
+        board = leaderboard(df, ctx.clean.accuracy, fsood, accuracy_with(ctx, csid) if csid else math.nan, replicates)
+        out.tables.update({"leaderboard.csv": board, "leaderboard.md": board,
+                           "leaderboard_openood.json": openood_entries(board, ctx, groups, robust_table(ctx))})
+        if fsood is not None:
+            out.tables["fsood.csv"] = fsood
+        paired = paired_table(ctx, df, {ood_set: mask for _, _, ood_set, mask in self._targets(ctx)})
+        out.tables["paired.csv"] = paired
+        out.figures = ood_plots(df, with_positives(ctx), ctx.plot_dir)
+        out.sections = guarded("OOD detection", lambda: [ood_section(as_written(df, ctx.protocol), out.figures)])
+        out.sections += guarded("Natural and adversarial robustness side by side",
+                                lambda: [leaderboard_section(as_written(board, ctx.protocol))])
+        if len(paired):
+            out.sections += guarded("Paired comparisons", lambda: [paired_section(as_written(paired, ctx.protocol))])
+        adaptive = adaptive_table(df, ctx)
+        if len(adaptive):
+            out.tables.update({"table_adaptive.csv": adaptive, "table_adaptive.md": adaptive})
+            out.sections += guarded("Detector-adaptive attacks",
+                                    lambda: [adaptive_section(as_written(adaptive, ctx.protocol))])
+        return out
+
+    def _fsood(self, ctx: RunContext, groups: dict[str, str], csid: list[str],
+               replicates: Replicates) -> pd.DataFrame:
+        """OpenOOD's full-spectrum rows: ID = the ID test set and every csid set, OOD = each near/far set."""
+        rows = []
+        for det, scores in ctx.scores.items():
+            conf_id = np.concatenate([scores["id"]] + [scores[name] for name in csid])
+            for name, group in groups.items():
+                if group in ("near", "far"):
+                    rows.append({"dataset": ctx.dataset, "arch": ctx.arch, "detector": det, "backend": ctx.backend_of(det),
+                                 "ood_set": name, "group": group,
+                                 **metric_row(conf_id, scores[name], ctx, cell_key("fsood", det, name), replicates),
+                                 "csid_sets": ",".join(csid), "protocol": ctx.protocol})
+        return pd.DataFrame(rows, columns=FSOOD_COLUMNS)
+
+    def _targets(self, ctx: RunContext) -> list[tuple[str, float, str, np.ndarray | None]]:
+        """``(attack, eps, ood_set, positive mask)`` for every natural OOD set and every adversarial set whose images
+        count as OOD (:attr:`RunContext.positive_sets`: the ID side of a robust AUROC stays out)."""
+        out: list[tuple[str, float, str, np.ndarray | None]] = [("none", math.nan, name, None) for name in ctx.ood_sets]
+        for attack, adv in ctx.positive_sets.items():
+            mask = self._positives(ctx, attack)
+            out.append((attack, math.nan if adv.eps is None else float(adv.eps), attack, mask))
+        return out
+
+    def _rows(self, ctx: RunContext, det: str, replicates: Replicates) -> list[dict[str, Any]]:
+        head = {"dataset": ctx.dataset, "arch": ctx.arch, "detector": det, "backend": ctx.backend_of(det)}
+        scores = ctx.scores.get(det)
+        groups = set_groups(ctx)
+        rows = []
+        for attack, eps, ood_set, mask in self._targets(ctx):
+            positives = "natural" if attack == "none" else ("all" if mask is None else "successful")
+            row = {**head, "attack": attack, "eps": eps, "ood_set": ood_set,
+                   "group": groups[ood_set] if attack == "none" else ADVERSARIAL, "positives": positives,
+                   "protocol": ctx.protocol}
+            if scores is None:
+                n_ood = int(mask.sum()) if mask is not None else len(ctx.ood_sets[ood_set])
+                rows.append({**row, **NAN_METRICS, "n_id": len(ctx.id_set), "n_ood": n_ood, "ci": "none",
+                             "error": ctx.detector_errors[det]})
+                continue
+            conf_ood = scores[ood_set]
+            if mask is not None:
+                if len(mask) != len(conf_ood):
+                    rows.append({**row, **NAN_METRICS, "n_id": len(scores["id"]), "n_ood": len(conf_ood), "ci": "none",
+                                 "error": f"{len(conf_ood)} scores for {len(mask)} adversarial examples"})
+                    continue
+                conf_ood = conf_ood[mask]
+            key = cell_key("ood", det, ood_set)
+            rows.append({**row, **metric_row(scores["id"], conf_ood, ctx, key, replicates)})
+        return rows

@@ -1,0 +1,103 @@
+"""Re-derivation of ``paired.csv`` and of the leaderboard's ``<metric>_rank`` columns (``advopenood verify``), written
+apart from ``plugins/kit/paired.py``.
+
+Each set's pairs are listed again from the saved scores (every pair of detectors by name up to 20 detectors, else
+each against the best by AUROC; every declared twin, derived first). Every number comes from the independent checker
+:mod:`advopenood.evaluation.oracle`: the point AUROCs, the bootstrap interval of the difference by a plain loop over
+the same seeded draws (key ``paired|<set>``, each resample's two AUROCs on the same indices) and DeLong's from the
+pairwise comparison matrices.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from advopenood.evaluation import oracle
+from advopenood_plugins.kit.verify import pairs_of
+
+COLUMNS = ["group", "twin", "auroc_a", "auroc_b", "delta_auroc", "delta_auroc_lo", "delta_auroc_hi", "ci",
+           "significant", "n_id", "n_ood"]
+KEYS = ["detector_a", "detector_b", "ood_set"]
+
+
+def rederive_paired(run: Any, ood: pd.DataFrame) -> pd.DataFrame:
+    """``paired.csv`` re-computed from ``scores/*.npz`` and the positives of ``ood.csv``'s rows."""
+    ci = run.config.get("ci") or {}
+    method, resamples, seed = str(ci.get("method", "none")), int(ci.get("resamples", 0)), int(run.config.get("seed", 0))
+    label = f"bootstrap-{resamples}" if method == "bootstrap" else method
+    rows = []
+    scored = ood[ood["detector"].isin(run.detectors)]
+    for ood_set, part in scored.groupby("ood_set", sort=False):
+        cells = {}
+        for r in part.to_dict("records"):
+            arrays = run.scores(r["detector"])
+            conf = arrays[ood_set].astype(float)
+            if r["positives"] == "successful":
+                conf = conf[arrays[f"{ood_set}.success"].astype(bool)]
+            cells[r["detector"]] = (arrays["id"].astype(float), conf)
+        aurocs = {d: oracle.auroc(*c) for d, c in cells.items()}
+        n, m = len(next(iter(cells.values()))[0]), len(next(iter(cells.values()))[1])
+        boot: dict[str, np.ndarray] = {}
+        if method == "bootstrap" and n >= 2 and m >= 2:
+            idx_id, idx_ood = oracle.resample_indices(seed, f"paired|{ood_set}", n, m, resamples)
+            for d, (conf_id, conf_ood) in cells.items():
+                if not math.isnan(aurocs[d]):
+                    boot[d] = oracle.replicates(conf_id, conf_ood, idx_id, idx_ood, ("auroc",))["auroc"]
+        for a, b, twin in pairs_of(aurocs):
+            lo = hi = math.nan
+            usable = min(n, m) >= 2 and not math.isnan(aurocs[a]) and not math.isnan(aurocs[b])
+            if usable and method == "bootstrap":
+                lo, hi = oracle.percentile_interval(boot[a] - boot[b])
+            elif usable and method == "delong":
+                lo, hi = oracle.delong_difference(cells[a], cells[b])
+            sig = math.nan if math.isnan(lo) else bool(lo > 0 or hi < 0)
+            rows.append({"detector_a": a, "detector_b": b, "ood_set": ood_set, "group": part["group"].iloc[0],
+                         "twin": twin, "auroc_a": aurocs[a], "auroc_b": aurocs[b], "delta_auroc": aurocs[a] - aurocs[b],
+                         "delta_auroc_lo": lo, "delta_auroc_hi": hi, "ci": label, "significant": sig, "n_id": n,
+                         "n_ood": m})
+    return pd.DataFrame(rows, columns=KEYS + COLUMNS)
+
+
+def rederive_ranks(board: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+    """``<metric>_rank`` per detector from ``board``'s means and bounds: best first (AUROC down, FPR95 up); a detector
+    takes its tie group leader's rank when their intervals overlap (equal values without intervals), else its
+    position."""
+    out = board[["detector"]].copy()
+    for metric in metrics:
+        sign = -1.0 if metric.endswith("auroc") else 1.0
+        rows = [(sign * v, i) for i, v in enumerate(board[metric]) if not pd.isna(v)]
+        ranks: list[float] = [math.nan] * len(board)
+        leader = -1
+        for position, (_, i) in enumerate(sorted(rows), start=1):
+            tie = False
+            if leader >= 0:
+                lo = board[[f"{metric}_lo", f"{metric}_hi"]].to_numpy(float)
+                if np.isnan(lo[[i, leader]]).any():
+                    tie = board[metric].iloc[i] == board[metric].iloc[leader]
+                else:
+                    tie = lo[i, 0] <= lo[leader, 1] and lo[leader, 0] <= lo[i, 1]
+            if tie:
+                ranks[i] = ranks[leader]
+            else:
+                ranks[i], leader = position, i
+        out[f"{metric}_rank"] = ranks
+    return out
+
+
+def verify_paired(run: Any, ood: pd.DataFrame, board: pd.DataFrame | None, rederived_board: pd.DataFrame | None
+                  ) -> list[str]:
+    """Differences between ``paired.csv`` / the leaderboard's ranks and their re-derivation."""
+    from advopenood.evaluation.verify import compare
+
+    lines: list[str] = []
+    if run.has("paired.csv"):
+        lines += compare(rederive_paired(run, ood), run.table("paired.csv"), KEYS, COLUMNS, atol=1e-6,
+                         table="paired.csv")
+    if board is not None and rederived_board is not None:
+        metrics = [c[:-5] for c in board.columns if c.endswith("_rank") and c[:-5] in rederived_board]
+        lines += compare(rederive_ranks(rederived_board, metrics), board[board["detector"].isin(run.detectors)],
+                         ["detector"], [f"{m}_rank" for m in metrics], table="leaderboard.csv")
+    return lines

@@ -1,0 +1,101 @@
+"""Paired comparisons of robust AUROCs (``robust_paired.csv``), for the ``robust_auroc`` evaluator.
+
+**Pairs.** Within one natural OOD set, eps and method, every detector's robust AUROC (both sides attacked) rests on
+the same clean images: image ``i`` of ``robust_id_<a>`` and of ``robust_id_<b>`` is image ``i`` of the ID test set
+(likewise on the OOD side), each attacked against its own detector. Each detector enters with one row of
+``robust_auroc.csv``: its EOT row when it has one (a randomised detector's default), else its plain row. Pairs as
+in ``paired.csv`` (:func:`~advopenood_plugins.kit.paired.detector_pairs`): every pair with at most 20 detectors,
+else each against the best; a declared twin (``smoothed_<det>`` and ``<det>``) always, the derived one as ``detector_a``.
+
+**Interval** on ``delta_robust_auroc = robust_auroc_a - robust_auroc_b`` (points), by the run's ``ci`` plan:
+``bootstrap``: one draw of ID and one of OOD indices per (set, eps, method), seeded by the run seed and
+``robust_paired|<set>|<eps>|<method>`` (:func:`advopenood.evaluation.intervals.generator`), applied to both
+detectors' attacked arrays (a paired, stratified bootstrap; Efron & Tibshirani 1993, ch. 13), percentile interval
+of the replicates' differences; ``delong``: DeLong's test for correlated AUROCs
+(:func:`advopenood.evaluation.metrics.auroc_difference_interval`: two detectors on the same images); ``none``: empty.
+``significant`` is True when the interval excludes 0.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from advopenood.evaluation.context import RunContext
+from advopenood.evaluation.intervals import ci_label, draw, generator, replicates, too_few
+from advopenood.outputs.report import eps_label
+from advopenood.outputs.report import name as label
+from advopenood_plugins.kit.paired import detector_pairs, difference_bounds, significant
+
+ROBUST_PAIRED_COLUMNS = ["ood_set", "eps", "method", "detector_a", "family_a", "detector_b", "family_b", "twin",
+                         "robust_auroc_a", "robust_auroc_b", "delta_robust_auroc", "delta_robust_auroc_lo",
+                         "delta_robust_auroc_hi", "ci", "significant", "n_id", "n_ood", "error", "protocol"]
+
+
+def paired_key(ood_set: str, eps: float, method: str) -> str:
+    """The cell key of one (set, eps, method) group's draws: ``robust_paired|<set>|<eps as %.6g>|<method>``."""
+    return f"robust_paired|{ood_set}|{float(eps):.6g}|{method}"
+
+
+def chosen_rows(group: pd.DataFrame) -> pd.DataFrame:
+    """One row per detector: its EOT row when it has one, else its plain row."""
+    ordered = group.assign(_eot=group["attack_family"].eq("eot")).sort_values("_eot", ascending=False, kind="stable")
+    return ordered.drop_duplicates("detector").drop(columns="_eot")
+
+
+def robust_paired_table(ctx: RunContext, table: pd.DataFrame) -> pd.DataFrame:
+    """``robust_paired.csv`` from ``robust_auroc.csv``'s rows (``table``) and the run's scores (module docstring)."""
+    method, resamples = ctx.plan.ci.method, ctx.plan.ci.resamples
+    rows: list[dict[str, Any]] = []
+    for (ood_set, eps, attack), group in table.groupby(["ood_set", "eps", "method"], sort=False):
+        chosen = chosen_rows(group).set_index("detector")
+        cells = {d: (np.asarray(ctx.scores[d][r["id_attack"]], float), np.asarray(ctx.scores[d][r["ood_attack"]], float))
+                 for d, r in chosen.iterrows()}
+        aurocs = dict(zip(chosen.index, chosen["robust_auroc"].astype(float)))
+        reps: dict[str, np.ndarray] = {}
+        sizes = {(len(i), len(o)) for i, o in cells.values()}
+        if method == "bootstrap" and len(sizes) == 1 and not too_few(*next(iter(sizes))):
+            idx_id, idx_ood = draw(generator(ctx.seed, paired_key(ood_set, eps, attack)), *next(iter(sizes)),
+                                   resamples)
+            reps = {d: replicates(i, o, idx_id, idx_ood, ("auroc",))["auroc"] for d, (i, o) in cells.items()
+                    if not np.isnan(aurocs[d])}
+        for a, b, twin in detector_pairs(aurocs, aurocs):
+            lo, hi, error = difference_bounds(method, cells[a], cells[b], reps.get(a), reps.get(b))
+            rows.append({"ood_set": ood_set, "eps": eps, "method": attack, "detector_a": a,
+                         "family_a": chosen.loc[a, "attack_family"], "detector_b": b,
+                         "family_b": chosen.loc[b, "attack_family"], "twin": twin, "robust_auroc_a": aurocs[a],
+                         "robust_auroc_b": aurocs[b], "delta_robust_auroc": aurocs[a] - aurocs[b],
+                         "delta_robust_auroc_lo": lo, "delta_robust_auroc_hi": hi,
+                         "ci": ci_label(method, resamples), "significant": significant(lo, hi),
+                         "n_id": len(cells[a][0]), "n_ood": len(cells[a][1]), "error": error,
+                         "protocol": ctx.protocol})
+    return pd.DataFrame(rows, columns=ROBUST_PAIRED_COLUMNS).astype({"significant": "boolean", "twin": bool})
+
+
+def read_robust_paired(table: pd.DataFrame) -> list[str]:
+    """Per (set, eps, method): the detector with the highest robust AUROC and which others its interval separates
+    it from; every twin pair's difference."""
+    out = []
+    for (ood_set, eps, method), part in table.groupby(["ood_set", "eps", "method"], sort=False):
+        where = f"{label(ood_set)}, {method.upper()}, eps {eps_label(eps)}"
+        scores = pd.concat([part[["detector_a", "robust_auroc_a"]].set_axis(["d", "v"], axis=1),
+                            part[["detector_b", "robust_auroc_b"]].set_axis(["d", "v"], axis=1)]).drop_duplicates("d")
+        if scores["v"].isna().all():
+            continue
+        best = scores.sort_values(["v", "d"], ascending=[False, True]).iloc[0]["d"]
+        mine = part[(part["detector_a"] == best) | (part["detector_b"] == best)]
+        beaten = sorted({label(r["detector_b"] if r["detector_a"] == best else r["detector_a"])
+                         for r in mine.to_dict("records") if r["significant"] is True
+                         and (r["delta_robust_auroc"] > 0) == (r["detector_a"] == best)})
+        tied = len(mine) - len(beaten)
+        out.append(f"{where}: the highest robust AUROC is {label(best)}'s; its 95 % interval on the paired difference "
+                   f"excludes 0 against {len(beaten)} of {len(mine)} other detector(s)"
+                   + (f" and contains 0 against {tied} (no difference shown)." if tied else "."))
+        for r in part[part["twin"]].to_dict("records"):
+            interval = "" if pd.isna(r["delta_robust_auroc_lo"]) else \
+                f" [{r['delta_robust_auroc_lo']:+.1f}, {r['delta_robust_auroc_hi']:+.1f}]"
+            shown = "a difference" if r["significant"] is True else "no difference shown"
+            out.append(f"{where}: {label(r['detector_a'])} ({r['family_a']} attacks) minus {label(r['detector_b'])}: "
+                       f"{r['delta_robust_auroc']:+.1f} robust AUROC points{interval}, {shown}.")
+    return out

@@ -1,0 +1,316 @@
+"""The ``robust_auroc`` evaluator: a detector's AUROC when ID images are attacked to look OOD and OOD images to look ID.
+
+Definitions (ATD, Azizmalayeri et al., NeurIPS 2022, ``test_ATD.py``: "just in attacked", "just out attacked",
+"both attacked"; AROS, Mirzaei et al., ICLR 2025, ``aros_node/evaluate.py``: ``PGD_AUC`` on the mixed ID/OOD
+loader, then ``get_auc_adversarial``), per detector, natural OOD set and eps, with OpenOOD's convention (OOD is
+the positive class, the score is ``-conf``; :func:`advopenood.evaluation.metrics.auroc`):
+
+* ``clean_auroc``: ``AUROC(conf(x_id), conf(x_ood))``;
+* ``id_attacked_auroc``: ``AUROC(conf(x_id + d_id), conf(x_ood))``, ``d_id`` from ``robust_id_<det>`` (lowers the
+  confidence of every ID test image);
+* ``ood_attacked_auroc``: ``AUROC(conf(x_id), conf(x_ood + d_ood))``, ``d_ood`` from ``robust_ood_<det>`` (raises
+  the confidence of every OOD image);
+* ``robust_auroc``, ``robust_fpr95``: both sides attacked, ``AUROC`` / FPR95 of ``(conf(x_id + d_id),
+  conf(x_ood + d_ood))``.
+
+Every row of both sets counts (ATD and AROS attack and score every sample; the protocol's positives rule is about
+ID->ID adversarial examples and does not apply). Because each attacked image keeps its clean self among its
+candidates (:mod:`advopenood_plugins.attacks.robust`), ``robust_auroc <= min(id_attacked_auroc,
+ood_attacked_auroc) <= clean_auroc`` as long as the run scores an image exactly as the attack did: always for a
+deterministic detector; not necessarily for a randomised one
+(:class:`~advopenood.capabilities.Randomised`, e.g. ``smoothed_<det>``), whose attack draws its noise from a stream
+independent of the evaluation noise the run scores every set with, so that the attack cannot overfit to it.
+
+Randomised detectors: the attacks' gradient is the EOT one by default (``attack_family`` ``eot``: the
+``robust_*_eot_<det>`` attacks, gradient averaged over ``eot`` noise draws, default the detector's own number),
+since the plain attacks' noise-free gradient ignores the noise (on ``smoothed_msp`` the EOT attacks are the
+stronger: ``tests/test_robust_auroc.py``); ``randomised_attacks: plain`` runs the plain attacks
+instead and ``both`` runs both (one row each). Every other detector's rows are ``plain``.
+
+``--evaluator robust_auroc`` adds the sets it needs to the run (:class:`~advopenood.capabilities.RequiresAttacks`):
+per selected detector with a differentiable score and per ``method`` (``pgd``: ``robust_id_<det>`` and
+``robust_ood_<det>-<set>``; ``apgd``: ``robust_apgd_id_<det>`` and ``robust_apgd_ood_<det>-<set>``; their EOT
+twins for a randomised detector, which take the plain attacks' ``attack_params``), one OOD-side set per natural
+OOD set, at each Linf budget the config gives its attacks explicitly (``--eps``), else the attacks' default (8/255
+at 32 px). Rows pair every ID-side and OOD-side set of the same detector, method, attack family and eps,
+whichever way they entered the run.
+
+Intervals: each metric ``m`` has ``m_lo`` / ``m_hi`` (95 %) by the run's ``ci`` plan, named in ``ci``
+(:mod:`advopenood.evaluation.intervals`). The bootstrap is paired and stratified (:func:`robust_intervals`): one
+draw of ID indices and one of OOD indices per row, seeded by the run seed and the row's key
+``robust|<det>|<ID set>|<OOD set>``, each applied to the clean and the attacked array of its side, so an attacked
+image moves with its clean twin and the five metrics share their resamples. ``delong`` gives each AUROC's analytic
+interval and leaves FPR95's empty; ``error`` says why a row has none (fewer than 2 images a side, attacked sets not
+the clean sets' size).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from advopenood import registry
+from advopenood.config.schema import thaw
+from advopenood.capabilities import RequiresAttacks, Verifiable, is_family, is_randomised
+from advopenood.evaluation.context import RunContext
+from advopenood.data.datasets import dataset_name
+from advopenood.errors import UsageError
+from advopenood.evaluation.intervals import (bound_columns, cell_key, ci_label, draw, empty_bounds, generator,
+                                            percentile, replicates, too_few)
+from advopenood.evaluation.metrics import auroc, auroc_interval, fpr_at_tpr95
+from advopenood.outputs.results import Bullets, Paragraph, Results, Section, Table, as_written, guarded
+from advopenood.registry import register
+from advopenood.outputs.report import eps_label, join
+from advopenood.outputs.report import name as label
+from advopenood_plugins.attacks.adaptive import is_eot
+from advopenood_plugins.attacks.robust import EOT_PREFIXES, PREFIXES, robust_class
+from advopenood_plugins.evaluators.robust_auroc.paired import read_robust_paired, robust_paired_table
+from advopenood_plugins.evaluators.robust_auroc.verify import verify_robust
+
+ROBUST_METRICS = ("clean_auroc", "id_attacked_auroc", "ood_attacked_auroc", "robust_auroc", "robust_fpr95")
+#: each metric followed by its 95 % interval (``<m>_lo``, ``<m>_hi``), then the interval's method; ``error``: why a
+#: row's intervals are empty
+COLUMNS = ["detector", "ood_set", "eps", "method", "attack_family", *bound_columns(ROBUST_METRICS), "ci", "n_id",
+           "n_ood", "id_attack", "ood_attack", "protocol", "error"]
+METHODS = ("pgd", "apgd")
+#: which attacks a randomised detector gets: EOT (default), plain, or both
+RANDOMISED_ATTACKS = ("eot", "plain", "both")
+
+
+def robust_metrics(clean_id: Any, clean_ood: Any, adv_id: Any, adv_ood: Any) -> dict[str, float]:
+    """The four AUROCs and the robust FPR95 in percent (OOD positive, score ``-conf``, OpenOOD's
+    ``roc_curve`` / ``auc``): clean, ID side attacked, OOD side attacked, both attacked (ATD's three cases)."""
+    return {"clean_auroc": 100.0 * auroc(clean_id, clean_ood), "id_attacked_auroc": 100.0 * auroc(adv_id, clean_ood),
+            "ood_attacked_auroc": 100.0 * auroc(clean_id, adv_ood), "robust_auroc": 100.0 * auroc(adv_id, adv_ood),
+            "robust_fpr95": 100.0 * fpr_at_tpr95(adv_id, adv_ood)}
+
+
+def robust_intervals(clean_id: Any, clean_ood: Any, adv_id: Any, adv_ood: Any, method: str, seed: int, key: str,
+                     resamples: int) -> tuple[dict[str, float], str]:
+    """``(bounds, reason)``: ``<m>_lo`` / ``<m>_hi`` in percent of the five metrics of :func:`robust_metrics` and why
+    they are empty ("" when they are not, or under ``none``).
+
+    ``bootstrap``: paired and stratified: one draw of ID indices and one of OOD indices
+    (:func:`~advopenood.evaluation.intervals.draw` from the cell's generator, ``key``), each applied to both arrays
+    of its side, so an attacked image moves with its clean twin (image ``i`` of ``robust_id_<det>`` is image ``i`` of
+    the ID test set, likewise on the OOD side); percentile interval of each metric over the same resamples.
+    ``delong``: each AUROC's analytic interval; FPR95's stays empty."""
+    arrays = [np.asarray(a, dtype=np.float64).ravel() for a in (clean_id, clean_ood, adv_id, adv_ood)]
+    bounds = empty_bounds(ROBUST_METRICS)
+    if method == "none":
+        return bounds, ""
+    n_id, n_ood = len(arrays[2]), len(arrays[3])
+    if len(arrays[0]) != n_id or len(arrays[1]) != n_ood:
+        return bounds, (f"no interval: the attacked sets ({n_id} ID, {n_ood} OOD images) are not paired with the clean "
+                        f"ones ({len(arrays[0])}, {len(arrays[1])})")
+    reason = too_few(n_id, n_ood)
+    if reason or any(np.isnan(a).any() for a in arrays):
+        return bounds, reason or "no interval: NaN scores"
+    cells = {"clean_auroc": (0, 1), "id_attacked_auroc": (2, 1), "ood_attacked_auroc": (0, 3), "robust_auroc": (2, 3)}
+    if method == "delong":
+        for m, (i, j) in cells.items():
+            lo, hi = auroc_interval(arrays[i], arrays[j])
+            bounds.update({f"{m}_lo": 100.0 * lo, f"{m}_hi": 100.0 * hi})
+        return bounds, ""
+    idx_id, idx_ood = draw(generator(seed, key), n_id, n_ood, resamples)
+    for m, (i, j) in cells.items():
+        wanted = ("auroc", "fpr95") if m == "robust_auroc" else ("auroc",)
+        reps = replicates(arrays[i], arrays[j], idx_id, idx_ood, wanted)
+        bounds[f"{m}_lo"], bounds[f"{m}_hi"] = percentile(reps["auroc"])
+        if m == "robust_auroc":
+            bounds["robust_fpr95_lo"], bounds["robust_fpr95_hi"] = percentile(reps["fpr95"])
+    return bounds, ""
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    return a is not None and b is not None and math.isclose(float(a), float(b), rel_tol=1e-6)
+
+
+def attack_family(cls: type) -> str:
+    """``"eot"`` for an EOT robust attack, ``"plain"`` for the others."""
+    return "eot" if is_eot(cls) else "plain"
+
+
+def robust_pairs(ctx: RunContext) -> list[tuple[str, str, str, str, str, float]]:
+    """``(detector, ID-side set, OOD-side set, method, attack family, eps)`` for every pair of robust-AUROC sets of
+    the run on the same detector with the same method, family and eps."""
+    sides: dict[str, list[tuple[str, Any, type]]] = {"id": [], "ood": []}
+    for name, adv in ctx.adv_sets.items():
+        cls = robust_class(adv.attack)
+        if cls is not None:
+            sides[cls.side].append((name, adv, cls))
+    return [(cls.detector, i_name, o_name, cls.method, attack_family(cls), float(i_adv.eps))
+            for i_name, i_adv, cls in sides["id"] for o_name, o_adv, o_cls in sides["ood"]
+            if o_cls.detector == cls.detector and o_cls.method == cls.method
+            and attack_family(o_cls) == attack_family(cls) and _close(i_adv.eps, o_adv.eps)]
+
+
+def robust_table(ctx: RunContext) -> pd.DataFrame:
+    """One row per detector with scores and pair of robust sets (:func:`robust_pairs`), each metric with its
+    interval by the run's ``ci`` plan (:func:`robust_intervals`, cell key ``robust|<det>|<ID set>|<OOD set>``).
+
+    Computed once per run state: the ``ood``, ``levels`` and ``robust_auroc`` evaluators all read it, so it is kept
+    in ``ctx.extras`` under the names of the run's sets and scores and a copy is returned."""
+    state = (tuple(sorted(ctx.adv_sets)), tuple(sorted((d, tuple(sorted(s))) for d, s in ctx.scores.items())))
+    memo = ctx.extras.setdefault("robust_table", {})
+    if state not in memo:
+        memo.clear()
+        memo[state] = _robust_table(ctx)
+    return memo[state].copy()
+
+
+def _robust_table(ctx: RunContext) -> pd.DataFrame:
+    ci = ctx.plan.ci
+    rows = []
+    for det, id_set, ood_set_attack, method, family, eps in robust_pairs(ctx):
+        scores = ctx.scores.get(det)
+        if scores is None:
+            continue
+        source = ctx.adv_sets[ood_set_attack].source
+        arrays = (scores["id"], scores[source], scores[id_set], scores[ood_set_attack])
+        bounds, reason = robust_intervals(*arrays, ci.method, ctx.seed,
+                                          cell_key("robust", det, id_set, ood_set_attack), ci.resamples)
+        rows.append({"detector": det, "ood_set": source, "eps": eps, "method": method, "attack_family": family,
+                     **robust_metrics(*arrays), **bounds, "ci": ci_label(ci.method, ci.resamples),
+                     "n_id": len(scores[id_set]), "n_ood": len(scores[ood_set_attack]), "id_attack": id_set,
+                     "ood_attack": ood_set_attack, "protocol": ctx.protocol, "error": reason})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def read_robust(table: pd.DataFrame) -> list[str]:
+    """Per detector, method and eps: the clean AUROC against the robust one, averaged over the natural OOD sets,
+    with both one-sided AUROCs."""
+    out = []
+    for (det, method, family, eps), part in table.groupby(["detector", "method", "attack_family", "eps"], sort=False):
+        mean = part[["clean_auroc", "id_attacked_auroc", "ood_attacked_auroc", "robust_auroc"]].mean()
+        verb = "falls to" if mean.robust_auroc < mean.clean_auroc else "stays at"
+        how = method.upper() + (" with EOT gradients" if family == "eot" else "")
+        out.append(f"{label(det)} ({how}, eps {eps_label(eps)}, mean over {len(part)} OOD set"
+                   f"{'s' if len(part) > 1 else ''}): AUROC {verb} {mean.robust_auroc:.1f} from {mean.clean_auroc:.1f} "
+                   f"when both sides are attacked (ID side alone {mean.id_attacked_auroc:.1f}, OOD side alone "
+                   f"{mean.ood_attacked_auroc:.1f}).")
+    below = sorted({label(d) for d in table.loc[table["robust_auroc"] < 50, "detector"]})
+    if below:
+        out.append(f"{join(below)} {'falls' if len(below) == 1 else 'fall'} below chance (robust AUROC < 50) on at "
+                   "least one set: attacked OOD images look more in-distribution than attacked ID images.")
+    return out
+
+
+def robust_section(table: pd.DataFrame, paired: pd.DataFrame | None = None) -> Section:
+    """``Robust AUROC``: the table's AUROCs per detector and set, and their readings, with the paired differences'
+    (``robust_paired.csv``) when given."""
+    bounds = [c for c in table.columns if c.endswith(("_lo", "_hi"))]
+    shown = table.drop(columns=["id_attack", "ood_attack", "n_id", "n_ood", "protocol", "error", *bounds],
+                       errors="ignore").copy()
+    shown["eps"] = [eps_label(e) for e in shown["eps"]]
+    if {"robust_auroc_lo", "robust_auroc_hi"} <= set(table.columns):
+        shown.insert(shown.columns.get_loc("robust_auroc") + 1, "robust 95 % interval",
+                     ["" if pd.isna(lo) else f"[{lo:.1f}, {hi:.1f}]"
+                      for lo, hi in zip(table["robust_auroc_lo"], table["robust_auroc_hi"])])
+    return Section("Robust AUROC (ID and OOD attacked)", [
+        Paragraph("AUROC (%) with ID images attacked to look OOD and OOD images attacked to look in-distribution "
+                  "inside the same Linf ball (ATD's and AROS's robust AUROC): clean, one side attacked, both sides "
+                  "attacked (robust). Every image of both sets counts. A randomised detector (e.g. a smoothed one) "
+                  "is attacked with EOT gradients (attack family eot) unless the evaluator is told otherwise, and "
+                  "scored with evaluation noise independent of every noise draw its attacks saw."),
+        Table(shown), Bullets(read_robust(table) + ([] if paired is None else read_robust_paired(paired)))])
+
+
+def run_budgets(plan: Any) -> list[float]:
+    """The Linf budgets the plan gives its bounded attacks explicitly (an entry's ``eps``, e.g. from ``--eps``)."""
+    found: list[float] = []
+    for entry in plan.attacks:
+        if isinstance(entry, str) or entry.eps is None:
+            continue
+        entry = thaw(entry)
+        cls = registry.get("attacks", str(entry["name"]))
+        linf = is_family(cls) or (cls.bounded and str((entry.get("params") or {}).get("norm", cls.norm)) == "linf")
+        if linf and cls.bounded:
+            values = entry["eps"] if isinstance(entry["eps"], (list, tuple)) else [entry["eps"]]
+            found += [float(v) for v in values if not any(_close(v, f) for f in found)]
+    return found
+
+
+@register("evaluators", "robust_auroc")
+class RobustAUROC(RequiresAttacks, Verifiable):
+    """Robust AUROC of every detector with a differentiable score: ID images attacked to look OOD, OOD images to
+    look ID (ATD, AROS), next to the clean and one-sided AUROCs."""
+
+    verify = staticmethod(verify_robust)
+
+    def __init__(self, method: str | list[str] | tuple[str, ...] = ("pgd",), eps: float | list[float] | None = None,
+                 ood_sets: list[str] | None = None, randomised_attacks: str = "eot", eot: int | None = None):
+        """``method``: ``pgd`` (default), ``apgd`` or both (a list); ``eps``: budgets of the added sets (default:
+        the config's explicit Linf budgets, else the attacks' default); ``ood_sets``: the natural OOD sets to
+        attack (default: all of the run's); ``randomised_attacks``: the attacks of a randomised detector, ``eot``
+        (default), ``plain`` or ``both``; ``eot``: the EOT attacks' noise draws (default: the detector's own)."""
+        self.parse_methods(method)  # the settings act through required_attacks; checked here before any work
+        self.parse_families(randomised_attacks, eot)
+        budgets = eps if isinstance(eps, (list, tuple)) else [] if eps is None else [eps]
+        if any(not isinstance(e, (int, float)) or not 0 < float(e) <= 1 for e in budgets):
+            raise UsageError(f"evaluator robust_auroc: eps {eps!r}; valid choices: a number in (0, 1], a list of them")
+        if ood_sets is not None and not (isinstance(ood_sets, (list, tuple)) and all(isinstance(o, str) for o in ood_sets)):
+            raise UsageError(f"evaluator robust_auroc: ood_sets {ood_sets!r}; valid choices: a list of natural OOD set names")
+
+    @staticmethod
+    def parse_methods(method: Any) -> list[str]:
+        methods = [m.strip().lower() for m in (method.split(",") if isinstance(method, str) else method or [])]
+        bad = [m for m in methods if m not in METHODS] or ([] if methods else [str(method)])
+        if bad:
+            raise UsageError(f"evaluator robust_auroc: method {bad[0]!r}; valid choices: {', '.join(METHODS)} "
+                             "(or a list of them)")
+        return list(dict.fromkeys(methods))
+
+    @staticmethod
+    def parse_families(randomised_attacks: Any, eot: Any) -> list[bool]:
+        """Whether a randomised detector gets the plain (False) and/or the EOT (True) attacks."""
+        if randomised_attacks not in RANDOMISED_ATTACKS:
+            raise UsageError(f"evaluator robust_auroc: randomised_attacks {randomised_attacks!r}; valid choices: "
+                             f"{', '.join(RANDOMISED_ATTACKS)}")
+        if eot is not None and (isinstance(eot, bool) or not isinstance(eot, int) or eot < 1):
+            raise UsageError(f"evaluator robust_auroc: eot {eot!r}; valid choices: an integer >= 1, or null for the "
+                             "detector's own number of draws")
+        return {"eot": [True], "plain": [False], "both": [False, True]}[randomised_attacks]
+
+    @classmethod
+    def required_attacks(cls, plan: Any, params: Any) -> list[tuple[dict[str, Any], str | None]]:
+        """Per method and selected detector with robust attacks: the ID-side set and one OOD-side set per natural
+        OOD set (``evaluator_params.robust_auroc.ood_sets``, default all), at the run's budgets."""
+        methods = cls.parse_methods(params.get("method", "pgd"))
+        families = cls.parse_families(params.get("randomised_attacks", "eot"), params.get("eot"))
+        draws = {} if params.get("eot") is None else {"eot": params["eot"]}
+        natural = [dataset_name(spec) for spec in plan.data.ood]
+        chosen = params.get("ood_sets") or natural
+        unknown = [s for s in chosen if s not in natural]
+        if unknown:
+            raise UsageError(f"evaluator robust_auroc: ood_sets {unknown[0]!r} is not a natural OOD set of this run; "
+                             f"valid choices: {', '.join(natural) or 'none (add data.ood to the config)'}")
+        eps = params.get("eps")
+        eps = (list(eps) if isinstance(eps, (list, tuple)) else [eps]) if eps is not None else run_budgets(plan)
+        budget = {} if not eps else {"eps": eps if len(eps) > 1 else eps[0]}
+        available = set(registry.names("attacks"))
+        out: list[tuple[dict[str, Any], str | None]] = []
+        for method in methods:
+            for det in plan.detectors:
+                for eot in families if is_randomised(registry.get("detectors", det)) else [False]:
+                    prefixes, extra = (EOT_PREFIXES, draws) if eot else (PREFIXES, {})
+                    id_name, ood_name = prefixes["id", method] + det, prefixes["ood", method] + det
+                    if id_name not in available or ood_name not in available:
+                        continue
+                    # the plain attacks' family: an EOT attack takes their attack_params (steps, eps, ...)
+                    id_family, ood_family = PREFIXES["id", method].rstrip("_"), PREFIXES["ood", method].rstrip("_")
+                    out.append(({"name": id_name, **budget, **({"params": extra} if extra else {})}, id_family))
+                    out += [({"name": ood_name, **budget, "params": {"ood_set": s, **extra},
+                              "label": f"{ood_name}-{s}"}, ood_family) for s in chosen]
+        return out
+
+    def __call__(self, ctx: RunContext) -> Results:
+        table = robust_table(ctx)
+        if not len(table):
+            return Results(tables={"robust_auroc.csv": table})
+        paired = robust_paired_table(ctx, table)
+        sections = guarded("Robust AUROC (ID and OOD attacked)",
+                           lambda: [robust_section(as_written(table, ctx.protocol), paired)])
+        return Results(tables={"robust_auroc.csv": table, "robust_paired.csv": paired}, sections=sections)

@@ -1,0 +1,71 @@
+"""What several built-in verify hooks share: the run's interval plan, a cell's re-derived interval and the pairs of
+detectors a set compares, all from the independent checker :mod:`advopenood.evaluation.oracle` (never from the code
+that wrote the tables). A checker module, as its name says: ``tests/test_oracle.py`` checks that it imports no writer.
+"""
+from __future__ import annotations
+
+import math
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+
+from advopenood import registry
+from advopenood.capabilities import twin_of
+from advopenood.errors import UsageError
+from advopenood.evaluation import oracle
+
+METRICS = ("fpr95", "auroc", "aupr_in", "aupr_out")
+BOUNDS = [f"{m}_{end}" for m in METRICS for end in ("lo", "hi")]
+#: a cell's re-derived bootstrap replicates per metric, by cell key (``ood|<detector>|<set>``)
+Draws = dict[str, dict[str, np.ndarray]]
+
+
+def ci_plan(run: Any) -> tuple[str, int, int]:
+    """``(method, resamples, seed)`` of the run's intervals from ``run.json`` (``none`` for a run written before)."""
+    ci = run.config.get("ci") or {}
+    return str(ci.get("method", "none")), int(ci.get("resamples", 0)), int(run.config.get("seed", 0))
+
+
+def rederive_bounds(conf_id: np.ndarray, conf_ood: np.ndarray, run: Any, key: str,
+                    draws: Draws | None = None) -> dict[str, Any]:
+    """A cell's ``<m>_lo`` / ``<m>_hi`` and ``ci`` by the run's ``ci`` plan; the bootstrap replicates go into
+    ``draws[key]``. NaN bounds when a side has fewer than 2 images or holds NaN."""
+    method, resamples, seed = ci_plan(run)
+    out: dict[str, Any] = {c: math.nan for c in BOUNDS}
+    out["ci"] = f"bootstrap-{resamples}" if method == "bootstrap" else method
+    conf_id, conf_ood = np.asarray(conf_id, float).ravel(), np.asarray(conf_ood, float).ravel()
+    n, m = len(conf_id), len(conf_ood)
+    if method == "none" or n < 2 or m < 2 or np.isnan(conf_id).any() or np.isnan(conf_ood).any():
+        return out
+    if method == "delong":
+        out["auroc_lo"], out["auroc_hi"] = oracle.delong_interval(conf_id, conf_ood)
+        return out
+    bounds, reps = oracle.bootstrap_interval(conf_id, conf_ood, seed, key, resamples)
+    for metric in METRICS:
+        out[f"{metric}_lo"], out[f"{metric}_hi"] = bounds[metric]
+    if draws is not None:
+        draws[key] = reps
+    return out
+
+
+def twin(det: str) -> str:
+    """The registered detector ``det`` derives from, "" when it declares none or is unknown."""
+    try:
+        return twin_of(registry.get("detectors", det))
+    except UsageError:
+        return ""
+
+
+def pairs_of(aurocs: dict[str, float]) -> list[tuple[str, str, bool]]:
+    """The pairs of one set: all (sorted names) up to 20 detectors, else each against the best; twins always."""
+    names = sorted(aurocs)
+    twins = {(d, twin(d)) for d in names if twin(d) in names}
+    if len(names) <= 20:
+        plain = set(combinations(names, 2))
+    else:
+        finite = [d for d in names if not math.isnan(aurocs[d])]
+        best = sorted(finite, key=lambda d: (-aurocs[d], d))[0] if finite else names[0]
+        plain = {(best, d) for d in names if d != best}
+    plain = {p for p in plain if p not in twins and p[::-1] not in twins}
+    return [(a, b, False) for a, b in plain] + [(a, b, True) for a, b in twins]

@@ -1,0 +1,79 @@
+"""One pass through a run (issue 32, item 5): each stage module is entered once, in the order data flows, and
+nothing calls back into the pipeline module; the plan is read by attribute (no ``thaw(`` outside the config
+package); no function of the core is over 60 lines."""
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+from advopenood.cli.main import main
+
+REPO = Path(__file__).resolve().parents[1]
+CORE = REPO / "advopenood"
+RUN = CORE / "run"
+STAGES = ["prepare", "attack", "detect", "evaluate", "report"]
+
+
+def _functions(path: Path) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return [n for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+@pytest.mark.parametrize("path", sorted(CORE.rglob("*.py")), ids=lambda p: str(p.relative_to(REPO)))
+def test_no_core_function_over_60_lines(path):
+    long = [f"{f.name} ({f.end_lineno - f.lineno + 1} lines)" for f in _functions(path)
+            if f.end_lineno - f.lineno + 1 > 60]
+    assert long == []
+
+
+@pytest.mark.parametrize("path", sorted(p for p in CORE.rglob("*.py") if "config" not in p.relative_to(CORE).parts),
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_the_core_outside_the_config_package_never_thaws_the_plan(path):
+    """Parameters are read from the plan (``plan.params`` / ``plan.param_section``), never thawed into dicts."""
+    calls = [n.lineno for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call)
+             and getattr(n.func, "id", getattr(n.func, "attr", None)) == "thaw"]
+    assert calls == []
+
+
+def _trace_run(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The stage modules the pipeline module enters (consecutive calls into one module counted once), and every
+    call into the pipeline module from outside it, during ``advopenood`` ``argv``."""
+    pipeline = str(RUN / "pipeline.py")
+    stage_files = {str(RUN / f"{s}.py"): s for s in STAGES}
+    entered: list[str] = []
+    callbacks: list[str] = []
+
+    def profile(frame, event, arg):
+        if event != "call" or frame.f_back is None:
+            return
+        callee, caller = frame.f_code.co_filename, frame.f_back.f_code.co_filename
+        if caller == pipeline and callee in stage_files:
+            if not entered or entered[-1] != stage_files[callee]:
+                entered.append(stage_files[callee])
+        elif callee == pipeline and caller != pipeline and frame.f_code.co_name not in ("run", "<module>"):
+            callbacks.append(f"{frame.f_code.co_name} from {Path(caller).name}")
+
+    sys.setprofile(profile)
+    try:
+        rc = main(argv)
+    finally:
+        sys.setprofile(None)
+    assert rc == 0
+    return entered, callbacks
+
+
+@pytest.mark.parametrize("command, stages", [
+    ("run", STAGES),
+    ("attack", ["prepare", "attack", "report"]),
+])
+def test_a_run_enters_each_stage_once_in_order(tmp_path, session_cache, command, stages):
+    """A real tiny run on the demo data: prepare -> attack -> detect -> evaluate -> report, each entered once
+    from the driver, and no stage calls back into the pipeline module."""
+    argv = [command, "--config", "demo", "--out", str(tmp_path / "run"), "--quiet", "--limit", "8", "--attack",
+            "fgsm", "--detectors", "msp", "--evaluator", "ood", "--analysis", ""]
+    entered, callbacks = _trace_run(argv[:10] if command == "attack" else argv)
+    assert entered == stages
+    assert callbacks == []
