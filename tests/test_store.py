@@ -29,7 +29,8 @@ def gen(store, ds, model, attack, seed=0):
 def test_round_trip_is_float_exact_and_records_are_right(tmp_path, small, cifar_model):
     store = AdvStore(tmp_path, shard_size=16)
     adv = gen(store, small, cifar_model, fgsm())
-    assert adv.stats == {"shards": 3, "generated": 3, "reused": 0, "regenerated": 0, "recomputed": False}
+    assert adv.stats == {"shards": 3, "generated": 3, "reused": 0, "regenerated": 0, "recomputed": False,
+                         "seconds": adv.stats["seconds"]} and adv.stats["seconds"] > 0
     x, y = stack(small)
     direct = torch.cat([fgsm()(cifar_model, x[i:i + 16], y[i:i + 16], seed=s)
                         for i, s in zip(range(0, 40, 16), [adv_seed(i) for i in range(3)])])

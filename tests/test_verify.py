@@ -18,7 +18,7 @@ def demo_run(request, session_cache, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("verify") / request.param
     assert main(["run", "--config", "demo", "--out", str(out), "--quiet", "--limit", "80", "--protocol", request.param,
                  "--attack", "fgsm,pgd", "--eps", "16/255", "--detectors", "msp,ebo,knn,mds",
-                 "--analysis", ""]) == 0
+                 "--analysis", "", "--ci-resamples", "200"]) == 0  # verify re-runs every resample as a loop
     return out
 
 

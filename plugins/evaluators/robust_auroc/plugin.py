@@ -152,13 +152,21 @@ def robust_table(ctx: RunContext) -> pd.DataFrame:
     interval by the run's ``ci`` plan (:func:`robust_intervals`, cell key ``robust|<det>|<ID set>|<OOD set>``).
 
     Computed once per run state: the ``ood``, ``levels`` and ``robust_auroc`` evaluators all read it, so it is kept
-    in ``ctx.extras`` under the names of the run's sets and scores and a copy is returned."""
-    state = (tuple(sorted(ctx.adv_sets)), tuple(sorted((d, tuple(sorted(s))) for d, s in ctx.scores.items())))
-    memo = ctx.extras.setdefault("robust_table", {})
-    if state not in memo:
-        memo.clear()
-        memo[state] = _robust_table(ctx)
-    return memo[state].copy()
+    in ``ctx.extras`` with what it was computed from (the plan, the seed, the very set and score objects, every score
+    array) and served again only while each of them is the same object; a copy is returned."""
+    arrays = [(d, n, a) for d, s in ctx.scores.items() for n, a in s.items()]
+    state = (ctx.plan, ctx.seed, ctx.adv_sets, ctx.scores, arrays, list(ctx.adv_sets.items()))
+    memo = ctx.extras.get("robust_table")
+    if memo is None or not _same_objects(memo[0], state):
+        memo = ctx.extras["robust_table"] = (state, _robust_table(ctx))
+    return memo[1].copy()
+
+
+def _same_objects(a: Any, b: Any) -> bool:
+    """Whether two states hold the same objects (``is``) in the same places, names compared by value."""
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same_objects(x, y) for x, y in zip(a, b))
+    return a == b if isinstance(a, (str, int, float)) else a is b
 
 
 def _robust_table(ctx: RunContext) -> pd.DataFrame:

@@ -33,6 +33,8 @@ from advopenood_plugins.evaluators.robust_auroc.verify import verify_robust
 
 CPU = torch.device("cpu")
 DETECTORS = ("msp", "mds")
+#: the robust run's bootstrap resamples (fewer than the default 2,000: verify re-runs each as a loop)
+RESAMPLES = 500
 
 
 def _config(data_root, out, **overrides):
@@ -41,7 +43,8 @@ def _config(data_root, out, **overrides):
     cfg["data"]["fit_limit"] = 1000
     cfg["attack_params"] = {"pgd": {"steps": 10}, "robust_id": {"steps": 20}, "robust_ood": {"steps": 20}}
     return apply_overrides(cfg, data_root=str(data_root), out=str(out), **{
-        "limit": 16, "attack": "pgd", "detectors": ",".join(DETECTORS), "evaluator": "ood,robust_auroc", **overrides})
+        "limit": 16, "attack": "pgd", "detectors": ",".join(DETECTORS), "evaluator": "ood,robust_auroc",
+        "ci_resamples": RESAMPLES, **overrides})
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +154,7 @@ def test_every_metric_has_a_paired_interval_around_it(robust_run):
     ID image never above its clean twin (and an OOD one never below) keeps the order of the AUROCs in each bound."""
     _, out = robust_run
     table = pd.read_csv(out / "robust_auroc.csv")
-    assert (table.ci == "bootstrap-2000").all() and table.error.isna().all()
+    assert (table.ci == f"bootstrap-{RESAMPLES}").all() and table.error.isna().all()
     for metric in ROBUST_METRICS:
         lo, value, hi = table[f"{metric}_lo"], table[metric], table[f"{metric}_hi"]
         assert ((lo <= value + 1e-9) & (value <= hi + 1e-9)).all(), metric
@@ -362,8 +365,28 @@ def test_robust_paired_holds_each_pair_with_the_difference_of_its_rows(robust_ru
         mine = robust[(robust.ood_set == r["ood_set"]) & (robust.method == r["method"])].set_index("detector")
         assert r["robust_auroc_a"] == pytest.approx(mine.loc["mds", "robust_auroc"], abs=1e-4)
         assert r["delta_robust_auroc"] == pytest.approx(r["robust_auroc_a"] - r["robust_auroc_b"], abs=1e-4)
-        assert r["delta_robust_auroc_lo"] <= r["delta_robust_auroc_hi"] and r["ci"] == "bootstrap-2000"
+        assert r["delta_robust_auroc_lo"] <= r["delta_robust_auroc_hi"] and r["ci"] == f"bootstrap-{RESAMPLES}"
         assert r["significant"] == (r["delta_robust_auroc_lo"] > 0 or r["delta_robust_auroc_hi"] < 0)
+
+
+def test_the_robust_table_is_computed_once_and_never_served_for_other_scores_or_plans(robust_run):
+    import dataclasses
+
+    from advopenood.config.schema import CISection
+    from advopenood_plugins.evaluators.robust_auroc.plugin import robust_table
+
+    ctx, _ = robust_run
+    first = robust_table(ctx)
+    assert ctx.extras["robust_table"][1] is not first and robust_table(ctx).equals(first)
+    kept = ctx.extras["robust_table"]
+    robust_table(ctx)
+    assert ctx.extras["robust_table"] is kept  # the same state: not computed again
+    flipped = {d: {n: -a for n, a in s.items()} for d, s in ctx.scores.items()}
+    other = robust_table(dataclasses.replace(ctx, scores=flipped))
+    assert np.allclose(other["robust_auroc"], 100 - first["robust_auroc"])
+    plan = ctx.plan.model_copy(update={"ci": CISection(method="none")})
+    assert robust_table(dataclasses.replace(ctx, plan=plan))["robust_auroc_lo"].isna().all()
+    assert robust_table(ctx).equals(first)
 
 
 def test_the_paired_bootstrap_resamples_both_detectors_on_the_same_images(robust_run):
@@ -376,7 +399,7 @@ def test_the_paired_bootstrap_resamples_both_detectors_on_the_same_images(robust
     rows = robust[(robust.ood_set == r.ood_set) & (robust.method == r.method)].set_index("detector")
     cells = {d: (ctx.scores[d][rows.loc[d, "id_attack"]], ctx.scores[d][rows.loc[d, "ood_attack"]]) for d in DETECTORS}
     n, m = len(cells["msp"][0]), len(cells["msp"][1])
-    idx_id, idx_ood = draw(generator(ctx.seed, paired_key(r.ood_set, r.eps, r.method)), n, m, 2000)
+    idx_id, idx_ood = draw(generator(ctx.seed, paired_key(r.ood_set, r.eps, r.method)), n, m, RESAMPLES)
     auc = {d: np.array([100 * roc_auc_score(np.r_[np.zeros(n), np.ones(m)], -np.r_[c[0][i], c[1][j]])
                         for i, j in zip(idx_id, idx_ood)]) for d, c in cells.items()}
     lo, hi = np.percentile(auc["mds"] - auc["msp"], [2.5, 97.5])
