@@ -75,7 +75,7 @@ setup(
         # would replace the timm this package uses; advopenood imports only its model zoo), then this extra adds the
         # two packages the zoo's architectures import. docs/models.md, "Installing robustbench (one environment that keeps working)".
         "robustbench": ["geotorch>=0.3", "torchdiffeq>=0.2"],
-        "test": ["pytest>=7", "setuptools>=64", "wheel", "import-linter>=2.1,<3"],
+        "test": ["pytest>=7", "pytest-xdist>=3", "setuptools>=64", "wheel", "import-linter>=2.1,<3"],
         # the manual: `mkdocs build --strict` (mkdocs.yml); mkdocstrings reads the sources without importing them
         "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10", "mkdocstrings[python]>=1,<2",
                  "mkdocstrings-python>=2,<3", "griffe-sphinx>=0.3,<1"],
