@@ -110,6 +110,21 @@ class Randomised(abc.ABC):
         return twin
 
 
+class Composite(abc.ABC):
+    """A detector built on another registered detector, fitted with it and held as :attr:`base` (e.g. ``ross_<det>``
+    over ``<det>``): an attack set to differentiate the base detector instead of the whole (ROSS's published
+    ``--attack-base-pp``; ``hekal_min_<det>`` / ``hekal_max_<det>`` with ``through: base``) reads it here."""
+
+    #: the fitted base detector
+    base: Any
+
+
+def is_composite(detector: Any) -> bool:
+    """Whether a detector (class or instance) is built on a base detector (:class:`Composite`)."""
+    cls = detector if isinstance(detector, type) else type(detector)
+    return issubclass(cls, Composite)
+
+
 class DetectorAware(abc.ABC):
     """An attack on a detector fitted on the run's ID fit data; :func:`bind_attack` binds it before use."""
 

@@ -29,7 +29,7 @@ def test_uint8_view_is_torchvisions_png_round_trip():
     assert torch.equal(protocols.quantize(x, "none"), x)
 
 
-@pytest.mark.parametrize("name", ["strong", "lorenz2024", "mahmood2021"])
+@pytest.mark.parametrize("name", ["strong", "lorenz2024", "mahmood2021", "hekal2026"])
 def test_every_protocol_names_its_source(name):
     p = protocols.get(name)
     assert p.source and p.description and p.ood_positives in ("successful", "all")

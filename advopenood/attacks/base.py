@@ -95,12 +95,24 @@ class Attack:
         """Per-sample success as stored in the set's records: misclassified (``adv_pred != y``) by default."""
         return adv_pred != y
 
+    @property
+    def in_range(self) -> bool:
+        """Whether the attack's images lie in [0, 1]: the call clamps them and the store refuses any outside. True
+        unless an attack leaves the pixel range as a paper's did (``hekal_*`` with ``clip: false``)."""
+        return True
+
+    def pixel_budget(self) -> float | None:
+        """The radius (in [0, 1] pixel units, under :attr:`norm`) the store checks every perturbation against:
+        ``eps`` unless the attack's ball is set in other units (``hekal_*`` in normalised units)."""
+        eps = self.params.get("eps")
+        return None if eps is None else float(eps)
+
     def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, seed: int) -> torch.Tensor:
         devices = [x.device] if x.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), frozen(model):
             torch.manual_seed(seed)
             x_adv = self.perturb(model, x, y)
-        return x_adv.detach().clamp(0.0, 1.0)
+        return x_adv.detach().clamp(0.0, 1.0) if self.in_range else x_adv.detach()
 
 
 def default_eps(input_size: int) -> float:

@@ -10,7 +10,8 @@ per-sample record (``index, y, clean_pred, adv_pred, success, linf, l2``); its S
 only and resumes at the first missing one; a shard whose checksum does not match is regenerated with a
 warning. Each shard is generated under a file lock, so concurrent runs (or ranks) never write the same
 shard twice at once. An attack's output is checked before its shard is written (:func:`check_attack_output`:
-shape, finite, [0, 1], within the budget), so no impossible image enters the store. Shard ``i`` is attacked
+shape, finite, [0, 1] unless the attack leaves that range (``Attack.in_range``), within the budget), so no
+impossible image enters the store. Shard ``i`` is attacked
 with the seed ``derive_seed(seed, i)``, so a resumed or distributed run equals an uninterrupted one bit for bit.
 """
 from __future__ import annotations
@@ -54,9 +55,11 @@ class AttackOutputError(ValueError):
 
 
 def check_attack_output(attack: Attack, x: torch.Tensor, x_adv: Any) -> None:
-    """Raise :class:`AttackOutputError` unless ``x_adv`` has ``x``'s shape, is finite, lies in [0, 1] and, for a
-    bounded attack of a known norm (:data:`NORMS`), every image's perturbation is within ``eps`` (times
-    ``1 + BUDGET_RTOL``, plus ``BUDGET_ATOL``); minimal-perturbation attacks (``bounded = False``) have no budget."""
+    """Raise :class:`AttackOutputError` unless ``x_adv`` has ``x``'s shape, is finite, lies in [0, 1] (for an attack
+    whose :attr:`~advopenood.attacks.base.Attack.in_range`) and, for a bounded attack of a known norm (:data:`NORMS`),
+    every image's perturbation is within its pixel budget (``Attack.pixel_budget``: ``eps`` unless its ball is set
+    in other units; times ``1 + BUDGET_RTOL``, plus ``BUDGET_ATOL``); minimal-perturbation attacks (``bounded =
+    False``) have no budget."""
     who = f"attack {attack.name!r}"
     if not isinstance(x_adv, torch.Tensor) or x_adv.shape != x.shape:
         shape = tuple(x_adv.shape) if isinstance(x_adv, torch.Tensor) else type(x_adv).__name__
@@ -67,9 +70,9 @@ def check_attack_output(attack: Attack, x: torch.Tensor, x_adv: Any) -> None:
         raise AttackOutputError(f"{who} returned NaN or infinite pixels in {int((~finite).sum())} of {len(flat)} "
                                 f"images (first: row {int((~finite).nonzero()[0])})")
     lo, hi = float(flat.min()), float(flat.max())
-    if lo < 0.0 or hi > 1.0:
+    if attack.in_range and (lo < 0.0 or hi > 1.0):
         raise AttackOutputError(f"{who} returned pixels outside [0, 1] (min {lo:.4g}, max {hi:.4g})")
-    eps, size = attack.params.get("eps"), NORMS.get(attack.norm)
+    eps, size = attack.pixel_budget(), NORMS.get(attack.norm)
     if not attack.bounded or eps is None or size is None:
         return
     norms = size(flat - x.detach().flatten(1).float())

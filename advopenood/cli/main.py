@@ -81,7 +81,8 @@ def _common_flags(p: argparse.ArgumentParser, config_required: bool) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="write into an output folder that holds files advopenood did not write (they are kept)")
     p.add_argument("--protocol",
-                   help="strong (default, ours) | lorenz2024 | mahmood2021; see docs/concepts.md, 'Protocols'")
+                   help="strong (default, ours) | lorenz2024 | mahmood2021 | hekal2026; see docs/concepts.md, "
+                        "'Protocols'")
     p.add_argument("--limit", type=positive_int,
                    help="evaluate the first N images of a seeded permutation of each test set (ID and natural OOD)")
     p.add_argument("--device", help="cpu | cuda | cuda:N")

@@ -15,6 +15,11 @@ from ours.
   through OpenOOD's image lists, successful or not, and scored as OOD.
 * ``mahmood2021``: Mahmood et al., "Beware the Black-Box" for the black-box adversary of the plugins that
   declare one (``protocol_defaults``); everything else as ``strong``.
+* ``hekal2026``: Hekal, Lomuscio & Stoica, "A Robust Out-of-Distribution Detection Framework via Synergistic
+  Smoothing" (ROSS; CVPR Findings 2026, arXiv 2605.08191, Table 2) as their code runs it (Abdu-Hekal/ROSS f8f030d:
+  ``scripts/attack_ood.py``, ``scripts/ross/run_experiments.py`` ``generate_table2``,
+  ``configs/postprocessors/ross.yml``): the ``hekal_min`` / ``hekal_max`` attacks in normalised units, unclipped,
+  ROSS attacked through its base detector; every attacked image counts, scored as stored (float).
 """
 from __future__ import annotations
 
@@ -59,6 +64,15 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     Protocol("mahmood2021", "successful", "none",
              "Mahmood et al. 2021 (Beware the Black-Box) for black-box adversaries; ours elsewhere",
              "strong, with the black-box adversary of Mahmood et al.'s CIFAR-10 setting"),
+    Protocol("hekal2026", "all", "none",
+             "Hekal, Lomuscio & Stoica, CVPR Findings 2026 (ROSS, arXiv 2605.08191), Table 2; their code "
+             "Abdu-Hekal/ROSS f8f030d: scripts/attack_ood.py (OODScoreModel, fb.PyTorchModel bounds (-inf, inf), "
+             "LinfPGD, --attack-base-pp), scripts/ross/run_experiments.py generate_table2, "
+             "configs/postprocessors/ross.yml; their attack settings elsewhere ours",
+             "ROSS's attacks as their code runs them (hekal_min / hekal_max: Linf PGD in normalised units, no "
+             "clipping, last iterate, ROSS through its base detector); every attacked image counts. Their Table 2 "
+             "averages over six OOD sets and three checkpoints (mean +- std); a run reports each OOD set of its "
+             "data with 95 % intervals instead"),
 )}
 
 

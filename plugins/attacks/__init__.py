@@ -16,6 +16,7 @@ MODULES = (
     "autoattack",  # AutoAttack's attacks, C&W, adaptive_apgd_<det>
     "robust",      # the robust-AUROC attacks, robust_<side>_<det>
     "eot",         # EOT twins of the adaptive attacks on randomised (smoothed) detectors
+    "hekal",       # ROSS's attacks as Hekal et al. 2026 ran them, hekal_min_<det> / hekal_max_<det>
 )
 
 

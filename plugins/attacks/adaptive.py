@@ -186,19 +186,33 @@ class AdaptiveAttack(Attack, DetectorAware, Invertible):
             if self._bound is None:
                 raise UsageError(f"attack {self.name!r} needs the ID fit data to fit detector {self.detector!r}; "
                                  "call bind(net, fit_set, ...) first (advopenood run does)")
-            b = self._bound
-            bank = fit_detectors([self.detector], "pytorch-ood", b["net"], b["fit_set"], batch_size=b["batch_size"],
-                                 device=b["device"], seed=b["seed"], params={self.detector: b["params"]},
-                                 progress=False)
-            if self.detector not in bank.dets:
-                raise RuntimeError(f"attack {self.name!r}: {bank.errors.get(self.detector, 'detector did not fit')}")
-            det = bank.dets[self.detector]
-            if not is_differentiable(det):
-                raise UsageError(f"attack {self.name!r}: detector {self.detector!r} declares no differentiable score; "
-                                 "valid choices: detectors that subclass advopenood.capabilities.DifferentiableDetector")
-            det = det.for_attack() if is_randomised(det) else det  # never the noise the run evaluates with
-            self._target = calibrate(det, b["net"], b["fit_set"], b["seed"], b["batch_size"], b["device"])
+            # fitting and calibrating iterate DataLoaders, which draw from torch's global generator: forked, so the
+            # attack's seeded random start is the same whether or not this call fits (a resumed run's first shard)
+            with torch.random.fork_rng(devices=[]):
+                self._target = self._fit_target(self._bound)
         return self._target
+
+    def _fit_target(self, b: dict[str, Any]) -> DetectorTarget:
+        """The detector fitted on the bound fit data and calibrated (:func:`calibrate`)."""
+        bank = fit_detectors([self.detector], "pytorch-ood", b["net"], b["fit_set"], batch_size=b["batch_size"],
+                             device=b["device"], seed=b["seed"], params={self.detector: b["params"]}, progress=False)
+        if self.detector not in bank.dets:
+            raise RuntimeError(f"attack {self.name!r}: {bank.errors.get(self.detector, 'detector did not fit')}")
+        det = bank.dets[self.detector]
+        if not is_differentiable(det):
+            raise UsageError(f"attack {self.name!r}: detector {self.detector!r} declares no differentiable score; "
+                             "valid choices: detectors that subclass advopenood.capabilities.DifferentiableDetector")
+        det = det.for_attack() if is_randomised(det) else det  # never the noise the run evaluates with
+        return calibrate(det, b["net"], b["fit_set"], b["seed"], b["batch_size"], b["device"])
+
+    def targets(self) -> list[DetectorTarget]:
+        """The fitted target once per gradient objective its detector offers (a detector's ``surrogates``, e.g.
+        ``ross_<det>``'s score, median and log-gate; ``with_surrogate`` picks one): the attack runs each, and every
+        image keeps its best candidate over all of them (the forward value, hence the choice, is the detector's
+        confidence whatever the objective). One target for a detector that offers none."""
+        target = self.target
+        names = getattr(target.detector, "surrogates", ())
+        return [dataclasses.replace(target, detector=target.detector.with_surrogate(s)) for s in names] or [target]
 
     def detector_score(self, x: Tensor) -> Tensor:
         """The attacked detector's confidence (no gradients), e.g. the binarization test's detector."""
@@ -220,7 +234,7 @@ class AdaptiveAttack(Attack, DetectorAware, Invertible):
         return self._accepted(self.target.score(x_adv).to(adv_pred.device))
 
     def perturb(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-        target, p = self.target, self.params
+        p = self.params
         if self.source == "id":
             labels, margin_sign = y, -1.0
         else:
@@ -228,8 +242,9 @@ class AdaptiveAttack(Attack, DetectorAware, Invertible):
                 labels, margin_sign = model(x).argmax(1), 1.0
         kappa = float(p["kappa"])
         best = Best(x)
-        for lam in self.lams:
-            def objective(x_adv: Tensor, lam: float = lam) -> tuple[Tensor, Tensor, Tensor]:
+        for target, lam in [(t, lam) for t in self.targets() for lam in self.lams]:
+            def objective(x_adv: Tensor, lam: float = lam, target: DetectorTarget = target) -> tuple[Tensor, Tensor,
+                                                                                                      Tensor]:
                 shared = target.outputs(x_adv) if model is target.net else None
                 logits = model(x_adv) if shared is None else shared.logits
                 conf = target.standardized(x_adv, shared)

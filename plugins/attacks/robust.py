@@ -132,9 +132,10 @@ class RobustScoreAttack(AdaptiveAttack, DetectorTestForms):
         """ID side: the detector rejects the image; OOD side: it accepts it (95 %-TPR threshold on the fit set)."""
         return self._wanted(self.target.score(x_adv).to(adv_pred.device))
 
-    def objective_fn(self, model: nn.Module, y: Tensor, lam: float) -> Objective:
-        """``x' -> (loss per sample, success, sign * confidence, logits)`` for the optimiser and :class:`Best`."""
-        target = self.target
+    def objective_fn(self, model: nn.Module, y: Tensor, lam: float, target: DetectorTarget | None = None) -> Objective:
+        """``x' -> (loss per sample, success, sign * confidence, logits)`` for the optimiser and :class:`Best`
+        (``target``: one of :meth:`targets`, the detector's plain target by default)."""
+        target = self.target if target is None else target
 
         def objective(x_adv: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
             shared = target.outputs(x_adv) if model is target.net else None
@@ -162,8 +163,9 @@ class RobustScoreAttack(AdaptiveAttack, DetectorTestForms):
         best.update(x, success, value)
         if not self.joint:
             y = logits.argmax(1)  # OOD rows carry no class label; the optimisers only need one (from the clean pass)
-        for lam in (TEST_LAMS if self.joint else (1.0,)):
-            self.optimise(model, x, y, self.objective_fn(model, y, lam), best)
+        for target in self.targets():
+            for lam in (TEST_LAMS if self.joint else (1.0,)):
+                self.optimise(model, x, y, self.objective_fn(model, y, lam, target), best)
         return best.x
 
     def optimise(self, model: nn.Module, x: Tensor, y: Tensor, objective: Objective, best: Best) -> None:

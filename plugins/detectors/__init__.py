@@ -16,6 +16,7 @@ MODULES = (
     "gram",         # GRAM
     "gram_legacy",  # OpenOOD's original GRAM, for comparison
     "smoothed",     # smoothed_<det>, randomized smoothing of any registered detector
+    "ross",         # ross_<det>, ROSS (Hekal et al. 2026): median and MAD of noisy copies, gated
 )
 
 #: The 16 built-in detectors in the paper's order (OpenOOD v1.5's post-hoc methods).

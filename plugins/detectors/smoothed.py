@@ -141,6 +141,9 @@ class SmoothedDetector(Postprocessor, Derived, Randomised):
     own_pass = True
     #: noise draws the gradient averages over (0: the plain attack's noise-free gradient); set by :meth:`with_eot`
     eot_samples: int = 0
+    #: the confidence is the median or mean of the copies (:func:`is_smoothed`, the ``smoothed`` evaluator's
+    #: rows); False for a subclass with another statistic of them (``ross_<det>``)
+    smoothing: ClassVar[bool] = True
 
     device = _forward("device")
     seed = _forward("seed")
@@ -280,9 +283,10 @@ class DifferentiableSmoothed(SmoothedDetector, DifferentiableDetector):
 
 
 def is_smoothed(obj: Any) -> bool:
-    """Whether a registered detector (class or instance) is a smoothed one."""
+    """Whether a registered detector (class or instance) is a smoothed one, ``smoothed_<det>`` (not ``ross_<det>``,
+    which draws the same copies but scores another statistic of them)."""
     cls = obj if isinstance(obj, type) else type(obj)
-    return issubclass(cls, SmoothedDetector)
+    return issubclass(cls, SmoothedDetector) and cls.smoothing
 
 
 def smoothed_detector(detector: str) -> type[SmoothedDetector]:
@@ -298,11 +302,12 @@ def smoothed_detector(detector: str) -> type[SmoothedDetector]:
 
 @registry.provide("detectors")
 def _smoothed_detectors() -> None:
-    """``smoothed_<det>`` for every registered detector that is not itself smoothed, built-in or third-party; the
-    twin of a detector unregistered since goes with it."""
+    """``smoothed_<det>`` for every registered detector that does not draw this module's copies itself (smoothed or
+    ROSS), built-in or third-party; the twin of a detector unregistered since goes with it."""
     for name, entry in registry.entries("detectors").items():
         if is_smoothed(entry.obj):
             if not registry.registered("detectors", entry.obj.base_name):
                 registry.unregister("detectors", name)
-        elif not registry.registered("detectors", PREFIX + name):
+        elif not (isinstance(entry.obj, type) and issubclass(entry.obj, SmoothedDetector)) \
+                and not registry.registered("detectors", PREFIX + name):
             smoothed_detector(name)

@@ -5,4 +5,4 @@ this package registers nothing.
 """
 
 #: the evaluators' packages, in the order the entry points load them
-MODULES = ("ood", "robust_auroc", "levels", "smoothed", "mead", "multiattack")
+MODULES = ("ood", "robust_auroc", "levels", "smoothed", "mead", "multiattack", "hekal2026")

@@ -219,3 +219,26 @@ def test_gradient_from_the_shared_pass_equals_the_detectors_own(cifar_model, cif
         conf = det.grad_score(cifar_model, xr, out)
         results.append((conf.detach(), torch.autograd.grad(conf.sum(), xr)[0]))
     torch.testing.assert_close(results[0], results[1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["adaptive_gen", "robust_id_gen", "robust_ood_eot_ross_gen", "hekal_min_gen"])
+def test_an_attacks_images_do_not_depend_on_whether_its_detector_was_fitted_before(name, cifar_model, pack_set,
+                                                                                      cifar_batch):
+    """Fitting and calibrating the attacked detector iterate DataLoaders, which draw from torch's global generator;
+    the attack seeds its random start just before, so a fit inside the call (the first shard a process generates,
+    e.g. after a resume) shifted every random start of that shard against a run whose detector was already fitted."""
+    fit = pack_set("train", "cifar10_train_10k.npz", 96)
+    x, y = cifar_batch[0][:4], cifar_batch[1][:4]
+    params = {"eps": 8 / 255, **({"steps": 2} if "hekal" in name or "robust" in name else {"steps": 2, "lam": [1.0]})}
+    det = {"n": 3, "val_size": 32} if "ross" in name else {}
+    from advopenood_plugins.attacks import hekal, robust
+
+    images = []
+    for fitted_first in (True, False):
+        robust._TARGETS.clear(), hekal._TARGETS.clear()  # the robust and hekal attacks share fitted detectors
+        attack = build_attack(name, params, input_size=32).bind(cifar_model, fit, seed=0, batch_size=48, device="cpu",
+                                                                 detector_params=det)
+        if fitted_first:
+            attack.target  # noqa: B018  (fit now, outside the call)
+        images.append(attack(cifar_model, x, y, seed=5))
+    torch.testing.assert_close(images[0], images[1], rtol=0, atol=0)

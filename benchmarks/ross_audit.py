@@ -1,0 +1,325 @@
+"""Does ROSS's robustness claim hold? ROSS (Hekal et al. 2026) and its base detectors under the attack it was
+published with and under attacks on the defence itself, on the pack's models, every AUROC with its 95 % interval
+(issue 33; docs/ross-audit.md).
+
+    python benchmarks/ross_audit.py --out runs/ross_audit                           # the audit (both ResNet-20s)
+    python benchmarks/ross_audit.py --out runs/ross_audit --models cifar10_resnet18 --limit 64 --far-limit 64
+    python benchmarks/ross_audit.py --out runs/ross_audit --tables-only             # tables of finished runs
+    python benchmarks/ross_audit.py --draws --out runs/ross_draws --limit 32         # attack strength vs EOT draws
+    python benchmarks/ross_audit.py --cost                                           # EOT step cost vs foolbox PGD
+
+Per model, two ``advopenood run`` s (configs written to ``OUT/<model>_<run>.yaml``), each checked with
+``advopenood verify``:
+
+* ``published``: protocol ``hekal2026``: ``hekal_min_<det>`` (PGD-Min on ID images) and ``hekal_max_<det>`` (PGD-Max
+  on OOD images) as their ``scripts/attack_ood.py`` runs them (40 steps, eps in normalised units, nothing clipped to
+  [0, 1], a ROSS detector attacked through its base detector's gradient), eps 2, 4, 8, 16 "/255";
+  table ``table_hekal2026.csv`` (their Table 2's form; ``eps_pixel``: the pixel budget that eps amounts to);
+* ``adaptive``: protocol ``strong``: the same attacks at pixel-unit eps, clipped, and the robust-AUROC attacks
+  (PGD on the detector's own score, 40 steps: ``robust_id_<det>`` pushes ID images to look OOD, ``robust_ood_<det>``
+  OOD images to look ID): for ROSS end to end without EOT (one noise draw held fixed) and with EOT (``--eot`` fresh
+  draws per step, the worst of ROSS's score, its median and its log-gate per image); both sides attacked at once
+  (robust AUROC). Eps ``--pixel-eps`` (default 2/255 and 8/255: the first about the pixel budget of their "8/255").
+
+The audit table: one row per model, detector, OOD set and pixel budget; AUROC (%) ``value [lo, hi]`` clean, under
+each attack (ID side = PGD-Min's, OOD side = PGD-Max's) and robust; then the wall time per stage and per attack
+family, and the spread of ROSS's clean AUROC over ``--eval-seeds`` evaluation-noise seeds. The last line is
+``SUMMARY``: per model and ROSS detector, the published protocol's AUROC at their 8/255 against the robust AUROC
+under the EOT attacks at the same pixel budget, with intervals.
+
+``--draws`` measures the attack strength against the number of EOT draws (the robust AUROC of ``ross_gen`` on the
+adversarially trained ResNet-20 for each of ``--draw-list``) with the attack stage's wall time; ``--cost`` times one
+EOT gradient step of ``ross_gen`` against one foolbox LinfPGD step on ``gen`` (per network forward-backward pass;
+target: at most 1.2x).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from _common import DATA, REPO
+
+MODELS = ["cifar10_resnet20", "cifar10_resnet20_at"]
+DETECTORS = ["gen", "msp", "ross_gen", "ross_msp"]
+OOD = {"tin": "tin_test.npz", "textures": "texture_test.npz", "mnist": "mnist_test.npz"}
+PUBLISHED_EPS = ["2/255", "4/255", "8/255", "16/255"]
+FIT_LIMIT = 2000
+STEPS = 40  # their scripts/experiments/run_attack_ood.sh; also our robust attacks' here
+
+
+def fraction(text: str) -> float:
+    """``"8/255"`` -> 8 / 255."""
+    top, _, bottom = text.partition("/")
+    return float(top) / float(bottom or 1)
+
+
+def config(model: str, run: str, args: argparse.Namespace) -> Path:
+    """One run's config: the pack's model config with the audit's detectors, OOD sets, attacks and evaluators."""
+    cfg = yaml.safe_load((REPO / "configs" / f"{model}.yaml").read_text())
+    eot = {"eot": args.eot} if args.eot else {}
+    ross = {d: {"eval_seed": None} for d in DETECTORS if d.startswith("ross_")}
+    if run == "published":
+        cfg.update(protocol="hekal2026", attacks=[{"name": "hekal_min", "eps": PUBLISHED_EPS},
+                                                  {"name": "hekal_max", "eps": PUBLISHED_EPS}],
+                   evaluators=["hekal2026"],
+                   attack_params={"hekal_min": {"steps": STEPS}, "hekal_max": {"steps": STEPS}})
+    else:
+        cfg.update(protocol="strong", attacks=[{"name": "hekal_min", "eps": args.pixel_eps},
+                                               {"name": "hekal_max", "eps": args.pixel_eps}],
+                   evaluators=["hekal2026", "robust_auroc"],
+                   attack_params={"hekal_min": {"steps": STEPS}, "hekal_max": {"steps": STEPS},
+                                  "robust_id": {"steps": STEPS}, "robust_ood": {"steps": STEPS}},
+                   evaluator_params={"robust_auroc": {"method": "pgd", "randomised_attacks": "both",
+                                                      "eps": [fraction(e) for e in args.pixel_eps], **eot}})
+    cfg.update(name=f"ross_audit_{model}_{run}", device=args.device, batch_size=args.batch_size,
+               shard_size=args.shard_size, detectors=DETECTORS, analyses=[], detector_params=ross)
+    cfg["data"].update(root=str(args.data_root), fit_limit=FIT_LIMIT,
+                       ood=[{"kind": "npz", "path": path, "name": name} for name, path in OOD.items()])
+    path = args.out / f"{model}_{run}.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def run(model: str, run_name: str, args: argparse.Namespace) -> float:
+    """One run and its ``verify``; wall seconds."""
+    start = time.perf_counter()
+    cli = [sys.executable, "-m", "advopenood.cli"]
+    folder = args.out / f"{model}_{run_name}"
+    quiet = [] if args.verbose else ["--quiet"]
+    subprocess.run([*cli, "run", "--config", str(config(model, run_name, args)), "--limit", str(args.limit),
+                    "--out", str(folder), *quiet], check=True)
+    if not args.no_verify:
+        subprocess.run([*cli, "verify", str(folder)], check=True)
+    return time.perf_counter() - start
+
+
+def cell(value: float, lo: float, hi: float) -> str:
+    """``value [lo, hi]`` with one decimal; blank for a missing value."""
+    if pd.isna(value):
+        return ""
+    return f"{value:.1f}" if pd.isna(lo) else f"{value:.1f} [{lo:.1f}, {hi:.1f}]"
+
+
+def _pick(frame: pd.DataFrame, metric: str, **where: object) -> str:
+    """The one row of ``frame`` matching ``where`` as ``value [lo, hi]`` of ``metric``; blank when there is none."""
+    rows = frame
+    for key, value in where.items():
+        rows = rows[rows[key].astype(str) == str(value)]
+    if rows.empty:
+        return ""
+    r = rows.iloc[0]
+    return cell(r[metric], r[f"{metric}_lo"], r[f"{metric}_hi"])
+
+
+def audit_table(out: Path, model: str) -> pd.DataFrame:
+    """The audit's rows for one model: per detector, OOD set and pixel budget, AUROC under each attack."""
+    pub = pd.read_csv(out / f"{model}_published" / "table_hekal2026.csv")
+    ada = pd.read_csv(out / f"{model}_adaptive" / "table_hekal2026.csv")
+    rob = pd.read_csv(out / f"{model}_adaptive" / "robust_auroc.csv")
+    rows = []
+    for (det, ood_set, eps), _ in ada[ada.objective != "No Attack"].groupby(["detector", "ood_set", "eps"]):
+        mine = rob[(rob.detector == det) & (rob.ood_set == ood_set) & np.isclose(rob.eps, eps)]
+        plain, eot = mine[mine.attack_family == "plain"], mine[mine.attack_family == "eot"]
+        near = pub[(pub.detector == det) & (pub.ood_set == ood_set)]
+        near = near.assign(_gap=(near.eps_pixel - eps).abs()).sort_values("_gap")  # the published eps closest in pixels
+        pub_eps = near[near.objective != "No Attack"].eps.iloc[0] if len(near) else np.nan
+        rows.append({
+            "model": model, "detector": det, "ood_set": ood_set, "eps_pixel": f"{eps * 255:.0f}/255",
+            "clean": _pick(ada, "auroc", detector=det, ood_set=ood_set, objective="No Attack"),
+            "published eps (normalised)": "" if pd.isna(pub_eps) else f"{pub_eps * 255:.0f}/255",
+            "published PGD-Min": _pick(pub, "auroc", detector=det, ood_set=ood_set, eps=pub_eps, objective="PGD-Min"),
+            "published PGD-Max": _pick(pub, "auroc", detector=det, ood_set=ood_set, eps=pub_eps, objective="PGD-Max"),
+            "pixel PGD-Min": _pick(ada, "auroc", detector=det, ood_set=ood_set, eps=eps, objective="PGD-Min"),
+            "pixel PGD-Max": _pick(ada, "auroc", detector=det, ood_set=ood_set, eps=eps, objective="PGD-Max"),
+            "own score, ID side": _pick(plain, "id_attacked_auroc"),
+            "own score, OOD side": _pick(plain, "ood_attacked_auroc"),
+            "EOT, ID side": _pick(eot, "id_attacked_auroc"),
+            "EOT, OOD side": _pick(eot, "ood_attacked_auroc"),
+            "robust (both sides)": _pick(eot if len(eot) else plain, "robust_auroc"),
+        })
+    return pd.DataFrame(rows)
+
+
+def timing(out: Path, model: str) -> pd.DataFrame:
+    """Wall seconds per stage of each run (``run.json`` ``timings_s``) and per attack family (each set's
+    ``seconds``)."""
+    rows = []
+    for run_name in ("published", "adaptive"):
+        info = json.loads((out / f"{model}_{run_name}" / "run.json").read_text())
+        rows += [{"run": run_name, "what": f"stage: {k}", "seconds": v} for k, v in info["timings_s"].items()]
+        spent: dict[str, float] = {}
+        for name, entry in (info.get("attacks") or {}).items():
+            family = name.split("_ross_")[0] + ("_ross" if "_ross_" in name else "")
+            family = family.rsplit("-", 1)[0].split("@")[0]
+            spent[family] = spent.get(family, 0.0) + float(entry.get("seconds") or 0.0)
+        rows += [{"run": run_name, "what": f"attacks: {f}", "seconds": s} for f, s in sorted(spent.items())]
+    return pd.DataFrame(rows)
+
+
+def seed_spread(out: Path, model: str, seeds: int, args: argparse.Namespace) -> pd.DataFrame:
+    """ROSS's clean AUROC per OOD set over ``seeds`` evaluation-noise seeds (the run's stored clean scores re-scored
+    with ``eval_seed`` 0..seeds-1 by ``advopenood run`` with no attacks): mean, SD, min and max."""
+    rows = []
+    for s in range(seeds):
+        cfg = yaml.safe_load((out / f"{model}_adaptive.yaml").read_text())
+        cfg.update(name=f"ross_audit_seed{s}", attacks=[], evaluators=["ood"],
+                   detectors=[d for d in DETECTORS if d.startswith("ross_")],
+                   detector_params={d: {"eval_seed": s} for d in DETECTORS if d.startswith("ross_")})
+        cfg.pop("attack_params", None)
+        cfg.pop("evaluator_params", None)
+        path = out / f"{model}_seed{s}.yaml"
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        folder = out / f"{model}_seed{s}"
+        subprocess.run([sys.executable, "-m", "advopenood.cli", "run", "--config", str(path), "--limit",
+                        str(args.limit), "--out", str(folder), "--quiet"], check=True)
+        ood = pd.read_csv(folder / "ood.csv")
+        for r in ood[(ood.attack == "none") & ood.ood_set.isin(list(OOD))].to_dict("records"):
+            rows.append({"detector": r["detector"], "ood_set": r["ood_set"], "seed": s, "auroc": r["auroc"]})
+    frame = pd.DataFrame(rows)
+    return frame.groupby(["detector", "ood_set"])["auroc"].agg(["mean", "std", "min", "max"]).reset_index()
+
+
+def draws_curve(args: argparse.Namespace) -> None:
+    """Robust AUROC (PGD, both sides, EOT) of ``ross_gen`` against the number of EOT draws, with attack seconds."""
+    from advopenood.io import markdown_table
+
+    model, rows = "cifar10_resnet20_at", []
+    for draws in args.draw_list:
+        cfg = yaml.safe_load(config(model, "adaptive", args).read_text())
+        cfg.update(name=f"draws_{draws}", attacks=[], detectors=["ross_gen"], evaluators=["robust_auroc"],
+                   evaluator_params={"robust_auroc": {"method": "pgd", "randomised_attacks": "eot", "eot": draws,
+                                                      "ood_sets": ["tin"], "eps": 8 / 255}})
+        cfg["data"]["ood"] = [{"kind": "npz", "path": OOD["tin"], "name": "tin"}]
+        path = args.out / f"draws_{draws}.yaml"
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        folder = args.out / f"draws_{draws}"
+        subprocess.run([sys.executable, "-m", "advopenood.cli", "run", "--config", str(path), "--limit",
+                        str(args.limit), "--out", str(folder), "--quiet"], check=True)
+        info = json.loads((folder / "run.json").read_text())
+        for r in pd.read_csv(folder / "robust_auroc.csv").to_dict("records"):
+            rows.append({"eot draws": draws, "robust AUROC": cell(r["robust_auroc"], r["robust_auroc_lo"],
+                                                                 r["robust_auroc_hi"]),
+                         "ID side": cell(r["id_attacked_auroc"], r["id_attacked_auroc_lo"], r["id_attacked_auroc_hi"]),
+                         "OOD side": cell(r["ood_attacked_auroc"], r["ood_attacked_auroc_lo"],
+                                          r["ood_attacked_auroc_hi"]),
+                         "attack seconds": sum(float(info["attacks"][n].get("seconds") or 0)
+                                               for n in (r["id_attack"], r["ood_attack"]))})
+    print(markdown_table(pd.DataFrame(rows), "{:.1f}"))
+    print("SUMMARY ross_gen robust AUROC vs EOT draws: " + "; ".join(
+        f"{r['eot draws']} draws: {r['robust AUROC']} in {r['attack seconds']:.0f} s" for r in rows))
+
+
+def cost(args: argparse.Namespace) -> None:
+    """Seconds per network forward-backward pass: one EOT gradient step of ``ross_gen`` (``m`` draws in one batched
+    pass) divided by ``m``, against one foolbox LinfPGD step on ``gen`` (one forward-backward pass)."""
+    import foolbox as fb
+    import torch
+
+    from advopenood.data.datasets import build_dataset, limit_dataset, make_loader
+    from advopenood.detection.scoring import fit_detectors
+    from advopenood.models.classifier import build_model
+    from advopenood_plugins.kit.attacks import Best
+    from advopenood_plugins.attacks.adaptive import DetectorTarget, JointLinfPGD
+    from advopenood.attacks.base import foolbox_model
+
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+    net = build_model("resnet20", 10, args.data_root / "resnet20_cifar10.pt").to(device)
+    data = lambda f, name, n: limit_dataset(build_dataset({"kind": "npz", "path": f, "name": name},  # noqa: E731
+                                                          args.data_root, 3, 32), n, 0)
+    fit = data("cifar10_train_10k.npz", "train", 1200)
+    bank = fit_detectors(["gen", "ross_gen"], "pytorch-ood", net, fit, batch_size=args.batch_size, device=device,
+                         seed=0, params={"ross_gen": {"val_size": 200}}, progress=False)
+    x, y = next(iter(make_loader(data("cifar10_test.npz", "cifar10", args.cost_batch), args.cost_batch)))
+    x, y = x.to(device), y.to(device)
+    rows = []
+    for m in args.draw_list:
+        targets = {"gen": bank.dets["gen"], f"ross_gen eot {m}": bank.dets["ross_gen"].for_attack().with_eot(m)}
+        for label, det in targets.items():
+            if label == "gen" and m != args.draw_list[0]:
+                continue
+            target = DetectorTarget(det, net, 0.0, 1.0, -float("inf"))  # as the robust attacks see a detector
+
+            def objective(z, target=target):
+                conf = target.confidence(z)
+                return -conf, torch.zeros(len(z), dtype=torch.bool, device=z.device), conf.detach()
+            times = []
+            for steps in (1, *[args.cost_steps] * 3):  # a warm-up step, then the fastest of three timed attacks
+                attack = JointLinfPGD(objective, Best(x), rel_stepsize=0.01 / 0.3, steps=steps, random_start=True)
+                start = time.perf_counter()
+                attack(foolbox_model(net, device), x, y, epsilons=8 / 255)
+                times.append((time.perf_counter() - start) / steps)
+            per_step = min(times[1:])
+            rows.append({"attack": label, "passes per step": 1 if label == "gen" else m, "s per step": per_step,
+                         "s per pass": per_step / (1 if label == "gen" else m)})
+    frame = pd.DataFrame(rows)
+    base = float(frame.loc[frame.attack == "gen", "s per pass"].iloc[0])
+    frame["ratio per pass"] = frame["s per pass"] / base
+    print(frame.to_string(index=False))
+    print("SUMMARY cost per forward-backward pass vs one foolbox LinfPGD step on gen (target <= 1.2x): " + "; ".join(
+        f"{r['attack']}: {r['ratio per pass']:.2f}x" for r in frame.to_dict("records") if r["attack"] != "gen"))
+
+
+def main() -> None:
+    from advopenood.io import markdown_table
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=REPO / "runs" / "ross_audit")
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--limit", type=int, default=200, help="ID and OOD test images per set (default 200)")
+    p.add_argument("--data-root", type=Path, default=DATA)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--batch-size", type=int, default=100)
+    p.add_argument("--shard-size", type=int, default=200)
+    p.add_argument("--pixel-eps", type=lambda s: s.split(","), default=["2/255", "8/255"])
+    p.add_argument("--eot", type=int, default=None, help="EOT draws per step (default: the detector's n, 25)")
+    p.add_argument("--eval-seeds", type=int, default=5, help="evaluation-noise seeds for ROSS's clean spread")
+    p.add_argument("--tables-only", action="store_true")
+    p.add_argument("--no-verify", action="store_true")
+    p.add_argument("--verbose", action="store_true")
+    p.add_argument("--draws", action="store_true", help="attack strength against EOT draws instead")
+    p.add_argument("--cost", action="store_true", help="EOT step cost against foolbox PGD instead")
+    p.add_argument("--draw-list", type=lambda s: [int(v) for v in s.split(",")], default=[1, 4, 8, 25])
+    p.add_argument("--cost-batch", type=int, default=32)
+    p.add_argument("--cost-steps", type=int, default=5)
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.cost:
+        return cost(args)
+    if args.draws:
+        return draws_curve(args)
+    models = args.models.split(",")
+    spent = {}
+    if not args.tables_only:
+        for model in models:
+            spent[model] = {r: run(model, r, args) for r in ("published", "adaptive")}
+    lines = []
+    for model in models:
+        table = audit_table(args.out, model)
+        print(f"\n## {model}\n\n" + markdown_table(table, "{:.1f}"))
+        print("\n" + markdown_table(timing(args.out, model), "{:.0f}"))
+        if args.eval_seeds and not args.tables_only:
+            print("\nROSS clean AUROC over evaluation seeds:\n" +
+                  markdown_table(seed_spread(args.out, model, args.eval_seeds, args), "{:.2f}"))
+        for det in [d for d in DETECTORS if d.startswith("ross_")]:
+            mine = table[(table.detector == det) & (table.ood_set == "tin")]
+            for r in mine.to_dict("records"):
+                lines.append(f"{model} {det} tin eps {r['eps_pixel']} pixel: published PGD-Min "
+                             f"{r['published PGD-Min'] or 'n/a'} / PGD-Max {r['published PGD-Max'] or 'n/a'} at "
+                             f"{r['published eps (normalised)']} normalised; robust AUROC (EOT, both sides) "
+                             f"{r['robust (both sides)'] or 'n/a'}")
+    if spent:
+        print("wall seconds per run: " + json.dumps({m: {k: round(v) for k, v in s.items()} for m, s in spent.items()}))
+    print("SUMMARY " + "; ".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""The ``hekal2026`` evaluator (ROSS's Table 2) on a tiny real run: CIFAR-10 ResNet-20, 16 images against Textures,
+``hekal_min`` / ``hekal_max`` at 8/255 and 16/255 under ``--protocol hekal2026``, GEN and ROSS over GEN."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from advopenood.cli.main import main
+from advopenood.evaluation import oracle
+from conftest import edited_copy, pack_config
+
+STD = [0.229, 0.224, 0.225]  # pack_config's normalisation
+EPS = [8 / 255, 16 / 255]
+
+
+@pytest.fixture(scope="module")
+def hekal_run(data_root, session_cache, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("hekal")
+    cfg = pack_config(folder / "cfg", data_root, {
+        "limit": 16, "batch_size": 16,
+        "data.fit": {"kind": "npz", "path": "cifar10_train_10k.npz", "name": "cifar10_train"}, "data.fit_limit": 200,
+        "attacks": [{"name": "hekal_min", "eps": EPS}, {"name": "hekal_max", "eps": EPS}],
+        "attack_params": {"hekal_min": {"steps": 2}, "hekal_max": {"steps": 2}},
+        "detectors": "gen,ross_gen", "detector_params": {"ross_gen": {"n": 3, "val_size": 32}},
+        "evaluators": ["ood", "hekal2026"]})
+    out = folder / "out"
+    assert main(["run", "--config", cfg, "--protocol", "hekal2026", "--ci-resamples", "200", "--out", str(out),
+                 "--quiet"]) == 0
+    return out
+
+
+def test_the_table_has_a_row_per_detector_set_eps_and_objective(hekal_run):
+    table = pd.read_csv(hekal_run / "table_hekal2026.csv")
+    assert list(table.columns) == ["detector", "ood_set", "eps", "eps_units", "eps_pixel", "objective", "attack",
+                                   "through", "clip", "left_range", "n_id", "n_ood", "auroc", "auroc_lo", "auroc_hi",
+                                   "fpr95", "fpr95_lo", "fpr95_hi", "ci", "protocol"]
+    assert sorted(zip(table.detector, table.objective, table.eps.fillna(0).round(4))) == sorted(
+        [(d, "No Attack", 0.0) for d in ("gen", "ross_gen")]
+        + [(d, o, round(e, 4)) for d in ("gen", "ross_gen") for o in ("PGD-Min", "PGD-Max") for e in EPS])
+    attacked = table[table.attack != "none"]
+    assert (attacked.eps_units == "normalised").all() and (~attacked["clip"].astype(bool)).all()
+    np.testing.assert_allclose(attacked.eps_pixel, attacked.eps * max(STD), rtol=1e-5)
+    assert (attacked.left_range > 0).any()
+    assert dict(zip(attacked.detector, attacked.through)) == {"gen": "self", "ross_gen": "base"}
+    assert (table.protocol == "hekal2026").all() and (table.ood_set == "texture").all()
+    assert (table.n_id == 16).all() and (table.n_ood == 16).all()
+    assert (hekal_run / "table_hekal2026.md").is_file()
+
+
+def test_each_row_scores_the_sets_it_names(hekal_run):
+    """No Attack: clean ID vs clean OOD; PGD-Min: the attacked ID set vs clean OOD; PGD-Max: clean ID vs the
+    attacked OOD set; the No Attack row's interval is ood.csv's."""
+    table = pd.read_csv(hekal_run / "table_hekal2026.csv")
+    ood = pd.read_csv(hekal_run / "ood.csv")
+    for r in table.to_dict("records"):
+        with np.load(hekal_run / "scores" / f"{r['detector']}.npz") as s:
+            conf_id = s[r["attack"]] if r["objective"] == "PGD-Min" else s["id"]
+            conf_ood = s[r["attack"]] if r["objective"] == "PGD-Max" else s["texture"]
+        assert r["auroc"] == pytest.approx(oracle.auroc(conf_id, conf_ood), abs=1e-4)
+        assert r["fpr95"] == pytest.approx(oracle.fpr95(conf_id, conf_ood), abs=1e-4)
+    clean = table[table.attack == "none"].merge(ood[ood.attack == "none"], on=["detector", "ood_set"])
+    np.testing.assert_allclose(clean.auroc_lo_x, clean.auroc_lo_y, atol=1e-4)
+
+
+def test_the_sets_are_stored_outside_the_pixel_range_and_count_as_the_robust_sets_do(hekal_run):
+    info = json.loads((hekal_run / "run.json").read_text())
+    assert info["protocol"]["name"] == "hekal2026" and info["protocol"]["ood_positives"] == "all"
+    ood = pd.read_csv(hekal_run / "ood.csv")
+    assert not ood.ood_set.str.startswith("hekal_min").any()  # ID negatives: never OOD positives
+    assert ood.ood_set.str.startswith("hekal_max").any()
+
+
+def test_an_untouched_run_verifies(hekal_run, capsys):
+    assert main(["verify", str(hekal_run)]) == 0
+    assert "0 difference(s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("column, row", [("auroc", 1), ("fpr95_hi", 2), ("left_range", 1)])
+def test_an_edited_cell_fails_verify(hekal_run, tmp_path, capsys, column, row):
+    copy = edited_copy(hekal_run, tmp_path, "table_hekal2026.csv", column, delta=-0.5, row=row)
+    assert main(["verify", str(copy)]) == 1
+    assert column in capsys.readouterr().out
