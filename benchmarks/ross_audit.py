@@ -220,7 +220,6 @@ def draws_curve(args: argparse.Namespace) -> None:
 def cost(args: argparse.Namespace) -> None:
     """Seconds per network forward-backward pass: one EOT gradient step of ``ross_gen`` (``m`` draws in one batched
     pass) divided by ``m``, against one foolbox LinfPGD step on ``gen`` (one forward-backward pass)."""
-    import foolbox as fb
     import torch
 
     from advopenood.data.datasets import build_dataset, limit_dataset, make_loader
@@ -238,14 +237,13 @@ def cost(args: argparse.Namespace) -> None:
     fit = data("cifar10_train_10k.npz", "train", 1200)
     bank = fit_detectors(["gen", "ross_gen"], "pytorch-ood", net, fit, batch_size=args.batch_size, device=device,
                          seed=0, params={"ross_gen": {"val_size": 200}}, progress=False)
-    x, y = next(iter(make_loader(data("cifar10_test.npz", "cifar10", args.cost_batch), args.cost_batch)))
-    x, y = x.to(device), y.to(device)
     rows = []
-    for m in args.draw_list:
-        targets = {"gen": bank.dets["gen"], f"ross_gen eot {m}": bank.dets["ross_gen"].for_attack().with_eot(m)}
+    for batch in args.cost_batch:
+        x, y = next(iter(make_loader(data("cifar10_test.npz", "cifar10", batch), batch)))
+        x, y = x.to(device), y.to(device)
+        targets = {"gen": bank.dets["gen"],
+                   **{f"ross_gen eot {m}": bank.dets["ross_gen"].for_attack().with_eot(m) for m in args.draw_list}}
         for label, det in targets.items():
-            if label == "gen" and m != args.draw_list[0]:
-                continue
             target = DetectorTarget(det, net, 0.0, 1.0, -float("inf"))  # as the robust attacks see a detector
 
             def objective(z, target=target):
@@ -257,15 +255,16 @@ def cost(args: argparse.Namespace) -> None:
                 start = time.perf_counter()
                 attack(foolbox_model(net, device), x, y, epsilons=8 / 255)
                 times.append((time.perf_counter() - start) / steps)
-            per_step = min(times[1:])
-            rows.append({"attack": label, "passes per step": 1 if label == "gen" else m, "s per step": per_step,
-                         "s per pass": per_step / (1 if label == "gen" else m)})
+            passes = 1 if label == "gen" else int(label.rsplit(" ", 1)[1])
+            rows.append({"batch": batch, "attack": label, "passes per step": passes, "s per step": min(times[1:]),
+                         "s per pass": min(times[1:]) / passes})
     frame = pd.DataFrame(rows)
-    base = float(frame.loc[frame.attack == "gen", "s per pass"].iloc[0])
-    frame["ratio per pass"] = frame["s per pass"] / base
+    base = frame[frame.attack == "gen"].set_index("batch")["s per pass"]
+    frame["ratio per pass"] = frame["s per pass"] / frame["batch"].map(base)
     print(frame.to_string(index=False))
-    print("SUMMARY cost per forward-backward pass vs one foolbox LinfPGD step on gen (target <= 1.2x): " + "; ".join(
-        f"{r['attack']}: {r['ratio per pass']:.2f}x" for r in frame.to_dict("records") if r["attack"] != "gen"))
+    print("SUMMARY cost per forward-backward pass vs one foolbox LinfPGD step on gen, same images (target <= 1.2x): "
+          + "; ".join(f"batch {r['batch']} {r['attack']}: {r['ratio per pass']:.2f}x"
+                      for r in frame.to_dict("records") if r["attack"] != "gen"))
 
 
 def main() -> None:
@@ -288,7 +287,7 @@ def main() -> None:
     p.add_argument("--draws", action="store_true", help="attack strength against EOT draws instead")
     p.add_argument("--cost", action="store_true", help="EOT step cost against foolbox PGD instead")
     p.add_argument("--draw-list", type=lambda s: [int(v) for v in s.split(",")], default=[1, 4, 8, 25])
-    p.add_argument("--cost-batch", type=int, default=32)
+    p.add_argument("--cost-batch", type=lambda s: [int(v) for v in s.split(",")], default=[8, 32])
     p.add_argument("--cost-steps", type=int, default=5)
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
