@@ -3,7 +3,7 @@ published with and under attacks on the defence itself, on the pack's models, ev
 (issue 33; docs/ross-audit.md).
 
     python benchmarks/ross_audit.py --out runs/ross_audit                           # the audit (both ResNet-20s)
-    python benchmarks/ross_audit.py --out runs/ross_audit --models cifar10_resnet18 --limit 64 --far-limit 64
+    python benchmarks/ross_audit.py --out runs/ross_audit --models cifar10_resnet18 --limit 64
     python benchmarks/ross_audit.py --out runs/ross_audit --tables-only             # tables of finished runs
     python benchmarks/ross_audit.py --draws --out runs/ross_draws --limit 32         # attack strength vs EOT draws
     python benchmarks/ross_audit.py --cost                                           # EOT step cost vs foolbox PGD
@@ -61,28 +61,34 @@ def fraction(text: str) -> float:
     return float(top) / float(bottom or 1)
 
 
+def hekal_entries(eps: list[str], args: argparse.Namespace) -> list[dict]:
+    """PGD-Min on the ID images and PGD-Max on each natural OOD set, per detector, at every eps (one ``hekal_max``
+    set attacks one OOD set: one entry per set, labelled ``hekal_max_<det>-<set>``)."""
+    entries = [{"name": f"hekal_min_{det}", "eps": list(eps)} for det in args.detectors]
+    for det in args.detectors:
+        entries += [{"name": f"hekal_max_{det}", "eps": list(eps), "params": {"ood_set": name},
+                     "label": f"hekal_max_{det}-{name}"} for name in args.ood]
+    return entries
+
+
 def config(model: str, run: str, args: argparse.Namespace) -> Path:
     """One run's config: the pack's model config with the audit's detectors, OOD sets, attacks and evaluators."""
     cfg = yaml.safe_load((REPO / "configs" / f"{model}.yaml").read_text())
     eot = {"eot": args.eot} if args.eot else {}
-    ross = {d: {"eval_seed": None} for d in DETECTORS if d.startswith("ross_")}
+    ross = {d: {"eval_seed": None} for d in args.detectors if d.startswith("ross_")}
     if run == "published":
-        cfg.update(protocol="hekal2026", attacks=[{"name": "hekal_min", "eps": PUBLISHED_EPS},
-                                                  {"name": "hekal_max", "eps": PUBLISHED_EPS}],
-                   evaluators=["hekal2026"],
+        cfg.update(protocol="hekal2026", attacks=hekal_entries(PUBLISHED_EPS, args), evaluators=["hekal2026"],
                    attack_params={"hekal_min": {"steps": STEPS}, "hekal_max": {"steps": STEPS}})
     else:
-        cfg.update(protocol="strong", attacks=[{"name": "hekal_min", "eps": args.pixel_eps},
-                                               {"name": "hekal_max", "eps": args.pixel_eps}],
-                   evaluators=["hekal2026", "robust_auroc"],
+        cfg.update(protocol="strong", attacks=hekal_entries(args.pixel_eps, args), evaluators=["hekal2026", "robust_auroc"],
                    attack_params={"hekal_min": {"steps": STEPS}, "hekal_max": {"steps": STEPS},
                                   "robust_id": {"steps": STEPS}, "robust_ood": {"steps": STEPS}},
                    evaluator_params={"robust_auroc": {"method": "pgd", "randomised_attacks": "both",
                                                       "eps": [fraction(e) for e in args.pixel_eps], **eot}})
     cfg.update(name=f"ross_audit_{model}_{run}", device=args.device, batch_size=args.batch_size,
-               shard_size=args.shard_size, detectors=DETECTORS, analyses=[], detector_params=ross)
+               shard_size=args.shard_size, detectors=args.detectors, analyses=[], detector_params=ross)
     cfg["data"].update(root=str(args.data_root), fit_limit=FIT_LIMIT,
-                       ood=[{"kind": "npz", "path": path, "name": name} for name, path in OOD.items()])
+                       ood=[{"kind": "npz", "path": OOD[name], "name": name} for name in args.ood])
     path = args.out / f"{model}_{run}.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
@@ -94,7 +100,8 @@ def run(model: str, run_name: str, args: argparse.Namespace) -> float:
     cli = [sys.executable, "-m", "advopenood.cli"]
     folder = args.out / f"{model}_{run_name}"
     quiet = [] if args.verbose else ["--quiet"]
-    subprocess.run([*cli, "run", "--config", str(config(model, run_name, args)), "--limit", str(args.limit),
+    limit = args.limit if run_name == "published" else args.adaptive_limit or args.limit
+    subprocess.run([*cli, "run", "--config", str(config(model, run_name, args)), "--limit", str(limit),
                     "--out", str(folder), *quiet], check=True)
     if not args.no_verify:
         subprocess.run([*cli, "verify", str(folder)], check=True)
@@ -171,8 +178,8 @@ def seed_spread(out: Path, model: str, seeds: int, args: argparse.Namespace) -> 
     for s in range(seeds):
         cfg = yaml.safe_load((out / f"{model}_adaptive.yaml").read_text())
         cfg.update(name=f"ross_audit_seed{s}", attacks=[], evaluators=["ood"],
-                   detectors=[d for d in DETECTORS if d.startswith("ross_")],
-                   detector_params={d: {"eval_seed": s} for d in DETECTORS if d.startswith("ross_")})
+                   detectors=[d for d in args.detectors if d.startswith("ross_")],
+                   detector_params={d: {"eval_seed": s} for d in args.detectors if d.startswith("ross_")})
         cfg.pop("attack_params", None)
         cfg.pop("evaluator_params", None)
         path = out / f"{model}_seed{s}.yaml"
@@ -181,7 +188,7 @@ def seed_spread(out: Path, model: str, seeds: int, args: argparse.Namespace) -> 
         subprocess.run([sys.executable, "-m", "advopenood.cli", "run", "--config", str(path), "--limit",
                         str(args.limit), "--out", str(folder), "--quiet"], check=True)
         ood = pd.read_csv(folder / "ood.csv")
-        for r in ood[(ood.attack == "none") & ood.ood_set.isin(list(OOD))].to_dict("records"):
+        for r in ood[(ood.attack == "none") & ood.ood_set.isin(list(args.ood))].to_dict("records"):
             rows.append({"detector": r["detector"], "ood_set": r["ood_set"], "seed": s, "auroc": r["auroc"]})
     frame = pd.DataFrame(rows)
     return frame.groupby(["detector", "ood_set"])["auroc"].agg(["mean", "std", "min", "max"]).reset_index()
@@ -274,6 +281,9 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=REPO / "runs" / "ross_audit")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--limit", type=int, default=200, help="ID and OOD test images per set (default 200)")
+    p.add_argument("--adaptive-limit", type=int, help="images per set of the adaptive run (default: --limit)")
+    p.add_argument("--detectors", type=lambda s: s.split(","), default=DETECTORS)
+    p.add_argument("--ood", type=lambda s: s.split(","), default=list(OOD), help=f"of {', '.join(OOD)}")
     p.add_argument("--data-root", type=Path, default=DATA)
     p.add_argument("--device", default="cpu")
     p.add_argument("--batch-size", type=int, default=100)
@@ -308,7 +318,7 @@ def main() -> None:
         if args.eval_seeds and not args.tables_only:
             print("\nROSS clean AUROC over evaluation seeds:\n" +
                   markdown_table(seed_spread(args.out, model, args.eval_seeds, args), "{:.2f}"))
-        for det in [d for d in DETECTORS if d.startswith("ross_")]:
+        for det in [d for d in args.detectors if d.startswith("ross_")]:
             mine = table[(table.detector == det) & (table.ood_set == "tin")]
             for r in mine.to_dict("records"):
                 lines.append(f"{model} {det} tin eps {r['eps_pixel']} pixel: published PGD-Min "
