@@ -8,7 +8,8 @@ published with and under attacks on the defence itself, on the pack's models, ev
     python benchmarks/ross_audit.py --draws --out runs/ross_draws --limit 32         # attack strength vs EOT draws
     python benchmarks/ross_audit.py --cost                                           # EOT step cost vs foolbox PGD
 
-Per model, two ``advopenood run`` s (configs written to ``OUT/<model>_<run>.yaml``), each checked with
+ROSS runs with their Table 2's settings (``sigma: 0.05, lam: 0.01``, n 25; ``--ross`` changes them). Per model, two
+``advopenood run`` s (configs written to ``OUT/<model>_<run>.yaml``), each checked with
 ``advopenood verify``:
 
 * ``published``: protocol ``hekal2026``: ``hekal_min_<det>`` (PGD-Min on ID images) and ``hekal_max_<det>`` (PGD-Max
@@ -52,6 +53,10 @@ DETECTORS = ["gen", "msp", "ross_gen", "ross_msp"]
 OOD = {"tin": "tin_test.npz", "textures": "texture_test.npz", "mnist": "mnist_test.npz"}
 PUBLISHED_EPS = ["2/255", "4/255", "8/255", "16/255"]
 FIT_LIMIT = 2000
+#: ROSS as their Table 2 ran it: ``scripts/ross/run_experiments.py`` main() copies
+#: ``scripts/ross/ross_default_config.yml`` (``noise_magnitude: 0.05``, ``lambda_: 0.01``) over
+#: ``configs/postprocessors/ross.yml`` before every table
+TABLE2 = {"sigma": 0.05, "lam": 0.01}
 STEPS = 40  # their scripts/experiments/run_attack_ood.sh; also our robust attacks' here
 
 
@@ -75,12 +80,13 @@ def config(model: str, run: str, args: argparse.Namespace) -> Path:
     """One run's config: the pack's model config with the audit's detectors, OOD sets, attacks and evaluators."""
     cfg = yaml.safe_load((REPO / "configs" / f"{model}.yaml").read_text())
     eot = {"eot": args.eot} if args.eot else {}
-    ross = {d: {"eval_seed": None} for d in args.detectors if d.startswith("ross_")}
+    ross = {d: dict(args.ross) for d in args.detectors if d.startswith("ross_")}
     if run == "published":
         cfg.update(protocol="hekal2026", attacks=hekal_entries(PUBLISHED_EPS, args), evaluators=["hekal2026"],
                    attack_params={"hekal_min": {"steps": STEPS}, "hekal_max": {"steps": STEPS}})
     else:
-        cfg.update(protocol="strong", attacks=hekal_entries(args.pixel_eps, args), evaluators=["hekal2026", "robust_auroc"],
+        cfg.update(protocol="strong", attacks=hekal_entries(args.pixel_eps, args),
+                   evaluators=["hekal2026", "robust_auroc"],
                    attack_params={"hekal_min": {"steps": STEPS}, "hekal_max": {"steps": STEPS},
                                   "robust_id": {"steps": STEPS}, "robust_ood": {"steps": STEPS}},
                    evaluator_params={"robust_auroc": {"method": "pgd", "randomised_attacks": "both",
@@ -179,7 +185,7 @@ def seed_spread(out: Path, model: str, seeds: int, args: argparse.Namespace) -> 
         cfg = yaml.safe_load((out / f"{model}_adaptive.yaml").read_text())
         cfg.update(name=f"ross_audit_seed{s}", attacks=[], evaluators=["ood"],
                    detectors=[d for d in args.detectors if d.startswith("ross_")],
-                   detector_params={d: {"eval_seed": s} for d in args.detectors if d.startswith("ross_")})
+                   detector_params={d: {**args.ross, "eval_seed": s} for d in args.detectors if d.startswith("ross_")})
         cfg.pop("attack_params", None)
         cfg.pop("evaluator_params", None)
         path = out / f"{model}_seed{s}.yaml"
@@ -283,6 +289,8 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=200, help="ID and OOD test images per set (default 200)")
     p.add_argument("--adaptive-limit", type=int, help="images per set of the adaptive run (default: --limit)")
     p.add_argument("--detectors", type=lambda s: s.split(","), default=DETECTORS)
+    p.add_argument("--ross", type=lambda s: {k: float(v) for k, v in (kv.split("=") for kv in s.split(","))},
+                   default=dict(TABLE2), help="ROSS's parameters (default their Table 2's: sigma=0.05,lam=0.01)")
     p.add_argument("--ood", type=lambda s: s.split(","), default=list(OOD), help=f"of {', '.join(OOD)}")
     p.add_argument("--data-root", type=Path, default=DATA)
     p.add_argument("--device", default="cpu")

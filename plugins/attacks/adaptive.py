@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
@@ -297,6 +298,31 @@ class EOTAttack:
             draws = det.draws if self.params["eot"] is None else int(self.params["eot"])
             target = self._target = dataclasses.replace(target, detector=det.with_eot(draws))
         return target
+
+
+#: fitted detectors shared between attacks (:class:`SharedTarget`), oldest dropped first
+_SHARED: dict[tuple[int, str, str], DetectorTarget] = {}
+MAX_SHARED = 32
+
+
+class SharedTarget:
+    """Mixin (before :class:`AdaptiveAttack` in the bases): the fitted, calibrated detector is shared by every such
+    attack bound to the same network, device, fit data, detector parameters and seed (its :attr:`context`), so a
+    run's ID-side and OOD-side sets, or its sets at several eps, fit it once."""
+
+    @property
+    def target(self) -> DetectorTarget:
+        if self._target is None and self._bound is not None:
+            key = (id(self._bound["net"]), str(self._bound["device"]),
+                   json.dumps(self.context, sort_keys=True, default=str))
+            cached = _SHARED.get(key)
+            if cached is not None and cached.net is self._bound["net"]:
+                self._target = cached
+            else:
+                self._target = _SHARED[key] = AdaptiveAttack.target.fget(self)
+                while len(_SHARED) > MAX_SHARED:
+                    _SHARED.pop(next(iter(_SHARED)))
+        return AdaptiveAttack.target.fget(self)
 
 
 def is_eot(attack: Any) -> bool:

@@ -33,7 +33,6 @@ accepting the OOD image at its 95 %-TPR threshold on the fit set (the detector i
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from typing import Any, Callable, ClassVar
 
@@ -47,7 +46,7 @@ from advopenood import registry
 from advopenood.attacks.base import Attack, default_eps
 from advopenood.capabilities import IdNegatives, is_composite, is_differentiable
 from advopenood.errors import UsageError
-from advopenood_plugins.attacks.adaptive import AdaptiveAttack, AdaptiveFamily, DetectorTarget
+from advopenood_plugins.attacks.adaptive import AdaptiveAttack, AdaptiveFamily, DetectorTarget, SharedTarget
 
 PROTOCOL = "hekal2026"
 UNITS = ("normalised", "pixel")
@@ -57,9 +56,6 @@ PREFIXES = {"min": "hekal_min_", "max": "hekal_max_"}
 #: their foolbox's ``LinfPGD`` default step, relative to eps
 FOOLBOX_REL_STEPSIZE = 0.01 / 0.3
 
-#: fitted detectors shared between the hekal attacks of one network, fit data, detector parameters and seed
-_TARGETS: dict[tuple[int, str, str], DetectorTarget] = {}
-MAX_TARGETS = 32
 
 
 def normalisation(net: nn.Module, like: Tensor) -> tuple[Tensor, Tensor]:
@@ -96,7 +92,7 @@ class ScoreLinfPGD(fb.attacks.LinfPGD):
         return self._clip(super().project(x, x0, epsilon))
 
 
-class HekalAttack(AdaptiveAttack):
+class HekalAttack(SharedTarget, AdaptiveAttack):
     """Base of ``hekal_min_<det>`` / ``hekal_max_<det>``: Linf PGD on the detector's raw confidence, last iterate;
     bind with the ID fit data first (the pipeline does)."""
 
@@ -136,22 +132,6 @@ class HekalAttack(AdaptiveAttack):
         #: the network's normalisation std in the cache key and the store's spec.json (verify reads ``eps_pixel``)
         self.context = {**self.context, "pixel_std": self._std}
         return self
-
-    @property
-    def target(self) -> DetectorTarget:
-        """The fitted, calibrated detector, shared by every hekal attack bound to the same network, fit data,
-        detector parameters and seed."""
-        if self._target is None and self._bound is not None:
-            key = (id(self._bound["net"]), str(self._bound["device"]),
-                   json.dumps(self.context, sort_keys=True, default=str))
-            cached = _TARGETS.get(key)
-            if cached is not None and cached.net is self._bound["net"]:
-                self._target = cached
-            else:
-                self._target = _TARGETS[key] = AdaptiveAttack.target.fget(self)
-                while len(_TARGETS) > MAX_TARGETS:
-                    _TARGETS.pop(next(iter(_TARGETS)))
-        return AdaptiveAttack.target.fget(self)
 
     @property
     def gradient_target(self) -> DetectorTarget:

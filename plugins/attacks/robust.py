@@ -33,7 +33,6 @@ regular test, ``-1`` in the inverted one. A weakened optimiser or a broken detec
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any, Callable, ClassVar
 
 import torch
@@ -46,7 +45,7 @@ from advopenood.attacks.base import Attack, default_eps, foolbox_model
 from advopenood.capabilities import DetectorTestForms, IdNegatives, is_differentiable, is_randomised
 from advopenood.errors import UsageError
 from advopenood_plugins.attacks.adaptive import (AdaptiveAttack, AdaptiveFamily, DetectorTarget, EOTAttack,
-                                                 JointLinfPGD, margin_loss)
+                                                 JointLinfPGD, SharedTarget, margin_loss)
 from advopenood_plugins.attacks.autoattack import VERSION, ObjectiveHead, aa_seed
 from advopenood_plugins.kit.attacks import Best, rel_stepsize
 
@@ -59,14 +58,11 @@ PREFIXES = {("id", "pgd"): "robust_id_", ("ood", "pgd"): "robust_ood_",
 #: ``(side, method) -> name prefix`` of the EOT twins (randomised detectors only)
 EOT_PREFIXES = {key: prefix + "eot_" for key, prefix in PREFIXES.items()}
 
-#: fitted detectors shared between robust attacks (:attr:`RobustScoreAttack.target`), oldest dropped first
-_TARGETS: dict[tuple[int, str, str], DetectorTarget] = {}
-MAX_TARGETS = 32
 
 Objective = Callable[[Tensor], tuple[Tensor, Tensor, Tensor, Tensor]]
 
 
-class RobustScoreAttack(AdaptiveAttack, DetectorTestForms):
+class RobustScoreAttack(SharedTarget, AdaptiveAttack, DetectorTestForms):
     """Base of the robust-AUROC attacks: move the detector's standardised confidence down (``side = "id"``) or up
     (``side = "ood"``) within the eps-ball; bind with the ID fit data first (the pipeline does)."""
 
@@ -97,22 +93,6 @@ class RobustScoreAttack(AdaptiveAttack, DetectorTestForms):
         if self.method == "apgd":
             self.context = {**self.context, **VERSION}
         return self
-
-    @property
-    def target(self) -> DetectorTarget:
-        """The fitted, calibrated detector, shared by every robust attack bound to the same network, fit data,
-        detector parameters and seed (a run's ID-side and OOD-side sets fit it once)."""
-        if self._target is None and self._bound is not None:
-            key = (id(self._bound["net"]), str(self._bound["device"]),
-                   json.dumps(self.context, sort_keys=True, default=str))
-            cached = _TARGETS.get(key)
-            if cached is not None and cached.net is self._bound["net"]:
-                self._target = cached
-            else:
-                self._target = _TARGETS[key] = AdaptiveAttack.target.fget(self)
-                while len(_TARGETS) > MAX_TARGETS:
-                    _TARGETS.pop(next(iter(_TARGETS)))
-        return AdaptiveAttack.target.fget(self)
 
     def test_form(self, test: str) -> RobustScoreAttack:
         """The binarization test's form: this optimiser and detector term plus the classifier term, raising the

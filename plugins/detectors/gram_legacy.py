@@ -102,7 +102,7 @@ def legacy_confidence(stats: list[Tensor], predictions: Tensor, mins: Tensor, ma
 @register("detectors", "gram_legacy")
 class GRAMLegacy(Postprocessor):
     """GRAM as the paper ran it: OpenOOD's GRAM before bdf6a55 (scalar class bounds, channel-summed statistic,
-    confidence not negated; see :mod:`advopenood_plugins.gram_legacy`).
+    confidence not negated; see :mod:`advopenood_plugins.detectors.gram_legacy`).
 
     ``conf = sum_{l, p} [relu(min_k - T) / |min_k + 1e-6| + relu(T - max_k) / |max_k + 1e-6|] / 50`` with
     ``T = sum_c sign(S_c) |S_c|^(1/p)``, ``S = rowsum((F^p)(F^p)^T)``, ``k`` the predicted class and

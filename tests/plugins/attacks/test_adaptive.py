@@ -231,11 +231,11 @@ def test_an_attacks_images_do_not_depend_on_whether_its_detector_was_fitted_befo
     x, y = cifar_batch[0][:4], cifar_batch[1][:4]
     params = {"eps": 8 / 255, **({"steps": 2} if "hekal" in name or "robust" in name else {"steps": 2, "lam": [1.0]})}
     det = {"n": 3, "val_size": 32} if "ross" in name else {}
-    from advopenood_plugins.attacks import hekal, robust
+    from advopenood_plugins.attacks import adaptive
 
     images = []
     for fitted_first in (True, False):
-        robust._TARGETS.clear(), hekal._TARGETS.clear()  # the robust and hekal attacks share fitted detectors
+        adaptive._SHARED.clear()  # the robust and hekal attacks share fitted detectors
         attack = build_attack(name, params, input_size=32).bind(cifar_model, fit, seed=0, batch_size=48, device="cpu",
                                                                  detector_params=det)
         if fitted_first:
