@@ -34,7 +34,7 @@ def test_first_sentence_whole_and_plain(doc, expected):
 @pytest.mark.parametrize("kind, name, fragment", [
     ("attacks", "df", "DeepFool-L2 (Moosavi-Dezfooli et al. 2016), minimal perturbation; foolbox L2DeepFoolAttack."),
     ("attacks", "pgd", "PGD-Linf (Madry et al. 2018) with foolbox LinfPGD"),
-    ("detectors", "gram_legacy", "see advopenood_plugins.gram_legacy)."),
+    ("detectors", "gram_legacy", "see advopenood_plugins.detectors.gram_legacy)."),
 ])
 def test_list_shows_the_whole_sentence_without_markup(kind, name, fragment, capsys):
     assert main(["list", kind]) == 0
