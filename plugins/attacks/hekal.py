@@ -47,6 +47,7 @@ from advopenood.attacks.base import Attack, default_eps
 from advopenood.capabilities import IdNegatives, is_composite, is_differentiable
 from advopenood.errors import UsageError
 from advopenood_plugins.attacks.adaptive import AdaptiveAttack, AdaptiveFamily, DetectorTarget, SharedTarget
+from advopenood_plugins.kit.networks import normalisation
 
 PROTOCOL = "hekal2026"
 UNITS = ("normalised", "pixel")
@@ -55,19 +56,6 @@ THROUGH = ("base", "self")
 PREFIXES = {"min": "hekal_min_", "max": "hekal_max_"}
 #: their foolbox's ``LinfPGD`` default step, relative to eps
 FOOLBOX_REL_STEPSIZE = 0.01 / 0.3
-
-
-
-def normalisation(net: nn.Module, like: Tensor) -> tuple[Tensor, Tensor]:
-    """The network's ``(mean, std)`` (``1 x C x 1 x 1``; our :class:`~advopenood.models.Classifier`'s buffers), zeros
-    and ones for a network that declares none."""
-    shape = (1, like.shape[1], 1, 1)
-    mean, std = getattr(net, "mean", None), getattr(net, "std", None)
-    if not isinstance(mean, Tensor) or not isinstance(std, Tensor):
-        return torch.zeros(shape, dtype=like.dtype, device=like.device), torch.ones(shape, dtype=like.dtype,
-                                                                                     device=like.device)
-    return (mean.detach().reshape(1, -1, 1, 1).to(like.device, like.dtype).expand(shape),
-            std.detach().reshape(1, -1, 1, 1).to(like.device, like.dtype).expand(shape))
 
 
 class ScoreLinfPGD(fb.attacks.LinfPGD):

@@ -71,6 +71,7 @@ from advopenood.detection.postprocessor import Postprocessor
 from advopenood.errors import UsageError
 from advopenood_plugins.detectors.smoothed import SmoothedDetector, is_smoothed, noise_draws
 from advopenood_plugins.kit.detectors import straight_through
+from advopenood_plugins.kit.networks import normalisation
 
 #: ROSS's parameters and defaults (``configs/postprocessors/ross.yml``); every other parameter goes to ``<det>``
 ROSS_DEFAULTS: dict[str, Any] = {"n": 25, "sigma": 0.1, "lam": 0.05, "quantile": 0.05, "component": "ross",
@@ -101,12 +102,10 @@ def _number(value: Any) -> bool:
 
 def input_scale(net: nn.Module, like: Tensor, normalised_input: bool) -> Tensor:
     """Pixel units per normalised unit, per channel (``1 x C x 1 x 1``): the network's normalisation ``std``
-    (our :class:`~advopenood.models.Classifier`); 1 where the network takes normalised inputs itself
+    (:func:`~advopenood_plugins.kit.networks.normalisation`); 1 where the network takes normalised inputs itself
     (``normalised_input``, OpenOOD's) or declares no ``std``."""
-    std = None if normalised_input else getattr(net, "std", None)
-    if not isinstance(std, Tensor):
-        return torch.ones(1, like.shape[1], 1, 1, dtype=like.dtype, device=like.device)
-    return std.detach().reshape(1, -1, 1, 1).to(like.device, like.dtype).expand(1, like.shape[1], 1, 1)
+    std = normalisation(net, like)[1]
+    return torch.ones_like(std) if normalised_input else std
 
 
 def pixel_sigma(net: nn.Module, sigma: float, channels: int = 3) -> list[float]:
@@ -158,7 +157,6 @@ class RossDetector(SmoothedDetector, Composite):
         self.n, self.sigma, self.lam, self.quantile = int(n), float(sigma), float(lam), float(quantile)
         self.component, self.val_size = component, int(val)
         p["component"] = component
-        self.statistic = "ross"
         inner = {k: v for k, v in params.items() if k not in ROSS_DEFAULTS}
         #: the base detector (pytorch-ood implementation); its code enters the store's key (``wrapped``)
         self.base = create_detector(self.base_name, "pytorch-ood", inner)
@@ -273,10 +271,6 @@ class RossDetector(SmoothedDetector, Composite):
         twin.surrogate = surrogate
         return twin
 
-    def with_eot(self, samples: int) -> RossDetector:
-        twin = copy.copy(self)
-        twin.eot_samples = int(samples)
-        return twin
 
 
 class DifferentiableRoss(RossDetector, DifferentiableDetector):

@@ -9,6 +9,7 @@ import torch
 from advopenood.attacks.base import frozen
 from advopenood_plugins.kit.attacks import Best, rel_stepsize, run_foolbox
 from advopenood_plugins.kit.detectors import classifier_head, pytorch_ood, straight_through, with_grad
+from advopenood_plugins.kit.networks import normalisation
 
 EPS = 8 / 255
 
@@ -69,3 +70,16 @@ def test_the_detector_helpers_differentiate_what_scores(batch):
     out = straight_through(value, 2 * surrogate)
     out.backward()
     assert out.item() == 3.0 and surrogate.grad.item() == 2.0
+
+
+def test_normalisation_maps_pixels_to_the_units_the_backbone_sees(batch):
+    """The pack's ResNet-20 normalises inside: ``(x - mean) / std`` is what it feeds its backbone; a network without
+    buffers gets zeros and ones."""
+    net, x, _ = batch
+    mean, std = normalisation(net, x)
+    assert mean.shape == std.shape == (1, 3, 1, 1)
+    torch.testing.assert_close(std.flatten(), net.std.flatten())
+    torch.testing.assert_close((x - mean) / std, net.normalize(x))
+    plain = torch.nn.Conv2d(3, 3, 1)
+    zero, one = normalisation(plain, x)
+    assert float(zero.abs().max()) == 0 and float((one - 1).abs().max()) == 0

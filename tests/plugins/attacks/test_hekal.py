@@ -8,7 +8,8 @@ import torch
 from advopenood.attacks.base import build_attack
 from advopenood.attacks.store import check_attack_output
 from advopenood.cli.main import main
-from advopenood_plugins.attacks.hekal import HekalAttack, normalisation
+from advopenood_plugins.attacks.hekal import HekalAttack
+from advopenood_plugins.kit.networks import normalisation
 from conftest import pack_config
 
 EPS = 16 / 255
