@@ -83,3 +83,17 @@ def test_an_edited_cell_fails_verify(hekal_run, tmp_path, capsys, column, row):
     copy = edited_copy(hekal_run, tmp_path, "table_hekal2026.csv", column, delta=-0.5, row=row)
     assert main(["verify", str(copy)]) == 1
     assert column in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("edit, rc", [(False, 0), (True, 1)])
+def test_verify_in_a_fresh_process(hekal_run, tmp_path, edit, rc):
+    """A new process finds the hekal2026 hook through the entry points and re-derives the table from the files."""
+    import subprocess
+    import sys
+
+    run = edited_copy(hekal_run, tmp_path, "table_hekal2026.csv", "auroc", delta=-0.5, row=1) if edit else hekal_run
+    done = subprocess.run([sys.executable, "-m", "advopenood.cli", "verify", str(run)], capture_output=True, text=True)
+    assert done.returncode == rc, done.stdout + done.stderr
+    assert "not installed here" not in done.stdout
+    lines = [line for line in done.stdout.splitlines() if "DIFFERENCE" in line]
+    assert len(lines) == (1 if edit else 0) and all("table_hekal2026.csv" in line for line in lines), done.stdout
