@@ -53,10 +53,12 @@ FAMILIES = [("robust_apgd_", "robust APGD"), ("robust_", "robust PGD"), ("adapti
 
 
 def config(model: str, out: Path, data_root: Path, detectors: list[str], device: str, batch_size: int,
-           subsets: bool, shard_size: int = 256, eot: int | None = None, tag: str = "") -> Path:
+           subsets: bool, shard_size: int = 256, eot: int | None = None, tag: str = "",
+           methods: tuple[str, ...] = ("pgd", "apgd"), steps: int | None = None) -> Path:
     """The study's config for one packaged model config: Tiny-ImageNet as the OOD set, the chosen detectors, PGD,
-    the adaptive and EOT families, and the robust AUROC with PGD and APGD (EOT attacks for randomised detectors,
-    ``eot`` noise draws per gradient, default the detector's own number)."""
+    the adaptive and EOT families, and the robust AUROC with ``methods`` (EOT attacks for randomised detectors,
+    ``eot`` noise draws per gradient, default the detector's own number; ``steps`` iterations of the robust PGD
+    attacks and their EOT twins, default the attacks' 100)."""
     from advopenood import registry
     from advopenood.capabilities import is_randomised
 
@@ -66,8 +68,9 @@ def config(model: str, out: Path, data_root: Path, detectors: list[str], device:
     cfg.update(name=f"study_{model}", device=device, batch_size=batch_size, shard_size=shard_size,
                attacks=["pgd", "adaptive", *(["adaptive_eot"] if randomised else [])], detectors=detectors,
                evaluators=["ood", "robust_auroc", "levels", "smoothed"], analyses=[],
-               attack_params={"adaptive_eot": draws} if draws else {},
-               evaluator_params={"robust_auroc": {"method": ["pgd", "apgd"], "ood_sets": ["tin"], **draws}})
+               attack_params={**({"adaptive_eot": draws} if draws else {}),
+                              **({"robust_id": {"steps": steps}, "robust_ood": {"steps": steps}} if steps else {})},
+               evaluator_params={"robust_auroc": {"method": list(methods), "ood_sets": ["tin"], **draws}})
     cfg["data"].update(root=str(data_root), ood=[{"kind": "npz", "path": "tin_test.npz", "name": "tin"}],
                        fit_limit=None if subsets else FIT_LIMIT)
     path = out / f"study_{model}{tag}.yaml"
@@ -100,8 +103,8 @@ def run(model: str, out: Path, args: argparse.Namespace, detectors: list[str] | 
     start = time.perf_counter()
     cli = [sys.executable, "-m", "advopenood.cli"]
     tag = "" if part < 0 else f"_g{part}"
-    cfg = config(model, out, args.data_root, detectors or args.detectors, args.device, args.batch_size, args.subsets,
-                 args.shard_size, args.eot, tag)
+    cfg = config(model, out, args.data_root, detectors or args.chosen.get(model, args.detectors), args.device,
+                 args.batch_size, args.subsets, args.shard_size, args.eot, tag, args.methods, args.steps)
     limit = [] if args.subsets else ["--limit", str(args.limit)]
     quiet = [] if args.verbose else ["--quiet"]
     folder = out / model if part < 0 else out / "parts" / f"{model}{tag}"
@@ -109,6 +112,33 @@ def run(model: str, out: Path, args: argparse.Namespace, detectors: list[str] | 
     if part < 0 and not args.no_verify:
         subprocess.run([*cli, "verify", str(folder)], check=True)
     return time.perf_counter() - start
+
+
+def select(model: str, args: argparse.Namespace) -> list[str]:
+    """``--top K``: the K non-randomised detectors of ``--detectors`` with the highest clean AUROC against
+    Tiny-ImageNet on this model (one clean run of all of them on the study's images, ``OUT/clean_<model>``; ties
+    by name), then every randomised one of ``--detectors`` (the rule the study states in benchmarks/README.md)."""
+    from advopenood import registry
+    from advopenood.capabilities import is_randomised
+
+    randomised = [d for d in args.detectors if is_randomised(registry.get("detectors", d))]
+    plain = [d for d in args.detectors if d not in randomised]
+    cfg = yaml.safe_load(config(model, args.out, args.data_root, plain, args.device, args.batch_size, args.subsets,
+                                args.shard_size, tag="_clean").read_text())
+    cfg.update(name=f"clean_{model}", attacks=[], evaluators=["ood"], attack_params={}, evaluator_params={})
+    path = args.out / f"clean_{model}.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    folder = args.out / f"clean_{model}"
+    limit = [] if args.subsets else ["--limit", str(args.limit)]
+    subprocess.run([sys.executable, "-m", "advopenood.cli", "run", "--config", str(path), *limit, "--out",
+                    str(folder), "--quiet"], check=True)
+    ood = pd.read_csv(folder / "ood.csv")
+    clean = ood[(ood.attack == "none") & (ood.ood_set == "tin")].sort_values(["auroc", "detector"],
+                                                                              ascending=[False, True])
+    chosen = list(clean.detector.head(args.top))
+    print(f"{model}: the {args.top} highest clean AUROCs: " + ", ".join(
+        f"{r.detector} {r.auroc:.1f}" for r in clean.head(args.top).itertuples()) + "; with " + ", ".join(randomised))
+    return chosen + randomised
 
 
 def groups(detectors: list[str], k: int) -> list[list[str]]:
@@ -126,7 +156,8 @@ def run_all(models: list[str], args: argparse.Namespace) -> dict[str, float]:
     spent: dict[str, float] = {m: 0.0 for m in models}
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         if args.groups > 1:
-            work = [(m, g, i) for m in models for i, g in enumerate(groups(args.detectors, args.groups))]
+            work = [(m, g, i) for m in models for i, g in enumerate(groups(args.chosen.get(m, args.detectors),
+                                                                              args.groups))]
             start = time.perf_counter()
             list(pool.map(lambda w: run(w[0], args.out, args, w[1], w[2]), work))
             print(f"groups: {len(work)} runs in {time.perf_counter() - start:.0f} s")
@@ -251,6 +282,12 @@ def main() -> None:
     p.add_argument("--groups", type=int, default=1, help="detector groups per model run in parallel first")
     p.add_argument("--eot", type=int, default=None,
                    help="EOT draws per gradient (default: the detector's own n; 4 by the strength curve)")
+    p.add_argument("--top", type=int, default=None,
+                   help="study the TOP non-randomised detectors by clean AUROC per model, and every randomised one")
+    p.add_argument("--methods", type=lambda s: tuple(s.split(",")), default=("pgd", "apgd"),
+                   help="robust-AUROC methods (default pgd,apgd)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="robust PGD steps (default the attacks' 100; 25 by the strength curve)")
     p.add_argument("--tables-only", action="store_true")
     p.add_argument("--no-verify", action="store_true", help="leave `advopenood verify RUN` to another machine")
     p.add_argument("--verbose", action="store_true", help="the runs' progress bars")
@@ -269,13 +306,17 @@ def main() -> None:
     from advopenood.io import markdown_table
 
     models = args.models.split(",")
+    args.chosen = {}
+    if args.top and not args.tables_only:
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            args.chosen = dict(zip(models, pool.map(lambda m: select(m, args), models)))
     seconds = {} if args.tables_only else run_all(models, args)
     lines = []
     for label, model in MODELS.items():
         if model not in models:
             continue
-        t = table(args.out, model, args.detectors)
         info = json.loads((args.out / model / "run.json").read_text())
+        t = table(args.out, model, info["config"]["detectors"] if "config" in info else args.detectors)
         sample = info.get("sample") or {}
         print(f"\n### {label} ({model}): {sample.get('n_id', '?')} ID and {sample.get('n_ood', '?')} OOD images\n")
         print(markdown_table(t.drop(columns=["_robust", "_lo", "_hi"]), "{:.1f}"))
