@@ -59,6 +59,15 @@ def distribution_version(obj: Any) -> str:
 
 
 
+def ships_with_core(obj: Any) -> bool:
+    """Whether ``obj``'s module (its class's for an instance) comes from the installed distribution that ships
+    ``advopenood`` itself, i.e. is a built-in plugin: read off the installed metadata, not off a module name (a
+    third party's ``advopenood_plugins_x`` is not built in)."""
+    module = (obj if inspect.isclass(obj) else type(obj)).__module__.split(".")[0]
+    dists = _distributions()
+    return bool(set(dists.get(module) or ()) & set(dists.get("advopenood") or ()))
+
+
 @functools.lru_cache(maxsize=1)
 def _distributions() -> dict[str, list[str]]:
     """Top-level module -> the distributions that ship it (one scan of the installed metadata per process)."""

@@ -41,7 +41,27 @@ def test_no_core_module_over_500_lines(path):
     assert len(path.read_text().splitlines()) <= 500
 
 
-@pytest.mark.parametrize("path", MODULES + sorted((REPO / "plugins").rglob("*.py")), ids=lambda p: str(p.relative_to(REPO)))
+PLUGIN_MODULES = sorted((REPO / "plugins").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", PLUGIN_MODULES, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_plugin_module_over_500_lines(path):
+    assert len(path.read_text().splitlines()) <= 500
+
+
+@pytest.mark.parametrize("path", MODULES + PLUGIN_MODULES, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_function_over_60_lines(path):
+    """Issue 32: no function (or method) over 60 lines, from its def to its last line, in the core or the
+    plugins."""
+    import ast
+
+    long = [f"{node.name} ({node.end_lineno - node.lineno + 1} lines, line {node.lineno})"
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60]
+    assert not long
+
+
+@pytest.mark.parametrize("path", MODULES + PLUGIN_MODULES, ids=lambda p: str(p.relative_to(REPO)))
 def test_nothing_reads_raw_config_dicts(path):
     """The run plan is read by attribute; ``cfg[...]`` / ``cfg.get(`` would be a raw config dict."""
     assert not re.search(r"\bcfg\[|\bcfg\.get\(|ctx\.config\b", path.read_text())

@@ -28,7 +28,7 @@ from advopenood.detection.outputs import Outputs, pass_outputs
 from advopenood.detection.postprocessor import Postprocessor
 from advopenood.detection.scorecache import detector_key
 from advopenood.errors import UsageError
-from advopenood.provenance import distribution_version
+from advopenood.provenance import distribution_version, ships_with_core
 
 
 def create_detector(name: str, backend: str, params: dict[str, Any] | None = None, *, num_classes: int = 10,
@@ -65,11 +65,11 @@ def backend_label(name: str, resolved: str) -> str:
     (``plugin:<module>`` when no installed distribution ships it) for a third party's detector."""
     obj = registry.get("detectors", name)
     cls = obj if inspect.isclass(obj) else type(obj)
-    module = cls.__module__
+    module, builtin = cls.__module__, ships_with_core(cls)
     if module.split(".")[0] == "openood" or (resolved == "openood" and issubclass(cls, Postprocessor)
-                                               and cls.openood_name and module.startswith("advopenood_plugins")):
+                                               and cls.openood_name and builtin):
         return "openood"
-    if module.startswith("advopenood_plugins"):
+    if builtin:
         return "pytorch-ood"
     return f"plugin:{distribution_version(cls) or module}"
 

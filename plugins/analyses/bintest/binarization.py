@@ -380,6 +380,41 @@ def resolve_eps(attack: Attack, eps: float | None, norm: str, x: torch.Tensor) -
     return float(eps)
 
 
+def _detector_check(model: nn.Module, x: torch.Tensor, detector: Callable[[torch.Tensor], torch.Tensor],
+                    threshold: float | None, fpr: float, batch_size: int) -> DetectorCheck:
+    """The detector half of the regular and inverted tests: ``threshold``, or the ``fpr`` quantile of the clean
+    scores of ``x``."""
+    if threshold is None:
+        with torch.no_grad(), frozen(model):
+            clean = torch.cat([detector(x[i:i + batch_size]).flatten() for i in range(0, len(x), batch_size)])
+        threshold = threshold_at_fpr(clean, fpr)
+    return DetectorCheck(detector, float(threshold))
+
+
+def _test_sample(model: nn.Module, x: torch.Tensor, index: int, attack: Attack, test: str,
+                 check: DetectorCheck | None, *, eps: float, norm: str, n_inner: int, gap: float, kappa: float,
+                 n_random: int, seed: int, batch_size: int, n_candidates: int) -> dict[str, Any]:
+    """One sample's row of ``bintest_samples.csv`` in one test: its points from ``SeedSequence([seed, index,
+    test])``, the attack seeded by ``derive_seed``, so the row does not depend on batching."""
+    salt = TESTS.index(test)
+    setup_rng, random_rng = (np.random.default_rng(s) for s in
+                             np.random.SeedSequence([int(seed), index, salt]).spawn(2))
+    setup = build_binary_classifier(model, x, eps=eps, norm=norm, n_inner=n_inner, gap=gap, kappa=kappa,
+                                    rng=setup_rng, batch_size=batch_size, test=test, detector=check,
+                                    n_candidates=n_candidates)
+    row: dict[str, Any] = {"index": index, "test": test, "setup_ok": setup.ok, "skip_reason": setup.reason,
+                           "train_acc": setup.train_acc, "boundary_dist": setup.boundary_dist,
+                           "attack_success": None, "random_success": None, "logit_margin_adv": float("nan"),
+                           "dist_adv": float("nan"), "detected_adv": None}
+    if setup.ok:
+        row.update(_evaluate_attack(setup, x, attack, eps=eps, norm=norm, test=test, detector=check,
+                                    seed=derive_seed(seed, index * len(TESTS) + salt)))
+        with frozen(setup.binary):
+            row["random_success"] = random_attack(setup.binary, x, eps=eps, norm=norm, n_random=n_random,
+                                                  rng=random_rng, batch_size=batch_size, test=test, detector=check)
+    return row
+
+
 def run_bintest(model: nn.Module, x: torch.Tensor, y: torch.Tensor, attack: Attack, *, eps: float | None = None,
                 norm: str | None = None, n_inner: int = 999, gap: float = 0.05, kappa: float = 0.999,
                 n_random: int = 400, seed: int = 0, device: str | torch.device = "cpu", progress: bool = False,
@@ -419,34 +454,14 @@ def run_bintest(model: nn.Module, x: torch.Tensor, y: torch.Tensor, attack: Atta
 
     check, tests = None, ["standard"]
     if detector is not None:
-        if detector_threshold is None:
-            with torch.no_grad(), frozen(model):
-                clean = torch.cat([detector(x[i:i + batch_size]).flatten() for i in range(0, len(x), batch_size)])
-            detector_threshold = threshold_at_fpr(clean, detector_fpr)
-        check, tests = DetectorCheck(detector, float(detector_threshold)), ["regular", "inverted"]
+        check = _detector_check(model, x, detector, detector_threshold, detector_fpr, batch_size)
+        tests = ["regular", "inverted"]
 
-    rows = []
     todo = [(t, int(i)) for t in tests for i in np.nonzero(correct)[0]]
-    for test, i in tqdm(todo, desc=f"bintest {name}", unit="sample", disable=not progress):
-        salt = TESTS.index(test)
-        setup_rng, random_rng = (np.random.default_rng(s) for s in
-                                 np.random.SeedSequence([int(seed), int(indices[i]), salt]).spawn(2))
-        setup = build_binary_classifier(model, x[i], eps=eps, norm=norm, n_inner=n_inner, gap=gap, kappa=kappa,
-                                        rng=setup_rng, batch_size=batch_size, test=test, detector=check,
-                                        n_candidates=n_candidates)
-        row: dict[str, Any] = {"index": int(indices[i]), "test": test, "setup_ok": setup.ok,
-                               "skip_reason": setup.reason, "train_acc": setup.train_acc,
-                               "boundary_dist": setup.boundary_dist, "attack_success": None,
-                               "random_success": None, "logit_margin_adv": float("nan"),
-                               "dist_adv": float("nan"), "detected_adv": None}
-        if setup.ok:
-            row.update(_evaluate_attack(setup, x[i], attack, eps=eps, norm=norm, test=test, detector=check,
-                                        seed=derive_seed(seed, int(indices[i]) * len(TESTS) + salt)))
-            with frozen(setup.binary):
-                row["random_success"] = random_attack(setup.binary, x[i], eps=eps, norm=norm, n_random=n_random,
-                                                      rng=random_rng, batch_size=batch_size, test=test,
-                                                      detector=check)
-        rows.append(row)
+    setting = dict(eps=eps, norm=norm, n_inner=n_inner, gap=gap, kappa=kappa, n_random=n_random, seed=seed,
+                   batch_size=batch_size, n_candidates=n_candidates)
+    rows = [_test_sample(model, x[i], int(indices[i]), attack, test, check, **setting)
+            for test, i in tqdm(todo, desc=f"bintest {name}", unit="sample", disable=not progress)]
 
     samples = pd.DataFrame(rows, columns=list(SAMPLE_COLUMNS))
     for col in ("attack_success", "random_success", "detected_adv"):

@@ -78,58 +78,65 @@ def read_ood(ood: pd.DataFrame) -> list[str]:
         return []
     n_nat = table.attrs["n_natural"]
     natural, attacks = table.iloc[:, :n_nat], table.iloc[:, n_nat:]
-    out, small = [], False
-    if natural.shape[1]:
-        mean = natural.mean(axis=1, skipna=False).dropna()
-        sets = ", ".join(map(str, natural.columns))
-        sizes = _sizes(ood, list(natural.columns))
-        few = _too_few(f"On natural OOD sets ({sets})", sizes, mean, "mean AUROC") if len(mean) else None
-        small |= few is not None
-        if few:
-            out.append(few)
-        elif len(mean) == 1:
-            out.append(f"On natural OOD sets ({sets}), {label(mean.index[0])} reaches a mean AUROC of {mean.iloc[0]:.1f}.")
-        elif len(mean):
-            best, worst = mean.idxmax(), mean.idxmin()
-            out.append(f"On natural OOD sets ({sets}), {label(best)} is the best detector (mean AUROC {mean[best]:.1f}) "
-                       f"and {label(worst)} the worst ({mean[worst]:.1f}).")
-        below = [] if few else _below_chance(mean, sizes)
-        if below:
-            verb = "scores" if len(below) == 1 else "score"
-            out.append(f"{join(below)} {verb} below chance on natural OOD (mean AUROC < 50): OOD images look more "
-                       "in-distribution to them than ID images.")
+    out, small = _read_natural(ood, natural) if natural.shape[1] else ([], False)
     for col in attacks.columns:
-        scores = attacks[col].dropna()
-        if not len(scores):
-            continue
-        sizes = _sizes(ood, [col])
-        few = _too_few(f"On {label(col)}", sizes, scores)
-        small |= few is not None
-        if few:
-            out.append(few)
-            continue
-        below = _below_chance(scores, sizes)
-        near = [label(d) for d in scores.index if scores[d] < CHANCE and label(d) not in below]
-        within = (f"; {join(near)} {'is' if len(near) == 1 else 'are'} below 50 but within the 95 % interval of "
-                  "chance") if near else ""
-        best = scores.idxmax()
-        if len(below) == len(scores):
-            out.append(f"On {label(col)} every detector falls below chance (AUROC < 50): adversarial examples look "
-                       f"more in-distribution than clean images; the best is {label(best)} ({scores[best]:.1f}).")
-        elif below:
-            verb = "falls" if len(below) == 1 else "fall"
-            out.append(f"{join(below)} {verb} below chance (AUROC < 50) on {label(col)}; the best is {label(best)} "
-                       f"(AUROC {scores[best]:.1f}){within}.")
-        else:
-            worst = scores.idxmin()
-            out.append(f"No detector falls below chance on {label(col)}; the best is {label(best)} (AUROC "
-                       f"{scores[best]:.1f}) and the worst {label(worst)} ({scores[worst]:.1f}){within}.")
+        lines, few = _read_attack(ood, col, attacks[col].dropna())
+        out += lines
+        small |= few
     if natural.shape[1] and attacks.shape[1]:
         nat, adv = natural.stack().mean(), attacks.stack().mean()
         if not (math.isnan(nat) or math.isnan(adv)):
             line = compare_natural_adversarial(float(nat), float(adv))
             out.append(f"{line[:-1]} (in this sample only: too few images to conclude)." if small else line)
     return out
+
+
+def _read_natural(ood: pd.DataFrame, natural: pd.DataFrame) -> tuple[list[str], bool]:
+    """:func:`read_ood`'s lines on the natural OOD sets (detector x set AUROCs), and whether a set was too small."""
+    out = []
+    mean = natural.mean(axis=1, skipna=False).dropna()
+    sets = ", ".join(map(str, natural.columns))
+    sizes = _sizes(ood, list(natural.columns))
+    few = _too_few(f"On natural OOD sets ({sets})", sizes, mean, "mean AUROC") if len(mean) else None
+    if few:
+        out.append(few)
+    elif len(mean) == 1:
+        out.append(f"On natural OOD sets ({sets}), {label(mean.index[0])} reaches a mean AUROC of {mean.iloc[0]:.1f}.")
+    elif len(mean):
+        best, worst = mean.idxmax(), mean.idxmin()
+        out.append(f"On natural OOD sets ({sets}), {label(best)} is the best detector (mean AUROC {mean[best]:.1f}) "
+                   f"and {label(worst)} the worst ({mean[worst]:.1f}).")
+    below = [] if few else _below_chance(mean, sizes)
+    if below:
+        verb = "scores" if len(below) == 1 else "score"
+        out.append(f"{join(below)} {verb} below chance on natural OOD (mean AUROC < 50): OOD images look more "
+                   "in-distribution to them than ID images.")
+    return out, few is not None
+
+
+def _read_attack(ood: pd.DataFrame, col: str, scores: pd.Series) -> tuple[list[str], bool]:
+    """:func:`read_ood`'s line on one attack set (each detector's AUROC), and whether the set was too small."""
+    if not len(scores):
+        return [], False
+    sizes = _sizes(ood, [col])
+    few = _too_few(f"On {label(col)}", sizes, scores)
+    if few:
+        return [few], True
+    below = _below_chance(scores, sizes)
+    near = [label(d) for d in scores.index if scores[d] < CHANCE and label(d) not in below]
+    within = (f"; {join(near)} {'is' if len(near) == 1 else 'are'} below 50 but within the 95 % interval of "
+              "chance") if near else ""
+    best = scores.idxmax()
+    if len(below) == len(scores):
+        return [f"On {label(col)} every detector falls below chance (AUROC < 50): adversarial examples look "
+                f"more in-distribution than clean images; the best is {label(best)} ({scores[best]:.1f})."], False
+    if below:
+        verb = "falls" if len(below) == 1 else "fall"
+        return [f"{join(below)} {verb} below chance (AUROC < 50) on {label(col)}; the best is {label(best)} "
+                f"(AUROC {scores[best]:.1f}){within}."], False
+    worst = scores.idxmin()
+    return [f"No detector falls below chance on {label(col)}; the best is {label(best)} (AUROC "
+            f"{scores[best]:.1f}) and the worst {label(worst)} ({scores[worst]:.1f}){within}."], False
 
 
 def read_adaptive(table: pd.DataFrame) -> list[str]:
