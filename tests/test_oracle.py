@@ -250,11 +250,9 @@ EDITS = [("asr.csv", "asr"), ("ood.csv", "auroc"), ("ood.csv", "aupr_in_hi"), ("
          ("paired.csv", "delta_auroc_lo"), ("table_smoothed.csv", "auroc_plain"), ("robust_auroc.csv", "robust_fpr95"),
          ("robust_paired.csv", "delta_robust_auroc"), ("levels.csv", "auroc"), ("mead.csv", "auroc"),
          ("mead_summary.csv", "fpr95"), ("multiattack_curves.csv", "auroc_hi"), ("multiattack.csv", "avg"),
-         pytest.param("table_ood.csv", "digits fgsm AUROC",
-                      marks=pytest.mark.xfail(strict=True, reason="the ood hook does not re-derive table_ood.csv yet")),
-         pytest.param("table_adaptive.csv", "auroc_adaptive",
-                      marks=pytest.mark.xfail(strict=True,
-                                              reason="the ood hook does not re-derive table_adaptive.csv yet"))]
+         ("table_ood.csv", "digits fgsm AUROC"), ("table_ood.csv", "digits none FPR95"),
+         ("table_adaptive.csv", "auroc_adaptive"), ("table_adaptive.csv", "delta_auroc"),
+         ("table_adaptive.csv", "fpr95_baseline")]
 
 
 def test_every_evaluator_ran_and_an_untouched_run_verifies_in_a_fresh_process(every_run):

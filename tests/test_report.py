@@ -31,7 +31,7 @@ from advopenood.outputs.report import asr_section, build_report, eps_label, read
 from advopenood.attacks.store import AdvStore
 from advopenood.provenance import library_versions
 from advopenood_plugins.analyses.bintest.report import bintest_section, read_bintest
-from advopenood_plugins.analyses.gradcam.plugin import read_gradcam
+from advopenood_plugins.analyses.gradcam.report import read_gradcam
 from advopenood.evaluation.metrics import MIN_CONCLUSIVE
 from advopenood_plugins.evaluators.ood.report import compare_natural_adversarial, ood_plots, read_ood
 

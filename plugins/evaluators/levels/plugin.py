@@ -67,11 +67,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import matplotlib
 import numpy as np
 import pandas as pd
 
-from advopenood import io as aio
 from advopenood import registry
 from advopenood.attacks.base import attack_params
 from advopenood.capabilities import Verifiable, is_detector_aware
@@ -79,12 +77,11 @@ from advopenood.evaluation.context import RunContext
 from advopenood.errors import UsageError
 from advopenood.evaluation.intervals import cell_key, ci_label, metric_intervals
 from advopenood.evaluation.metrics import auroc
-from advopenood.outputs.results import Bullets, Figure, Paragraph, Results, Section, Table, as_written, guarded
+from advopenood.outputs.results import Results, as_written, guarded
 from advopenood.registry import register
-from advopenood.outputs.report import join
-from advopenood.outputs.report import name as label
 from advopenood_plugins.evaluators.ood.plugin import set_groups
 from advopenood_plugins.evaluators.robust_auroc.plugin import robust_table
+from advopenood_plugins.evaluators.levels.report import levels_section, plot_levels
 from advopenood_plugins.evaluators.levels.verify import verify_levels
 
 LEVELS = (1, 2, 3, 4)
@@ -121,9 +118,6 @@ COLUMNS = ["detector", "level", "criterion", "criterion_source", "auroc", "auroc
 Bounds = dict[str, dict[str, tuple[float, float]]]
 #: attacks that take a single gradient step (Level 1: "The FGSM is not recommended because it performs a single step")
 SINGLE_STEP = ("fgsm",)
-#: a detector whose clean AUROC is below ``min_auroc`` plus this many points passes a level's bar without much to
-#: lose (on the adversarially trained ResNet-20, MDS is 52.0 clean and 52.7 under PGD): the report says so
-NEAR_BAR = 5.0
 #: parameters that count iterations: a value below the attack's default weakens it
 ITERATION_KEYS = ("steps", "n_iter", "n_restarts", "n_queries", "binary_search_steps")
 
@@ -319,7 +313,11 @@ def worst_levels(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-# ------------------------------------------------------------------------------------------------- report
+def criteria_table() -> pd.DataFrame:
+    """:data:`CRITERIA` as the report shows them: level, criterion, whose it is and what counts."""
+    return pd.DataFrame([{"level": c.level, "criterion": c.name, "source": c.source, "what counts": c.rule}
+                         for c in CRITERIA])
+
 
 def clean_aurocs(ctx: RunContext) -> dict[str, float]:
     """Each scored detector's clean AUROC (%): the mean over the run's natural OOD sets (csid sets, covariate-shifted
@@ -335,96 +333,6 @@ def clean_aurocs(ctx: RunContext) -> dict[str, float]:
                 continue
         out[det] = float(np.mean(values)) if values else math.nan
     return out
-
-
-def read_levels(table: pd.DataFrame, clean: dict[str, float] | None = None) -> list[str]:
-    """One sentence per row of :func:`worst_levels`: the level it reaches, where it falls short, which levels the run
-    lacks; with
-    ``clean`` (:func:`clean_aurocs`), a detector that reaches a level while its clean AUROC is within
-    :data:`NEAR_BAR` points of ``min_auroc`` is said to detect little even unattacked (the bar is a floor)."""
-    out = []
-    clean = clean or {}
-    for r in table.to_dict("records"):
-        det, line = label(r["detector"]), float(r["min_auroc"])
-        worst = {k: float(r[f"level{k}_auroc"]) for k in LEVELS}
-        missing = [str(k) for k in LEVELS if math.isnan(worst[k])]
-        gap = f" Levels {join(missing)} are not evaluated in this run." if len(missing) > 1 else \
-            f" Level {missing[0]} is not evaluated in this run." if missing else ""
-        if pd.isna(r["reached"]):
-            out.append(f"{det}: no level is evaluated (the run has no strong, adaptive or OOD->ID set for it).")
-            continue
-        reached = int(r["reached"])
-        failing = next((k for k in LEVELS if k > reached and not math.isnan(worst[k])), None)
-        head = (f"{det} reaches level {reached} (worst AUROC there {worst[reached]:.1f}, at least {line:.0f})"
-                if reached else f"{det} reaches no level")
-        tail = (f"; at level {failing} its worst AUROC is {worst[failing]:.1f}, below {line:.0f}" if failing else "")
-        base = clean.get(r["detector"], math.nan)
-        weak = (f" Its clean AUROC is only {base:.1f}: it passes the bar of {line:.0f} without detecting much even "
-                "unattacked." if reached and base < line + NEAR_BAR else "")
-        out.append(f"{head}{tail}.{weak}{gap}")
-    return out
-
-
-def read_conclusive(table: pd.DataFrame) -> list[str]:
-    """One sentence per ``levels.csv`` row whose interval contains the bar (``conclusive`` 0): its pass or fail is
-    not supported at 95 %."""
-    out = []
-    for r in table.to_dict("records"):
-        if r.get("conclusive") == 0:
-            verdict = "passes" if r["passed"] == 1 else "falls short of"
-            out.append(f"{label(r['detector'])} {verdict} the bar of {float(r['min_auroc']):.0f} at level {r['level']} "
-                       f"({r['criterion']}: worst AUROC {r['auroc']:.1f}, 95 % interval {r['auroc_lo']:.1f} to "
-                       f"{r['auroc_hi']:.1f} on {r['worst_set']}), but the interval contains the bar: not conclusive.")
-    return out
-
-
-def plot_levels(table: pd.DataFrame, path: Path, min_auroc: float) -> Path:
-    """Grouped bars: the worst AUROC per level and detector (rows of :func:`worst_levels`) with its 95 % interval as
-    an error bar, chance and the ``min_auroc`` line; unevaluated levels are marked ``n/a``."""
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    dets = list(table["detector"])
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.4 * len(dets) + 1.5), 3.2))
-    width = 0.8 / len(LEVELS)
-    for i, k in enumerate(LEVELS):
-        xs = np.arange(len(dets)) + (i - 1.5) * width
-        values = table[f"level{k}_auroc"].to_numpy(float)
-        lo, hi = table[f"level{k}_lo"].to_numpy(float), table[f"level{k}_hi"].to_numpy(float)
-        err = np.nan_to_num(np.stack([values - lo, hi - values]))  # no bar where a cell has no interval
-        ax.bar(xs, np.nan_to_num(values), width, yerr=err, error_kw={"elinewidth": 0.6, "capsize": 1.5},
-               label=f"level {k}")
-        for x, v in zip(xs, values):
-            ax.text(x, 1 if math.isnan(v) else v + 1, "n/a" if math.isnan(v) else f"{v:.0f}", ha="center",
-                    va="bottom", fontsize=6, rotation=90)
-    ax.axhline(50, color="grey", lw=0.8, ls=":", label="chance")
-    if min_auroc != 50:
-        ax.axhline(min_auroc, color="black", lw=0.8, ls="--", label=f"min_auroc {min_auroc:g}")
-    ax.set_xticks(np.arange(len(dets)), [label(d) for d in dets])
-    ax.set_ylim(0, 100)
-    ax.set_ylabel("worst AUROC (%)")
-    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.15), frameon=False)
-    aio.save_figure(fig, path)
-    return path
-
-
-def levels_section(table: pd.DataFrame, figure: Path, clean: dict[str, float] | None = None) -> Section:
-    """``Levels of adversarial robustness``: the criteria and whose they are, the worst AUROC per level, one reading
-    per detector, the figure."""
-    wide = worst_levels(table)
-    criteria = pd.DataFrame([{"level": c.level, "criterion": c.name, "source": c.source, "what counts": c.rule}
-                             for c in CRITERIA])
-    return Section("Levels of adversarial robustness", [
-        Paragraph("Lorenz et al.'s four levels (Sec. 4): 1 strong attacks, 2 other models and data than the "
-                  "ResNet-18 trained on CIFAR-10, 3 attacks adapted to the detector through BPDA, 4 adaptive attacks "
-                  "and OOD->ID examples. Each criterion below is the paper's unless marked ours; the bar a level must "
-                  "clear, a worst AUROC of at least min_auroc, is ours: Sec. 4 gives no number."),
-        Table(criteria),
-        Paragraph("Each cell is the worst AUROC (%) of the level's criteria (their sets are in levels.csv); empty "
-                  "where the run has none."),
-        Table(wide), Bullets(read_levels(wide, clean) + read_conclusive(table)),
-        Figure(figure, "Worst AUROC (%) of each detector at each level (bars; n/a where the run has no set of the "
-                       "level), with chance (dotted) and min_auroc (dashed)")])
 
 
 @register("evaluators", "levels")
@@ -447,7 +355,8 @@ class Levels(Verifiable):
         if not len(table):
             return Results(tables={"levels.csv": table})
         figure = plot_levels(worst_levels(table), ctx.plot_dir / "levels.png", self.min_auroc)
+        written = as_written(table, ctx.protocol)
         return Results(tables={"levels.csv": table}, figures=[figure],
                        sections=guarded("Levels of adversarial robustness",
-                                        lambda: [levels_section(as_written(table, ctx.protocol), figure,
-                                                                        clean_aurocs(ctx))]))
+                                        lambda: [levels_section(written, worst_levels(written), criteria_table(),
+                                                                figure, clean_aurocs(ctx))]))

@@ -70,16 +70,15 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from advopenood import io as aio
 from advopenood import registry
 from advopenood.capabilities import Verifiable
 from advopenood.evaluation.context import RunContext
 from advopenood.errors import UsageError
 from advopenood.outputs.results import Results
-from advopenood.outputs.plots import safe_name
 from advopenood.evaluation.intervals import cell_key
 from advopenood_plugins.evaluators.mead.plugin import (NO_CI, CIPlan, SetInfo, backend_for, detector_groups, set_info,
                                                       worst_case_metrics)
+from advopenood_plugins.evaluators.multiattack.report import plot_sweeps
 from advopenood_plugins.evaluators.multiattack.verify import verify_multiattack
 
 METRICS = ("auroc", "fpr95")
@@ -312,38 +311,6 @@ def multiattack_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list
     return pd.DataFrame(rows, columns=MULTI_COLUMNS)
 
 
-def plot_sweeps(curves: pd.DataFrame, plot_dir: Any) -> list[str]:
-    """``eps_sweep_<detector>_<norm>.png``: AUROC and FPR95 against eps, one line per attack (dashed: union).
-    Only attacks with two or more eps values are drawn; returns the file names written."""
-    from matplotlib.figure import Figure
-
-    written: list[str] = []
-    bounded = curves[curves["eps"].notna()]
-    for (detector, norm), part in bounded.groupby(["detector", "norm"], sort=False):
-        swept = [a for a, g in part.groupby("attack", sort=False) if g["eps"].nunique() > 1]
-        if not swept:
-            continue
-        fig = Figure(figsize=(9, 3.4))
-        axes = fig.subplots(1, 2)
-        for attack in swept:
-            g = part[part["attack"] == attack].sort_values("eps")
-            style = {"linestyle": "--", "color": "black"} if attack == UNION else {}
-            for ax, metric in zip(axes, METRICS):
-                ax.plot(g["eps"], g[metric], marker="o", markersize=3, label=attack, **style)
-        for ax, metric, chance in zip(axes, METRICS, (50.0, 95.0)):
-            ax.axhline(chance, color="grey", linewidth=0.8, linestyle=":")
-            ax.set_xlabel(f"eps ({norm})")
-            ax.set_ylabel(f"{metric.upper()} (%)")
-            ax.grid(alpha=0.3)
-        axes[0].set_title(f"{detector}: AUROC vs eps")
-        axes[1].set_title(f"{detector}: FPR95 vs eps")
-        axes[1].legend(fontsize=7)
-        name = safe_name(f"eps_sweep_{detector}_{norm}.png")
-        aio.save_figure(fig, plot_dir / name)
-        written.append(name)
-    return written
-
-
 @registry.register("evaluators", "multiattack")
 class MultiAttackEvaluator(Verifiable):
     """Multi-attack metrics (MultiRobustBench): avg/worst/union, CR_ind-avg/-worst (and the chance-corrected
@@ -371,5 +338,6 @@ class MultiAttackEvaluator(Verifiable):
         curves = sweep_curves(scores, sets, backends, ctx.protocol, ctx.positives_rule, ci)
         table = multiattack_table(scores, sets, backends, self.reference, self.alpha, curves, ctx.protocol,
                                   ctx.positives_rule, ci)
-        figures = [ctx.plot_dir / name for name in plot_sweeps(curves, ctx.plot_dir)] if self.plots else []
+        figures = ([ctx.plot_dir / name for name in plot_sweeps(curves, ctx.plot_dir, UNION, METRICS)]
+                   if self.plots else [])
         return Results(tables={"multiattack.csv": table, "multiattack_curves.csv": curves}, figures=figures)

@@ -20,6 +20,10 @@ from advopenood.evaluation import oracle
 from advopenood_plugins.evaluators.ood.verify_paired import verify_paired
 from advopenood_plugins.kit.verify import BOUNDS, METRICS, Draws, rederive_bounds
 
+#: the numbers of ``table_adaptive.csv`` that verify re-derives
+ADAPTIVE_VALUES = ["auroc_baseline", "auroc_adaptive", "delta_auroc", "fpr95_baseline", "fpr95_adaptive"]
+
+
 def _positives(arrays: dict[str, np.ndarray], name: str, positives: str) -> np.ndarray:
     """Rows of a set that a row with this ``positives`` label scores as OOD."""
     if positives == "successful":
@@ -54,9 +58,73 @@ def rederive_ood(run: Any, ood: pd.DataFrame, draws: Draws | None = None) -> pd.
             conf = arrays[r["ood_set"]]
             conf = conf[_positives(arrays, r["ood_set"], r["positives"])] if r["attack"] != "none" else conf
             rows.append({"detector": det, "attack": r["attack"], "ood_set": r["ood_set"], "group": r["group"],
-                         **oracle.ood_metrics(arrays["id"], conf), "n_id": len(arrays["id"]), "n_ood": len(conf),
+                         "dataset": r["dataset"], **oracle.ood_metrics(arrays["id"], conf), "n_id": len(arrays["id"]), "n_ood": len(conf),
                          **rederive_bounds(arrays["id"], conf, run, f"ood|{det}|{r['ood_set']}", draws)})
     return pd.DataFrame(rows)
+
+
+def rederive_table_ood(rederived: pd.DataFrame) -> pd.DataFrame:
+    """``table_ood.csv`` in long form (``detector``, ``column``, ``value``) from the re-derived ``ood.csv`` rows:
+    per detector, dataset and attack the plain mean of FPR95 and of AUROC over its sets (a NaN in any stays NaN),
+    sets of group ``csid`` left out; column ``<dataset> <attack> FPR95`` / ``AUROC``, NaN where a detector has no
+    row."""
+    if not len(rederived):
+        return pd.DataFrame(columns=["detector", "column", "value"])
+    kept = rederived[rederived["group"] != "csid"]
+    cells: dict[tuple[str, str], float] = {}
+    for (det, dataset, attack), part in kept.groupby(["detector", "dataset", "attack"], sort=False):
+        for metric, title in (("fpr95", "FPR95"), ("auroc", "AUROC")):
+            values = part[metric].to_numpy(float)
+            mean = math.nan if np.isnan(values).any() else float(values.sum() / len(values))
+            cells[det, f"{dataset} {attack} {title}"] = mean
+    columns = sorted({c for _, c in cells})
+    return pd.DataFrame([{"detector": d, "column": c, "value": cells.get((d, c), math.nan)}
+                         for d in rederived["detector"].unique() for c in columns])
+
+
+def written_long(table: pd.DataFrame, detectors: list[str]) -> pd.DataFrame:
+    """A wide table with a ``detector`` column as (``detector``, ``column``, ``value``) rows, for ``detectors``."""
+    mine = table[table["detector"].isin(detectors)]
+    return mine.melt(id_vars="detector", var_name="column", value_name="value")
+
+
+def _baseline_set(run: Any, name: str) -> str:
+    """The classifier-only set an adaptive set is read against: the natural OOD set an OOD->ID set perturbed, else
+    the first ``pgd`` set of the run with the same eps; ``""`` when there is none (an empty cell)."""
+    attacks = run.info.get("attacks") or {}
+    entry = attacks[name]
+    if entry.get("source", "id") != "id":
+        return str(entry["source"])
+    eps = (entry.get("params") or {}).get("eps")
+    for other, e in attacks.items():
+        other_eps = (e.get("params") or {}).get("eps")
+        if e.get("attack") == "pgd" and e.get("source", "id") == "id" and eps is not None and other_eps is not None \
+                and abs(float(other_eps) - float(eps)) <= 1e-6 * max(abs(float(eps)), abs(float(other_eps))):
+            return other
+    return ""
+
+
+def rederive_table_adaptive(run: Any, rederived: pd.DataFrame) -> pd.DataFrame:
+    """``table_adaptive.csv`` from the re-derived ``ood.csv`` rows: one row per attack set made against a detector
+    (its registered class names the detector it adapts to) that the detector was scored on, with that set's
+    AUROC / FPR95 beside the baseline set's (:func:`_baseline_set`) and the AUROC's change."""
+    from advopenood import registry
+
+    cell = rederived.set_index(["detector", "ood_set"])
+    rows = []
+    for name, entry in (run.info.get("attacks") or {}).items():
+        target = getattr(registry.get("attacks", entry["attack"]), "detector", None)
+        if not target or (target, name) not in cell.index:
+            continue
+        got, base = cell.loc[(target, name)], _baseline_set(run, name)
+        ref = cell.loc[(target, base)] if (target, base) in cell.index else None
+        nan = math.nan
+        rows.append({"detector": target, "attack": name, "baseline": base or nan,
+                     "auroc_baseline": nan if ref is None else ref["auroc"], "auroc_adaptive": got["auroc"],
+                     "delta_auroc": nan if ref is None else got["auroc"] - ref["auroc"],
+                     "fpr95_baseline": nan if ref is None else ref["fpr95"], "fpr95_adaptive": got["fpr95"],
+                     "n_ood": got["n_ood"]})
+    return pd.DataFrame(rows, columns=["detector", "attack", "baseline", *ADAPTIVE_VALUES, "n_ood"])
 
 
 def rederive_leaderboard(ood: pd.DataFrame, draws: Draws | None = None) -> pd.DataFrame:
@@ -114,6 +182,14 @@ def verify(run: Any) -> list[str]:
                          ["detector"], [*means, *[f"{c}_{end}" for c in means for end in ("lo", "hi")], "n_near",
                                         "n_far", "n_adv"], atol=1e-6, table="leaderboard.csv")
     lines += verify_paired(run, ood, board, rederived_board)
+    if run.has("table_ood.csv"):
+        lines += compare(rederive_table_ood(rederived), written_long(run.table("table_ood.csv"), run.detectors),
+                         ["detector", "column"], ["value"], atol=1e-6, table="table_ood.csv")
+    if run.has("table_adaptive.csv"):
+        adaptive = run.table("table_adaptive.csv")
+        lines += compare(rederive_table_adaptive(run, rederived), adaptive[adaptive["detector"].isin(run.detectors)],
+                         ["detector", "attack"], ["baseline", *ADAPTIVE_VALUES, "n_ood"], atol=1e-6,
+                         table="table_adaptive.csv")
     if run.has("fsood.csv"):
         fsood = run.table("fsood.csv")
         lines += compare(rederive_fsood(run, fsood), fsood, ["detector", "ood_set"], [*METRICS, *BOUNDS, "ci"],

@@ -16,8 +16,8 @@ from advopenood.data.datasets import build_dataset, limit_dataset, stack
 from advopenood.errors import UsageError
 from advopenood.models.classifier import weights_hash
 from advopenood.attacks.store import AdvStore
-from advopenood_plugins.analyses.gradcam.plugin import (CSV_COLUMNS, REGIMES, CamExtractor, GradCamAnalysis,
-                                                        cam_distance, classify_regime, upsample)
+from advopenood_plugins.analyses.gradcam.plugin import CSV_COLUMNS, CamExtractor, GradCamAnalysis, cam_distance, upsample
+from advopenood_plugins.analyses.gradcam.regimes import REGIMES, classify_regime
 
 CPU = torch.device("cpu")
 YY, XX = np.mgrid[0:32, 0:32]

@@ -22,8 +22,9 @@ from advopenood.cli.main import main
 from advopenood.config.schema import CISection
 from advopenood.evaluation.metrics import auroc_interval
 from advopenood_plugins.evaluators.levels.plugin import (COLUMNS, CRITERIA, LEVELS, Levels, beyond_baseline,
-                                                         clean_aurocs, conclusive, levels_table, read_conclusive,
-                                                         read_levels, reached_level, weakened, worst_levels)
+                                                         clean_aurocs, conclusive, levels_table, reached_level,
+                                                         weakened, worst_levels)
+from advopenood_plugins.evaluators.levels.report import read_conclusive, read_levels
 from advopenood_plugins.evaluators.levels.verify import verify_levels
 
 EPS = 8 / 255
@@ -336,7 +337,7 @@ def test_worst_levels_carry_the_interval_of_the_worst_criterion_into_the_error_b
     error bars on bar plots)."""
     import matplotlib.axes
 
-    from advopenood_plugins.evaluators.levels.plugin import plot_levels
+    from advopenood_plugins.evaluators.levels.report import plot_levels
 
     table = pd.DataFrame({"detector": "msp", "level": [1, 3, 4, 4], "criterion": ["strong", "bpda_adaptive",
                           "adaptive_id", "ood_to_id"], "auroc": [80.0, 40.0, 30.0, 20.0],

@@ -1,0 +1,46 @@
+"""The ``mead`` evaluator's report section: ``mead.csv``'s AUROC per detector and setting, group and eps, with one
+reading per group."""
+from __future__ import annotations
+
+import pandas as pd
+
+from advopenood.outputs.report import CHANCE, eps_label, join
+from advopenood.outputs.report import name as label
+from advopenood.outputs.results import Bullets, Paragraph, Section, Table
+
+
+def read_mead(mead: pd.DataFrame) -> list[str]:
+    """Per (norm, eps) group of MEAD's all-attack worst case: detectors below chance, else the best one."""
+    out = []
+    worst = mead[mead["setting"] == "mead"] if (mead["setting"] == "mead").any() else mead
+    for (norm, eps), part in worst.groupby(["norm", worst["eps"].fillna(-1.0)], sort=False):
+        part = part.dropna(subset=["auroc"])
+        if part.empty:
+            continue
+        group = f"{norm}" + (f", eps {eps_label(eps)}" if eps >= 0 else ", unbounded")
+        below = [label(d) for d, a in zip(part["detector"], part["auroc"]) if a < CHANCE]
+        best = part.loc[part["auroc"].idxmax()]
+        top = f"the best is {label(best['detector'])} (AUROC {best['auroc']:.1f})"
+        if below:
+            out.append(f"Under MEAD's worst case over all attacks ({group}), {len(below)} of {len(part)} detectors "
+                       f"fall below chance ({join(below)}); {top}.")
+        else:
+            out.append(f"Under MEAD's worst case over all attacks ({group}) no detector falls below chance; {top}.")
+    return out
+
+
+def mead_section(mead: pd.DataFrame) -> Section:
+    """``MEAD worst case``: AUROC per detector (rows) and setting, group and eps (columns), with readings."""
+    table = mead.copy()
+    table["group"] = [f"{s} {n} {eps_label(e) or 'unbounded'}"
+                      for s, n, e in zip(table["setting"], table["norm"], table["eps"])]
+    wide = table.pivot_table(index="detector", columns="group", values="auroc", aggfunc="mean", sort=False)
+    wide = wide.reindex(index=list(dict.fromkeys(table["detector"])), columns=list(dict.fromkeys(table["group"])))
+    wide.columns.name = None
+    protocol = f" Protocol: {mead['protocol'].iloc[0]}." if "protocol" in mead and len(mead) else ""
+    return Section("MEAD worst case", [
+        Paragraph("AUROC (%) per detector when a clean image counts as detected only if every successful attack on "
+                  "it is detected (Granese et al.); columns: setting, group (norm l1, l2 or linf; patch for patch "
+                  "attacks such as mPGD, kept out of the norm groups), eps. Attacks without one of MEAD's objectives "
+                  "(DeepFool, CW) enter every objective setting, as in MEAD's tables." + protocol),
+        Table(wide, "MEAD AUROC (%)"), Bullets(read_mead(mead))])
