@@ -83,9 +83,11 @@ def rederive_table_ood(rederived: pd.DataFrame) -> pd.DataFrame:
 
 
 def written_long(table: pd.DataFrame, detectors: list[str]) -> pd.DataFrame:
-    """A wide table with a ``detector`` column as (``detector``, ``column``, ``value``) rows, for ``detectors``."""
+    """``table_ood.csv``'s metric columns (``... FPR95`` / ``... AUROC``; not the ``protocol`` the core adds) as
+    (``detector``, ``column``, ``value``) rows, for ``detectors``."""
+    metrics = [c for c in table.columns if str(c).endswith((" FPR95", " AUROC"))]
     mine = table[table["detector"].isin(detectors)]
-    return mine.melt(id_vars="detector", var_name="column", value_name="value")
+    return mine.melt(id_vars="detector", value_vars=metrics, var_name="column", value_name="value")
 
 
 def _baseline_set(run: Any, name: str) -> str:
