@@ -34,6 +34,14 @@ def field_type(default: Any) -> Any:
     return Any
 
 
+def declared_types(cls: type) -> dict[str, Any]:
+    """The ``param_types`` of ``cls`` and its bases, a subclass's entry over its base's."""
+    out: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        out.update(vars(klass).get("param_types") or {})
+    return out
+
+
 @functools.lru_cache(maxsize=None)
 def _model(owner: str, fields: tuple[tuple[str, Any], ...]) -> type[Params]:
     return create_model(f"Params[{owner}]", __base__=Params, **{name: (kind, ...) for name, kind in fields})

@@ -18,6 +18,7 @@ import torch.nn as nn
 
 from advopenood import registry
 from advopenood.errors import UsageError
+from advopenood.params import Params, declared_types, typed
 
 
 @contextlib.contextmanager
@@ -52,6 +53,10 @@ class Attack:
     source: ClassVar[str] = "id"
     #: what the attack was fitted on besides its parameters (e.g. a detector's fit data); part of the cache key
     context: dict[str, Any] = {}
+    #: the type of each parameter whose default does not say it (None, a list), merged along the class's bases;
+    #: :attr:`p` reads the parameters with these types (:mod:`advopenood.params`)
+    param_types: ClassVar[dict[str, Any]] = {"eps": float | None, "rel_stepsize": float | None,
+                                             "abs_stepsize": float | None}
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
@@ -72,6 +77,13 @@ class Attack:
                              + ("0 < eps <= 1 (images are in [0, 1], e.g. 8/255 = 0.0314)" if limit == 1.0 else "eps > 0"))
         if "steps" in self.params and int(self.params["steps"]) < 1:
             raise UsageError(f"steps {self.params['steps']!r} for attack {self.name!r}; valid choices: an integer >= 1")
+        self.p  # every parameter reads with its type, or the plan stops here
+
+    @property
+    def p(self) -> Params:
+        """The parameters, typed and frozen (``self.p.steps`` is an int, ``self.p.eps`` a float or None): the
+        defaults' types and :attr:`param_types`; :attr:`params` is the plain mapping the cache key records."""
+        return typed(f"attack {self.name!r}", self.params, self.defaults(32), declared_types(type(self)))
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:

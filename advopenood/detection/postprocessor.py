@@ -24,6 +24,7 @@ from advopenood.detection.outputs import (
     take_rows,
 )
 from advopenood.errors import UsageError
+from advopenood.params import Params, declared_types, typed
 
 
 @cache
@@ -61,6 +62,9 @@ class Postprocessor:
     """
 
     openood_name: ClassVar[str | None] = None
+    #: the type of each parameter whose default does not say it (None, a list), merged along the class's bases
+    #: (:mod:`advopenood.params`); ``fit_size`` is an int or None
+    param_types: ClassVar[dict[str, Any]] = {"fit_size": int | None}
     #: the network wrapper OpenOOD's ``Evaluator`` runs this detector on (module, class), for the ``openood`` backend
     openood_wrapper: ClassVar[tuple[str, str] | None] = None
     #: fits on ID training data (``setup`` / :meth:`fit`)
@@ -101,6 +105,13 @@ class Postprocessor:
             raise UsageError(f"{FIT_SIZE} {fit_size!r} for detector {self.name!r} is out of range; "
                              "valid choices: a positive whole number, or null for the whole fit set")
         self.params = {**valid, **params}
+        self.p  # every parameter reads with its type, or the plan stops here
+
+    @property
+    def p(self) -> Params:
+        """The parameters, typed and frozen (defaults' types and :attr:`param_types`; ``fit_size`` an int or
+        None): read ``self.p.temperature``; :attr:`params` is the plain mapping the score store's key records."""
+        return typed(f"detector {self.name!r}", self.params, self.default_params(), declared_types(type(self)))
 
     @property
     def name(self) -> str:

@@ -151,12 +151,12 @@ class AdaptiveAttack(Attack, DetectorAware, Invertible):
 
     def __init__(self, **params: Any):
         super().__init__(**params)
-        lam = self.params["lam"]
+        lam = self.p.lam
         lams = [lam] if isinstance(lam, (int, float)) else list(lam or [])
         if not lams or any(not isinstance(v, (int, float)) or v < 0 for v in lams):
             raise UsageError(f"lam {lam!r} for attack {self.name!r}; valid choices: a number >= 0 or a list of them")
-        if float(self.params["kappa"]) <= 0:
-            raise UsageError(f"kappa {self.params['kappa']!r} for attack {self.name!r}; valid choices: a number > 0")
+        if self.p.kappa <= 0:
+            raise UsageError(f"kappa {self.p.kappa!r} for attack {self.name!r}; valid choices: a number > 0")
         self.lams = [float(v) for v in lams]
         self.sign = 1.0
         self._bound: dict[str, Any] | None = None
@@ -235,13 +235,13 @@ class AdaptiveAttack(Attack, DetectorAware, Invertible):
         return self._accepted(self.target.score(x_adv).to(adv_pred.device))
 
     def perturb(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-        p = self.params
+        p = self.p
         if self.source == "id":
             labels, margin_sign = y, -1.0
         else:
             with torch.no_grad():
                 labels, margin_sign = model(x).argmax(1), 1.0
-        kappa = float(p["kappa"])
+        kappa = p.kappa
         best = Best(x)
         for target, lam in [(t, lam) for t in self.targets() for lam in self.lams]:
             def objective(x_adv: Tensor, lam: float = lam, target: DetectorTarget = target) -> tuple[Tensor, Tensor,
@@ -258,9 +258,9 @@ class AdaptiveAttack(Attack, DetectorAware, Invertible):
                         success = self._accepted(raw) if self.sign > 0 else ~self._accepted(raw)
                 return loss, success, self.sign * raw
 
-            attack = JointLinfPGD(objective, best, rel_stepsize=rel_stepsize(p), steps=int(p["steps"]),
-                                  random_start=bool(p["random_start"]))
-            _, clipped, _ = attack(foolbox_model(model, x.device), x, labels, epsilons=float(p["eps"]))
+            attack = JointLinfPGD(objective, best, rel_stepsize=rel_stepsize(p), steps=p.steps,
+                                  random_start=p.random_start)
+            _, clipped, _ = attack(foolbox_model(model, x.device), x, labels, epsilons=p.eps)
             objective(clipped)
         return best.x
 
@@ -272,10 +272,11 @@ class EOTAttack:
 
     #: the attack this one differs from in its gradient only
     plain_attack: ClassVar[str] = ""
+    param_types: ClassVar[dict[str, Any]] = {"eot": int | None}
 
     def __init__(self, **params: Any):
         super().__init__(**params)
-        eot = self.params["eot"]
+        eot = self.params["eot"]  # the value as given: True or 2.0 is refused, not read as a number
         if eot is not None and (isinstance(eot, bool) or not isinstance(eot, int) or eot < 1):
             raise UsageError(f"eot {eot!r} for attack {self.name!r}; valid choices: an integer >= 1, or null for the "
                              "detector's number of draws")
@@ -295,7 +296,7 @@ class EOTAttack:
                 raise UsageError(f"attack {self.name!r} averages gradients over a randomised detector's draws; "
                                  f"{det.name!r} is not one; valid choices: detectors that subclass "
                                  "advopenood.capabilities.Randomised, e.g. smoothed_<det>")
-            draws = det.draws if self.params["eot"] is None else int(self.params["eot"])
+            draws = det.draws if self.p.eot is None else self.p.eot
             target = self._target = dataclasses.replace(target, detector=det.with_eot(draws))
         return target
 

@@ -96,8 +96,8 @@ class AutoAttackBase(Attack):
         self.norm = self.threat = norm
         super().__init__(**{**params, "norm": norm})
         for key in ("n_iter", "n_restarts", "n_queries"):
-            if key in self.params and int(self.params[key]) < 1:
-                raise UsageError(f"{key} {self.params[key]!r} for attack {self.name!r}; valid choices: an integer >= 1")
+            if key in self.params and getattr(self.p, key) < 1:
+                raise UsageError(f"{key} {getattr(self.p, key)!r} for attack {self.name!r}; valid choices: an integer >= 1")
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:
@@ -105,7 +105,7 @@ class AutoAttackBase(Attack):
 
     def common(self, x: Tensor) -> dict[str, Any]:
         """Keyword arguments every pyautoattack class takes."""
-        return {"norm": AA_NORMS[self.norm], "eps": float(self.params["eps"]), "seed": aa_seed(), "device": x.device}
+        return {"norm": AA_NORMS[self.norm], "eps": self.p.eps, "seed": aa_seed(), "device": x.device}
 
 
 @registry.register("attacks", "apgd_ce")
@@ -119,9 +119,9 @@ class APGDCE(AutoAttackBase):
         return {**super().defaults(input_size), "n_iter": 100, "n_restarts": 1, "rho": 0.75}
 
     def perturb(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-        p = self.params
-        attack = APGDAttack(model, n_iter=int(p["n_iter"]), n_restarts=int(p["n_restarts"]), loss="ce",
-                            rho=float(p["rho"]), **self.common(x))
+        p = self.p
+        attack = APGDAttack(model, n_iter=p.n_iter, n_restarts=p.n_restarts, loss="ce",
+                            rho=p.rho, **self.common(x))
         return attack.perturb(x, y)
 
 
@@ -137,14 +137,14 @@ class APGDDLRTargeted(AutoAttackBase):
                 "n_target_classes": TARGET_CLASSES}
 
     def perturb(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-        p, classes = self.params, num_classes(model, x)
+        p, classes = self.p, num_classes(model, x)
         if classes < DLR_MIN_CLASSES:
             raise UsageError(f"attack 'apgd_dlr' needs a classifier with at least {DLR_MIN_CLASSES} classes (the "
                              f"targeted DLR loss reads the 4th largest logit), this one has {classes}; valid choices: "
                              "apgd_ce, fab, square, autoattack")
-        attack = APGDAttack_targeted(model, n_iter=int(p["n_iter"]), n_restarts=int(p["n_restarts"]),
-                                     rho=float(p["rho"]),
-                                     n_target_classes=min(int(p["n_target_classes"]), classes - 1), **self.common(x))
+        attack = APGDAttack_targeted(model, n_iter=p.n_iter, n_restarts=p.n_restarts,
+                                     rho=p.rho,
+                                     n_target_classes=min(p.n_target_classes, classes - 1), **self.common(x))
         return attack.perturb(x, y)
 
 
@@ -159,9 +159,9 @@ class FABTargeted(AutoAttackBase):
         return {**super().defaults(input_size), "n_iter": 100, "n_restarts": 1, "n_target_classes": TARGET_CLASSES}
 
     def perturb(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-        p = self.params
-        attack = FABAttack_PT(model, n_iter=int(p["n_iter"]), n_restarts=int(p["n_restarts"]), targeted=True,
-                              n_target_classes=min(int(p["n_target_classes"]), num_classes(model, x) - 1),
+        p = self.p
+        attack = FABAttack_PT(model, n_iter=p.n_iter, n_restarts=p.n_restarts, targeted=True,
+                              n_target_classes=min(p.n_target_classes, num_classes(model, x) - 1),
                               **self.common(x))
         return attack.perturb(x, y)
 
@@ -177,9 +177,9 @@ class Square(AutoAttackBase):
         return {**super().defaults(input_size), "n_queries": 5000, "p_init": 0.8, "n_restarts": 1}
 
     def perturb(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-        p = self.params
-        attack = SquareAttack(model, n_queries=int(p["n_queries"]), p_init=float(p["p_init"]),
-                              n_restarts=int(p["n_restarts"]), resc_schedule=False, **self.common(x))
+        p = self.p
+        attack = SquareAttack(model, n_queries=p.n_queries, p_init=p.p_init,
+                              n_restarts=p.n_restarts, resc_schedule=False, **self.common(x))
         return attack.perturb(x, y)
 
 
@@ -194,14 +194,14 @@ class AutoAttackStandard(AutoAttackBase):
         return {**super().defaults(input_size), "n_iter": 100, "n_queries": 5000}
 
     def perturb(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-        p, classes = self.params, num_classes(model, x)
-        aa = AutoAttack(model, norm=AA_NORMS[self.norm], eps=float(p["eps"]), seed=aa_seed(), device=x.device,
+        p, classes = self.p, num_classes(model, x)
+        aa = AutoAttack(model, norm=AA_NORMS[self.norm], eps=p.eps, seed=aa_seed(), device=x.device,
                         version="standard")
         aa.verbose = False
         for apgd in (aa.apgd, aa.apgd_targeted):
-            set_iterations(apgd, int(p["n_iter"]))
-        aa.fab.n_iter = int(p["n_iter"])
-        aa.square.n_queries = int(p["n_queries"])
+            set_iterations(apgd, p.n_iter)
+        aa.fab.n_iter = p.n_iter
+        aa.square.n_queries = p.n_queries
         aa.apgd_targeted.n_target_classes = min(TARGET_CLASSES, classes - 1)
         aa.fab.n_target_classes = min(TARGET_CLASSES, classes - 1)
         if classes < DLR_MIN_CLASSES:
@@ -229,12 +229,12 @@ class CarliniWagnerL2(Attack):
                 "initial_const": 0.001, "abort_early": True}
 
     def perturb(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-        p = self.params
+        p = self.p
         attack = fb.attacks.L2CarliniWagnerAttack(
-            binary_search_steps=int(p["binary_search_steps"]), steps=int(p["steps"]), stepsize=float(p["stepsize"]),
-            confidence=float(p["confidence"]), initial_const=float(p["initial_const"]),
-            abort_early=bool(p["abort_early"]))
-        x_adv = run_foolbox(attack, model, x, y, None if p["eps"] is None else float(p["eps"]))
+            binary_search_steps=p.binary_search_steps, steps=p.steps, stepsize=p.stepsize,
+            confidence=p.confidence, initial_const=p.initial_const,
+            abort_early=p.abort_early)
+        x_adv = run_foolbox(attack, model, x, y, p.eps)
         with torch.no_grad():
             fooled = model(x_adv).argmax(1) != y
         return torch.where(fooled[:, None, None, None], x_adv, x)
@@ -285,8 +285,8 @@ class AdaptiveAPGD(AdaptiveAttack):
         return self
 
     def perturb(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-        target, p = self.target, self.params
-        kappa = float(p["kappa"])
+        target, p = self.target, self.p
+        kappa = p.kappa
         best = Best(x)
         for lam in self.lams:
             def objective(x_adv: Tensor, lam: float = lam) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -298,11 +298,11 @@ class AdaptiveAPGD(AdaptiveAttack):
                     value = self.sign * (conf * target.std + target.mean)
                 return loss, logits.argmax(1) != y, value, logits
 
-            apgd = APGDAttack(ObjectiveHead(model, objective, best), n_iter=int(p["n_iter"]), norm="Linf",
-                              n_restarts=1, eps=float(p["eps"]), seed=aa_seed(), loss="ce", rho=float(p["rho"]),
+            apgd = APGDAttack(ObjectiveHead(model, objective, best), n_iter=p.n_iter, norm="Linf",
+                              n_restarts=1, eps=p.eps, seed=aa_seed(), loss="ce", rho=p.rho,
                               device=x.device, is_tf_model=True)
             apgd.init_hyperparam(x)
-            for _ in range(int(p["n_restarts"])):
+            for _ in range(p.n_restarts):
                 apgd.attack_single_run(x, y)
         return best.x
 

@@ -90,12 +90,12 @@ class HekalAttack(SharedTarget, AdaptiveAttack):
 
     def __init__(self, **params: Any):
         Attack.__init__(self, **params)  # no lambda or kappa: the loss is the detector's confidence alone
-        p = self.params
+        p = self.p
         for key, valid in (("units", UNITS), ("through", THROUGH)):
-            if p[key] not in valid:
-                raise UsageError(f"{key} {p[key]!r} for attack {self.name!r}; valid choices: {', '.join(valid)}")
-        if float(p["rel_stepsize"]) <= 0:
-            raise UsageError(f"rel_stepsize {p['rel_stepsize']!r} for attack {self.name!r}; "
+            if getattr(p, key) not in valid:
+                raise UsageError(f"{key} {getattr(p, key)!r} for attack {self.name!r}; valid choices: {', '.join(valid)}")
+        if p.rel_stepsize <= 0:
+            raise UsageError(f"rel_stepsize {p.rel_stepsize!r} for attack {self.name!r}; "
                              "valid choices: a number > 0")
         self.sign = -1.0 if self.side == "min" else 1.0
         self._bound: dict[str, Any] | None = None
@@ -126,18 +126,18 @@ class HekalAttack(SharedTarget, AdaptiveAttack):
         """What the loss differentiates: a ROSS detector's base detector under ``through: base`` (their
         ``--attack-base-pp``), the detector itself otherwise."""
         target = self.target
-        if self.params["through"] == "base" and is_composite(target.detector):
+        if self.p.through == "base" and is_composite(target.detector):
             return dataclasses.replace(target, detector=target.detector.base)
         return target
 
     @property
     def in_range(self) -> bool:
-        return bool(self.params["clip"])
+        return self.p.clip
 
     def pixel_budget(self) -> float:
         """``eps`` in pixel units: ``eps * max_c std_c`` for a ball in normalised units, else ``eps``."""
-        eps = float(self.params["eps"])
-        return eps * max(self._std or [1.0]) if self.params["units"] == "normalised" else eps
+        eps = self.p.eps
+        return eps * max(self._std or [1.0]) if self.p.units == "normalised" else eps
 
     def succeeded(self, model: nn.Module, x_adv: Tensor, y: Tensor, adv_pred: Tensor) -> Tensor:
         """PGD-Min: the detector rejects the ID image; PGD-Max: it accepts the OOD image (95 %-TPR threshold)."""
@@ -145,20 +145,20 @@ class HekalAttack(SharedTarget, AdaptiveAttack):
         return accepted if self.sign > 0 else ~accepted
 
     def perturb(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-        p, target = self.params, self.gradient_target
+        p, target = self.p, self.gradient_target
         mean, std = normalisation(model, x)
-        if p["units"] == "pixel":
+        if p.units == "pixel":
             mean, std = torch.zeros_like(mean), torch.ones_like(std)
-        box = ((0.0 - mean) / std, (1.0 - mean) / std) if p["clip"] else None
+        box = ((0.0 - mean) / std, (1.0 - mean) / std) if p.clip else None
 
         def loss(z: Tensor) -> Tensor:
             return (self.sign * target.confidence(z * std + mean)).sum()
 
-        pgd = ScoreLinfPGD(loss, box, rel_stepsize=float(p["rel_stepsize"]), steps=int(p["steps"]),
-                           random_start=bool(p["random_start"]))
+        pgd = ScoreLinfPGD(loss, box, rel_stepsize=p.rel_stepsize, steps=p.steps,
+                           random_start=p.random_start)
         fmodel = fb.PyTorchModel(model, bounds=(-math.inf, math.inf), device=x.device)
         labels = fb.criteria.Misclassification(torch.zeros(len(x), dtype=torch.long, device=x.device))
-        z = pgd.run(fmodel, (x - mean) / std, labels, epsilon=float(p["eps"]))
+        z = pgd.run(fmodel, (x - mean) / std, labels, epsilon=p.eps)
         return z * std + mean
 
 

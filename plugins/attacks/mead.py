@@ -172,7 +172,7 @@ class MeadAttack(Attack):
 
     def __init__(self, **params: Any):
         super().__init__(**params)
-        if self.objective in NEEDS_RANDOM_START and not self.params["random_start"]:
+        if self.objective in NEEDS_RANDOM_START and not self.p.random_start:
             raise UsageError(f"attack {self.name!r} needs random_start: true (the {self.objective.upper()} objective "
                              "has a zero gradient at the clean input); valid choices: true")
 
@@ -190,15 +190,15 @@ class MeadAttack(Attack):
 
     def foolbox_attack(self) -> fb.attacks.Attack:
         """The configured foolbox attack object."""
-        p, cls = self.params, FOOLBOX_CLASSES[(self.method, self.norm)]
+        p, cls = self.p, FOOLBOX_CLASSES[(self.method, self.norm)]
         if self.method == "fgsm":
-            return cls(objective=self.objective, random_start=bool(p["random_start"]))
-        steps = int(p["steps"])
-        rel = float(p["rel_stepsize"]) if p.get("rel_stepsize") is not None else 2.5 / steps
-        return cls(objective=self.objective, rel_stepsize=rel, steps=steps, random_start=bool(p["random_start"]))
+            return cls(objective=self.objective, random_start=p.random_start)
+        steps = p.steps
+        rel = p.rel_stepsize if p.rel_stepsize is not None else 2.5 / steps
+        return cls(objective=self.objective, rel_stepsize=rel, steps=steps, random_start=p.random_start)
 
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        _, clipped, _ = self.foolbox_attack()(foolbox_model(model, x.device), x, y, epsilons=float(self.params["eps"]))
+        _, clipped, _ = self.foolbox_attack()(foolbox_model(model, x.device), x, y, epsilons=self.p.eps)
         return clipped
 
 

@@ -75,8 +75,8 @@ class RobustScoreAttack(SharedTarget, AdaptiveAttack, DetectorTestForms):
     def __init__(self, **params: Any):
         Attack.__init__(self, **params)  # no lambda or kappa: the objective is the detector's score alone
         for key in ("n_iter", "n_restarts"):
-            if key in self.params and int(self.params[key]) < 1:
-                raise UsageError(f"{key} {self.params[key]!r} for attack {self.name!r}; valid choices: an integer >= 1")
+            if key in self.params and getattr(self.p, key) < 1:
+                raise UsageError(f"{key} {getattr(self.p, key)!r} for attack {self.name!r}; valid choices: an integer >= 1")
         self.sign = -1.0 if self.side == "id" else 1.0
         self.joint = False
         self._bound: dict[str, Any] | None = None
@@ -157,10 +157,10 @@ class RobustPGD(RobustScoreAttack):
     """Linf PGD (foolbox ``LinfPGD``) on the detector's score."""
 
     def optimise(self, model: nn.Module, x: Tensor, y: Tensor, objective: Objective, best: Best) -> None:
-        p = self.params
-        attack = JointLinfPGD(lambda z: objective(z)[:3], best, rel_stepsize=rel_stepsize(p), steps=int(p["steps"]),
-                              random_start=bool(p["random_start"]))
-        _, clipped, _ = attack(foolbox_model(model, x.device), x, y, epsilons=float(p["eps"]))
+        p = self.p
+        attack = JointLinfPGD(lambda z: objective(z)[:3], best, rel_stepsize=rel_stepsize(p), steps=p.steps,
+                              random_start=p.random_start)
+        _, clipped, _ = attack(foolbox_model(model, x.device), x, y, epsilons=p.eps)
         with torch.no_grad():
             _, success, value, _ = objective(clipped)
         best.update(clipped, success, value)
@@ -172,12 +172,12 @@ class RobustAPGD(RobustScoreAttack):
     method = "apgd"
 
     def optimise(self, model: nn.Module, x: Tensor, y: Tensor, objective: Objective, best: Best) -> None:
-        p = self.params
-        apgd = APGDAttack(ObjectiveHead(model, objective, best), n_iter=int(p["n_iter"]), norm="Linf", n_restarts=1,
-                          eps=float(p["eps"]), seed=aa_seed(), loss="ce", rho=float(p["rho"]), device=x.device,
+        p = self.p
+        apgd = APGDAttack(ObjectiveHead(model, objective, best), n_iter=p.n_iter, norm="Linf", n_restarts=1,
+                          eps=p.eps, seed=aa_seed(), loss="ce", rho=p.rho, device=x.device,
                           is_tf_model=True)
         apgd.init_hyperparam(x)
-        for _ in range(int(p["n_restarts"])):
+        for _ in range(p.n_restarts):
             apgd.attack_single_run(x, y)
 
 

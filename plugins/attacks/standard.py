@@ -51,7 +51,7 @@ class FGSM(Attack):
         return {"eps": default_eps(input_size)} if protocol == LORENZ else {}
 
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return run_foolbox(fb.attacks.FGSM(), model, x, y, float(self.params["eps"]))
+        return run_foolbox(fb.attacks.FGSM(), model, x, y, self.p.eps)
 
 
 @register("attacks", "pgd")
@@ -77,10 +77,10 @@ class PGD(Attack):
                 "random_start": True}
 
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        p = self.params
-        attack = fb.attacks.LinfPGD(rel_stepsize=rel_stepsize(p), abs_stepsize=p["abs_stepsize"],
-                                    steps=int(p["steps"]), random_start=bool(p["random_start"]))
-        return run_foolbox(attack, model, x, y, float(p["eps"]))
+        p = self.p
+        attack = fb.attacks.LinfPGD(rel_stepsize=rel_stepsize(p), abs_stepsize=p.abs_stepsize,
+                                    steps=p.steps, random_start=p.random_start)
+        return run_foolbox(attack, model, x, y, p.eps)
 
 
 class L1MomentumLinfMIM(fb.attacks.LinfMomentumIterativeFastGradientMethod):
@@ -112,11 +112,11 @@ class MIM(Attack):
         return {"eps": default_eps(input_size), "steps": 10, "decay": 1.0, "rel_stepsize": None}
 
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        p = self.params
-        steps = int(p["steps"])
-        rel = float(p["rel_stepsize"]) if p["rel_stepsize"] is not None else 1.0 / steps
-        attack = L1MomentumLinfMIM(momentum=float(p["decay"]), rel_stepsize=rel, steps=steps, random_start=False)
-        return run_foolbox(attack, model, x, y, float(p["eps"]))
+        p = self.p
+        steps = p.steps
+        rel = p.rel_stepsize if p.rel_stepsize is not None else 1.0 / steps
+        attack = L1MomentumLinfMIM(momentum=p.decay, rel_stepsize=rel, steps=steps, random_start=False)
+        return run_foolbox(attack, model, x, y, p.eps)
 
 
 @register("attacks", "df")
@@ -139,11 +139,10 @@ class DeepFool(Attack):
         return cls.defaults(input_size) if protocol == LORENZ else {}
 
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        p = self.params
-        candidates = min(int(p["candidates"]), model.num_classes)
-        attack = fb.attacks.L2DeepFoolAttack(steps=int(p["steps"]), candidates=candidates,
-                                             overshoot=float(p["overshoot"]))
-        return run_foolbox(attack, model, x, y, None if p["eps"] is None else float(p["eps"]))
+        p = self.p
+        candidates = min(p.candidates, model.num_classes)
+        attack = fb.attacks.L2DeepFoolAttack(steps=p.steps, candidates=candidates, overshoot=p.overshoot)
+        return run_foolbox(attack, model, x, y, p.eps)
 
 
 class MaskedLinfPGD(fb.attacks.LinfPGD):
@@ -223,6 +222,7 @@ class MaskedPGD(Attack):
 
     norm = "linf"
     threat = "patch"
+    param_types = {"position_seed": int | None}
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:
@@ -239,26 +239,26 @@ class MaskedPGD(Attack):
 
     def __init__(self, **params: Any):
         super().__init__(**params)
-        p = self.params
-        if p["variant"] not in MPGD_VARIANTS:
-            raise UsageError(f"variant {p['variant']!r} for attack 'mpgd'; valid choices: {', '.join(MPGD_VARIANTS)}")
+        p = self.p
+        if p.variant not in MPGD_VARIANTS:
+            raise UsageError(f"variant {p.variant!r} for attack 'mpgd'; valid choices: {', '.join(MPGD_VARIANTS)}")
         for key in ("patch", "group"):
-            if int(p[key]) < 1:
-                raise UsageError(f"{key} {p[key]!r} for attack 'mpgd'; valid choices: an integer >= 1")
-        if p["variant"] == "reference" and p["random_start"]:
+            if getattr(p, key) < 1:
+                raise UsageError(f"{key} {getattr(p, key)!r} for attack 'mpgd'; valid choices: an integer >= 1")
+        if p.variant == "reference" and p.random_start:
             raise UsageError("random_start True for attack 'mpgd' variant 'reference'; valid choices: false "
                              "(the reference loop starts at the clean image)")
 
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        p = self.params
-        patch, group, eps, steps = min(int(p["patch"]), *x.shape[-2:]), int(p["group"]), float(p["eps"]), int(p["steps"])
-        if p["position_seed"] is not None:  # __call__ seeded the generator for this call; redraw from both seeds
-            torch.manual_seed(derive_seed(int(p["position_seed"]), torch.initial_seed()))
-        if p["variant"] == "reference":
-            alpha = float(p["abs_stepsize"]) if p["abs_stepsize"] is not None else rel_stepsize(p) * eps
+        p = self.p
+        patch, group, eps, steps = min(p.patch, *x.shape[-2:]), p.group, p.eps, p.steps
+        if p.position_seed is not None:  # __call__ seeded the generator for this call; redraw from both seeds
+            torch.manual_seed(derive_seed(p.position_seed, torch.initial_seed()))
+        if p.variant == "reference":
+            alpha = p.abs_stepsize if p.abs_stepsize is not None else rel_stepsize(p) * eps
             positions = patch_positions(len(x), x.shape[-2], x.shape[-1], patch, group)
             return torch.cat([reference_masked_pgd(model, x[s:s + group], y[s:s + group], eps, alpha, steps, patch,
                                                    *positions[s]) for s in range(0, len(x), group)])
         attack = MaskedLinfPGD(patch_masks(x, patch, group), rel_stepsize=rel_stepsize(p),
-                               abs_stepsize=p["abs_stepsize"], steps=steps, random_start=bool(p["random_start"]))
+                               abs_stepsize=p.abs_stepsize, steps=steps, random_start=p.random_start)
         return run_foolbox(attack, model, x, y, eps)

@@ -89,7 +89,7 @@ class VIM(Postprocessor, DifferentiableDetector):
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
         fc = fc_layer(net)
-        self.det = pytorch_ood().ViM(None, d=vim_dim(self.params["dim"], fc.in_features), w=fc.weight, b=fc.bias)
+        self.det = pytorch_ood().ViM(None, d=vim_dim(self.p.dim, fc.in_features), w=fc.weight, b=fc.bias)
         self.det.fit_features(outputs.features, labels)
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
@@ -115,7 +115,7 @@ class KNN(Postprocessor, DifferentiableDetector):
     requires_fit = True
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
-        self.det = pytorch_ood().KNN(None, k=int(self.params["K"])).fit_features(outputs.features.float().cpu(), labels)
+        self.det = pytorch_ood().KNN(None, k=self.p.K).fit_features(outputs.features.float().cpu(), labels)
         self.bank = F.normalize(outputs.features.float(), dim=1, eps=1e-12)
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
@@ -124,7 +124,7 @@ class KNN(Postprocessor, DifferentiableDetector):
     def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         z = F.normalize(out.features.float(), dim=1, eps=1e-12)
         distances = torch.cdist(z, self.bank.to(z.device))
-        return -distances.kthvalue(int(self.params["K"]), dim=1).values
+        return -distances.kthvalue(self.p.K, dim=1).values
 
 
 def nnguide_bank_size(n: int, alpha: float, batch_size: int, k: int) -> int:
@@ -148,10 +148,10 @@ class NNGuide(Postprocessor, DifferentiableDetector):
 
     def rows_needed(self, n: int) -> int:
         n = super().rows_needed(n)
-        return nnguide_bank_size(n, float(self.params["alpha"]), self.batch_size, int(self.params["K"]))
+        return nnguide_bank_size(n, self.p.alpha, self.batch_size, self.p.K)
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
-        self.det = pytorch_ood().NNGuide(None, head=fc_layer(net), k=int(self.params["K"]))
+        self.det = pytorch_ood().NNGuide(None, head=fc_layer(net), k=self.p.K)
         self.det.fit_features(outputs.features, labels)
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:

@@ -149,7 +149,7 @@ class GRAM(Postprocessor, DifferentiableDetector):
     def tap_statistics(self, taps: list[Tensor]) -> Tensor:
         """Per-sample statistics of the fit pass's tapped maps, kept instead of the maps: ``B x P x sum_l C_l``
         (:func:`gram_vectors`, pytorch-ood's summation order)."""
-        return gram_vectors(taps, list(self.params["powers"]))
+        return gram_vectors(taps, list(self.p.powers))
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
         if outputs.stats is None:
@@ -157,7 +157,7 @@ class GRAM(Postprocessor, DifferentiableDetector):
         self.taps = Taps(net)
         x0, _ = next(iter(batches()))
         sizes = [m.shape[1] for m in self.taps(x0[:1].to(self.device))[1]]
-        self.powers = list(self.params["powers"])
+        self.powers = list(self.p.powers)
         self.layer_of = torch.cat([torch.full((c,), i, dtype=torch.long) for i, c in enumerate(sizes)]).to(self.device)
         with seeded(self.seed):
             # pytorch-ood's Gram.fit drew its split after iterating a DataLoader, which takes one int64 draw for
@@ -171,7 +171,7 @@ class GRAM(Postprocessor, DifferentiableDetector):
 
     def load_fit_state(self, net: nn.Module, state: dict[str, Tensor]) -> None:
         self.taps = Taps(net)
-        self.powers = list(self.params["powers"])
+        self.powers = list(self.p.powers)
         self.mins, self.maxs, self.layer_of, self.layer_norm = (state[k].to(self.device) for k in
                                                                 ("mins", "maxs", "layer_of", "layer_norm"))
 

@@ -127,7 +127,7 @@ class GRAMLegacy(Postprocessor):
 
     @torch.no_grad()
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
-        self.powers = list(self.params["powers"])
+        self.powers = list(self.p.powers)
         num_classes = None
         mins = maxs = None
         for x, y in batches():
@@ -147,7 +147,7 @@ class GRAMLegacy(Postprocessor):
         return {"mins": self.mins, "maxs": self.maxs}
 
     def load_fit_state(self, net: nn.Module, state: dict[str, Tensor]) -> None:
-        self.powers = list(self.params["powers"])
+        self.powers = list(self.p.powers)
         self.mins, self.maxs = (state[k].to(self.device) for k in ("mins", "maxs"))
 
     @torch.no_grad()

@@ -66,34 +66,34 @@ class ODIN(Postprocessor, DifferentiableDetector):
         """From the shared pass's graph (``x`` a leaf of ``out.logits``): one backward for the input gradient and
         one forward on ``x'``, pytorch-ood's ``odin_preprocessing`` step by step; otherwise pytorch-ood's
         ``ODIN.predict`` (its own forward, backward and forward)."""
-        temperature = float(self.params["temperature"])
+        temperature = self.p.temperature
         if out.logits.requires_grad and x.requires_grad:
             x_hat = self._preprocessed(x, out)
             with torch.no_grad():
                 return (net(x_hat) / temperature).softmax(dim=1).max(dim=1).values
-        det = pytorch_ood().ODIN(net, eps=float(self.params["noise"]), temperature=float(self.params["temperature"]),
+        det = pytorch_ood().ODIN(net, eps=self.p.noise, temperature=self.p.temperature,
                       norm_std=list(self.input_std) if self.input_std else None)
         with frozen(net):
             return -det.predict(x)
 
     def _preprocessed(self, x: Tensor, out: Outputs) -> Tensor:
         """``x'`` from the graph of ``out`` (a pass over ``x`` with gradients): one backward, no forward."""
-        logits = out.logits / float(self.params["temperature"])
+        logits = out.logits / self.p.temperature
         (gradient,) = torch.autograd.grad(F.cross_entropy(logits, logits.max(dim=1).indices), x, retain_graph=True)
         gradient = gradient.sign()
         if self.input_std:
             std = torch.tensor(self.input_std, dtype=gradient.dtype, device=gradient.device)
             gradient = gradient / std.view(1, -1, *([1] * (gradient.ndim - 2)))
-        return x.detach() - float(self.params["noise"]) * gradient
+        return x.detach() - self.p.noise * gradient
 
     def grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         """The preprocessing gradient from ``out``'s graph when the caller's pass has one (the adaptive attacks'
         shared pass), else from pytorch-ood's ``odin_preprocessing`` (a forward and a backward of its own)."""
-        temperature = float(self.params["temperature"])
+        temperature = self.p.temperature
         if out.logits.requires_grad and x.requires_grad:
             x_hat = self._preprocessed(x, out)
         else:
-            x_hat = pytorch_ood().odin.odin_preprocessing(net, x.detach(), eps=float(self.params["noise"]),
+            x_hat = pytorch_ood().odin.odin_preprocessing(net, x.detach(), eps=self.p.noise,
                                                    temperature=temperature,
                                                    norm_std=list(self.input_std) if self.input_std else None)
         logits = net(x + (x_hat - x).detach()) / temperature
@@ -110,7 +110,7 @@ class EBO(Postprocessor, DifferentiableDetector):
     openood_name = "ebo"
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
-        return -pytorch_ood().EnergyBased.score(out.logits, t=float(self.params["temperature"]))
+        return -pytorch_ood().EnergyBased.score(out.logits, t=self.p.temperature)
 
     grad_score = score
 
@@ -161,6 +161,6 @@ class GEN(Postprocessor, DifferentiableDetector):
     openood_name = "gen"
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
-        return -pytorch_ood().GEN.score(out.logits, gamma=float(self.params["gamma"]), M=int(self.params["M"]))
+        return -pytorch_ood().GEN.score(out.logits, gamma=self.p.gamma, M=self.p.M)
 
     grad_score = score

@@ -143,7 +143,7 @@ class RossDetector(SmoothedDetector, Composite):
             raise UsageError(f"lam {lam!r} for detector {self.name!r}; valid choices: a number >= 0")
         if not _number(quantile) or not 0 <= float(quantile) <= 1:
             raise UsageError(f"quantile {quantile!r} for detector {self.name!r}; valid choices: a number in [0, 1]")
-        component = str(p["component"]).lower()
+        component = self.p.component.lower()
         if component not in COMPONENTS:
             raise UsageError(f"component {p['component']!r} for detector {self.name!r}; valid choices: "
                              f"{', '.join(COMPONENTS)}")
@@ -154,8 +154,9 @@ class RossDetector(SmoothedDetector, Composite):
         if eval_seed is not None and (isinstance(eval_seed, bool) or not isinstance(eval_seed, int) or eval_seed < 0):
             raise UsageError(f"eval_seed {eval_seed!r} for detector {self.name!r}; valid choices: an integer >= 0, or "
                              "null for one derived from the run's seed")
-        self.n, self.sigma, self.lam, self.quantile = int(n), float(sigma), float(lam), float(quantile)
-        self.component, self.val_size = component, int(val)
+        typed = self.p
+        self.n, self.sigma, self.lam, self.quantile = typed.n, typed.sigma, typed.lam, typed.quantile
+        self.component, self.val_size = component, typed.val_size
         p["component"] = component
         inner = {k: v for k, v in params.items() if k not in ROSS_DEFAULTS}
         #: the base detector (pytorch-ood implementation); its code enters the store's key (``wrapped``)

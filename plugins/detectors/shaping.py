@@ -39,7 +39,7 @@ class REACT(Postprocessor, DifferentiableDetector):
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
         self.det = pytorch_ood().ReAct(backbone=None, head=classifier_head(net),
-                                       percentile=float(self.params["percentile"]) / 100.0)
+                                       percentile=self.p.percentile / 100.0)
         self.det.fit_feature_maps(outputs.features, labels)
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
@@ -63,7 +63,7 @@ class DICE(Postprocessor, DifferentiableDetector):
 
     def fit(self, net: nn.Module, outputs: Outputs, labels: Tensor, batches: Batches) -> None:
         fc = fc_layer(net)
-        self.det = pytorch_ood().DICE(None, w=fc.weight, b=fc.bias, p=float(self.params["p"]) / 100.0)
+        self.det = pytorch_ood().DICE(None, w=fc.weight, b=fc.bias, p=self.p.p / 100.0)
         self.det.fit_features(outputs.features, labels.to(outputs.features.device))
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
@@ -86,7 +86,7 @@ class ASH(Postprocessor, DifferentiableDetector):
 
     def _det(self, net: nn.Module) -> PodASH:
         return pytorch_ood().ASH(backbone=None, head=classifier_head(net), variant="ash-b",
-                                 percentile=float(self.params["percentile"]) / 100.0)
+                                 percentile=self.p.percentile / 100.0)
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return -self._det(net).predict_feature_maps(out.features[:, :, None, None])
@@ -108,7 +108,7 @@ class SCALE(Postprocessor, DifferentiableDetector):
 
     def _det(self, net: nn.Module) -> PodSCALE:
         return pytorch_ood().SCALE(backbone=None, head=classifier_head(net),
-                                   percentile=float(self.params["percentile"]) / 100.0)
+                                   percentile=self.p.percentile / 100.0)
 
     def score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
         return -self._det(net).predict_feature_maps(out.features[:, :, None, None])

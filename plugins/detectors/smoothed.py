@@ -157,7 +157,7 @@ class SmoothedDetector(Postprocessor, Derived, Randomised):
             raise UsageError(f"detector {self.base_name!r} has a parameter {clash[0]!r}, which {self.name!r} uses for "
                              "smoothing; valid choices: smooth a detector without parameters n, sigma, statistic")
         super().__init__(**params)
-        n, sigma, statistic = self.params["n"], self.params["sigma"], str(self.params["statistic"]).lower()
+        n, sigma, statistic = self.params["n"], self.params["sigma"], self.p.statistic.lower()
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise UsageError(f"n {n!r} for detector {self.name!r}; valid choices: an integer >= 1")
         if not isinstance(sigma, (int, float)) or isinstance(sigma, bool) or not 0 <= float(sigma) < math.inf:
@@ -169,7 +169,7 @@ class SmoothedDetector(Postprocessor, Derived, Randomised):
         if eval_seed is not None and (isinstance(eval_seed, bool) or not isinstance(eval_seed, int) or eval_seed < 0):
             raise UsageError(f"eval_seed {eval_seed!r} for detector {self.name!r}; valid choices: an integer >= 0, or "
                              "null for one derived from the run's seed")
-        self.n, self.sigma, self.statistic = int(n), float(sigma), statistic
+        self.n, self.sigma, self.statistic = self.p.n, self.p.sigma, statistic
         self.params["statistic"] = statistic
         inner = {k: v for k, v in params.items() if k not in SMOOTHING_DEFAULTS}
         #: the wrapped detector (pytorch-ood implementation); its code enters the store's key (``wrapped``)

@@ -5,6 +5,7 @@ Public and tested (``tests/plugins/test_kit.py``); an attack imports them from h
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import foolbox as fb
@@ -13,6 +14,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from advopenood.attacks.base import foolbox_model
+from advopenood.params import Params, typed
 
 
 def run_foolbox(attack: fb.attacks.Attack, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
@@ -22,10 +24,14 @@ def run_foolbox(attack: fb.attacks.Attack, model: nn.Module, x: torch.Tensor, y:
     return clipped
 
 
-def rel_stepsize(params: dict[str, Any]) -> float:
+def rel_stepsize(params: Params | Mapping[str, Any]) -> float:
     """Step size relative to eps: the configured one, or Madry et al.'s 2.5 / steps (reaches the ball's
-    surface from anywhere inside it, whatever the number of steps)."""
-    return float(params["rel_stepsize"]) if params.get("rel_stepsize") is not None else 2.5 / int(params["steps"])
+    surface from anywhere inside it, whatever the number of steps). ``params``: an attack's typed :attr:`p` (or
+    the plain mapping of its parameters)."""
+    p = params if isinstance(params, Params) else typed(
+        "rel_stepsize", {"rel_stepsize": params.get("rel_stepsize"), "steps": params["steps"]},
+        {"rel_stepsize": None, "steps": 1}, {"rel_stepsize": float | None})
+    return p.rel_stepsize if p.rel_stepsize is not None else 2.5 / p.steps
 
 
 class Best:

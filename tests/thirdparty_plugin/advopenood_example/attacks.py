@@ -20,4 +20,4 @@ class RandomSign(Attack):
 
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         sign = torch.randint(0, 2, x.shape, device=x.device, dtype=x.dtype) * 2 - 1
-        return x + float(self.params["eps"]) * sign
+        return x + self.p.eps * sign
