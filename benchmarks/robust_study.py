@@ -114,6 +114,18 @@ def run(model: str, out: Path, args: argparse.Namespace, detectors: list[str] | 
     return time.perf_counter() - start
 
 
+def run_variant(cfg: dict, args: argparse.Namespace) -> Path:
+    """Write ``cfg`` (a study config changed for one purpose) as ``OUT/<name>.yaml``, run it into ``OUT/<name>``
+    and return that folder."""
+    path = args.out / f"{cfg['name']}.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    folder = args.out / cfg["name"]
+    limit = [] if args.subsets else ["--limit", str(args.limit)]
+    subprocess.run([sys.executable, "-m", "advopenood.cli", "run", "--config", str(path), *limit, "--out",
+                    str(folder), "--quiet"], check=True)
+    return folder
+
+
 def select(model: str, args: argparse.Namespace) -> list[str]:
     """``--top K``: the K non-randomised detectors of ``--detectors`` with the highest clean AUROC against
     Tiny-ImageNet on this model (one clean run of all of them on the study's images, ``OUT/clean_<model>``; ties
@@ -126,13 +138,7 @@ def select(model: str, args: argparse.Namespace) -> list[str]:
     cfg = yaml.safe_load(config(model, args.out, args.data_root, plain, args.device, args.batch_size, args.subsets,
                                 args.shard_size, tag="_clean").read_text())
     cfg.update(name=f"clean_{model}", attacks=[], evaluators=["ood"], attack_params={}, evaluator_params={})
-    path = args.out / f"clean_{model}.yaml"
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    folder = args.out / f"clean_{model}"
-    limit = [] if args.subsets else ["--limit", str(args.limit)]
-    subprocess.run([sys.executable, "-m", "advopenood.cli", "run", "--config", str(path), *limit, "--out",
-                    str(folder), "--quiet"], check=True)
-    ood = pd.read_csv(folder / "ood.csv")
+    ood = pd.read_csv(run_variant(cfg, args) / "ood.csv")
     clean = ood[(ood.attack == "none") & (ood.ood_set == "tin")].sort_values(["auroc", "detector"],
                                                                               ascending=[False, True])
     chosen = list(clean.detector.head(args.top))
@@ -249,12 +255,7 @@ def curve(args: argparse.Namespace) -> None:
             cfg.update(name=f"curve_{tag}", attacks=[], evaluators=["robust_auroc"],
                        evaluator_params={"robust_auroc": params},
                        attack_params={"robust_id": {"steps": steps}, "robust_ood": {"steps": steps}})
-            path = args.out / f"curve_{tag}.yaml"
-            path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-            folder = args.out / f"curve_{tag}"
-            limit = [] if args.subsets else ["--limit", str(args.limit)]
-            subprocess.run([sys.executable, "-m", "advopenood.cli", "run", "--config", str(path), *limit, "--out",
-                            str(folder), "--quiet"], check=True)
+            folder = run_variant(cfg, args)
             info = json.loads((folder / "run.json").read_text())
             for r in pd.read_csv(folder / "robust_auroc.csv").to_dict("records"):
                 rows.append({"detector": r["detector"], "steps": steps, "eot draws": eot or "plain",
