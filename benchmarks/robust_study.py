@@ -3,6 +3,9 @@ intervals: clean, PGD, each detector's adaptive attack, robust AUROC with both s
 attacks for the randomised detectors), smoothed detectors under the plain and the EOT attack (issues 23 and 31).
 
     python benchmarks/robust_study.py --limit 200 --out runs/robust_study                 # both models, then tables
+    OMP_NUM_THREADS=1 python benchmarks/robust_study.py --limit 200 --out runs/robust_study --top 5 \
+        --detectors msp,odin,mds,rmds,gram,ebo,klm,mls,react,vim,knn,dice,ash,gen,nnguide,scale,smoothed_msp,\
+smoothed_knn --eot 4 --steps 25 --methods pgd --jobs 2                                 # what a 2-core CPU ran
     python benchmarks/robust_study.py --limit 500 --device cuda --batch-size 500 --shard-size 500 --eot 4 \
         --groups 6 --jobs 12                                                              # a GPU with 16 cores
     python benchmarks/robust_study.py --out runs/robust_study --tables-only               # tables of finished runs
@@ -15,8 +18,10 @@ each stage and of each attack family; every run is checked with ``advopenood ver
 per model, how many detectors' robust AUROC interval lies below 50, contains 50 or lies above it, and the highest
 robust AUROC with its interval and the number of detectors its paired interval separates it from.
 
-``--detectors`` chooses the detectors (default: all 16 and four smoothed ones). ``--data-root`` points at a copy of
-the pack, or at subsets made by ``--make-subsets`` (the rows ``--limit`` would draw from the full files, with their
+``--detectors`` chooses the detectors (default: all 16 and four smoothed ones); ``--top K`` keeps, per model, the K
+non-randomised ones with the highest clean AUROC on the study's images (a clean run first) and every randomised
+one; ``--steps`` sets the robust PGD attacks' steps and ``--methods`` the robust AUROC's methods. ``--data-root``
+points at a copy of the pack, or at subsets made by ``--make-subsets`` (the rows ``--limit`` would draw from the full files, with their
 ``source_index``, so that a machine without the pack evaluates the same images).
 
 ``--curve`` measures the attack strength against its cost instead: the robust AUROC (both sides, PGD) of
