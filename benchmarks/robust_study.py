@@ -134,11 +134,13 @@ def run_variant(cfg: dict, args: argparse.Namespace) -> Path:
 def select(model: str, args: argparse.Namespace) -> list[str]:
     """``--top K``: the K non-randomised detectors of ``--detectors`` with the highest clean AUROC against
     Tiny-ImageNet on this model (one clean run of all of them on the study's images, ``OUT/clean_<model>``; ties
-    by name), then every randomised one of ``--detectors`` (the rule the study states in benchmarks/README.md)."""
+    by name), then every randomised one of ``--detectors`` and the base each is made from (its twin in the paired
+    comparisons): the rule the study states in benchmarks/README.md."""
     from advopenood import registry
-    from advopenood.capabilities import is_randomised
+    from advopenood.capabilities import is_randomised, twin_of
 
     randomised = [d for d in args.detectors if is_randomised(registry.get("detectors", d))]
+    bases = [b for b in dict.fromkeys(twin_of(registry.get("detectors", d)) for d in randomised) if b]
     plain = [d for d in args.detectors if d not in randomised]
     cfg = yaml.safe_load(config(model, args.out, args.data_root, plain, args.device, args.batch_size, args.subsets,
                                 args.shard_size, tag="_clean").read_text())
@@ -147,9 +149,11 @@ def select(model: str, args: argparse.Namespace) -> list[str]:
     clean = ood[(ood.attack == "none") & (ood.ood_set == "tin")].sort_values(["auroc", "detector"],
                                                                               ascending=[False, True])
     chosen = list(clean.detector.head(args.top))
+    twins = [b for b in bases if b not in chosen]
     print(f"{model}: the {args.top} highest clean AUROCs: " + ", ".join(
-        f"{r.detector} {r.auroc:.1f}" for r in clean.head(args.top).itertuples()) + "; with " + ", ".join(randomised))
-    return chosen + randomised
+        f"{r.detector} {r.auroc:.1f}" for r in clean.head(args.top).itertuples()) + "; with " +
+        ", ".join(randomised + twins))
+    return chosen + twins + randomised
 
 
 def groups(detectors: list[str], k: int) -> list[list[str]]:
