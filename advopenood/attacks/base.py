@@ -77,7 +77,7 @@ class Attack:
                              + ("0 < eps <= 1 (images are in [0, 1], e.g. 8/255 = 0.0314)" if limit == 1.0 else "eps > 0"))
         if "steps" in self.params and int(self.params["steps"]) < 1:
             raise UsageError(f"steps {self.params['steps']!r} for attack {self.name!r}; valid choices: an integer >= 1")
-        self.p  # every parameter reads with its type, or the plan stops here
+        _ = self.p  # every parameter reads with its type, or the plan stops here
 
     @property
     def p(self) -> Params:

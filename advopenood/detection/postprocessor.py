@@ -105,7 +105,7 @@ class Postprocessor:
             raise UsageError(f"{FIT_SIZE} {fit_size!r} for detector {self.name!r} is out of range; "
                              "valid choices: a positive whole number, or null for the whole fit set")
         self.params = {**valid, **params}
-        self.p  # every parameter reads with its type, or the plan stops here
+        _ = self.p  # every parameter reads with its type, or the plan stops here
 
     @property
     def p(self) -> Params:
