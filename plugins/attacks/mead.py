@@ -35,6 +35,7 @@ from torch import Tensor
 from advopenood.attacks.base import Attack, default_eps, foolbox_model
 from advopenood.errors import UsageError
 from advopenood.registry import register
+from advopenood_plugins.kit.attacks import rel_stepsize
 
 OBJECTIVES = ("ce", "kl", "fr", "gini")
 NORMS = ("l1", "l2", "linf")
@@ -193,9 +194,7 @@ class MeadAttack(Attack):
         p, cls = self.p, FOOLBOX_CLASSES[(self.method, self.norm)]
         if self.method == "fgsm":
             return cls(objective=self.objective, random_start=p.random_start)
-        steps = p.steps
-        rel = p.rel_stepsize if p.rel_stepsize is not None else 2.5 / steps
-        return cls(objective=self.objective, rel_stepsize=rel, steps=steps, random_start=p.random_start)
+        return cls(objective=self.objective, rel_stepsize=rel_stepsize(p), steps=p.steps, random_start=p.random_start)
 
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         _, clipped, _ = self.foolbox_attack()(foolbox_model(model, x.device), x, y, epsilons=self.p.eps)

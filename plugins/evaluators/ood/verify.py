@@ -58,7 +58,8 @@ def rederive_ood(run: Any, ood: pd.DataFrame, draws: Draws | None = None) -> pd.
             conf = arrays[r["ood_set"]]
             conf = conf[_positives(arrays, r["ood_set"], r["positives"])] if r["attack"] != "none" else conf
             rows.append({"detector": det, "attack": r["attack"], "ood_set": r["ood_set"], "group": r["group"],
-                         "dataset": r["dataset"], **oracle.ood_metrics(arrays["id"], conf), "n_id": len(arrays["id"]), "n_ood": len(conf),
+                         "dataset": r["dataset"], **oracle.ood_metrics(arrays["id"], conf), "n_id": len(arrays["id"]),
+                         "n_ood": len(conf),
                          **rederive_bounds(arrays["id"], conf, run, f"ood|{det}|{r['ood_set']}", draws)})
     return pd.DataFrame(rows)
 
