@@ -1,4 +1,6 @@
-"""Errors that the CLI turns into one clear line and exit code 2."""
+"""Errors that the CLI turns into one clear line: bad input (exit code 2) and a file system that takes no more
+writes (exit code 3, the run's failure)."""
+import errno
 
 
 class UsageError(ValueError):
@@ -7,6 +9,37 @@ class UsageError(ValueError):
     The message names the bad value and the valid choices; the CLI prints it on one line
     and exits with code 2, without a traceback.
     """
+
+
+#: the errnos of a file system that cannot take the run's writes -> what the one line says
+STORAGE_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EROFS: "the file system is read-only",
+                  errno.EDQUOT: "the disk quota is exceeded"}
+
+
+class StorageError(RuntimeError):
+    """A write failed because the file system is full, read-only or over quota (:data:`STORAGE_ERRNOS`).
+
+    It is the run's failure, never a plugin's: nothing is committed, the previous outputs stay as they were, and
+    the CLI prints the one-line message (what and where) and exits with code 3."""
+
+
+def storage_error(exc: BaseException | None) -> OSError | None:
+    """The :class:`OSError` of :data:`STORAGE_ERRNOS` that ``exc`` is or was raised from (its ``__cause__`` or
+    ``__context__`` chain, so a plugin that wraps the error does not hide it); None when there is none."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def reraise_storage_error(exc: BaseException) -> None:
+    """Raise ``exc`` again when a full, read-only or over-quota file system is behind it (:func:`storage_error`):
+    the places that turn a plugin's exception into that plugin's failure call this first."""
+    if storage_error(exc) is not None:
+        raise exc
 
 
 #: The most names a message lists; longer lists end with a count and where to see them all.

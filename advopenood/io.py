@@ -1,13 +1,16 @@
 """Atomic writes: every file appears whole or not at all (temporary file in the same folder + ``os.replace``)."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
+import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,7 +32,9 @@ _DEFAULT_MODE = _umask_mode()
 
 
 def atomic_write(path: Path, writer: Callable[[IO[bytes]], None]) -> None:
-    """Call ``writer`` on a temporary file beside ``path``, fsync it, then rename it over ``path``."""
+    """Call ``writer`` on a temporary file beside ``path`` (``.<name>.<random>.tmp``, :data:`TEMP_NAME`), fsync
+    it, then rename it over ``path``. An OSError without a file name (a ``write`` on a full disk) is raised with
+    ``path`` as its file name, so that the message says where."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -40,9 +45,60 @@ def atomic_write(path: Path, writer: Callable[[IO[bytes]], None]) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, _DEFAULT_MODE)
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.errno is not None and exc.filename is None:
+            raise OSError(exc.errno, exc.strerror or os.strerror(exc.errno), str(path)) from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+#: the name of :func:`atomic_write`'s temporary file: ``.<name>.<8 characters of tempfile's alphabet>.tmp``
+TEMP_NAME = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
+#: a temporary file older than this (seconds since its last write) is no writer's any more: a writer's file is
+#: written in one go from bytes in memory, so its mtime is at most seconds old while it is held
+STALE_TEMP_SECONDS = 3600.0
+
+
+def sweep_temp_files(folder: Path, *, older_than: float = STALE_TEMP_SECONDS, depth: int = 2,
+                     only: str | None = None) -> list[Path]:
+    """Remove the temporary files that an interrupted :func:`atomic_write` (kill -9, power loss) left in
+    ``folder`` and its subfolders down to ``depth``; returns them.
+
+    Only regular files named as ours (:data:`TEMP_NAME`; with ``only``, temporary files of that one name) whose
+    last write is more than ``older_than`` seconds ago are removed; ``older_than=0`` is for a caller that holds
+    the lock every writer of the folder takes. Links are never followed or removed."""
+    removed: list[Path] = []
+    folder = Path(folder)
+    if depth < 0 or folder.is_symlink() or not folder.is_dir():
+        return removed
+    now = time.time()
+    for entry in os.scandir(folder):
+        if entry.is_dir(follow_symlinks=False):
+            removed += sweep_temp_files(entry.path, older_than=older_than, depth=depth - 1, only=only)
+            continue
+        m = TEMP_NAME.fullmatch(entry.name)
+        if m is None or (only is not None and m["name"] != only) or not entry.is_file(follow_symlinks=False):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            if now - entry.stat(follow_symlinks=False).st_mtime >= older_than:
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+    return removed
+
+
+def os_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` as the operating system spells it. Text that the file-system encoding cannot encode (a UTF-8
+    name from a config file, read as UTF-8, under the C locale without Python's UTF-8 mode) stands for its UTF-8
+    bytes, the name such a file has on disk; anything else is returned as it is."""
+    text = os.fspath(path)
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        return Path(os.fsdecode(text.encode("utf-8", "surrogateescape")))
+    return Path(text)
 
 
 def write_text(path: Path, text: str) -> None:
@@ -146,8 +202,8 @@ def read_manifest(out: Path) -> dict[str, str] | None:
     """The file list (relative path -> SHA-256) of the manifest in ``out``; None when there is none.
 
     Raises :class:`OutputError` when ``manifest.json`` is not ours: unreadable, not a JSON object with our mark
-    (or the unmarked ``{"files": {path: sha256}}`` of earlier versions), or listing a path that is absolute,
-    climbs with ``..`` or is otherwise not a plain relative path."""
+    (the unmarked ``{"files": {path: sha256}}`` of earlier versions included: anyone can write that shape), or
+    listing a path that is absolute, climbs with ``..`` or is otherwise not a plain relative path."""
     path = Path(out) / MANIFEST
     if not path.exists() and not path.is_symlink():
         return None
@@ -157,8 +213,10 @@ def read_manifest(out: Path) -> dict[str, str] | None:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise OutputError(f"{str(path)!r} is not readable JSON ({type(exc).__name__})") from None
-    legacy = isinstance(doc, dict) and set(doc) == {"files"}
-    if not isinstance(doc, dict) or not (legacy or doc.get(MANIFEST_MARK) == 1):
+    if isinstance(doc, dict) and set(doc) == {"files"}:
+        raise OutputError(f"{str(path)!r} was not written by advopenood (no {MANIFEST_MARK!r} mark: an earlier "
+                          "version's or another tool's {'files': ...}), so the files it lists are not deleted")
+    if not isinstance(doc, dict) or doc.get(MANIFEST_MARK) != 1:
         raise OutputError(f"{str(path)!r} was not written by advopenood (no {MANIFEST_MARK!r} mark)")
     files = doc.get("files")
     if not isinstance(files, dict) or not all(isinstance(v, str) and len(v) == 64 for v in files.values()):
@@ -167,6 +225,28 @@ def read_manifest(out: Path) -> dict[str, str] | None:
     if bad is not None:
         raise OutputError(f"{str(path)!r} lists {bad!r}, which is not a plain relative path inside the folder")
     return files
+
+
+def sha256_file(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def changed_files(out: Path, listed: Mapping[str, str] | None = None) -> list[str]:
+    """The files of ``out``'s manifest (or ``listed``) that are there, regular and inside ``out``, but whose SHA-256
+    differs from the manifest's: edited (or replaced) since the run that wrote them. A run never deletes them."""
+    out = Path(out)
+    listed = read_manifest(out) if listed is None else listed
+    changed = []
+    for rel, digest in (listed or {}).items():
+        target = _inside(out, rel)
+        if target is not None and target.is_file() and not target.is_symlink() and sha256_file(target) != digest:
+            changed.append(rel)
+    return sorted(changed)
 
 
 def symlinks_under(folder: Path) -> list[str]:
@@ -204,12 +284,31 @@ def _inside(out: Path, rel: str) -> Path | None:
     return target if real.startswith(root + os.sep) else None
 
 
+def resolve_output(out: Path) -> Path:
+    """The real path of the output folder ``out``: every symbolic link in it followed (a link to a folder is
+    fine), so that two names of one folder are one folder (one lock, one staging place beside the real folder).
+    Raises :class:`OutputError` when a link in the path leads nowhere (dangling, or a loop), or ``out`` is a link
+    to something that is not a folder."""
+    out = os_path(Path(out).expanduser())
+    for part in [out, *out.parents]:
+        if part.is_symlink() and not part.exists():
+            raise OutputError(f"output folder {str(out)!r}: {str(part)!r} is a symbolic link to "
+                              f"{os.readlink(part)!r}, which does not exist (or loops); valid choices: create the "
+                              "folder it points to, or pass a real folder as --out")
+    if out.is_symlink() and not out.is_dir():
+        raise OutputError(f"output folder {str(out)!r} is a symbolic link to {os.readlink(out)!r}, which is not a "
+                          "folder; valid choices: a folder, or a link to one")
+    return Path(os.path.realpath(out))
+
+
 class OutputLock:
     """An exclusive lock on an output folder for the whole run: ``.<out>.lock`` beside it, held with ``flock``
-    (released by the kernel if the process dies). A second run on the same folder is refused at once."""
+    (released by the kernel if the process dies). A second run on the same folder is refused at once. The lock is
+    taken on the folder's real path (:func:`resolve_output`), so a run through a symbolic link and a run through
+    the folder's own name share it."""
 
     def __init__(self, out: Path) -> None:
-        out = Path(out)
+        out = resolve_output(out)
         self.path = out.parent / f".{out.name}.lock"
         self.fd: int | None = None
 
@@ -285,15 +384,19 @@ def discard_output(stage: Path) -> None:
     shutil.rmtree(stage, ignore_errors=True)
 
 
-def commit_output(stage: Path, out: Path) -> list[str]:
+def commit_output(stage: Path, out: Path, kept: dict[str, str] | None = None) -> list[str]:
     """Move a finished run's files from ``stage`` into ``out``; returns their relative paths.
 
-    First the files that the previous run's ``manifest.json`` lists are removed (and folders they leave
-    empty), then each new file is moved in with ``os.replace``, and ``manifest.json`` (this run's file list
-    and their SHA-256) is written last. Only regular files whose real path lies inside ``out``, reached through
-    no symbolic link, listed by a manifest that is ours (:func:`read_manifest`), are ever deleted; a new file
-    whose path would pass through a link is refused (:class:`OutputError`). Files advopenood did not write
-    (allowed with ``--overwrite``) stay.
+    First everything that needs space is done (this run's ``manifest.json``, its file list and their SHA-256,
+    written to a temporary file in ``out``; the folders the new files go to), so that a full disk stops the commit
+    before anything is touched. Then the files that the previous run's ``manifest.json`` lists are removed (and
+    folders they leave empty), each new file is moved in with ``os.replace``, and the manifest is renamed into
+    place last. Only regular files whose real path lies inside ``out``, reached through no symbolic link, listed
+    by a manifest that is ours (:func:`read_manifest`) with the SHA-256 they still have, are ever deleted; a
+    listed file changed since (:func:`changed_files`) stays, and a new file whose path would pass through a link
+    is refused (:class:`OutputError`). A file at a new file's path that is not ours (changed since, or one
+    advopenood did not write, allowed with ``--overwrite``) is kept beside it as ``<name>.kept-<8 hex digits of
+    its SHA-256>`` (recorded in ``kept``, path -> kept path); files advopenood did not write stay.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -301,24 +404,60 @@ def commit_output(stage: Path, out: Path) -> list[str]:
     blocked = next((rel for rel in files if _inside(out, rel) is None), None)
     if blocked is not None:
         raise OutputError(f"output folder {str(out)!r}: {blocked!r} would be written through a symbolic link")
-    for rel in read_manifest(out) or {}:
+    listed = read_manifest(out) or {}
+    sweep_temp_files(out, older_than=0, depth=0, only=MANIFEST)  # an interrupted commit's; we hold the lock
+    manifest = _prepared(out / MANIFEST, {MANIFEST_MARK: 1, "files": {rel: sha256_file(stage / rel) for rel in files}})
+    try:
+        needed = {out} | {p for rel in files for p in (out / rel).parents if out in p.parents}
+        for folder in sorted(needed):
+            folder.mkdir(parents=True, exist_ok=True)
+        _remove_listed(out, listed, needed)
+        for rel in files:
+            dst = out / rel
+            if dst.is_file() and not dst.is_symlink():
+                aside = dst.with_name(f"{dst.name}.kept-{sha256_file(dst)[:8]}")
+                os.replace(dst, aside)
+                if kept is not None:
+                    kept[rel] = aside.relative_to(out).as_posix()
+            os.replace(stage / rel, dst)
+        os.replace(manifest, out / MANIFEST)
+    finally:
+        manifest.unlink(missing_ok=True)
+    shutil.rmtree(stage, ignore_errors=True)
+    return files
+
+
+def _prepared(path: Path, doc: Any) -> Path:
+    """``doc`` as JSON in a synced temporary file beside ``path`` (named as :func:`atomic_write`'s), to be renamed
+    over ``path`` later: the write that needs space, done before anything it replaces is removed."""
+    data = (json.dumps(doc, indent=2, sort_keys=True, default=_jsonable) + "\n").encode()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, _DEFAULT_MODE)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.errno is not None and exc.filename is None:
+            raise OSError(exc.errno, exc.strerror or os.strerror(exc.errno), str(path)) from exc
+        raise
+    return Path(tmp)
+
+
+def _remove_listed(out: Path, listed: Mapping[str, str], keep: set[Path]) -> None:
+    """Delete the files of the previous run's manifest that still have its SHA-256 (regular files inside ``out``,
+    reached through no link), then the folders they leave empty (but those in ``keep``)."""
+    for rel, digest in listed.items():
         target = _inside(out, rel)
-        if target is None or target.is_symlink() or not target.is_file():
+        if target is None or target.is_symlink() or not target.is_file() or sha256_file(target) != digest:
             continue
         target.unlink()
         for parent in target.parents:
-            if parent == out or not parent.is_dir() or parent.is_symlink() or any(parent.iterdir()):
+            if parent == out or parent in keep or not parent.is_dir() or parent.is_symlink() or any(parent.iterdir()):
                 break
             parent.rmdir()
-    digests = {}
-    for rel in files:
-        src, dst = stage / rel, out / rel
-        digests[rel] = hashlib.sha256(src.read_bytes()).hexdigest()
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(src, dst)
-    write_json(out / MANIFEST, {MANIFEST_MARK: 1, "files": digests})
-    shutil.rmtree(stage, ignore_errors=True)
-    return files
 
 
 def write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:

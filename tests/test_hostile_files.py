@@ -197,3 +197,28 @@ def test_verify_refuses_a_damaged_file_in_one_line(damage, small_run, tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("advopenood: error:"), err
     assert str(path) in err[0] and "truncated or damaged" in err[0], err[0]
+
+
+def test_a_non_ascii_data_file_is_found_under_the_c_locale(tmp_path, data_root, session_cache):
+    """Issue 39, item 12: under ``LC_ALL=C`` without Python's UTF-8 mode the file-system encoding is ASCII, and a
+    data file named in the (UTF-8) config as ``données_é.npz`` was reported "not found" although it exists. The
+    name stands for its UTF-8 bytes on disk, as it does in every other locale."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import pack_config
+
+    name = "données_é.npz"
+    shutil.copyfile(data_root / "texture_test.npz", os.path.join(os.fsencode(tmp_path), name.encode()))
+    cfg = pack_config(tmp_path / "cfg", data_root, {"data.ood.0.path": str(tmp_path / name)})
+    out = tmp_path / "out"
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0",
+           "ADVOPENOOD_CACHE": str(session_cache)}
+    env.pop("PYTHONIOENCODING", None)
+    done = subprocess.run([sys.executable, "-m", "advopenood.cli", "run", "--config", cfg, "--out", str(out),
+                           "--quiet"], env=env, capture_output=True, timeout=600)
+    err = done.stderr.decode("utf-8", "replace")
+    assert done.returncode == 0 and "not found" not in err, err[-2000:]
+    ood = (out / "ood.csv").read_text()
+    assert "texture" in ood and "fgsm" in ood

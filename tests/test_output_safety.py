@@ -6,6 +6,8 @@ the second is refused in one line while the first holds the folder.
 """
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import subprocess
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from advopenood import errors as aio_errors
 from advopenood import io as aio
 from advopenood.cli.main import main
 
@@ -81,7 +84,7 @@ def test_commit_never_deletes_through_a_link_or_outside_out(tmp_path, victim):
     (elsewhere / "x.csv").write_text("keep\n")
     stage.mkdir()
     (stage / "new.csv").write_text("a\n")
-    _manifest(out, {aio.MANIFEST_MARK: 1, "files": {"old.csv": DIGEST, "link/x.csv": DIGEST}})
+    _manifest(out, {aio.MANIFEST_MARK: 1, "files": {"old.csv": _sha(b"old\n"), "link/x.csv": _sha(b"keep\n")}})
     (out / "old.csv").write_text("old\n")
     (out / "link").symlink_to(elsewhere, target_is_directory=True)
     assert aio.commit_output(stage, out) == ["new.csv"]
@@ -110,10 +113,90 @@ def test_safe_relpath(rel, ok):
     assert aio.safe_relpath(rel) is ok
 
 
-def test_a_legacy_manifest_of_the_previous_version_is_still_ours(tmp_path):
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("flags", [[], ["--overwrite"]])
+def test_an_unmarked_manifest_deletes_nothing_and_is_refused_in_one_line(tmp_path, capsys, flags, session_cache):
+    """Issue 39, item 1: the old unmarked shape ``{"files": {...}}`` is anyone's to write; even with the right
+    digests, the files it lists are not deleted, with or without --overwrite."""
     out = tmp_path / "out"
-    _manifest(out, {"files": {"asr.csv": DIGEST}})
-    assert aio.read_manifest(out) == {"asr.csv": DIGEST}
+    out.mkdir()
+    (out / "ood.csv").write_text("someone's table\n")
+    (out / "notes.md").write_text("someone's notes\n")
+    _manifest(out, {"files": {"ood.csv": _sha(b"someone's table\n"), "notes.md": _sha(b"someone's notes\n")}})
+    before = _snapshot(out)
+    assert main([*ARGS, "--out", str(out), *flags]) == 2
+    err = capsys.readouterr().err
+    assert "not written by advopenood (no 'advopenood_manifest' mark" in err and len(err.strip().splitlines()) == 1
+    assert _snapshot(out) == before and not aio.staging_dirs(out)
+
+
+def test_a_file_changed_since_its_run_is_refused_without_overwrite_and_kept_with_it(tmp_path, capsys, session_cache):
+    """A marked manifest whose ``ood.csv`` was edited since: refused (exit 2, naming the file, nothing touched);
+    with --overwrite the run goes ahead and keeps the edited file beside the new one."""
+    out = tmp_path / "out"
+    assert main([*ARGS, "--out", str(out)]) == 0
+    edited = (out / "ood.csv").read_bytes() + b"my note\n"
+    (out / "ood.csv").write_bytes(edited)
+    before = _snapshot(out)
+    capsys.readouterr()
+    assert main([*ARGS, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "'ood.csv' changed since the run that wrote it" in err and "--overwrite" in err
+    assert len(err.strip().splitlines()) == 1 and _snapshot(out) == before
+    assert main([*ARGS, "--out", str(out), "--overwrite"]) == 0
+    kept = out / f"ood.csv.kept-{_sha(edited)[:8]}"
+    assert kept.read_bytes() == edited and "kept as 'ood.csv.kept-" in capsys.readouterr().err
+    manifest = json.loads((out / "manifest.json").read_text())["files"]
+    assert manifest["ood.csv"] == _sha((out / "ood.csv").read_bytes()) and kept.name not in manifest
+
+
+def test_commit_never_deletes_a_listed_file_whose_digest_differs(tmp_path):
+    """The commit itself (defence in depth, e.g. a file edited while the run ran): a listed file with another
+    SHA-256 than the manifest's is neither deleted nor replaced; a file at a new file's path is kept aside."""
+    out, stage = tmp_path / "out", tmp_path / "stage"
+    stage.mkdir()
+    (stage / "ood.csv").write_text("new\n")
+    _manifest(out, {aio.MANIFEST_MARK: 1, "files": {"old.csv": _sha(b"old\n"), "ood.csv": _sha(b"ours\n"),
+                                                    "sub/gone.csv": _sha(b"gone\n")}})
+    (out / "old.csv").write_text("old, edited\n")
+    (out / "ood.csv").write_text("ours, edited\n")
+    (out / "sub").mkdir()
+    (out / "sub" / "gone.csv").write_text("gone\n")
+    stale = out / ".manifest.json.abcd1234.tmp"  # what a commit killed mid-write left; we hold the lock
+    stale.write_text("{")
+    kept: dict[str, str] = {}
+    assert aio.commit_output(stage, out, kept=kept) == ["ood.csv"]
+    aside = f"ood.csv.kept-{_sha(b'ours, edited' + bytes([10]))[:8]}"
+    assert kept == {"ood.csv": aside} and (out / aside).read_text() == "ours, edited\n"
+    assert (out / "old.csv").read_text() == "old, edited\n" and (out / "ood.csv").read_text() == "new\n"
+    assert not (out / "sub").exists() and not stale.exists()  # unchanged: deleted, with the folder it leaves empty
+    assert aio.read_manifest(out) == {"ood.csv": _sha(b"new\n")}
+
+
+def test_a_full_disk_at_the_commit_leaves_the_previous_files(tmp_path, monkeypatch):
+    """The manifest, the commit's one write, is written before anything is removed: ENOSPC there touches nothing."""
+    out, stage = tmp_path / "out", tmp_path / "stage"
+    stage.mkdir()
+    (stage / "ood.csv").write_text("new\n")
+    _manifest(out, {aio.MANIFEST_MARK: 1, "files": {"ood.csv": _sha(b"old\n")}})
+    (out / "ood.csv").write_text("old\n")
+    before = _snapshot(out)
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(aio.os, "fsync", full)
+    with pytest.raises(OSError) as info:
+        aio.commit_output(stage, out)
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(out / "manifest.json")
+    assert _snapshot(out) == before and (stage / "ood.csv").is_file()
 
 
 def test_a_second_run_on_a_locked_out_is_refused_in_one_line(tmp_path, capsys, session_cache):
@@ -182,3 +265,82 @@ def test_the_old_staging_dir_still_imports_with_a_deprecation_warning(tmp_path):
     assert legacy == tmp_path / ".out.partial"
     stage = aio.begin_output(out)
     assert stage.name.startswith(legacy.name) and aio.staging_dirs(out) == [stage]
+
+
+def _write_fails(monkeypatch, code: int, hit) -> list[Path]:
+    """Make every atomic write whose path ``hit`` accepts fail in its ``write`` with OSError ``code`` (as a full,
+    read-only or over-quota file system does: no file name); the paths it failed on."""
+    real, failed = aio.atomic_write, []
+
+    def atomic_write(path, writer):
+        if not hit(Path(path)):
+            return real(path, writer)
+        failed.append(Path(path))
+
+        def broken(f):
+            raise OSError(code, os.strerror(code))
+
+        return real(path, broken)
+
+    monkeypatch.setattr(aio, "atomic_write", atomic_write)
+    return failed
+
+
+@pytest.mark.parametrize("code, where, hit", [
+    (errno.ENOSPC, "output", lambda p: p.name == "ood.csv"),  # was "evaluator:ood failed", and the run committed
+    (errno.EDQUOT, "store", lambda p: p.name.startswith("shard_")),  # was "attack:fgsm failed"
+    (errno.EROFS, "cache", lambda p: p.suffix == ".npy" and "scores" in p.parts),  # was a traceback
+])
+def test_a_full_file_system_fails_the_run_and_keeps_the_previous_outputs(tmp_path, monkeypatch, capsys, data_root,
+                                                                         code, where, hit):
+    """Issue 39, item 2: an OSError of a full, read-only or over-quota file system in a re-run is the run's
+    failure, not a plugin's: exit 3, one line saying what and where, nothing committed, the previous run's files
+    byte-identical; the next run goes ahead."""
+    from conftest import pack_config
+
+    out, cfg = tmp_path / "out", pack_config(tmp_path / "cfg", data_root)
+    base = ["run", "--config", cfg, "--out", str(out), "--quiet"]
+    assert main([*base, "--cache-dir", str(tmp_path / "cache")]) == 0
+    before = _snapshot(out)
+    capsys.readouterr()
+    failed = _write_fails(monkeypatch, code, hit)
+    again = [*base, "--cache-dir", str(tmp_path / ("cache" if where == "output" else "fresh-cache"))]
+    code_seen = main(again)
+    err = capsys.readouterr().err.strip()
+    assert _snapshot(out) == before and not aio.staging_dirs(out)
+    assert code_seen == 3 and failed and len(err.splitlines()) == 1, err
+    assert f"{aio_errors.STORAGE_ERRNOS[code]} ({errno.errorcode[code]}) writing {str(failed[0])!r}" in err
+    assert "committed nothing" in err and "failed" not in err
+    assert not list(failed[0].parent.glob(f".{failed[0].name}.*.tmp"))  # no temporary file left either
+    monkeypatch.undo()
+    assert main(again) == 0
+
+
+def test_a_dangling_symlink_as_out_is_refused_before_any_work(tmp_path, capsys, session_cache):
+    """Issue 39, item 8: a link to nothing used to pass the preflight and lose every output at the final write."""
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "nowhere")
+    assert main([*ARGS, "--out", str(link)]) == 2
+    err = capsys.readouterr().err
+    assert "is a symbolic link to" in err and "which does not exist" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "nowhere").exists() and link.is_symlink() and sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_out_through_a_symlink_writes_the_folder_and_shares_its_lock(tmp_path, capsys, session_cache):
+    """A link to a folder is followed: the run writes into the folder (staging beside it) and takes the folder's
+    own lock, so a run through the link and a run through the folder's name never go ahead together (issue 39,
+    item 8: both went ahead)."""
+    real, link = tmp_path / "real" / "out", tmp_path / "alias"
+    real.mkdir(parents=True)
+    link.symlink_to(real, target_is_directory=True)
+    with aio.OutputLock(real):
+        assert main([*ARGS, "--out", str(link)]) == 2
+        err = capsys.readouterr().err
+        assert f"{str(real)!r} is in use by another advopenood run" in err and len(err.strip().splitlines()) == 1
+        assert not list(real.iterdir()) and not aio.staging_dirs(real) and not aio.staging_dirs(link)
+        with pytest.raises(aio.OutputError, match="in use"):  # a link to the folder above: one lock too
+            (tmp_path / "up").symlink_to(real.parent, target_is_directory=True)
+            aio.OutputLock(tmp_path / "up" / "out").__enter__()
+    assert main([*ARGS, "--out", str(link)]) == 0
+    assert (real / "ood.csv").is_file() and link.is_symlink() and "ood.csv" in aio.read_manifest(real)
+    assert not aio.staging_dirs(real) and not list(tmp_path.glob(".*")) and not list(real.parent.glob(".*"))

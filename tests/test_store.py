@@ -9,6 +9,7 @@ from advopenood import registry
 from advopenood.data.datasets import Subset, stack
 from advopenood.models.classifier import weights_hash
 from advopenood.attacks.store import AdvStore
+from advopenood.detection.scorecache import ScoreCache
 
 
 @pytest.fixture(scope="module")
@@ -92,3 +93,43 @@ def test_masked_streaming_keeps_order(tmp_path, small, cifar_model):
     mask = np.arange(40) % 3 == 0
     picked = torch.cat([b for b, _ in adv.iter_batches(5, mask=mask)])
     assert torch.equal(picked, adv.load(np.nonzero(mask)[0]))
+
+
+def _leftovers(folder, age: float) -> dict[str, object]:
+    """What a writer killed mid-write leaves (ours, ``age`` seconds old), a running writer's fresh temporary file,
+    and files that only look alike (not ours: they must stay)."""
+    import os
+    import time
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {"stale": folder / ".shard_00001.npz.k3x_9q2a.tmp", "fresh": folder / ".shard_00002.npz.ab12cd34.tmp",
+             "notes": folder / ".notes.tmp", "plain": folder / "shard.tmp", "short": folder / ".x.abc.tmp"}
+    for path in paths.values():
+        path.write_bytes(b"partial")
+    for key in ("stale", "notes", "plain", "short"):
+        os.utime(paths[key], (time.time() - age, time.time() - age))
+    return paths
+
+
+@pytest.mark.parametrize("opener, sub", [(AdvStore, "fgsm-0123456789abcdef"), (ScoreCache, "_parts/0123")])
+def test_opening_the_store_removes_what_a_killed_writer_left(tmp_path, opener, sub):
+    """Issue 39, item 12: kill -9 during a write leaves ``.<name>.<random>.tmp`` beside the store's files. Opening
+    the store (or the score cache) removes ours once no running writer can hold them (a day old here; the bound
+    is an hour), and nothing else."""
+    paths = _leftovers(tmp_path / sub, 24 * 3600)
+    opener(tmp_path)
+    assert not paths["stale"].exists()
+    assert all(paths[k].read_bytes() == b"partial" for k in ("fresh", "notes", "plain", "short"))
+
+
+def test_a_shard_under_its_lock_removes_its_own_temporary_files(tmp_path, small, cifar_model):
+    """A shard regenerated under its lock: that shard's temporary files are nobody's, whatever their age."""
+    store = AdvStore(tmp_path, shard_size=16)
+    adv = gen(store, small, cifar_model, fgsm())
+    adv.shards[1].unlink()  # killed while writing shard 1: no shard, a fresh temporary file beside it
+    left = adv.path / f".{adv.shards[1].name}.zz99yy88.tmp"
+    other = adv.path / ".spec.json.ab12cd34.tmp"  # another name's: not under this lock, too young
+    left.write_bytes(b"partial")
+    other.write_bytes(b"partial")
+    again = gen(store, small, cifar_model, fgsm())
+    assert again.stats["generated"] == 1 and not left.exists() and other.exists()

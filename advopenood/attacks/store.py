@@ -205,11 +205,16 @@ class AdvSet:
 
 
 class AdvStore:
-    """Generates and finds adversarial sets under ``root`` (see the module docstring for the layout)."""
+    """Generates and finds adversarial sets under ``root`` (see the module docstring for the layout).
+
+    Opening the store removes the temporary files that a writer killed mid-write (kill -9, power loss) left in
+    it: only ours (:data:`advopenood.io.TEMP_NAME`), only when no running writer can hold them (older than
+    :data:`advopenood.io.STALE_TEMP_SECONDS`); a shard's own ones go whatever their age once its lock is held."""
 
     def __init__(self, root: Path, shard_size: int = 256):
-        self.root = Path(root).expanduser()
+        self.root = aio.os_path(Path(root).expanduser())
         self.shard_size = int(shard_size)
+        aio.sweep_temp_files(self.root, depth=1)
 
     def spec(self, model_hash: str, data_identity: dict[str, Any], attack: Attack, seed: int) -> dict[str, Any]:
         spec = {"model": model_hash, "data": data_identity, "attack": attack.name, "params": attack.params,
@@ -242,7 +247,9 @@ class AdvStore:
             if state == "ok" and not recompute:
                 reused += 1
                 continue
-            with self._lock(shard):
+            with self._lock(shard):  # every writer of this shard holds the lock: its temporary files are stale
+                for name in (shard.name, shard.name + ".sha256"):
+                    aio.sweep_temp_files(path, older_than=0, depth=0, only=name)
                 state = self._check(shard, warn=not recompute)
                 if state == "ok" and not recompute:
                     reused += 1

@@ -2,7 +2,8 @@
 one (:class:`advopenood.capabilities.CommandAnalysis`).
 
 Bad input exits with code 2 and one line naming the bad value and the valid choices, no traceback. A run in which
-a plugin (detector, evaluator or analysis) failed writes every other output and exits with code 3.
+a plugin (detector, evaluator or analysis) failed writes every other output and exits with code 3; a run that a full,
+read-only or over-quota file system stopped commits nothing and exits with code 3 too, in one line.
 """
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ import argparse  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
-from typing import Callable, Sequence  # noqa: E402
+from typing import Any, Callable, Sequence  # noqa: E402
 
 from advopenood import __version__, registry  # noqa: E402
 from advopenood.cli.parsing import OneLineParser, positive_int  # noqa: E402
-from advopenood.errors import UsageError  # noqa: E402
+from advopenood.errors import StorageError, UsageError  # noqa: E402
 
 #: The core's subcommands; analyses add theirs between ``demo`` and ``list`` (:func:`commands`).
 COMMANDS = {
@@ -201,7 +202,8 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The CLI; returns the exit code (0, 1 from verify, 2 bad input, 3 a plugin failed, 130 Ctrl-C, 143 SIGTERM)."""
+    """The CLI; returns the exit code (0, 1 from verify, 2 bad input, 3 a plugin failed or the file system took no
+    more writes, 130 Ctrl-C, 143 SIGTERM)."""
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if in_main else None
     try:
@@ -209,6 +211,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _finished(ctx: Any, args: argparse.Namespace) -> int:
+    """Print what a finished run did (summary, notes, failures); its exit code: 3 when a plugin failed, else 0."""
+    for line in ctx.extras.get("export", []):
+        print(line)
+    for rel, aside in ctx.extras.get("kept", {}).items():
+        print(f"advopenood: note: {rel!r} in {str(ctx.out)!r} was not the previous run's (changed since, or not "
+              f"written by advopenood); kept as {aside!r}", file=sys.stderr)
+    if ctx.rank != 0:
+        return 0
+    from advopenood.run.summary import summary
+
+    for line in summary(ctx):
+        print(f"advopenood: {line}")
+    for label, reason in ctx.nothing_computed.items():
+        print(f"advopenood: {label} had nothing to compute: {reason}", file=sys.stderr)
+    unbudgeted = [repr(name) for name, adv in ctx.adv_sets.items() if adv.eps is None]
+    if getattr(args, "eps", None) is not None and unbudgeted:
+        print(f"advopenood: note: --eps {args.eps} did not apply to {', '.join(unbudgeted)} (minimal-perturbation "
+              "attacks have no budget; asr.csv leaves their eps empty)", file=sys.stderr)
+    for label, reason in ctx.failures.items():
+        print(f"advopenood: {label} failed: {reason}", file=sys.stderr)
+    if ctx.failures:
+        print(f"advopenood: wrote {ctx.out} without the outputs of {len(ctx.failures)} failed plugin(s); "
+              f"tracebacks in {ctx.out / 'errors.log'}", file=sys.stderr)
+        return 3
+    print(f"advopenood: wrote {ctx.out}")
+    return 0
 
 
 def _main(argv: list[str]) -> int:
@@ -235,31 +266,13 @@ def _main(argv: list[str]) -> int:
         plan = _plan(args, **forced)
         ctx = pipeline.run(plan, attack_only=args.command == "attack", progress=not args.quiet,
                            overwrite=args.overwrite, export_png=args.export_png)
-        for line in ctx.extras.get("export", []):
-            print(line)
-        if ctx.rank != 0:
-            return 0
-        from advopenood.run.summary import summary
-
-        for line in summary(ctx):
-            print(f"advopenood: {line}")
-        for label, reason in ctx.nothing_computed.items():
-            print(f"advopenood: {label} had nothing to compute: {reason}", file=sys.stderr)
-        unbudgeted = [repr(name) for name, adv in ctx.adv_sets.items() if adv.eps is None]
-        if getattr(args, "eps", None) is not None and unbudgeted:
-            print(f"advopenood: note: --eps {args.eps} did not apply to {', '.join(unbudgeted)} (minimal-perturbation "
-                  "attacks have no budget; asr.csv leaves their eps empty)", file=sys.stderr)
-        for label, reason in ctx.failures.items():
-            print(f"advopenood: {label} failed: {reason}", file=sys.stderr)
-        if ctx.failures:
-            print(f"advopenood: wrote {ctx.out} without the outputs of {len(ctx.failures)} failed plugin(s); "
-                  f"tracebacks in {ctx.out / 'errors.log'}", file=sys.stderr)
-            return 3
-        print(f"advopenood: wrote {ctx.out}")
-        return 0
+        return _finished(ctx, args)
     except UsageError as exc:
         print(f"advopenood: error: {exc}", file=sys.stderr)
         return 2
+    except StorageError as exc:  # a full, read-only or over-quota file system: the run failed, nothing committed
+        print(f"advopenood: error: {exc}", file=sys.stderr)
+        return 3
     except Terminated:
         print("advopenood: terminated (SIGTERM); finished shards are kept, run the same command again to resume",
               file=sys.stderr)

@@ -20,6 +20,7 @@ from advopenood.capabilities import is_family, requires_attacks
 from advopenood.config import protocols
 from advopenood.config.schema import RunConfig, parse_eps, thaw
 from advopenood.errors import UsageError
+from advopenood.io import os_path
 
 
 class RunPlan(RunConfig):
@@ -65,12 +66,12 @@ class RunPlan(RunConfig):
     @property
     def output(self) -> Path:
         """The run's output folder: ``out``, else ``runs/<name>``."""
-        return Path(self.out or Path("runs") / self.name).expanduser()
+        return os_path(Path(self.out or Path("runs") / self.name).expanduser())
 
     @property
     def data_root(self) -> Path | None:
         """The folder data paths and the checkpoint are relative to."""
-        return Path(self.data.root) if self.data.root else None
+        return os_path(self.data.root) if self.data.root else None
 
     def params(self, section: str, name: str | None) -> dict[str, Any]:
         """A plain copy of ``<section>.<name>`` (e.g. ``params("detector_params", "knn")``); empty when unset."""
@@ -213,7 +214,7 @@ def cache_dir(plan: Any = None) -> Path:
     """Where adversarial sets and trained models live: the plan's ``cache_dir``, then $ADVOPENOOD_CACHE, then
     ~/.cache/advopenood."""
     chosen = getattr(plan, "cache_dir", None)
-    return Path(chosen or os.environ.get("ADVOPENOOD_CACHE") or "~/.cache/advopenood").expanduser()
+    return os_path(Path(chosen or os.environ.get("ADVOPENOOD_CACHE") or "~/.cache/advopenood").expanduser())
 
 
 def source_name(spec: AttackSpec, ood_names: list[str]) -> str:

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from advopenood.data.specs import INTEGER_LABEL, DataSpec, TorchvisionSpec, as_data_spec
 from advopenood.errors import UsageError
+from advopenood.io import os_path
 
 DATASET_KINDS = ("npz", "idx", "openood", "torchvision", "demo")
 DEMO_SETS = ("digits", "textures", "blobs", "inverted", "noise")
@@ -338,7 +339,8 @@ def _torchvision_dataset(spec: TorchvisionSpec, root: Path | None, name: str, ch
 
 
 def _resolve(path: str, root: Path | None) -> Path:
-    p = Path(path).expanduser()
+    """A data path from the config as the OS spells it (:func:`advopenood.io.os_path`), relative to ``root``."""
+    p = os_path(Path(path).expanduser())
     return p if p.is_absolute() or root is None else root / p
 
 

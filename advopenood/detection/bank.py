@@ -27,7 +27,7 @@ from advopenood.detection.openood_backend import (
 from advopenood.detection.outputs import Outputs, pass_outputs
 from advopenood.detection.postprocessor import Postprocessor
 from advopenood.detection.scorecache import detector_key
-from advopenood.errors import UsageError
+from advopenood.errors import UsageError, reraise_storage_error
 from advopenood.provenance import distribution_version, ships_with_core
 
 
@@ -108,7 +108,9 @@ def _reason(stage: str, exc: BaseException) -> str:
 
 
 def _fail(errors: dict[str, str], traces: dict[str, str], key: str, stage: str, exc: BaseException) -> None:
-    """Record a detector's failure: one line in ``errors``, the current traceback in ``traces``."""
+    """Record a detector's failure: one line in ``errors``, the current traceback in ``traces``; an OSError of a
+    full, read-only or over-quota file system is raised again instead (the run's failure, not the detector's)."""
+    reraise_storage_error(exc)
     errors[key] = _reason(stage, exc)
     traces[key] = traceback.format_exc()
 
@@ -196,6 +198,7 @@ class DetectorBank:
                         raise ValueError(f"{len(conf)} scores for a batch of {len(x)}")
                     parts[key][b] = conf
                 except Exception as exc:  # skipped with its reason
+                    reraise_storage_error(exc)
                     self.traces[key] = traceback.format_exc()
                     self.drop(key, _reason(f"scoring {set_name!r}", exc))
                     active.remove(key)

@@ -78,10 +78,13 @@ def set_key(identity: Mapping[str, Any]) -> str:
 
 
 class ScoreCache:
-    """Score vectors under ``root``: :meth:`load` returns None for a missing or corrupt entry."""
+    """Score vectors under ``root``: :meth:`load` returns None for a missing or corrupt entry. Opening the cache
+    removes the temporary files a killed writer left (:func:`advopenood.io.sweep_temp_files`: ours only, older than
+    any running writer's)."""
 
     def __init__(self, root: Path):
-        self.root = Path(root)
+        self.root = aio.os_path(root)
+        aio.sweep_temp_files(self.root, depth=2)
 
     def path(self, name: str, det_key: str, identity: Mapping[str, Any]) -> Path:
         return self.root / f"{name}-{det_key[:24]}" / f"{set_key(identity)}.npy"

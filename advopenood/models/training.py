@@ -72,7 +72,8 @@ def trained_model(spec: ModelSpec | Mapping[str, Any], data: Dataset, cache: Pat
     arch = {k: getattr(spec, k) for k in ("arch", "num_classes", "in_channels", "input_size", "mean", "std")}
     key = canonical_key({"model": arch, "data": data.identity(), "recipe": recipe, "seed": seed, "init": "seeded",
                          "torch": library_versions()["torch"]})[:16]
-    path = Path(cache) / "models" / f"{spec.arch}-{key}.pt"
+    path = aio.os_path(cache) / "models" / f"{spec.arch}-{key}.pt"
+    aio.sweep_temp_files(path.parent, depth=0)  # what a writer killed mid-write left (ours, older than any writer's)
     if path.is_file():
         return build_from_config(spec, path, device)
     # the initial weights come from the seed, not from whatever drew from torch's generator earlier in the process

@@ -18,7 +18,7 @@ from advopenood.attacks.store import AdvSet, AdvStore
 from advopenood.capabilities import bind_attack
 from advopenood.config.plan import AttackSpec, RunPlan, source_set
 from advopenood.data.datasets import make_loader
-from advopenood.errors import UsageError
+from advopenood.errors import UsageError, reraise_storage_error
 from advopenood.evaluation.context import CleanRecord, RunContext
 from advopenood.evaluation.intervals import wilson
 from advopenood.models.classifier import Classifier, weights_hash
@@ -103,7 +103,8 @@ def generate_sets(plan: RunPlan, model: Classifier, id_set, device: torch.device
     the manifests, and every rank sees the complete sets.
     With ``errors`` (one process only), an attack that raises (or whose output fails
     :func:`advopenood.attacks.store.check_attack_output`) costs only its set: the set is left out, ``errors``
-    gets ``attack:<set>`` -> one line and ``traces`` its traceback; otherwise (and for a UsageError) it raises.
+    gets ``attack:<set>`` -> one line and ``traces`` its traceback; otherwise (and for a UsageError, or an OSError
+    of a full, read-only or over-quota file system: :func:`advopenood.errors.storage_error`) it raises.
     """
     store = AdvStore(plan.cache / "adv", shard_size=plan.shard_size)
     model_hash = weights_hash(model)
@@ -116,6 +117,7 @@ def generate_sets(plan: RunPlan, model: Classifier, id_set, device: torch.device
         except UsageError:
             raise
         except Exception as exc:
+            reraise_storage_error(exc)  # a full disk or store is the run's failure, not the attack's
             if errors is None or world_size > 1:
                 raise
             label = f"attack:{spec.set_name}"

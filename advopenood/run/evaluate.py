@@ -9,6 +9,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from advopenood import io as aio
+from advopenood.errors import reraise_storage_error
 from advopenood.evaluation.context import RunContext
 from advopenood.outputs import results as outputs
 from advopenood.outputs.report import asr_section
@@ -18,7 +19,8 @@ def run_plugin(ctx: RunContext, label: str, plugin: Callable[[RunContext], Any])
     """Run one evaluator or analysis and write its outputs; its sections for the report.
 
     A plugin that raises costs only its own outputs: the files it wrote are removed, its failure is recorded in
-    ``ctx.plugin_errors`` (one line; the traceback goes to ``errors.log``) and the run goes on. A plugin that
+    ``ctx.plugin_errors`` (one line; the traceback goes to ``errors.log``) and the run goes on, unless a full,
+    read-only or over-quota file system is behind it (:func:`advopenood.errors.storage_error`): that fails the run. A plugin that
     returns nothing is recorded in ``ctx.nothing_computed`` with its reason and gets a section saying so."""
     before = set(aio.files_under(ctx.out))
     try:
@@ -31,6 +33,7 @@ def run_plugin(ctx: RunContext, label: str, plugin: Callable[[RunContext], Any])
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:
+        reraise_storage_error(exc)  # a full disk is the run's failure, not the plugin's
         for rel in set(aio.files_under(ctx.out)) - before:
             (ctx.out / rel).unlink(missing_ok=True)
         text = " ".join(str(exc).split()) or type(exc).__name__

@@ -10,13 +10,16 @@ next start.
 from __future__ import annotations
 
 import contextlib
+import errno
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from advopenood import io as aio
 from advopenood.config.loading import validate
 from advopenood.config.plan import RunPlan
+from advopenood.errors import STORAGE_ERRNOS, StorageError, storage_error
 from advopenood.evaluation.context import RunContext
 from advopenood.run.attack import attack
 from advopenood.run.detect import detect
@@ -32,23 +35,49 @@ def run(plan: RunPlan | Mapping[str, Any], *, attack_only: bool = False, progres
 
     The preflight (:func:`advopenood.run.preflight.preflight`) runs first; nothing is written when it fails. Outputs
     go to a staging folder beside the output folder and replace the previous run's files (those its
-    ``manifest.json`` lists) at the end, so the folder only ever shows one run's files.
+    ``manifest.json`` lists) at the end, so the folder only ever shows one run's files. The output folder is its
+    real path (:func:`advopenood.io.resolve_output`: a symbolic link to a folder is followed). A full, read-only
+    or over-quota file system anywhere in the run raises :class:`~advopenood.errors.StorageError` (one line) and
+    commits nothing.
     Under ``torchrun`` every rank shares the attack stage and the detector stage (fit pass and scoring, sharded
     by batch through the store); rank 0 alone merges the scores, evaluates and writes outputs.
     """
     t0 = time.perf_counter()
     plan = plan if isinstance(plan, RunPlan) else validate(plan)
     preflight(plan, overwrite=overwrite, attack_only=attack_only)
+    final = aio.resolve_output(plan.output)
+    try:
+        return _locked(plan, final, t0, attack_only=attack_only, progress=progress, export_png=export_png)
+    except Exception as exc:
+        failure = storage_error(exc)
+        if failure is None:
+            raise
+        raise StorageError(storage_message(failure, final, plan.cache)) from exc
+
+
+def storage_message(exc: OSError, final: Path, cache: Path) -> str:
+    """The one line of a run stopped by a full, read-only or over-quota file system: what, where, and that the
+    previous outputs are as they were."""
+    where = f"writing {exc.filename!r}" if exc.filename else \
+        f"writing under {str(final)!r} or the cache {str(cache)!r} (the system named no file)"
+    return (f"{STORAGE_ERRNOS[exc.errno]} ({errno.errorcode[exc.errno]}) {where}; the run stopped and committed "
+            f"nothing: the previous outputs in {str(final)!r} are as they were, and the store keeps every finished "
+            "shard; free space (or make it writable) and run the same command again")
+
+
+def _locked(plan: RunPlan, final: Path, t0: float, *, attack_only: bool, progress: bool,
+            export_png: bool) -> RunContext:
+    """The run under the output folder's lock (rank 0), into a staging folder that is committed at the end or
+    removed."""
     rank, world_size = distributed()
-    with aio.OutputLock(plan.output) if rank == 0 else contextlib.nullcontext():
+    with aio.OutputLock(final) if rank == 0 else contextlib.nullcontext():
         if rank == 0:
-            aio.check_output_folder(plan.output)
+            aio.check_output_folder(final)
         seed_everything(plan.seed)
         plan = plan.replace(device=str(rank_device(plan.device, rank)))
         progress = progress and rank == 0
         inputs = prepare(plan, progress)
         plugins = [] if attack_only else build_plugins(plan)
-        final = plan.output
         setup = Setup(plan, aio.begin_output(final) if rank == 0 else final, final, rank, world_size, progress,
                       attack_only, export_png)
         timings = {"setup": time.perf_counter() - t0}
@@ -73,6 +102,6 @@ def _stages(setup: Setup, inputs: Inputs, plugins: list[tuple[str, Any]], timing
     if not setup.attack_only:
         timings.update(evaluate(ctx, plugins, attacked.asr))
     report(setup, ctx, timings, t0)
-    aio.commit_output(setup.out, setup.final)
+    aio.commit_output(setup.out, setup.final, kept=ctx.extras.setdefault("kept", {}))
     ctx.out = setup.final
     return ctx

@@ -26,7 +26,7 @@ from advopenood import registry
 from advopenood.config.plan import RunPlan
 from advopenood.data.specs import INTEGER_LABEL, IdxSpec, OpenOODSpec
 from advopenood.errors import UsageError
-from advopenood.io import MANIFEST, OutputError, check_output_folder
+from advopenood.io import MANIFEST, OutputError, changed_files, check_output_folder, os_path, resolve_output
 
 
 def _writable(folder: Path) -> bool:
@@ -54,14 +54,26 @@ def check_folder(path: Path, what: str) -> None:
 
 def check_output(path: Path, overwrite: bool) -> None:
     """The output folder is ours to write: new, empty, a previous run's (it has our manifest), or ``overwrite``;
-    in every case without a symbolic link inside and without a manifest we did not write
-    (:func:`advopenood.io.check_output_folder`), since a run deletes the files a previous run's manifest lists."""
+    in every case a real folder or a link to one (:func:`advopenood.io.resolve_output`), without a symbolic link
+    inside and without a manifest we did not write (:func:`advopenood.io.check_output_folder`), since a run
+    deletes the files a previous run's manifest lists; a listed file changed since that run needs ``overwrite``
+    (the run then keeps it, :func:`advopenood.io.commit_output`)."""
+    try:
+        path = resolve_output(path)
+    except OutputError as exc:
+        raise UsageError(str(exc)) from None
     check_folder(path, "output folder")
     check_folder(path.parent, "folder of the output folder")
     try:
         check_output_folder(path)
+        changed = changed_files(path)
     except OutputError as exc:
         raise UsageError(f"{exc}; valid choices: another --out, or remove it") from None
+    if changed and not overwrite:
+        more = f", and {len(changed) - 1} more" if len(changed) > 1 else ""
+        raise UsageError(f"output folder {str(path)!r}: {changed[0]!r}{more} changed since the run that wrote it (its "
+                         "SHA-256 differs from manifest.json's), and a new run replaces that run's files; valid "
+                         "choices: another --out, move the file away, or --overwrite (the changed file is kept)")
     if not path.is_dir() or overwrite or (path / MANIFEST).is_file():
         return
     foreign = sorted(p.name for p in path.iterdir() if not p.name.startswith("."))
@@ -136,7 +148,7 @@ def check_npz(path: Path, channels: int) -> None:
 
 
 def _resolve(path: str, root: Path | None) -> Path:
-    p = Path(path).expanduser()
+    p = os_path(Path(path).expanduser())
     return p if p.is_absolute() or root is None else root / p
 
 
@@ -268,7 +280,7 @@ def checkpoint_path(plan: RunPlan) -> Path | None:
     """The planned checkpoint, relative to the data root when relative; None when the model is trained."""
     if not plan.model.checkpoint:
         return None
-    path = Path(plan.model.checkpoint).expanduser()
+    path = os_path(Path(plan.model.checkpoint).expanduser())
     return path if path.is_absolute() or plan.data_root is None else plan.data_root / path
 
 
