@@ -75,7 +75,11 @@ def sweep_temp_files(folder: Path, *, older_than: float = STALE_TEMP_SECONDS, de
     if depth < 0 or folder.is_symlink() or not folder.is_dir():
         return removed
     now = time.time()
-    for entry in os.scandir(folder):
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:  # unreadable: nothing of ours to find there (the preflight checks the folders a run writes)
+        return removed
+    for entry in entries:
         if entry.is_dir(follow_symlinks=False):
             removed += sweep_temp_files(entry.path, older_than=older_than, depth=depth - 1, only=only)
             continue
