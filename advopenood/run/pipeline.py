@@ -10,6 +10,7 @@ next start.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -47,6 +48,8 @@ def run(plan: RunPlan | Mapping[str, Any], *, attack_only: bool = False, progres
         plan = plan.replace(device=str(rank_device(plan.device, rank)))
         progress = progress and rank == 0
         inputs = prepare(plan, progress)
+        for line in inputs.warnings if rank == 0 else ():
+            print(f"advopenood: warning: {line}", file=sys.stderr)
         plugins = [] if attack_only else build_plugins(plan)
         final = plan.output
         setup = Setup(plan, aio.begin_output(final) if rank == 0 else final, final, rank, world_size, progress,
