@@ -112,3 +112,39 @@ def test_idx_reader_matches_the_arrays(tmp_path, data_root):
     assert torch.equal(x[0, 0], torch.from_numpy(raw["x"][7]).float() / 255) and y.item() == raw["y"][7]
     with pytest.raises(UsageError, match="lab2.gz"):
         build_dataset({"kind": "idx", "images": "img.gz", "labels": "lab2.gz"}, tmp_path, 1, 28)
+
+
+@pytest.mark.parametrize("dtype, lo, hi, warned", [
+    (np.uint8, 0, 1, True), (np.uint8, 0, 15, True), (np.uint8, 100, 115, True), (np.uint8, 0, 16, False),
+    (np.uint8, 0, 255, False), (np.float32, 0.0, 1 / 255, True), (np.float32, 0.2, 0.9, False)])
+def test_a_set_whose_pixels_span_a_small_share_of_their_range_is_named(dtype, lo, hi, warned):
+    """Issue 39 item 6: the rule is max - min under 1/16 of the type's range (uint8 16 levels, float 1/16)."""
+    from advopenood.data.datasets import ArrayDataset, range_warning
+
+    x = np.full((4, 8, 8), lo, dtype=dtype)
+    x[1, 2, 3] = hi
+    ds = ArrayDataset(x, np.zeros(4), "masks", "sha", 3, 8)
+    assert bool(range_warning(ds)) is warned
+
+
+def test_a_binarised_uint8_set_is_warned_about_in_the_report_run_json_and_stderr(data_root, tmp_path, capsys):
+    """The pack's Textures binarised to uint8 0/1 (a mask saved as uint8) as the OOD set: the run goes ahead
+    (it may be meant), and says so on stderr, in run.json's ``warnings`` and in the report; CIFAR-10 is not named."""
+    import json
+
+    from advopenood.cli.main import main
+
+    from conftest import pack_config
+
+    raw = np.load(data_root / "texture_test.npz")
+    np.savez(tmp_path / "masks.npz", x=(raw["x"][:16] > 127).astype(np.uint8), y=raw["y"][:16])
+    cfg = pack_config(tmp_path / "work", data_root, {
+        "data.ood": [{"kind": "npz", "path": str(tmp_path / "masks.npz"), "name": "masks"}],
+        "attacks": [], "ci": {"method": "none"}})
+    out = tmp_path / "out"
+    assert main(["run", "--config", cfg, "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--quiet"]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warned) == 1 and "'masks'" in warned[0] and "span only 0 to 1," in warned[0], warned
+    info = json.loads((out / "run.json").read_text())
+    assert len(info["warnings"]) == 1 and "'masks'" in info["warnings"][0] and "cifar10" not in info["warnings"][0]
+    assert info["warnings"][0] in (out / "report.md").read_text()

@@ -69,6 +69,23 @@ def _bad_crc_npz(folder: Path, name: str) -> str:
     return name
 
 
+def _raw_npz(folder: Path, name: str, x_npy: bytes) -> str:
+    """An npz whose ``x.npy`` member is ``x_npy`` as given (a hand-crafted header), with 6 good labels."""
+    labels = io.BytesIO()
+    np.save(labels, np.arange(6))
+    with zipfile.ZipFile(folder / name, "w") as zf:
+        zf.writestr("x.npy", x_npy)
+        zf.writestr("y.npy", labels.getvalue())
+    return name
+
+
+def _npy_header(text: str) -> bytes:
+    """A version 1.0 ``.npy`` header holding ``text`` (padded as numpy pads), followed by 1,536 bytes of pixels."""
+    raw = text.encode("latin1")
+    raw += b" " * (-(10 + len(raw) + 1) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(raw).to_bytes(2, "little") + raw + bytes(1536)
+
+
 def _float_npz(folder: Path, name: str, bad: float) -> str:
     x = np.random.default_rng(0).random((6, 16, 16), dtype=np.float32)
     x[3, 5, 7] = bad
@@ -139,6 +156,22 @@ CASES = {
         _id_entry(lambda f: {"kind": "npz", "path": _npz_bytes(f, "a.npz", {
             "x": (np.zeros((6, 16, 16), np.uint8), (12, 16, 16)), "y": (np.arange(12), (12,))})}),
         "claims shape (12, 16, 16) (3072 bytes) but only 1536 bytes are stored"),
+    # issue 39, item 9: a size that overflows int64 (2**32 * 2**32 * 16 = 0 mod 2**64) and headers that do not parse
+    "npz header claims a huge shape": (
+        _id_entry(lambda f: {"kind": "npz", "path": _raw_npz(f, "a.npz", _npy_header(
+            "{'descr': '|u1', 'fortran_order': False, 'shape': (4294967296, 4294967296, 16), }"))}),
+        "claims shape (4294967296, 4294967296, 16) (295147905179352825856 bytes) but only 1536 bytes are stored"),
+    "npz header that does not parse": (
+        _id_entry(lambda f: {"kind": "npz", "path": _raw_npz(f, "a.npz", _npy_header(
+            "{'descr': '|u1', 'fortran_order': False, 'shape': (6, 16, 16) garbage"))}),
+        "a.npz' is not a readable .npz"),
+    "npz header with a bad magic string": (
+        _id_entry(lambda f: {"kind": "npz", "path": _raw_npz(f, "a.npz", b"NOTNUMPY" + bytes(1600))}),
+        "a.npz' is not a readable .npz"),
+    "npz header with a negative dimension": (
+        _id_entry(lambda f: {"kind": "npz", "path": _raw_npz(f, "a.npz", _npy_header(
+            "{'descr': '|u1', 'fortran_order': False, 'shape': (6, -16, 16), }"))}),
+        "a.npz' is not a readable .npz"),
     "ood npz with 0 images": (_ood_entry(lambda f: {"kind": "npz", "path": _npz(f, "o.npz", n=0, labels=None)}),
                               "holds no images"),
     "ood idx with 0 images": (_ood_entry(lambda f: _idx(f, 0, 0)), "holds no images"),

@@ -36,6 +36,10 @@ def thaw(value: Any) -> Any:
 BACKENDS = ("auto", "openood", "pytorch-ood")
 DEVICE_PATTERN = r"^(cpu|cuda(:\d+)?)$"
 SEED_MAX = 2**63 - 1
+#: the most bootstrap resamples a cell may ask for: 50 times the default, whose Monte Carlo error on the interval's
+#: ends is already below the tables' precision; above it the time (the oracle's re-derivation most of all), not the
+#: answer, grows (docs/concepts.md, "Intervals")
+MAX_RESAMPLES = 100_000
 
 
 def parse_eps(text: str | float) -> float:
@@ -132,8 +136,8 @@ class CISection(StrictModel):
 
     #: ``bootstrap`` (stratified percentile bootstrap), ``delong`` (AUROC only) or ``none``
     method: Literal["bootstrap", "delong", "none"] = "bootstrap"
-    #: bootstrap resamples per cell (at least 100)
-    resamples: int = Field(2000, ge=100)
+    #: bootstrap resamples per cell (100 to :data:`MAX_RESAMPLES`)
+    resamples: int = Field(2000, ge=100, le=MAX_RESAMPLES)
 
 
 class RunConfig(StrictModel):

@@ -64,6 +64,31 @@ def resize_crop(t: torch.Tensor, pre_size: int, size: int) -> torch.Tensor:
     return TF.center_crop(t, [size, size]).clamp(0, 1)
 
 
+#: a set whose pixels span less than this share of their type's range (uint8: 0-255, float: [0, 1]) is named in a
+#: warning (:func:`range_warning`): max - min under 16 for uint8
+SMALL_RANGE = 1 / 16
+
+
+def range_warning(ds: Dataset) -> str:
+    """A one-line warning when the pixels of the rows a run uses span less than :data:`SMALL_RANGE` of their
+    type's range, e.g. a mask or a binarised set saved as uint8 0 and 1, which the model sees as near-black images
+    (``/ 255``); "" otherwise, and for image-file sets (their decoded pixels are not held)."""
+    base, rows = (ds.base, ds.indices) if isinstance(ds, Subset) else (ds, None)
+    if not isinstance(base, ArrayDataset) or len(ds) == 0:
+        return ""
+    x = base.x if rows is None else base.x[rows]
+    full = 255.0 if x.dtype == np.uint8 else 1.0
+    lo, hi = float(np.min(x)), float(np.max(x))
+    if hi - lo >= SMALL_RANGE * full:
+        return ""
+    if x.dtype == np.uint8:
+        return (f"set {ds.name!r}: its uint8 pixels span only {lo:g} to {hi:g}, under 1/16 of 0 to 255; a mask or "
+                "binarised set saved as uint8 0/1 reaches the model as near-black images (pixel / 255): scale it to "
+                "0-255, or check that this is the set you mean")
+    return (f"set {ds.name!r}: its {x.dtype} pixels span only {lo:.3g} to {hi:.3g}, under 1/16 of 0 to 1; the model "
+            "sees nearly one grey level: check that this is the set you mean")
+
+
 class ArrayDataset(Dataset):
     """Images held as a uint8 (or [0, 1] float) array ``N x H x W [x C]`` with integer labels."""
 

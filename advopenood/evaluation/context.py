@@ -70,6 +70,9 @@ class RunContext:
     #: whose attack raised or returned impossible images (``attack:<set>``); their outputs are not written, every
     #: other output is
     plugin_errors: dict[str, str] = field(default_factory=dict)
+    #: one line per input set that looks wrong but may be meant (e.g. pixels spanning a small share of their type's
+    #: range); run.json's ``warnings`` and the report show them
+    warnings: list[str] = field(default_factory=list)
     #: evaluators and analyses that ran but returned nothing (label -> why: :attr:`Results.empty_reason`)
     nothing_computed: dict[str, str] = field(default_factory=dict)
     #: the traceback of each failure (``detector:<name>`` or the plugin's label), for ``errors.log``

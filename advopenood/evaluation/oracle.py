@@ -16,7 +16,8 @@ decision score is ``-conf``; every metric is in percent.
 * **bootstrap**: the stratified percentile interval (2.5 and 97.5 % linear quantiles) over the run's resamples: the
   cell's seed is the first 8 bytes, little-endian, of SHA-256 of ``"<run seed>\\0<cell key>"``; a PCG64 generator
   seeded with it draws the ``(resamples, n_id)`` ID indices, then the ``(resamples, n_ood)`` OOD indices, uniform
-  with replacement. Each resample's metrics are computed one resample at a time (:func:`replicates`).
+  with replacement, drawn and used a block at a time (:func:`resample_blocks`). Each resample's metrics are computed
+  one resample at a time (:func:`replicates`).
 * **DeLong**: DeLong, DeLong and Clarke-Pearson (1988) from the pairwise comparison matrix ``psi`` (one row per
   OOD image, one column per ID image), for one AUROC and for the difference of two on the same images.
 * **Wilson**: the 95 % score interval on a share as the roots of its quadratic (Wilson 1927).
@@ -26,13 +27,15 @@ from __future__ import annotations
 import hashlib
 import math
 import struct
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 
 METRICS = ("fpr95", "auroc", "aupr_in", "aupr_out")
 TPR = 0.95
 LEVEL = 0.95
+#: index draws per side that :func:`resample_blocks` holds at once (int64: 8 MiB a side)
+HELD = 1_000_000
 
 
 def _z() -> float:
@@ -120,8 +123,27 @@ def cell_seed(seed: int, key: str) -> int:
     return int(struct.unpack("<Q", digest[:8])[0])
 
 
+def resample_blocks(seed: int, key: str, n_id: int, n_ood: int, resamples: int
+                    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The cell's stratified draws in consecutive blocks of resamples ``(idx_id, idx_ood)``: the stream draws the
+    ``(resamples, n_id)`` ID indices first, then the ``(resamples, n_ood)`` OOD indices. A second generator on the
+    same seed first draws the ID indices block by block and drops them, to stand where the OOD draws begin; so at
+    most :data:`HELD` indices a side are held, whatever the resample count (PCG64's stream does not depend on how
+    its draws are split into calls)."""
+    rows = max(1, HELD // max(n_id, n_ood, 1))
+    ids = np.random.Generator(np.random.PCG64(cell_seed(seed, key)))
+    oods = np.random.Generator(np.random.PCG64(cell_seed(seed, key)))
+    for start in range(0, resamples, rows):
+        oods.integers(0, n_id, size=(min(rows, resamples - start), n_id))
+    for start in range(0, resamples, rows):
+        size = min(rows, resamples - start)
+        idx_id = ids.integers(0, n_id, size=(size, n_id))
+        yield idx_id, oods.integers(0, n_ood, size=(size, n_ood))
+
+
 def resample_indices(seed: int, key: str, n_id: int, n_ood: int, resamples: int) -> tuple[np.ndarray, np.ndarray]:
-    """The cell's stratified draws: ``(resamples, n_id)`` ID indices, then ``(resamples, n_ood)`` OOD indices."""
+    """The cell's stratified draws all at once, ``(resamples, n_id)`` ID then ``(resamples, n_ood)`` OOD indices,
+    for hooks written against it; its memory grows with the resamples (:func:`seeded_replicates` does not)."""
     rng = np.random.Generator(np.random.PCG64(cell_seed(seed, key)))
     idx_id = rng.integers(0, n_id, size=(resamples, n_id))
     return idx_id, rng.integers(0, n_ood, size=(resamples, n_ood))
@@ -133,8 +155,27 @@ def replicates(conf_id: np.ndarray, conf_ood: np.ndarray, idx_id: np.ndarray, id
     ``conf_id[idx_id[b]]`` against ``conf_ood[idx_ood[b]]`` (usable arrays: no NaN)."""
     conf_id, conf_ood = _arrays(conf_id, conf_ood)
     wanted = tuple(wanted)
-    rows = [_metrics(conf_id[i], conf_ood[j], wanted) for i, j in zip(idx_id, idx_ood)]
-    return {m: np.array([r[m] for r in rows]) for m in wanted}
+    out = {m: np.empty(len(idx_id)) for m in wanted}
+    for b, (i, j) in enumerate(zip(idx_id, idx_ood)):
+        for m, value in _metrics(conf_id[i], conf_ood[j], wanted).items():
+            out[m][b] = value
+    return out
+
+
+def seeded_replicates(cells: list[tuple[np.ndarray, np.ndarray]], seed: int, key: str, resamples: int,
+                      wanted: Iterable[str] = METRICS) -> list[dict[str, np.ndarray]]:
+    """:func:`replicates` of each cell on the seeded draws of ``(seed, key)`` (:func:`resample_blocks`), the same
+    draws for every cell (they share one ID and one OOD length: paired cells)."""
+    wanted = tuple(wanted)
+    out = [{m: np.empty(resamples) for m in wanted} for _ in cells]
+    done = 0
+    if cells:
+        for idx_id, idx_ood in resample_blocks(seed, key, len(cells[0][0]), len(cells[0][1]), resamples):
+            for (conf_id, conf_ood), into in zip(cells, out):
+                for m, values in replicates(conf_id, conf_ood, idx_id, idx_ood, wanted).items():
+                    into[m][done:done + len(values)] = values
+            done += len(idx_id)
+    return out
 
 
 def percentile_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
@@ -153,9 +194,7 @@ def percentile_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float
 def bootstrap_interval(conf_id: np.ndarray, conf_ood: np.ndarray, seed: int, key: str, resamples: int,
                        wanted: Iterable[str] = METRICS) -> tuple[dict[str, tuple[float, float]], dict[str, np.ndarray]]:
     """``({metric: (lo, hi)}, replicates)`` of one cell's seeded stratified bootstrap (usable arrays)."""
-    conf_id, conf_ood = _arrays(conf_id, conf_ood)
-    idx_id, idx_ood = resample_indices(seed, key, len(conf_id), len(conf_ood), resamples)
-    reps = replicates(conf_id, conf_ood, idx_id, idx_ood, wanted)
+    reps = seeded_replicates([_arrays(conf_id, conf_ood)], seed, key, resamples, wanted)[0]
     return {m: percentile_interval(v) for m, v in reps.items()}, reps
 
 

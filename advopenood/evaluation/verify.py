@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from advopenood.config.schema import MAX_RESAMPLES
 from advopenood.errors import UsageError
 from advopenood.evaluation import oracle
 
@@ -45,9 +46,20 @@ class RunFiles:
         if not info.is_file():
             raise UsageError(f"{str(folder)!r} is not a run folder (no run.json); valid input: the --out of a run")
         try:
-            return cls(folder, json.loads(info.read_text()))
+            run = cls(folder, json.loads(info.read_text()))
         except (OSError, ValueError) as exc:
             raise UsageError(f"{str(info)!r} is not readable JSON ({exc})") from None
+        run.check_resamples()
+        return run
+
+    def check_resamples(self) -> None:
+        """A UsageError (exit 2) when ``run.json``'s ``ci.resamples`` is not an integer from 0 to
+        :data:`~advopenood.config.schema.MAX_RESAMPLES`: no run writes one, and re-deriving it could not end."""
+        ci = self.config.get("ci") or {}
+        resamples = ci.get("resamples", 0) if isinstance(ci, dict) else None
+        if isinstance(resamples, bool) or not isinstance(resamples, int) or not 0 <= resamples <= MAX_RESAMPLES:
+            raise UsageError(f"{str(self.path / 'run.json')!r}: config.ci.resamples is {resamples!r}; valid: an "
+                             f"integer from 100 to {MAX_RESAMPLES} (a run never writes another; the file was edited)")
 
     @property
     def protocol(self) -> str:

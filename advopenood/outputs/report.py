@@ -219,6 +219,9 @@ def _run_section(info: dict[str, Any]) -> list[Block]:
         blocks.append(Block("p", "Plugins that failed (a detector's rows are empty, an evaluator's or analysis' "
                                  "outputs are missing; the tracebacks are in errors.log):"))
         blocks.append(Block("ul", failed))
+    if info.get("warnings"):
+        blocks.append(Block("p", "Warnings (the run went ahead; check these inputs):"))
+        blocks.append(Block("ul", [str(w) for w in info["warnings"]]))
     replaced = [f"{o['kind']} {o['name']}: {o['plugin']} replaces {o['replaces']}"
                 for o in info.get("plugin_overrides") or []]
     if replaced:

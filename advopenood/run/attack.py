@@ -153,6 +153,7 @@ def attack(setup: Setup, inputs: Inputs) -> Attacked:
                      adv_sets, clean, batch_size=bs, protocol=plan.protocol, rank=rank, progress=setup.progress)
     ctx.plugin_errors.update(errors)
     ctx.traces.update(traces)
+    ctx.warnings.extend(inputs.warnings)
     if rank != 0:
         return Attacked(ctx, None, seconds)
     asr = pd.DataFrame([asr_row(a, dataset, arch, seed, clean.accuracy, ctx.protocol, plan.ci.method)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -77,6 +78,8 @@ def _locked(plan: RunPlan, final: Path, t0: float, *, attack_only: bool, progres
         plan = plan.replace(device=str(rank_device(plan.device, rank)))
         progress = progress and rank == 0
         inputs = prepare(plan, progress)
+        for line in inputs.warnings if rank == 0 else ():
+            print(f"advopenood: warning: {line}", file=sys.stderr)
         plugins = [] if attack_only else build_plugins(plan)
         setup = Setup(plan, aio.begin_output(final) if rank == 0 else final, final, rank, world_size, progress,
                       attack_only, export_png)

@@ -12,13 +12,14 @@ torch is imported.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import re
 import stat
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -82,9 +83,25 @@ def check_output(path: Path, overwrite: bool) -> None:
                          "valid choices: a new or empty folder, a previous run's folder, or --overwrite")
 
 
+def _npy_header(f: IO[bytes], name: str) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype from one ``.npy`` member's header; a ValueError naming the member when the header does not
+    parse (numpy raises SyntaxError, tokenize errors and others on hand-edited text) or claims a negative size."""
+    try:
+        version = np.lib.format.read_magic(f)
+        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = reader(f)
+    except Exception as exc:  # any failure to parse untrusted header text is the same finding
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"member {name!r}: its header does not parse ({type(exc).__name__}: {detail})") from None
+    if any(int(d) < 0 for d in shape):
+        raise ValueError(f"member {name!r}: its header claims shape {shape}, with a negative dimension")
+    return tuple(int(d) for d in shape), dtype
+
+
 def _npy_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """Shape and dtype of each array in an ``.npz`` file, from the headers (no array is loaded); every member's
-    CRC is checked and a header must not claim more bytes than its member stores (ValueError otherwise)."""
+    CRC is checked and a header must parse and not claim more bytes than its member stores (ValueError otherwise;
+    sizes in Python integers, which do not overflow)."""
     out = {}
     with zipfile.ZipFile(path) as zf:
         corrupt = zf.testzip()
@@ -94,11 +111,9 @@ def _npy_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
             if not name.endswith(".npy"):
                 continue
             with zf.open(name) as f:
-                version = np.lib.format.read_magic(f)
-                reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-                shape, _, dtype = reader(f)
+                shape, dtype = _npy_header(f, name)
                 stored = zf.getinfo(name).file_size - f.tell()
-            needed = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            needed = math.prod(shape) * dtype.itemsize
             if not dtype.hasobject and stored < needed:
                 raise ValueError(f"array {name[:-4]!r}: its header claims shape {shape} ({needed} bytes) but only "
                                  f"{stored} bytes are stored (a truncated or hand-edited file)")

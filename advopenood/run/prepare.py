@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from advopenood.config.plan import RunPlan
-from advopenood.data.datasets import build_dataset, limit_dataset
+from advopenood.data.datasets import build_dataset, limit_dataset, range_warning
 from advopenood.models.classifier import Classifier, build_from_config, set_precision
 from advopenood.models.training import trained_model
 from advopenood.run.preflight import checkpoint_path
@@ -76,6 +76,9 @@ class Inputs:
     id_set: Any
     fit_set: Any
     ood_sets: dict[str, Any]
+    #: one line per set whose pixels span a small share of their type's range (:func:`~advopenood.data.datasets.
+    #: range_warning`); run.json's ``warnings``, the report and stderr show them
+    warnings: tuple[str, ...] = ()
 
 
 def prepare(plan: RunPlan, progress: bool = True) -> Inputs:
@@ -94,4 +97,6 @@ def prepare(plan: RunPlan, progress: bool = True) -> Inputs:
     device = torch.device(plan.device)
     model = load_model(plan, fit_set, device, progress)
     model.precision = set_precision(model, device, plan.amp, plan.channels_last)
-    return Inputs(model, id_set, fit_set, ood_sets)
+    sets = (id_set, fit_set, *ood_sets.values())
+    warnings = tuple(dict.fromkeys(w for w in map(range_warning, sets) if w))  # the fit set may be the ID set
+    return Inputs(model, id_set, fit_set, ood_sets, warnings)

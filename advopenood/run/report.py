@@ -63,6 +63,7 @@ def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
         "plugin_errors": ctx.plugin_errors,
         "plugin_overrides": registry.overrides(),
         "nothing_computed": ctx.nothing_computed,
+        "warnings": ctx.warnings,
         "timings_s": timings,
     }
 

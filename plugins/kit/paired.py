@@ -9,7 +9,7 @@ same images, so their AUROCs are compared paired: with at most :data:`MAX_ALL_PA
 
 **Intervals** on ``delta_auroc = auroc_a - auroc_b`` (percent points), by the run's ``ci`` plan: ``bootstrap``:
 the percentile interval of the replicates' differences, both detectors resampled with the same ID and OOD draws
-(one draw per set, :func:`advopenood.evaluation.intervals.generator` of the run seed and ``paired|<set>``);
+(one draw per set, :func:`advopenood.evaluation.intervals.paired_replicates` of the run seed and ``paired|<set>``);
 ``delong``: DeLong's paired test for correlated AUROCs
 (:func:`advopenood.evaluation.metrics.auroc_difference_interval`); ``none``: empty bounds. ``significant`` is
 True when the interval excludes 0, empty when there is no interval.
@@ -33,7 +33,7 @@ from advopenood import registry
 from advopenood.capabilities import twin_of
 from advopenood.errors import UsageError
 from advopenood.evaluation.context import RunContext
-from advopenood.evaluation.intervals import cell_key, ci_label, draw, generator, percentile, replicates, too_few
+from advopenood.evaluation.intervals import cell_key, ci_label, paired_replicates, percentile, too_few
 from advopenood.evaluation.metrics import auroc_difference_interval
 from advopenood.outputs.report import join
 from advopenood.outputs.report import name as label
@@ -97,9 +97,10 @@ def paired_table(ctx: RunContext, ood: pd.DataFrame, masks: dict[str, np.ndarray
         if method == "bootstrap":
             sizes = {(len(i), len(o)) for i, o in cells.values()}
             if len(sizes) == 1 and not too_few(*next(iter(sizes))):
-                idx_id, idx_ood = draw(generator(ctx.seed, cell_key("paired", ood_set)), *next(iter(sizes)), resamples)
-                reps = {d: replicates(i, o, idx_id, idx_ood, ("auroc",))["auroc"] for d, (i, o) in cells.items()
-                        if not math.isnan(aurocs[d])}
+                kept = [d for d in cells if not math.isnan(aurocs[d])]
+                got = paired_replicates([cells[d] for d in kept], ctx.seed, cell_key("paired", ood_set), resamples,
+                                        ("auroc",))
+                reps = {d: r["auroc"] for d, r in zip(kept, got)}
         for a, b, twin in detector_pairs(aurocs, aurocs):
             row = {"detector_a": a, "detector_b": b, "ood_set": ood_set, "group": group, "twin": twin,
                    "auroc_a": aurocs[a], "auroc_b": aurocs[b], "delta_auroc": aurocs[a] - aurocs[b],

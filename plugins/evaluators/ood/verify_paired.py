@@ -42,10 +42,9 @@ def rederive_paired(run: Any, ood: pd.DataFrame) -> pd.DataFrame:
         n, m = len(next(iter(cells.values()))[0]), len(next(iter(cells.values()))[1])
         boot: dict[str, np.ndarray] = {}
         if method == "bootstrap" and n >= 2 and m >= 2:
-            idx_id, idx_ood = oracle.resample_indices(seed, f"paired|{ood_set}", n, m, resamples)
-            for d, (conf_id, conf_ood) in cells.items():
-                if not math.isnan(aurocs[d]):
-                    boot[d] = oracle.replicates(conf_id, conf_ood, idx_id, idx_ood, ("auroc",))["auroc"]
+            kept = [d for d in cells if not math.isnan(aurocs[d])]
+            got = oracle.seeded_replicates([cells[d] for d in kept], seed, f"paired|{ood_set}", resamples, ("auroc",))
+            boot = {d: r["auroc"] for d, r in zip(kept, got)}
         for a, b, twin in pairs_of(aurocs):
             lo = hi = math.nan
             usable = min(n, m) >= 2 and not math.isnan(aurocs[a]) and not math.isnan(aurocs[b])

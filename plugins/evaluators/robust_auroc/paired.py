@@ -9,7 +9,7 @@ else each against the best; a declared twin (``smoothed_<det>`` and ``<det>``) a
 
 **Interval** on ``delta_robust_auroc = robust_auroc_a - robust_auroc_b`` (points), by the run's ``ci`` plan:
 ``bootstrap``: one draw of ID and one of OOD indices per (set, eps, method), seeded by the run seed and
-``robust_paired|<set>|<eps>|<method>`` (:func:`advopenood.evaluation.intervals.generator`), applied to both
+``robust_paired|<set>|<eps>|<method>`` (:func:`advopenood.evaluation.intervals.paired_replicates`), applied to both
 detectors' attacked arrays (a paired, stratified bootstrap; Efron & Tibshirani 1993, ch. 13), percentile interval
 of the replicates' differences; ``delong``: DeLong's test for correlated AUROCs
 (:func:`advopenood.evaluation.metrics.auroc_difference_interval`: two detectors on the same images); ``none``: empty.
@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from advopenood.evaluation.context import RunContext
-from advopenood.evaluation.intervals import ci_label, draw, generator, replicates, too_few
+from advopenood.evaluation.intervals import ci_label, paired_replicates, too_few
 from advopenood.outputs.report import eps_label
 from advopenood.outputs.report import name as label
 from advopenood_plugins.kit.paired import detector_pairs, difference_bounds, significant
@@ -56,10 +56,10 @@ def robust_paired_table(ctx: RunContext, table: pd.DataFrame) -> pd.DataFrame:
         reps: dict[str, np.ndarray] = {}
         sizes = {(len(i), len(o)) for i, o in cells.values()}
         if method == "bootstrap" and len(sizes) == 1 and not too_few(*next(iter(sizes))):
-            idx_id, idx_ood = draw(generator(ctx.seed, paired_key(ood_set, eps, attack)), *next(iter(sizes)),
-                                   resamples)
-            reps = {d: replicates(i, o, idx_id, idx_ood, ("auroc",))["auroc"] for d, (i, o) in cells.items()
-                    if not np.isnan(aurocs[d])}
+            kept = [d for d in cells if not np.isnan(aurocs[d])]
+            got = paired_replicates([cells[d] for d in kept], ctx.seed, paired_key(ood_set, eps, attack), resamples,
+                                    ("auroc",))
+            reps = {d: r["auroc"] for d, r in zip(kept, got)}
         for a, b, twin in detector_pairs(aurocs, aurocs):
             lo, hi, error = difference_bounds(method, cells[a], cells[b], reps.get(a), reps.get(b))
             rows.append({"ood_set": ood_set, "eps": eps, "method": attack, "detector_a": a,

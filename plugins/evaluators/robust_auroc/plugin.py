@@ -57,8 +57,8 @@ from advopenood.capabilities import RequiresAttacks, Verifiable, is_family, is_r
 from advopenood.evaluation.context import RunContext
 from advopenood.data.datasets import dataset_name
 from advopenood.errors import UsageError
-from advopenood.evaluation.intervals import (bound_columns, cell_key, ci_label, draw, empty_bounds, generator,
-                                            percentile, replicates, too_few)
+from advopenood.evaluation.intervals import (bound_columns, cell_key, ci_label, empty_bounds, paired_replicates,
+                                            percentile, too_few)
 from advopenood.evaluation.metrics import auroc, auroc_interval, fpr_at_tpr95
 from advopenood.outputs.results import Results, as_written, guarded
 from advopenood.registry import register
@@ -92,7 +92,7 @@ def robust_intervals(clean_id: Any, clean_ood: Any, adv_id: Any, adv_ood: Any, m
     they are empty ("" when they are not, or under ``none``).
 
     ``bootstrap``: paired and stratified: one draw of ID indices and one of OOD indices
-    (:func:`~advopenood.evaluation.intervals.draw` from the cell's generator, ``key``), each applied to both arrays
+    (:func:`~advopenood.evaluation.intervals.paired_replicates` of the cell's ``key``), each applied to both arrays
     of its side, so an attacked image moves with its clean twin (image ``i`` of ``robust_id_<det>`` is image ``i`` of
     the ID test set, likewise on the OOD side); percentile interval of each metric over the same resamples.
     ``delong``: each AUROC's analytic interval; FPR95's stays empty."""
@@ -113,13 +113,11 @@ def robust_intervals(clean_id: Any, clean_ood: Any, adv_id: Any, adv_ood: Any, m
             lo, hi = auroc_interval(arrays[i], arrays[j])
             bounds.update({f"{m}_lo": 100.0 * lo, f"{m}_hi": 100.0 * hi})
         return bounds, ""
-    idx_id, idx_ood = draw(generator(seed, key), n_id, n_ood, resamples)
-    for m, (i, j) in cells.items():
-        wanted = ("auroc", "fpr95") if m == "robust_auroc" else ("auroc",)
-        reps = replicates(arrays[i], arrays[j], idx_id, idx_ood, wanted)
+    every = dict(zip(cells, paired_replicates([(arrays[i], arrays[j]) for i, j in cells.values()], seed, key,
+                                              resamples, ("auroc", "fpr95"))))
+    for m, reps in every.items():
         bounds[f"{m}_lo"], bounds[f"{m}_hi"] = percentile(reps["auroc"])
-        if m == "robust_auroc":
-            bounds["robust_fpr95_lo"], bounds["robust_fpr95_hi"] = percentile(reps["fpr95"])
+    bounds["robust_fpr95_lo"], bounds["robust_fpr95_hi"] = percentile(every["robust_auroc"]["fpr95"])
     return bounds, ""
 
 

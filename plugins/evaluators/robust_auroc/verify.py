@@ -53,10 +53,10 @@ def robust_bounds(arrays: tuple[np.ndarray, ...], run: Any, key: str) -> dict[st
             got = rederive_bounds(sides[i], sides[j], run, key)
             out[f"{metric}_lo"], out[f"{metric}_hi"] = got["auroc_lo"], got["auroc_hi"]
         return out
-    idx_id, idx_ood = oracle.resample_indices(seed, key, n, m, resamples)
-    reps = {metric: oracle.replicates(sides[a], sides[b], idx_id, idx_ood, ("auroc",))["auroc"]
-            for metric, (a, b) in _PAIRS.items()}
-    reps["robust_fpr95"] = oracle.replicates(adv_id, adv_ood, idx_id, idx_ood, ("fpr95",))["fpr95"]
+    every = oracle.seeded_replicates([(sides[a], sides[b]) for a, b in _PAIRS.values()], seed, key, resamples,
+                                     ("auroc",))
+    reps = {metric: r["auroc"] for metric, r in zip(_PAIRS, every)}
+    reps["robust_fpr95"] = oracle.seeded_replicates([(adv_id, adv_ood)], seed, key, resamples, ("fpr95",))[0]["fpr95"]
     for metric, values in reps.items():
         out[f"{metric}_lo"], out[f"{metric}_hi"] = oracle.percentile_interval(values)
     return out

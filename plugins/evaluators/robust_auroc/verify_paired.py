@@ -3,7 +3,7 @@
 The rows of ``robust_auroc.csv`` are re-derived from the scores first (:func:`advopenood_plugins.evaluators.robust_auroc.verify.
 rederive_robust`); per (OOD set, eps, method) each detector enters with its EOT row when it has one, else its plain
 row; the pairs are listed again (:func:`advopenood_plugins.kit.verify.pairs_of`). The bootstrap interval is a plain
-loop over the same seeded draws (:func:`advopenood.evaluation.oracle.resample_indices` of the run seed and
+loop over the same seeded draws (:func:`advopenood.evaluation.oracle.seeded_replicates` of the run seed and
 ``robust_paired|<set>|<eps as %.6g>|<method>``), each resample's robust AUROC from the oracle's Mann-Whitney rank
 sum; DeLong's from the oracle's pairwise comparison matrices.
 """
@@ -40,10 +40,10 @@ def rederive_robust_paired(run: Any, robust: pd.DataFrame) -> pd.DataFrame:
         n, m = len(next(iter(cells.values()))[0]), len(next(iter(cells.values()))[1])
         boot: dict[str, np.ndarray] = {}
         if method == "bootstrap" and min(n, m) >= 2:
-            idx_id, idx_ood = oracle.resample_indices(seed, f"robust_paired|{ood_set}|{float(eps):.6g}|{attack}", n, m,
-                                                      resamples)
-            boot = {d: oracle.replicates(c[0], c[1], idx_id, idx_ood, ("auroc",))["auroc"]
-                    for d, c in cells.items() if not math.isnan(aurocs[d])}
+            kept = [d for d in cells if not math.isnan(aurocs[d])]
+            got = oracle.seeded_replicates([cells[d] for d in kept], seed,
+                                           f"robust_paired|{ood_set}|{float(eps):.6g}|{attack}", resamples, ("auroc",))
+            boot = {d: r["auroc"] for d, r in zip(kept, got)}
         for a, b, twin in pairs_of(aurocs):
             lo = hi = math.nan
             if min(n, m) >= 2 and a in boot and b in boot:

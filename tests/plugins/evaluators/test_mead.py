@@ -617,7 +617,7 @@ def test_mead_positives_are_the_successes_the_detectors_see(df_run):
 def test_each_row_has_the_bootstrap_interval_of_its_worst_case_scores(df_run):
     """The worst-case scores of a row are one score vector: resampled against the clean scores like any cell (the
     row's seeded ID and positive draws), each resample's AUROC by scikit-learn."""
-    from advopenood.evaluation.intervals import draw, generator
+    from advopenood.evaluation.intervals import generator
     from advopenood_plugins.evaluators.mead.plugin import mead_key, worst_case_scores
 
     ctx, outputs = df_run
@@ -629,7 +629,9 @@ def test_each_row_has_the_bootstrap_interval_of_its_worst_case_scores(df_run):
     conf_id = ctx.scores["msp"]["id"]
     worst, positive = worst_case_scores(ctx.scores["msp"]["df"], ctx.success("df"))
     worst = worst[positive]
-    idx_id, idx_pos = draw(generator(ctx.seed, mead_key("msp", "l2", None, "mead")), len(conf_id), len(worst), 2000)
+    rng = generator(ctx.seed, mead_key("msp", "l2", None, "mead"))  # the documented draws: ID first, then positive
+    idx_id = rng.integers(0, len(conf_id), (2000, len(conf_id)))
+    idx_pos = rng.integers(0, len(worst), (2000, len(worst)))
     reps = [100 * skm.roc_auc_score(np.r_[np.zeros(len(i)), np.ones(len(j))], -np.r_[conf_id[i], worst[j]])
             for i, j in zip(idx_id, idx_pos)]
     assert [row.auroc_lo, row.auroc_hi] == pytest.approx(list(np.percentile(reps, [2.5, 97.5])), abs=1e-9)

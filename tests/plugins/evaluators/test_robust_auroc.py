@@ -390,7 +390,7 @@ def test_the_robust_table_is_computed_once_and_never_served_for_other_scores_or_
 
 
 def test_the_paired_bootstrap_resamples_both_detectors_on_the_same_images(robust_run):
-    from advopenood.evaluation.intervals import draw, generator
+    from advopenood.evaluation.intervals import generator
     from advopenood_plugins.evaluators.robust_auroc.paired import paired_key
 
     ctx, out = robust_run
@@ -399,7 +399,8 @@ def test_the_paired_bootstrap_resamples_both_detectors_on_the_same_images(robust
     rows = robust[(robust.ood_set == r.ood_set) & (robust.method == r.method)].set_index("detector")
     cells = {d: (ctx.scores[d][rows.loc[d, "id_attack"]], ctx.scores[d][rows.loc[d, "ood_attack"]]) for d in DETECTORS}
     n, m = len(cells["msp"][0]), len(cells["msp"][1])
-    idx_id, idx_ood = draw(generator(ctx.seed, paired_key(r.ood_set, r.eps, r.method)), n, m, RESAMPLES)
+    rng = generator(ctx.seed, paired_key(r.ood_set, r.eps, r.method))  # the documented draws: ID first, then OOD
+    idx_id, idx_ood = rng.integers(0, n, (RESAMPLES, n)), rng.integers(0, m, (RESAMPLES, m))
     auc = {d: np.array([100 * roc_auc_score(np.r_[np.zeros(n), np.ones(m)], -np.r_[c[0][i], c[1][j]])
                         for i, j in zip(idx_id, idx_ood)]) for d, c in cells.items()}
     lo, hi = np.percentile(auc["mds"] - auc["msp"], [2.5, 97.5])
