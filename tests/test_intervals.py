@@ -242,28 +242,6 @@ def test_the_kernel_gives_the_replaced_kernels_numbers(msp_cells, name):
     assert {c: f"{v:.6g}" for c, v in bounds.items()} == {c: f"{v:.6g}" for c, v in want_bounds.items()}
 
 
-def test_the_kernel_is_several_times_faster_than_the_one_it_replaced():
-    """The four metrics' 2,000 resamples of a 1,000 + 1,000 cell (benchmarks/bench_intervals.py measures the
-    absolute time): at least twice as fast as the replaced kernel in CPU time, both measured here, best of three."""
-    import time
-
-    base = _baseline()
-    rng = np.random.default_rng(0)
-    conf_id, conf_ood = np.round(rng.normal(1, 1, 1000), 3), np.round(rng.normal(0.3, 1, 1000), 3)
-
-    def best(fn) -> float:
-        times = []
-        for _ in range(3):
-            start = time.process_time()
-            fn()
-            times.append(time.process_time() - start)
-        return min(times)
-
-    old = best(lambda: base.baseline_bootstrap(conf_id, conf_ood, 0, "k", 2000))
-    new = best(lambda: iv.metric_intervals(conf_id, conf_ood, "bootstrap", 0, "k", 2000))
-    assert new * 2 < old, (new, old)
-
-
 def test_blocked_draws_are_the_one_call_draws(monkeypatch):
     """Drawn a block at a time (here blocks of 3 resamples, the last one short), the writer's and the oracle's
     draws are the numbers the cell's generator gives in one call: all ID indices, then all OOD indices."""
