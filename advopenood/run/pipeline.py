@@ -27,12 +27,13 @@ from advopenood.run.report import report
 
 
 def run(plan: RunPlan | Mapping[str, Any], *, attack_only: bool = False, progress: bool = True, overwrite: bool = False,
-        export_png: bool = False) -> RunContext:
+        export_png: bool = False, latex: str = "headline") -> RunContext:
     """Run the whole pipeline (or only the attack stage) and write every output under the output folder.
 
     The preflight (:func:`advopenood.run.preflight.preflight`) runs first; nothing is written when it fails. Outputs
     go to a staging folder beside the output folder and replace the previous run's files (those its
-    ``manifest.json`` lists) at the end, so the folder only ever shows one run's files.
+    ``manifest.json`` lists) at the end, so the folder only ever shows one run's files. ``latex``: what
+    ``tables.tex`` holds (:data:`advopenood.outputs.latex.MODES`).
     Under ``torchrun`` every rank shares the attack stage and the detector stage (fit pass and scoring, sharded
     by batch through the store); rank 0 alone merges the scores, evaluates and writes outputs.
     """
@@ -50,7 +51,7 @@ def run(plan: RunPlan | Mapping[str, Any], *, attack_only: bool = False, progres
         plugins = [] if attack_only else build_plugins(plan)
         final = plan.output
         setup = Setup(plan, aio.begin_output(final) if rank == 0 else final, final, rank, world_size, progress,
-                      attack_only, export_png)
+                      attack_only, export_png, latex)
         timings = {"setup": time.perf_counter() - t0}
         try:
             return _stages(setup, inputs, plugins, timings, t0)
