@@ -68,6 +68,13 @@ def test_tables_tex_writes_budgets_as_grey_levels(eps, shown):
     assert [c.strip() for c in row.split("&")] == ["pgd", shown, "97.50"]
 
 
+def test_a_table_wider_than_a_page_is_scaled_to_its_width():
+    wide = latex_table(pd.DataFrame({f"c{i}": [1.5] for i in range(18)}), "asr.csv")
+    narrow = latex_table(pd.DataFrame({f"c{i}": [1.5] for i in range(4)}), "x.csv")
+    assert "\\resizebox{\\linewidth}{!}{%\n\\begin{tabular}" in wide and "\\end{tabular}}" in wide
+    assert "resizebox" not in narrow
+
+
 def test_a_table_longer_than_a_page_is_a_longtable():
     short = latex_table(pd.DataFrame({"x": np.arange(PAGE_ROWS, dtype=float)}), "short.csv")
     long = latex_table(pd.DataFrame({"x": np.arange(PAGE_ROWS + 1, dtype=float)}), "long.csv")

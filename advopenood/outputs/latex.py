@@ -6,7 +6,7 @@ By default (``--latex headline``) it holds the headline tables: the report's hea
 per detector and set, split into groups of at most :data:`MAX_COLUMNS` sets so that each fits the page's width)
 and the core's ``asr.csv``; ``--latex all`` adds every other CSV of the run. A table of more than
 :data:`PAGE_ROWS` rows is a ``longtable`` (it breaks across pages); every other one is a ``table`` float that fits
-one page.
+one page (scaled to the text width when it has more than :data:`WIDE_COLUMNS` columns).
 """
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ MODES = ("headline", "all")
 PAGE_ROWS = 40
 #: set columns per headline table (besides the detector column), so that a table fits the page's width
 MAX_COLUMNS = 4
+#: a ``table`` float with more columns than this is scaled to the text width (``\resizebox``)
+WIDE_COLUMNS = 8
 #: the core's own table, in the headline tables
 CORE_TABLES = ("asr.csv",)
 _SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
@@ -48,14 +50,20 @@ def _column(name: str, values: list) -> list[str]:
 def latex_table(table: pd.DataFrame, name: str, caption: str = "") -> str:
     """``table`` (a CSV as read back) as LaTeX: numbers right-aligned with their column's decimals, text
     left-aligned and escaped, ``caption`` (default ``name``) as the caption and ``tab:<name>`` as the label; a
-    ``longtable`` over :data:`PAGE_ROWS` rows, else a ``table`` float."""
+    ``longtable`` over :data:`PAGE_ROWS` rows, else a ``table`` float (scaled to the text width with more than
+    :data:`WIDE_COLUMNS` columns)."""
     cells = pd.DataFrame({str(c): _column(str(c), table.iloc[:, i].tolist()) for i, c in enumerate(table.columns)})
     align = "".join("r" if pd.api.types.is_numeric_dtype(table.iloc[:, i]) else "l" for i in range(table.shape[1]))
     label = "tab:" + re.sub(r"[^A-Za-z0-9]+", "-", name.removesuffix(".csv")).strip("-")
     long = len(table) > PAGE_ROWS
     text = cells.to_latex(index=False, escape=True, column_format=align or "l", caption=escape(caption or name),
                           label=label, position=None if long else "htbp", longtable=long)
-    return text if long else text.replace("\\begin{tabular}", "\\small\n\\begin{tabular}", 1)
+    if long:
+        return text
+    if table.shape[1] > WIDE_COLUMNS:
+        text = text.replace("\\end{tabular}", "\\end{tabular}}", 1)
+        return text.replace("\\begin{tabular}", "\\resizebox{\\linewidth}{!}{%\n\\begin{tabular}", 1)
+    return text.replace("\\begin{tabular}", "\\small\n\\begin{tabular}", 1)
 
 
 def headline_tables(out_dir: Path) -> list[str]:
@@ -84,7 +92,7 @@ def write_latex(out_dir: Path, mode: str = "headline") -> Path:
     out_dir = Path(out_dir)
     parts = ["% advopenood: this run's tables (pandas DataFrame.to_latex); "
              + ("every CSV." if mode == "all" else "the headline tables (advopenood run --latex all adds every CSV).")
-             + "\n% Needs \\usepackage{booktabs} and \\usepackage{longtable}; cells hold the CSVs' numbers with a "
+             + "\n% Needs \\usepackage{booktabs}, \\usepackage{longtable} and \\usepackage{graphicx}; cells hold the CSVs' numbers with a "
                "fixed number of decimals per column.", *headline_tables(out_dir)]
     for path in sorted(out_dir.rglob("*.csv")):
         name = path.relative_to(out_dir).as_posix()
