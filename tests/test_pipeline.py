@@ -121,3 +121,82 @@ def test_png_export_writes_openood_lists_and_rechecks(tmp_path, session_cache, c
     entries = imglist.read_text().splitlines()
     assert len(entries) == 40
     assert (out / "openood" / "images_classic" / entries[0].split()[0]).is_file()
+
+
+# ------------------------------------------------------------------------------- a report that fits a reader
+
+def _tables(page: str) -> list[list[list[str]]]:
+    """Every ``<table>`` of an HTML page as rows of cell texts (header row first)."""
+    import html
+    import re
+
+    return [[[html.unescape(c) for c in re.findall(r"<t[hd]>(.*?)</t[hd]>", row, re.S)]
+             for row in re.findall(r"<tr>(.*?)</tr>", body, re.S)]
+            for body in re.findall(r"<table>(.*?)</table>", page, re.S)]
+
+
+def _rank_ranges(paired: pd.DataFrame, ood_set: str, detectors: list[str]) -> dict[str, str]:
+    """Each detector's rank range on ``ood_set`` from paired.csv, counted here: 1 + the detectors shown better, to n -
+    the detectors shown worse."""
+    part = paired[(paired["ood_set"] == ood_set) & paired["significant"].eq(True)]
+    out = {}
+    for d in detectors:
+        won = ((part["detector_a"] == d) & (part["delta_auroc"] > 0)) | ((part["detector_b"] == d) &
+                                                                        (part["delta_auroc"] < 0))
+        lost = ((part["detector_a"] == d) | (part["detector_b"] == d)) & ~won
+        best, worst = 1 + int(lost.sum()), len(detectors) - int(won.sum())
+        out[d] = f"#{best}" if best == worst else f"#{best}-{worst}"
+    return out
+
+
+def test_the_report_opens_on_the_headline_table_and_stays_small(demo_run):
+    """report.html of a real demo run (every detector, four attacks, Grad-CAM) is under 500 KB; after the title and
+    what ran comes the headline table (AUROC [interval] and the rank from the paired tests, every detector x set,
+    as ood.csv and paired.csv hold them), before any other table or folded section; the paired table shows its top
+    rows and links paired.csv; report.md keeps every reading."""
+    page = (demo_run / "report.html").read_text()
+    assert len(page.encode()) < 500_000
+    from advopenood.outputs.report import TOP_ROWS, name
+    from advopenood.outputs.results import read_sections
+
+    body = page.split("<body>", 1)[1]
+    first = body.index("<table>")
+    assert "What ran" in body[:first] and "<h2>AUROC per detector and set</h2>" in body[:first]
+    assert first < body.index("<details") and body[:first].count("<h2>") == 1
+    ood, paired = pd.read_csv(demo_run / "ood.csv"), pd.read_csv(demo_run / "paired.csv")
+    head = _tables(page)[0]
+    sets = list(dict.fromkeys(ood["ood_set"]))
+    assert head[0] == ["detector", *sets]
+    detectors = sorted(ood["detector"].unique())
+    assert sorted(r[0] for r in head[1:]) == sorted(name(d) for d in detectors)
+    for s, column in zip(sets, zip(*[r[1:] for r in head[1:]])):
+        ranks = _rank_ranges(paired, s, detectors)
+        cells = dict(zip([r[0] for r in head[1:]], column))
+        for r in ood[ood["ood_set"] == s].to_dict("records"):
+            assert cells[name(r["detector"])] == (f"{r['auroc']:.1f} [{r['auroc_lo']:.1f}, {r['auroc_hi']:.1f}] "
+                                                  f"{ranks[r['detector']]}")
+    shown = next(t for t in _tables(page) if t[0][:3] == ["detector_a", "detector_b", "ood_set"])
+    assert len(shown) == TOP_ROWS + 1 < len(paired) and '<a href="paired.csv">' in page
+    md = (demo_run / "report.md").read_text()
+    for section in read_sections(demo_run):
+        for item in section.items:
+            for line in getattr(item, "items", ()):
+                assert f"- {line}" in md
+
+
+def test_tables_tex_holds_the_headline_tables_each_on_a_page(demo_run):
+    """tables.tex by default: the headline table in groups of at most four sets and asr.csv with budgets as k/255;
+    no table float longer than a page (PAGE_ROWS rows)."""
+    import re
+
+    tex = (demo_run / "tables.tex").read_text()
+    floats = re.findall(r"\\begin\{table\}.*?\\caption\{(.*?)\}.*?\\midrule\n(.*?)\\bottomrule", tex, re.S)
+    assert [c for c, _ in floats][-1] == "asr.csv" and "paired.csv" not in tex and "\\begin{longtable}" not in tex
+    from advopenood.outputs.latex import PAGE_ROWS
+
+    n_sets = pd.read_csv(demo_run / "ood.csv")["ood_set"].nunique()
+    assert len(floats) == 1 + -(-n_sets // 4)
+    for _, rows in floats:
+        assert 0 < rows.count("\\\\") <= PAGE_ROWS
+    asr = floats[-1][1]
+    assert "16/255" in asr and "0.0627" not in asr

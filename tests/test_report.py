@@ -135,9 +135,10 @@ def test_report_has_every_section_and_readings_match_the_numbers(tiny_run):
                     "## MEAD worst case", "## Binarization test", "## Grad-CAM attention shift"):
         assert heading in md
     ood = pd.read_csv(out / "ood.csv")
+    section = md.split("## OOD detection", 1)[1].split("\n## ", 1)[0]  # the readings of ood.csv
     for attack, part in ood[ood["attack"] != "none"].groupby("attack"):
         below = sorted(d.upper() for d, a in zip(part["detector"], part["auroc"]) if a < 50)
-        line = next(s for s in md.splitlines() if re.match(rf"- .*\b[Oo]n {attack.upper()}\b", s))
+        line = next(s for s in section.splitlines() if re.match(rf"- .*\b[Oo]n {attack.upper()}\b", s))
         n_id, n_ood = int(part["n_id"].min()), int(part["n_ood"].min())
         if min(n_id, n_ood) < MIN_CONCLUSIVE:  # a small sample: its range, and no conclusion
             assert line.startswith(f"- On {attack.upper()}, {n_id} ID and {n_ood} OOD images are too few to "
@@ -478,7 +479,8 @@ def test_format_column_keeps_one_number_of_decimals(values, shown):
 
 def test_figures_have_captions_that_say_what_they_show(tiny_run):
     out, _, md_path = tiny_run
-    figures = [b for b in build_report(out) if b.kind == "img"]
+    blocks = build_report(out)
+    figures = [b for b in blocks + [c for f in blocks if f.kind == "fold" for c in f.content] if b.kind == "img"]
     assert len(figures) >= 4
     for block in figures:
         assert block.caption != Path(block.content).stem.replace("_", " ") and len(block.caption.split()) >= 8, block
@@ -581,21 +583,36 @@ def _latex_tables(tex: str) -> dict[str, list[list[str]]]:
     return out
 
 
-def test_tables_tex_holds_every_csv_as_one_latex_table_with_its_numbers(demo_run):
+def test_tables_tex_holds_every_csv_as_one_latex_table_with_its_numbers(demo_run, tmp_path, capsys):
+    """By default tables.tex holds the headline tables (the AUROC table, asr.csv); with --latex all (the same run
+    again, read back from the store) every CSV too, each cell the CSV's number with its column's decimals and each
+    budget as k/255."""
+    from advopenood.cli.main import main
+
     out, _ = demo_run
-    tex = (out / "tables.tex").read_text()
-    tables = _latex_tables(tex)
-    csvs = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.csv"))
-    assert sorted(tables) == csvs and tex.count("\\begin{table}") == len(csvs) >= 4
-    assert "tables.tex" in json.loads((out / "manifest.json").read_text())["files"]
+    default = _latex_tables((out / "tables.tex").read_text())
+    n_sets = pd.read_csv(out / "ood.csv")["ood_set"].nunique()
+    assert list(default)[-1] == "asr.csv" and all(c.startswith("AUROC per detector and set") for c in
+                                                   list(default)[:-1]) and len(default) == 1 + -(-n_sets // 4)
+    full = tmp_path / "all"
+    assert main(["demo", "--limit", "40", "--attack", "fgsm,pgd", "--detectors", "msp,knn", "--analysis", "",
+                 "--out", str(full), "--quiet", "--latex", "all"]) == 0
+    capsys.readouterr()
+    tex = (full / "tables.tex").read_text()
+    tables = {k: v for k, v in _latex_tables(tex).items() if k.endswith(".csv")}
+    csvs = sorted(p.relative_to(full).as_posix() for p in full.rglob("*.csv"))
+    assert sorted(tables) == csvs and tex.count("\\begin{table}") == len(csvs) + len(default) - 1 and len(csvs) >= 4
+    assert "tables.tex" in json.loads((full / "manifest.json").read_text())["files"]
     for name in csvs:
-        csv = pd.read_csv(out / name)
+        csv = pd.read_csv(full / name)
         rows = tables[name]
         assert rows[0] == list(csv.columns) and len(rows) == len(csv) + 1
         for column, cells in zip(csv.columns, zip(*rows[1:])):
             values = csv[column].tolist()
             for value, cell in zip(values, cells):
-                if isinstance(value, float) and not math.isnan(value):
+                if column == "eps":
+                    assert cell == eps_label(value), (name, value)
+                elif isinstance(value, float) and not math.isnan(value):
                     places = len(cell.split(".")[1]) if "." in cell else 0
                     assert float(cell) == pytest.approx(value, abs=0.51 * 10 ** -places), (name, column)
                 elif isinstance(value, float):

@@ -77,8 +77,9 @@ def test_third_party_evaluator_and_analysis_write_tables_and_report_sections(thi
     assert "![meanconf](plots/meanconf.png)" in md and (thirdparty_run / "plots" / "meanconf.png").is_file()
     saved = json.loads((thirdparty_run / "report_sections.json").read_text())
     sources = [s["source"] for s in saved["sections"]]
-    # ood: detection, the leaderboard, then the paired comparisons
-    assert sources == ["core", "ood", "ood", "ood", "meanconf", "pertnorm"]
+    # ood: the headline (AUROC per detector and set), detection, the leaderboard, then the paired comparisons
+    assert sources == ["core", "ood", "ood", "ood", "ood", "meanconf", "pertnorm"]
+    assert [s.get("headline", False) for s in saved["sections"]] == [False, True, False, False, False, False, False]
     manifest = json.loads((thirdparty_run / "manifest.json").read_text())["files"]
     assert {"meanconf.csv", "pertnorm.csv", "plots/meanconf.png", "report_sections.json"} <= set(manifest)
 

@@ -13,6 +13,11 @@ shard twice at once. An attack's output is checked before its shard is written (
 shape, finite, [0, 1] unless the attack leaves that range (``Attack.in_range``), within the budget), so no
 impossible image enters the store. Shard ``i`` is attacked
 with the seed ``derive_seed(seed, i)``, so a resumed or distributed run equals an uninterrupted one bit for bit.
+
+``<cache>/costs.json`` keeps each attack's measured seconds per image (:func:`cost_key`: the attack and its
+parameters but the budget, the model, the device type), from the last run that generated shards of it, so that a
+later run can say up front how long its attacks may take (:meth:`AdvStore.cost`, :meth:`AdvStore.pending`). The
+progress bar of a set names the set and counts images; inside a shard it counts the model's forward passes.
 """
 from __future__ import annotations
 
@@ -43,6 +48,7 @@ from advopenood.provenance import (
     library_versions,
 )
 
+COSTS_FILE = "costs.json"
 RECORD_COLUMNS = ("index", "y", "clean_pred", "adv_pred", "success", "linf", "l2")
 #: a bounded attack's per-image perturbation may exceed ``eps`` by this much (relative, absolute): float rounding
 BUDGET_RTOL, BUDGET_ATOL = 1e-3, 1e-6
@@ -204,6 +210,35 @@ class AdvSet:
         return quantize(torch.stack(out), self.quantize)
 
 
+def cost_key(attack: Attack, model_hash: str, device: torch.device | str) -> str:
+    """What an attack's time per image depends on: its name and parameters but ``eps``, the model, the device
+    type."""
+    params = {k: v for k, v in attack.params.items() if k != "eps"}
+    return canonical_key({"attack": attack.name, "params": params, "model": model_hash,
+                          "device": torch.device(device).type})[:24]
+
+
+@contextlib.contextmanager
+def counting_passes(model: torch.nn.Module, bar: Any, shard: str) -> Iterator[None]:
+    """Show ``shard`` and the model's forward passes so far in ``bar``'s postfix while the block runs (at most
+    every half second): progress inside a shard."""
+    state = {"passes": 0, "shown": 0.0}
+
+    def hook(*_: Any) -> None:
+        state["passes"] += 1
+        now = time.monotonic()
+        if now - state["shown"] >= 0.5:
+            state["shown"] = now
+            bar.set_postfix_str(f"{shard}, {state['passes']} model passes")
+
+    handle = model.register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+        bar.set_postfix_str(f"{shard}, {state['passes']} model passes", refresh=False)
+
+
 class AdvStore:
     """Generates and finds adversarial sets under ``root`` (see the module docstring for the layout).
 
@@ -227,9 +262,10 @@ class AdvStore:
 
     def generate(self, ds: Dataset, model: torch.nn.Module, attack: Attack, *, model_hash: str, seed: int,
                  device: torch.device, rank: int = 0, world_size: int = 1, progress: bool = True,
-                 recompute: bool = False) -> AdvSet:
+                 recompute: bool = False, label: str = "") -> AdvSet:
         """Attack every row of ``ds`` (shards ``i`` with ``i % world_size == rank``), reusing valid shards unless
-        ``recompute`` (then every shard is generated again and replaces the stored one)."""
+        ``recompute`` (then every shard is generated again and replaces the stored one). The progress bar is named
+        ``attack <label>`` (the set's name; default the attack's) and counts images."""
         spec = self.spec(model_hash, ds.identity(), attack, seed)
         key = canonical_key(spec)
         path = self.path_for(attack, key)
@@ -240,12 +276,15 @@ class AdvStore:
         mine = [i for i in range(n_shards) if i % world_size == rank]
         generated = reused = regenerated = 0
         start = time.perf_counter()
-        bar = tqdm(mine, desc=f"attack {attack.name}", unit="shard", disable=not progress, leave=False)
-        for i in bar:
+        bar = tqdm(total=sum(self._rows(i, len(ds)) for i in mine), desc=f"attack {label or attack.name}",
+                   unit="img", disable=not progress, leave=False)
+        work = [0.0, 0]  # seconds and images of the shards generated here
+        for i in mine:
             shard = self._shard_path(path, i)
             state = self._check(shard)
             if state == "ok" and not recompute:
                 reused += 1
+                bar.update(self._rows(i, len(ds)))
                 continue
             with self._lock(shard):  # every writer of this shard holds the lock: its temporary files are stale
                 for name in (shard.name, shard.name + ".sha256"):
@@ -253,16 +292,54 @@ class AdvStore:
                 state = self._check(shard, warn=not recompute)
                 if state == "ok" and not recompute:
                     reused += 1
+                    bar.update(self._rows(i, len(ds)))
                     continue
                 regenerated += state == "corrupt"
-                self._write_shard(shard, ds, model, attack, i, seed, device)
+                t = time.perf_counter()
+                with counting_passes(model, bar, f"shard {mine.index(i) + 1}/{len(mine)}"):
+                    self._write_shard(shard, ds, model, attack, i, seed, device)
+                work = [work[0] + time.perf_counter() - t, work[1] + self._rows(i, len(ds))]
                 generated += 1
+                bar.update(self._rows(i, len(ds)))
+        bar.close()
         shards = [self._shard_path(path, i) for i in range(n_shards)]
         stats = {"shards": n_shards, "generated": generated, "reused": reused, "regenerated": regenerated,
                  "recomputed": bool(recompute), "seconds": round(time.perf_counter() - start, 3)}
+        if rank == 0 and work[1]:
+            self._record_cost(cost_key(attack, model_hash, device), attack.name, *work)
         if rank == 0 and world_size == 1:
             self.write_manifest(path, spec, shards)
         return AdvSet(attack.name, attack.norm, attack.params.get("eps"), dict(attack.params), key, path, shards, stats)
+
+    def _rows(self, i: int, n: int) -> int:
+        """The number of images in shard ``i`` of a set of ``n``."""
+        return max(0, min(self.shard_size, n - i * self.shard_size))
+
+    def pending(self, ds: Dataset, attack: Attack, *, model_hash: str, seed: int, recompute: bool = False) -> int:
+        """How many images of ``ds`` :meth:`generate` would attack: those of shards not yet stored (a shard and its
+        checksum present counts as stored; its checksum is read when generating)."""
+        path = self.path_for(attack, canonical_key(self.spec(model_hash, ds.identity(), attack, seed)))
+        n_shards = (len(ds) + self.shard_size - 1) // self.shard_size
+        return sum(self._rows(i, len(ds)) for i in range(n_shards) if recompute
+                   or not (self._shard_path(path, i).exists()
+                           and (path / (self._shard_path(path, i).name + ".sha256")).exists()))
+
+    def cost(self, attack: Attack, model_hash: str, device: torch.device | str) -> float | None:
+        """Seconds per image that generating ``attack``'s shards took on this model and device type in the last
+        run that did (``costs.json``); None when none did."""
+        entry = self._costs().get(cost_key(attack, model_hash, device))
+        return float(entry["seconds_per_image"]) if entry else None
+
+    def _costs(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.root / COSTS_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _record_cost(self, key: str, attack: str, seconds: float, images: int) -> None:
+        costs = self._costs()
+        costs[key] = {"attack": attack, "seconds_per_image": seconds / images, "images": images}
+        aio.write_json(self.root / COSTS_FILE, costs)
 
     def finalize(self, adv: AdvSet) -> None:
         """Write the manifest of a set that several ranks generated (rank 0, after a barrier)."""

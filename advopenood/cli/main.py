@@ -115,6 +115,9 @@ def _detection_flags(p: argparse.ArgumentParser) -> None:
                    help="comma-separated analyses (advopenood list analyses)")
     p.add_argument("--ci", help="95 %% interval beside every metric: bootstrap (default) | delong | none")
     p.add_argument("--ci-resamples", type=int, help="bootstrap resamples per cell (default 2000; 100 to 100000)")
+    p.add_argument("--latex", choices=("headline", "all"), default="headline",
+                   help="tables.tex: headline (default: the report's headline tables and asr.csv) | all (every CSV "
+                        "too; longtable where long)")
 
 
 SUBCOMMAND_FLAGS: dict[str, list[Callable[[argparse.ArgumentParser], None]]] = {
@@ -265,7 +268,8 @@ def _main(argv: list[str]) -> int:
             FORCED.get(args.command, {})
         plan = _plan(args, **forced)
         ctx = pipeline.run(plan, attack_only=args.command == "attack", progress=not args.quiet,
-                           overwrite=args.overwrite, export_png=args.export_png)
+                           overwrite=args.overwrite, export_png=args.export_png,
+                           latex=getattr(args, "latex", "headline"))
         return _finished(ctx, args)
     except UsageError as exc:
         print(f"advopenood: error: {exc}", file=sys.stderr)

@@ -97,39 +97,71 @@ def chance_mask(ood: pd.DataFrame) -> np.ndarray:
 
 def plot_auroc_heatmap(ood: pd.DataFrame, chance: np.ndarray | None = None) -> Figure:
     """Heatmap of AUROC (%) per detector and set; 50 (chance) is white, below red, above green. ``chance``: a boolean
-    array of the table's shape (:func:`chance_mask`), its cells hatched and marked ``~`` (interval contains 50)."""
+    array of the table's shape (:func:`chance_mask`), its cells hatched and marked ``~`` (interval contains 50).
+
+    Sized to its content: every cell gets the same size (0.9 x 0.34 in) whatever the number of detectors and sets,
+    so labels keep their size (8 pt); with more sets than detectors the sets are the rows, so the figure grows down
+    the page rather than across it."""
     table = ood_matrix(ood, "auroc")
-    n_rows, n_cols = table.shape
+    marked = np.zeros(table.shape, dtype=bool) if chance is None else np.asarray(chance, dtype=bool)
+    sets_as_rows = table.shape[1] > table.shape[0]
+    values = table.to_numpy(dtype=float)
+    rows, cols = [str(r) for r in table.index], [str(c) for c in table.columns]
+    if sets_as_rows:
+        values, marked, rows, cols = values.T, marked.T, cols, rows
+    n_rows, n_cols = values.shape
     from matplotlib.colors import TwoSlopeNorm
     from matplotlib.figure import Figure
-    from matplotlib.patches import Rectangle
 
-    fig = Figure(figsize=(max(4.5, 1.0 * n_cols + 2.5), max(2.5, 0.42 * n_rows + 1.6)))
+    label_in = 0.075 * max(len(c) for c in cols) if cols else 1.0
+    fig = Figure(figsize=(max(4.5, 0.9 * n_cols + 2.6), max(2.5, 0.34 * n_rows + 1.2 + label_in * 0.6)))
     ax = fig.subplots()
-    values = table.to_numpy(dtype=float)
     im = ax.imshow(np.ma.masked_invalid(values), cmap="RdYlGn", norm=TwoSlopeNorm(vmin=0, vcenter=50, vmax=100),
                    aspect="auto")
     ax.set_facecolor("0.85")
-    marked = np.zeros(values.shape, dtype=bool) if chance is None else np.asarray(chance, dtype=bool)
-    for i in range(n_rows):
-        for j in range(n_cols):
+    _heatmap_cells(ax, values, marked)
+    ax.set_xticks(range(n_cols), cols, rotation=30 if max(map(len, cols), default=0) > 6 else 0, ha="right"
+                  if max(map(len, cols), default=0) > 6 else "center", fontsize=8)
+    ax.set_yticks(range(n_rows), rows, fontsize=8)
+    _heatmap_groups(ax, table.attrs["n_natural"], len(table.columns), sets_as_rows)
+    if sets_as_rows:  # the group labels take the right side
+        fig.colorbar(im, ax=ax, label="AUROC (%)", orientation="horizontal", fraction=0.5 / (0.34 * n_rows + 2),
+                     pad=0.6 / (0.34 * n_rows + 2) + 0.04)
+    else:
+        fig.colorbar(im, ax=ax, label="AUROC (%)", fraction=0.6 / (0.9 * n_cols + 2.6), pad=0.02)
+    what = "sets (rows) and detectors (columns)" if sets_as_rows else "detectors (rows) and sets (columns)"
+    ax.set_title(f"AUROC (%) per {what}; 50 = chance", fontsize=9, pad=18 if not sets_as_rows else 8)
+    fig.tight_layout()
+    return fig
+
+
+def _heatmap_cells(ax, values: np.ndarray, marked: np.ndarray) -> None:
+    """Each cell's value (``~`` and hatched where ``marked``, ``n/a`` where missing)."""
+    from matplotlib.patches import Rectangle
+
+    for i in range(values.shape[0]):
+        for j in range(values.shape[1]):
             v = values[i, j]
             text = "n/a" if math.isnan(v) else f"~{v:.1f}" if marked[i, j] else f"{v:.1f}"
             ax.text(j, i, text, ha="center", va="center", fontsize=8,
                     color="black" if math.isnan(v) or 20 < v < 85 else "white")
             if marked[i, j]:
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="//", edgecolor="0.4", lw=0))
-    ax.set_xticks(range(n_cols), [str(c) for c in table.columns], rotation=30, ha="right")
-    ax.set_yticks(range(n_rows), [str(r) for r in table.index])
-    n_natural = table.attrs["n_natural"]
-    if 0 < n_natural < n_cols:
-        ax.axvline(n_natural - 0.5, color="k", lw=1.5)
-        ax.text((n_natural - 1) / 2, -0.7, "natural OOD", ha="center", va="bottom", fontsize=8)
-        ax.text((n_natural + n_cols - 1) / 2, -0.7, "adversarial", ha="center", va="bottom", fontsize=8)
-    fig.colorbar(im, ax=ax, label="AUROC (%)")
-    ax.set_title("AUROC (%) per detector and OOD / adversarial set (50 = chance)", fontsize=10, pad=22)
-    fig.tight_layout()
-    return fig
+
+
+def _heatmap_groups(ax, n_natural: int, n_sets: int, sets_as_rows: bool) -> None:
+    """The line between natural OOD and adversarial sets, each side labelled."""
+    if not 0 < n_natural < n_sets:
+        return
+    if sets_as_rows:
+        ax.axhline(n_natural - 0.5, color="k", lw=1.5)
+        ax.text(1.0, (n_natural - 1) / 2, " natural OOD", transform=ax.get_yaxis_transform(), va="center", fontsize=8)
+        ax.text(1.0, (n_natural + n_sets - 1) / 2, " adversarial", transform=ax.get_yaxis_transform(), va="center",
+                fontsize=8)
+        return
+    ax.axvline(n_natural - 0.5, color="k", lw=1.5)
+    ax.text((n_natural - 1) / 2, -0.6, "natural OOD", ha="center", va="bottom", fontsize=8)
+    ax.text((n_natural + n_sets - 1) / 2, -0.6, "adversarial", ha="center", va="bottom", fontsize=8)
 
 
 def plot_roc(conf_id: np.ndarray, conf_ood: Mapping[str, np.ndarray], detector: str,
@@ -137,14 +169,18 @@ def plot_roc(conf_id: np.ndarray, conf_ood: Mapping[str, np.ndarray], detector: 
     """ROC curves of one detector: ID confidences ``conf_id`` against each set in ``conf_ood``.
 
     OOD is the positive class and ``-conf`` the score (OpenOOD); sets named in ``adversarial`` are drawn
-    solid, natural OOD sets dashed. The legend gives each curve's AUROC in percent.
+    solid, natural OOD sets dashed. The legend, beside the axes (never over the curves; two columns past 24
+    entries), gives each curve's AUROC in percent.
     """
     adversarial = set(adversarial)
     from matplotlib.figure import Figure
     from sklearn.metrics import auc, roc_curve
 
-    fig = Figure(figsize=(5.6, 5.0))
-    ax = fig.subplots()
+    n_curves = len(conf_ood) + 1
+    columns = 1 if n_curves <= 24 else 2
+    width, height = 5.0 + 2.4 * columns, max(4.8, 0.2 * math.ceil(n_curves / columns) + 1.0)
+    fig = Figure(figsize=(width, height))
+    ax = fig.add_axes((0.8 / width, 0.6 / height, 4.0 / width, 3.9 / height))  # 4 x 3.9 in, legend to its right
     conf_id = np.asarray(conf_id, dtype=float)
     for name, conf in conf_ood.items():
         conf = np.asarray(conf, dtype=float)
@@ -164,7 +200,7 @@ def plot_roc(conf_id: np.ndarray, conf_ood: Mapping[str, np.ndarray], detector: 
     ax.set_xlabel("FPR (ID samples flagged as OOD)")
     ax.set_ylabel("TPR (OOD / adversarial samples detected)")
     ax.set_title(f"ROC of {detector}: natural OOD (dashed) and attacks (solid)", fontsize=10)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.03, 1.0), frameon=False, ncol=columns)
     return fig
 
 

@@ -36,14 +36,23 @@ from advopenood.outputs.results import (
 CHANCE = 50.0
 
 
+#: a table with a ``whole`` file and more rows than this is shown as its first :data:`TOP_ROWS` rows and a link to the CSV
+MAX_ROWS = 25
+TOP_ROWS = 10
+#: a list with more items than this shows its first :data:`MAX_ITEMS` and folds the rest
+MAX_ITEMS = 12
+
+
 @dataclass(frozen=True)
 class Block:
-    """One report element: ``kind`` is ``h1``, ``h2``, ``h3``, ``p``, ``ul``, ``table``, ``code`` or ``img``
-    (a PNG path); ``caption`` labels tables and images."""
+    """One report element: ``kind`` is ``h1``, ``h2``, ``h3``, ``p``, ``ul``, ``table``, ``code``, ``img`` (a PNG
+    path), ``fold`` (a section: its blocks, folded in the HTML under ``caption``) or ``more`` (the rest of a long
+    list); ``caption`` labels tables and images; ``link`` is the file that holds all of a table shown in part."""
 
     kind: str
     content: Any
     caption: str = ""
+    link: str = ""
 
 
 # ----------------------------------------------------------------------------------------------- formatting
@@ -251,14 +260,33 @@ def section_blocks(section: Section) -> list[Block]:
         if isinstance(item, Paragraph):
             blocks.append(Block("p", item.text))
         elif isinstance(item, Bullets):
-            blocks.append(Block("ul", list(item.items), item.caption))
+            blocks += _bullet_blocks(list(item.items), item.caption)
         elif isinstance(item, Table):
-            blocks.append(Block("table", item.frame, item.caption))
+            blocks.append(_table_block(item))
         elif isinstance(item, Figure):
             if not Path(item.path).is_file():
                 raise FileNotFoundError(f"figure {item.path} is missing")
             blocks.append(Block("img", Path(item.path), item.label))
     return blocks
+
+
+def _table_block(item: Table) -> Block:
+    """A table's block: whole, or, with a ``whole`` file and over :data:`MAX_ROWS` rows, its first :data:`TOP_ROWS`
+    rows with that file as its link."""
+    n = len(item.frame)
+    if not item.whole or n <= MAX_ROWS:
+        return Block("table", item.frame, item.caption)
+    caption = f"{item.caption}: " if item.caption else ""
+    return Block("table", item.frame.head(TOP_ROWS), f"{caption}the first {TOP_ROWS} of {n} rows; all in {item.whole}",
+                 item.whole)
+
+
+def _bullet_blocks(items: list[str], caption: str) -> list[Block]:
+    """A list's blocks: over :data:`MAX_ITEMS` items, the first ones and the rest as a ``more`` block (in
+    ``report.md`` whole, in ``report.html`` a link to ``report.md``)."""
+    if len(items) <= MAX_ITEMS:
+        return [Block("ul", items, caption)]
+    return [Block("ul", items[:MAX_ITEMS], caption), Block("more", items[MAX_ITEMS:])]
 
 
 def _guarded(section: Section) -> list[Block]:
@@ -276,33 +304,85 @@ def _other_plots(out_dir: Path, used: set[Path]) -> list[Block]:
             if path.resolve() not in used]
 
 
+def _attacks_ran(attacks: dict[str, Any]) -> str:
+    """The adversarial sets by budget: ``fgsm and pgd at eps 16/255; df without a budget``."""
+    by: dict[str, list[str]] = {}
+    for set_name, a in attacks.items():
+        budget = eps_label((a.get("params") or {}).get("eps"))
+        by.setdefault(f"at eps {budget}" if budget else "without a budget", []).append(set_name)
+    return "; ".join(f"{join(names)} {budget}" for budget, names in by.items())
+
+
+def what_ran(info: dict[str, Any]) -> str:
+    """One paragraph on what the run did, from ``run.json``: data, model, attacks, detectors, plugins, intervals,
+    time."""
+    config = info.get("config") or {}
+    n_id = ((info.get("data") or {}).get("id") or {}).get("n")
+    parts = [f"{config.get('dataset') or ((info.get('data') or {}).get('id') or {}).get('name', 'the ID set')}"
+             + (f" ({n_id} ID images" + (f", clean accuracy {pct(float(info['clean_acc']))}" if
+                                       info.get("clean_acc") is not None else "") + ")" if n_id else "")]
+    if (info.get("model") or {}).get("arch"):
+        parts.append(f"model {info['model']['arch']}")
+    if info.get("attacks"):
+        parts.append(f"adversarial sets {_attacks_ran(info['attacks'])}")
+    if config.get("detectors"):
+        parts.append(f"{len(config['detectors'])} detector{'s' if len(config['detectors']) != 1 else ''}")
+    plugins = [*(config.get("evaluators") or []), *(config.get("analyses") or [])]
+    if plugins:
+        parts.append(f"evaluators and analyses {join([str(p) for p in plugins])}")
+    ci = _ci_fact(config.get("ci"))
+    if ci:
+        parts.append(f"95 % intervals: {ci}")
+    total = (info.get("timings_s") or {}).get("total")
+    time = f" in {float(total):.0f} s" if total is not None else ""
+    return f"What ran{time}: " + "; ".join(parts) + "."
+
+
+def _sample_note(sample: dict[str, Any]) -> list[Block]:
+    if sample.get("conclusive") is not False:
+        return []
+    return [Block("p", f"Too few images to conclude: {sample['n_id']} ID images and as few as {sample['n_ood']} OOD "
+                       f"images in a set, fewer than {sample['min_conclusive']} per side; a 95 % interval on an AUROC "
+                       f"near chance spans about +-{sample['auroc_halfwidth_at_chance']:.0f} points at these sizes. "
+                       "Every reading below describes this sample only.")]
+
+
+def _run_blocks(info: dict[str, Any]) -> list[Block]:
+    try:
+        return _run_section(info)
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
+        warnings.warn(f"advopenood: report section 'Run' left out: {exc!r}", stacklevel=2)
+        return [Block("h2", "Run"), Block("p", f"This section could not be rendered: {exc!r}.")]
+
+
+def _fold(blocks: list[Block]) -> Block:
+    """A section's blocks (its ``h2`` first) as one ``fold`` block: folded in the HTML, a section in Markdown."""
+    return Block("fold", blocks[1:], blocks[0].content)
+
+
 def build_report(out_dir: Path) -> list[Block]:
-    """The report's blocks: the run (``run.json``), the saved sections (``report_sections.json``) and the plots
-    that no section shows."""
+    """The report's blocks: the first screen (what ran, from ``run.json``, and the headline sections), then every
+    other section folded: the run's details, the saved sections (``report_sections.json``) and the plots that no
+    section shows."""
     out_dir = Path(out_dir)
     info = json.loads((out_dir / "run.json").read_text()) if (out_dir / "run.json").is_file() else {}
     title = (info.get("config") or {}).get("name") or out_dir.name
-    blocks = [Block("h1", f"advopenood report: {title}")]
-    sample = info.get("sample") or {}
-    if sample.get("conclusive") is False:
-        blocks.append(Block("p", f"Too few images to conclude: {sample['n_id']} ID images and as few as "
-                                 f"{sample['n_ood']} OOD images in a set, fewer than {sample['min_conclusive']} per "
-                                 f"side; a 95 % interval on an AUROC near chance spans about "
-                                 f"+-{sample['auroc_halfwidth_at_chance']:.0f} points at these sizes. Every reading "
-                                 "below describes this sample only."))
+    blocks = [Block("h1", f"advopenood report: {title}"), *_sample_note(info.get("sample") or {})]
     if info:
-        try:
-            blocks += _run_section(info)
-        except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
-            warnings.warn(f"advopenood: report section 'Run' left out: {exc!r}", stacklevel=2)
-            blocks += [Block("h2", "Run"), Block("p", f"This section could not be rendered: {exc!r}.")]
-    used: set[Path] = set()
-    for section in read_sections(out_dir):
-        blocks += _guarded(section)
-        used.update(Path(p).resolve() for p in section.figures)
+        blocks.append(Block("p", what_ran(info)))
+    sections = read_sections(out_dir)
+    used: set[Path] = {Path(p).resolve() for s in sections for p in s.figures}
+    for section in sections:
+        if section.headline:
+            blocks += _guarded(section)
+    folds = [_fold(_run_blocks(info))] if info else []
+    folds += [_fold(_guarded(s)) for s in sections if not s.headline]
     rest = _other_plots(out_dir, used)
     if rest:
-        blocks += [Block("h2", "Other plots"), *rest]
+        folds.append(Block("fold", rest, "Other plots"))
+    if folds:
+        blocks += [Block("h2", "Details"), Block("p", "Each section below opens on a click (in report.html); long "
+                                                       "tables show their first rows and link their CSV."), *folds]
     if len(blocks) == 1:
         blocks.append(Block("p", "This folder holds no run results yet."))
     return blocks
@@ -310,68 +390,91 @@ def build_report(out_dir: Path) -> list[Block]:
 
 # ------------------------------------------------------------------------------------------------ rendering
 
+def _md_block(b: Block, out_dir: Path) -> str:
+    """One block as Markdown (a fold as its section, a ``details`` block as its content)."""
+    if b.kind in ("h1", "h2", "h3"):
+        return "#" * int(b.kind[1]) + " " + b.content
+    if b.kind == "p":
+        return b.content
+    if b.kind == "ul":
+        body = "\n".join(f"- {s}" for s in b.content)
+        return ((f"{b.caption}:\n\n" if b.caption else "") + body) if b.content else ""
+    if b.kind == "table":
+        caption = f"**{b.caption}**\n\n" if b.caption else ""
+        link = f"\n\n[{b.link}]({b.link})" if b.link else ""
+        return caption + aio.markdown_table(_cells(b.content)).rstrip() + link
+    if b.kind == "code":
+        return f"<details><summary>{b.caption}</summary>\n\n```yaml\n{b.content.rstrip()}\n```\n\n</details>"
+    if b.kind == "img":
+        return f"![{b.caption}]({Path(b.content).relative_to(out_dir).as_posix()})\n\n*{b.caption}*"
+    if b.kind == "more":
+        return "\n".join(f"- {s}" for s in b.content)
+    inner = [_md_block(c, out_dir) for c in b.content]
+    return "\n\n".join(([f"## {b.caption}"] if b.kind == "fold" else []) + [p for p in inner if p])
+
+
 def to_markdown(blocks: list[Block], out_dir: Path) -> str:
-    """GitHub Markdown; images as relative links."""
-    parts = []
-    for b in blocks:
-        if b.kind in ("h1", "h2", "h3"):
-            parts.append("#" * int(b.kind[1]) + " " + b.content)
-        elif b.kind == "p":
-            parts.append(b.content)
-        elif b.kind == "ul":
-            if b.content:
-                parts.append((f"{b.caption}:\n\n" if b.caption else "") + "\n".join(f"- {s}" for s in b.content))
-        elif b.kind == "table":
-            parts.append((f"**{b.caption}**\n\n" if b.caption else "") + aio.markdown_table(_cells(b.content)).rstrip())
-        elif b.kind == "code":
-            parts.append(f"<details><summary>{b.caption}</summary>\n\n```yaml\n{b.content.rstrip()}\n```\n\n</details>")
-        elif b.kind == "img":
-            parts.append(f"![{b.caption}]({Path(b.content).relative_to(out_dir).as_posix()})\n\n*{b.caption}*")
-    return "\n\n".join(parts) + "\n"
+    """GitHub Markdown; images as relative links; every section open."""
+    return "\n\n".join(p for p in (_md_block(b, out_dir) for b in blocks) if p) + "\n"
 
 
-_CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;
-padding:0 1em;color:#222;line-height:1.45}table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.9em}
-th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}th{background:#f2f2f2}td:first-child,th:first-child
-{text-align:left}caption{font-weight:600;text-align:left;padding:.3em 0}img{max-width:100%;display:block;margin:.5em 0}
-figure{margin:1em 0}figcaption{color:#555;font-size:.85em}pre{background:#f6f6f6;padding:.8em;overflow:auto}
-.scroll{overflow-x:auto;max-width:100%}.scroll td,.scroll th{white-space:nowrap}
-h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}"""
+_CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1340px;margin:1em auto;
+padding:0 1.2em;color:#222;line-height:1.4}table{border-collapse:collapse;margin:.4em 0 1em;font-size:.8em}
+th,td{border:1px solid #ccc;padding:.1em .4em;text-align:right}th{background:#f2f2f2}td:first-child,th:first-child
+{text-align:left}caption{font-weight:600;text-align:left;padding:.3em 0}img{display:block;margin:.5em 0}
+figure{margin:1em 0;overflow-x:auto}figcaption{color:#555;font-size:.85em}pre{background:#f6f6f6;padding:.8em;overflow:auto}
+.scroll{overflow-x:auto;max-width:100%}.scroll td,.scroll th{white-space:nowrap}h1{margin:.3em 0 .4em;font-size:1.6em}
+h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.2em}details.section>summary h2{display:inline;
+border:0}details.section{border-bottom:1px solid #ddd;margin:.3em 0}details.section>summary{cursor:pointer;
+padding:.3em 0}ul{margin:.3em 0}"""
 
 
-def _html_table(df: pd.DataFrame, caption: str) -> str:
-    """A table in a box that scrolls sideways: a table wider than the page scrolls instead of being cut."""
+def _html_table(df: pd.DataFrame, caption: str, link: str = "") -> str:
+    """A table in a box that scrolls sideways: a table wider than the page scrolls instead of being cut; ``link``
+    (a CSV beside the report that holds all of a table shown in part) linked under it."""
     cells = _cells(df)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cells.columns)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>"
                    for row in cells.itertuples(index=False))
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
-    return f'<div class="scroll"><table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+    more = f'<p>All rows: <a href="{html.escape(link)}">{html.escape(link)}</a></p>' if link else ""
+    return f'<div class="scroll"><table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>{more}'
+
+
+def _html_block(b: Block) -> str:
+    """One block as HTML (a fold as a closed ``details`` element with its title as summary)."""
+    if b.kind in ("h1", "h2", "h3"):
+        return f"<{b.kind}>{html.escape(b.content)}</{b.kind}>"
+    if b.kind == "p":
+        return f"<p>{html.escape(b.content)}</p>"
+    if b.kind == "ul":
+        if not b.content:
+            return ""
+        cap = f"<p>{html.escape(b.caption)}:</p>" if b.caption else ""
+        return cap + "<ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in b.content) + "</ul>"
+    if b.kind == "table":
+        return _html_table(b.content, b.caption, b.link)
+    if b.kind == "code":
+        return f"<details><summary>{html.escape(b.caption)}</summary><pre>{html.escape(b.content)}</pre></details>"
+    if b.kind == "img":
+        data = base64.b64encode(Path(b.content).read_bytes()).decode()
+        return (f'<figure><img alt="{html.escape(b.caption)}" src="data:image/png;base64,{data}">'
+                f"<figcaption>{html.escape(b.caption)}</figcaption></figure>")
+    if b.kind == "more":
+        return f'<p>and {len(b.content)} more: <a href="report.md">report.md</a> lists every one.</p>'
+    inner = "\n".join(_html_block(c) for c in b.content)
+    if b.kind == "fold":
+        return f'<details class="section"><summary><h2>{html.escape(b.caption)}</h2></summary>\n{inner}\n</details>'
+    return f"<details><summary>{html.escape(b.caption)}</summary>\n{inner}\n</details>"
 
 
 def to_html(blocks: list[Block]) -> str:
-    """A self-contained HTML page (inline CSS, plots as base64 data URIs, no network resources)."""
+    """A self-contained HTML page (inline CSS, plots as base64 data URIs, no network resources except the links to
+    the CSVs beside it); every section after the first screen folded."""
     title = next((b.content for b in blocks if b.kind == "h1"), "advopenood report")
-    parts = []
-    for b in blocks:
-        if b.kind in ("h1", "h2", "h3"):
-            parts.append(f"<{b.kind}>{html.escape(b.content)}</{b.kind}>")
-        elif b.kind == "p":
-            parts.append(f"<p>{html.escape(b.content)}</p>")
-        elif b.kind == "ul":
-            if b.content:
-                cap = f"<p>{html.escape(b.caption)}:</p>" if b.caption else ""
-                parts.append(cap + "<ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in b.content) + "</ul>")
-        elif b.kind == "table":
-            parts.append(_html_table(b.content, b.caption))
-        elif b.kind == "code":
-            parts.append(f"<details><summary>{html.escape(b.caption)}</summary><pre>{html.escape(b.content)}</pre></details>")
-        elif b.kind == "img":
-            data = base64.b64encode(Path(b.content).read_bytes()).decode()
-            parts.append(f'<figure><img alt="{html.escape(b.caption)}" src="data:image/png;base64,{data}">'
-                         f"<figcaption>{html.escape(b.caption)}</figcaption></figure>")
+    parts = [_html_block(b) for b in blocks]
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-            f"<style>{_CSS}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
+            f"<style>{_CSS}</style></head><body>\n" + "\n".join(p for p in parts if p) + "\n</body></html>\n")
 
 
 def write_report(out_dir: Path) -> Path:

@@ -55,10 +55,13 @@ class Bullets:
 
 @dataclass(frozen=True, eq=False)
 class Table:
-    """A table shown as is (cells formatted by the renderer); a named index becomes the first column."""
+    """A table shown as is (cells formatted by the renderer); a named index becomes the first column. ``whole``:
+    the file (relative to the output folder, a CSV) that holds all of it; a long table with one is shown as its
+    first rows (the plugin orders them, top first) and a link (:data:`advopenood.outputs.report.MAX_ROWS`)."""
 
     frame: pd.DataFrame
     caption: str = ""
+    whole: str = ""
 
 
 @dataclass(frozen=True)
@@ -79,16 +82,19 @@ Item = Union[Paragraph, Bullets, Table, Figure]
 @dataclass(frozen=True)
 class Section:
     """One ``##`` section of the report: ``title`` and its ``items`` in display order; ``source`` names the
-    plugin that made it (set by the core)."""
+    plugin that made it (set by the core). A ``headline`` section opens the report (the first screen); the others
+    follow it, folded in the HTML."""
 
     title: str
     items: tuple[Item, ...] = ()
     source: str = ""
+    headline: bool = False
 
-    def __init__(self, title: str, items: Any = (), source: str = "") -> None:
+    def __init__(self, title: str, items: Any = (), source: str = "", headline: bool = False) -> None:
         object.__setattr__(self, "title", str(title))
         object.__setattr__(self, "items", tuple(items))
         object.__setattr__(self, "source", source)
+        object.__setattr__(self, "headline", bool(headline))
         bad = [type(i).__name__ for i in self.items if not isinstance(i, (Paragraph, Bullets, Table, Figure))]
         if bad:
             raise TypeError(f"section {title!r} holds a {bad[0]}; valid items: Paragraph, Bullets, Table, Figure")
@@ -183,7 +189,7 @@ def collect(out: Path, result: Results | Mapping[str, pd.DataFrame] | None, prot
     for path in [*outputs.figures, *(p for s in outputs.sections for p in s.figures)]:
         if not (Path(out) / relative(path, out)).is_file():
             raise FileNotFoundError(f"plugin {source!r} lists figure {path} but did not write it")
-    return [Section(s.title, s.items, s.source or source) for s in outputs.sections]
+    return [Section(s.title, s.items, s.source or source, s.headline) for s in outputs.sections]
 
 
 # ------------------------------------------------------------------------------------ report_sections.json
@@ -229,7 +235,8 @@ def item_to_dict(item: Item, out: Path) -> dict[str, Any]:
     if isinstance(item, Bullets):
         return {"kind": "bullets", "items": list(item.items), "caption": item.caption}
     if isinstance(item, Table):
-        return {"kind": "table", "caption": item.caption, **_table_dict(item.frame)}
+        return {"kind": "table", "caption": item.caption, **({"whole": item.whole} if item.whole else {}),
+                **_table_dict(item.frame)}
     return {"kind": "figure", "path": relative(item.path, out), "caption": item.label}
 
 
@@ -242,7 +249,7 @@ def item_from_dict(data: Mapping[str, Any], out: Path) -> Item:
         return Bullets(data["items"], str(data.get("caption", "")))
     if kind == "table":
         frame = pd.DataFrame(data["rows"], columns=data["columns"], dtype=object)
-        return Table(frame, str(data.get("caption", "")))
+        return Table(frame, str(data.get("caption", "")), str(data.get("whole", "")))
     if kind == "figure":
         return Figure(Path(out) / str(data["path"]), str(data.get("caption", "")))
     raise ValueError(f"unknown report item kind {kind!r}; valid choices: paragraph, bullets, table, figure")
@@ -252,7 +259,8 @@ def write_sections(out: Path, sections: list[Section]) -> Path:
     """Save ``sections`` as ``<out>/report_sections.json`` (atomically)."""
     path = Path(out) / SECTIONS_FILE
     aio.write_json(path, {"format": FORMAT_VERSION, "sections": [
-        {"title": s.title, "source": s.source, "items": [item_to_dict(i, out) for i in s.items]} for s in sections]})
+        {"title": s.title, "source": s.source, **({"headline": True} if s.headline else {}),
+         "items": [item_to_dict(i, out) for i in s.items]} for s in sections]})
     return path
 
 
@@ -262,5 +270,5 @@ def read_sections(out: Path) -> list[Section]:
     if not path.is_file():
         return []
     data = json.loads(path.read_text())
-    return [Section(s["title"], [item_from_dict(i, out) for i in s.get("items", [])], s.get("source", ""))
-            for s in data.get("sections", [])]
+    return [Section(s["title"], [item_from_dict(i, out) for i in s.get("items", [])], s.get("source", ""),
+                    bool(s.get("headline", False))) for s in data.get("sections", [])]

@@ -2,6 +2,7 @@
 ``asr.csv``; its output is the :class:`~advopenood.evaluation.context.RunContext` the later stages fill."""
 from __future__ import annotations
 
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -75,21 +76,96 @@ def asr_row(adv: AdvSet, dataset: str, arch: str, seed: int, clean_acc: float, p
             "protocol": protocol}
 
 
-def _one_set(plan: RunPlan, spec: AttackSpec, store: AdvStore, model: Classifier, model_hash: str, id_set, *,
-             fit_set, ood_sets: dict[str, Any], device: torch.device, rank: int, world_size: int,
-             progress: bool) -> AdvSet:
-    """The adversarial set of one spec: built, bound to the fit set, generated or read from the store, checked."""
+@dataclass(frozen=True)
+class Bound:
+    """One attack spec made ready: the attack (built, bound to the fit set) and the images it attacks."""
+
+    spec: AttackSpec
+    attack: Any
+    source: str
+    data: Any
+
+
+def _bind(plan: RunPlan, spec: AttackSpec, model: Classifier, id_set, fit_set, ood_sets: dict[str, Any],
+          device: torch.device) -> Bound:
+    """The attack of one spec, built and bound to the fit set, and its source set."""
     attack = build_attack(spec.attack, spec.params)
     source, data = source_set(spec, id_set, ood_sets)
     bind_attack(attack, model, fit_set, seed=plan.seed, batch_size=plan.batch_size, device=device,
                 detector_params=plan.param_section("detector_params"))
-    adv = store.generate(data, model, attack, model_hash=model_hash, seed=plan.seed, device=device,
+    return Bound(spec, attack, source, data)
+
+
+def _one_set(plan: RunPlan, bound: Bound, store: AdvStore, model: Classifier, model_hash: str, *,
+             device: torch.device, rank: int, world_size: int, progress: bool) -> AdvSet:
+    """The adversarial set of one bound spec: generated or read from the store, checked."""
+    spec, attack = bound.spec, bound.attack
+    adv = store.generate(bound.data, model, attack, model_hash=model_hash, seed=plan.seed, device=device,
                          rank=rank, world_size=world_size, progress=progress,
-                         recompute=plan.recomputes(spec.set_name))
-    adv.set_name, adv.source = spec.set_name, source
+                         recompute=plan.recomputes(spec.set_name), label=spec.set_name)
+    adv.set_name, adv.source = spec.set_name, bound.source
     adv.quantize = plan.protocol_spec.quantize
     adv.see(model, attack, plan.batch_size, device)
     return adv
+
+
+def duration(seconds: float) -> str:
+    """``40 s``, ``7 min``, ``1.5 h``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def plan_lines(plan: RunPlan, bound: list[Bound], store: AdvStore, model_hash: str, device: torch.device) -> list[str]:
+    """What the attack stage will do, one line per set, with an estimate from the per-image cost measured in an
+    earlier run (:meth:`advopenood.attacks.store.AdvStore.cost`), and a total; then the stages after it."""
+    lines, total, unknown = [], 0.0, []
+    for b in bound:
+        todo = store.pending(b.data, b.attack, model_hash=model_hash, seed=plan.seed,
+                             recompute=plan.recomputes(b.spec.set_name))
+        head = f"plan: attack {b.spec.set_name} on {len(b.data)} images of {b.source}: "
+        if not todo:
+            lines.append(head + "every shard in the store, nothing to generate")
+            continue
+        cost = store.cost(b.attack, model_hash, device)
+        if cost is None:
+            unknown.append(b.spec.set_name)
+            lines.append(head + f"{todo} to generate, no estimate yet (no earlier run of {b.attack.name} with these "
+                                "parameters on this model and device)")
+        else:
+            total += cost * todo
+            lines.append(head + f"{todo} to generate, about {duration(cost * todo)} ({cost:.3g} s per image, "
+                                "measured in an earlier run)")
+    if unknown:
+        known = f"about {duration(total)} for the sets with an estimate, " if total else ""
+        lines.append(f"plan: attacks in all: {known}no estimate for {len(unknown)} set(s)")
+    elif total:
+        lines.append(f"plan: attacks in all: about {duration(total)}")
+    after = [f"{len(plan.detectors)} detector(s)", *([f"evaluators {', '.join(plan.evaluators)}"] if plan.evaluators
+                                                     else []),
+             *([f"analyses {', '.join(plan.analyses)}"] if plan.analyses else [])]
+    if plan.detectors or plan.evaluators or plan.analyses:
+        lines.append("plan: then " + "; ".join(after) + " (scores of earlier runs are read from the store)")
+    return lines
+
+
+def _guard(errors: dict[str, str] | None, traces: dict[str, str] | None, world_size: int, label: str,
+           make: Any) -> Any:
+    """``make()``; with ``errors`` (one process only) an exception other than a UsageError or a full, read-only or
+    over-quota file system costs only its set: ``errors[label]`` gets one line, ``traces[label]`` the traceback,
+    and None is returned."""
+    try:
+        return make()
+    except UsageError:
+        raise
+    except Exception as exc:
+        reraise_storage_error(exc)  # a full disk or store is the run's failure, not the attack's
+        if errors is None or world_size > 1:
+            raise
+        errors[label] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300] or type(exc).__name__}"
+        if traces is not None:
+            traces[label] = traceback.format_exc()
+        return None
 
 
 def generate_sets(plan: RunPlan, model: Classifier, id_set, device: torch.device, *, fit_set,
@@ -98,9 +174,10 @@ def generate_sets(plan: RunPlan, model: Classifier, id_set, device: torch.device
                   traces: dict[str, str] | None = None) -> dict[str, AdvSet]:
     """One adversarial set per spec, from the store when it is already there.
 
-    Detector-aware attacks are bound to the fit set (:func:`advopenood.capabilities.bind_attack`). Under torchrun
-    each rank attacks the shards ``i % world_size == rank`` into the shared store; after a barrier rank 0 writes
-    the manifests, and every rank sees the complete sets.
+    Detector-aware attacks are bound to the fit set (:func:`advopenood.capabilities.bind_attack`) first; then, with
+    ``progress`` on rank 0, the plan of the stage goes to stderr (:func:`plan_lines`). Under torchrun each rank
+    attacks the shards ``i % world_size == rank`` into the shared store; after a barrier rank 0 writes the
+    manifests, and every rank sees the complete sets.
     With ``errors`` (one process only), an attack that raises (or whose output fails
     :func:`advopenood.attacks.store.check_attack_output`) costs only its set: the set is left out, ``errors``
     gets ``attack:<set>`` -> one line and ``traces`` its traceback; otherwise (and for a UsageError, or an OSError
@@ -108,22 +185,19 @@ def generate_sets(plan: RunPlan, model: Classifier, id_set, device: torch.device
     """
     store = AdvStore(plan.cache / "adv", shard_size=plan.shard_size)
     model_hash = weights_hash(model)
+    bound = [b for b in (_guard(errors, traces, world_size, f"attack:{spec.set_name}",
+                                lambda spec=spec: _bind(plan, spec, model, id_set, fit_set, ood_sets, device))
+                         for spec in plan.attack_specs) if b is not None]
+    if progress and rank == 0:
+        for line in plan_lines(plan, bound, store, model_hash, device):
+            print(f"advopenood: {line}", file=sys.stderr, flush=True)
     sets: dict[str, AdvSet] = {}
-    for spec in plan.attack_specs:
-        try:
-            sets[spec.set_name] = _one_set(plan, spec, store, model, model_hash, id_set, fit_set=fit_set,
-                                           ood_sets=ood_sets, device=device, rank=rank, world_size=world_size,
-                                           progress=progress)
-        except UsageError:
-            raise
-        except Exception as exc:
-            reraise_storage_error(exc)  # a full disk or store is the run's failure, not the attack's
-            if errors is None or world_size > 1:
-                raise
-            label = f"attack:{spec.set_name}"
-            errors[label] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300] or type(exc).__name__}"
-            if traces is not None:
-                traces[label] = traceback.format_exc()
+    for b in bound:
+        adv = _guard(errors, traces, world_size, f"attack:{b.spec.set_name}",
+                     lambda b=b: _one_set(plan, b, store, model, model_hash, device=device, rank=rank,
+                                          world_size=world_size, progress=progress))
+        if adv is not None:
+            sets[b.spec.set_name] = adv
     if world_size > 1:
         import torch.distributed as dist
 

@@ -31,7 +31,7 @@ from advopenood.run.report import report
 
 
 def run(plan: RunPlan | Mapping[str, Any], *, attack_only: bool = False, progress: bool = True, overwrite: bool = False,
-        export_png: bool = False) -> RunContext:
+        export_png: bool = False, latex: str = "headline") -> RunContext:
     """Run the whole pipeline (or only the attack stage) and write every output under the output folder.
 
     The preflight (:func:`advopenood.run.preflight.preflight`) runs first; nothing is written when it fails. Outputs
@@ -40,6 +40,7 @@ def run(plan: RunPlan | Mapping[str, Any], *, attack_only: bool = False, progres
     real path (:func:`advopenood.io.resolve_output`: a symbolic link to a folder is followed). A full, read-only
     or over-quota file system anywhere in the run raises :class:`~advopenood.errors.StorageError` (one line) and
     commits nothing.
+    ``latex``: what ``tables.tex`` holds (:data:`advopenood.outputs.latex.MODES`).
     Under ``torchrun`` every rank shares the attack stage and the detector stage (fit pass and scoring, sharded
     by batch through the store); rank 0 alone merges the scores, evaluates and writes outputs.
     """
@@ -82,7 +83,7 @@ def _locked(plan: RunPlan, final: Path, t0: float, *, attack_only: bool, progres
             print(f"advopenood: warning: {line}", file=sys.stderr)
         plugins = [] if attack_only else build_plugins(plan)
         setup = Setup(plan, aio.begin_output(final) if rank == 0 else final, final, rank, world_size, progress,
-                      attack_only, export_png)
+                      attack_only, export_png, latex)
         timings = {"setup": time.perf_counter() - t0}
         try:
             return _stages(setup, inputs, plugins, timings, t0)

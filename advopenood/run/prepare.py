@@ -66,6 +66,8 @@ class Setup:
     progress: bool
     attack_only: bool
     export_png: bool
+    #: ``tables.tex``: ``headline`` (the headline tables) or ``all`` (every CSV too)
+    latex: str = "headline"
 
 
 @dataclass(frozen=True)

@@ -69,13 +69,13 @@ def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
 
 
 def report(setup: Setup, ctx: RunContext, timings: dict[str, float], t0: float) -> None:
-    """The stage (rank 0): export, ``tables.tex`` (every CSV of the run, the core's ``asr.csv`` included),
+    """The stage (rank 0): export, ``tables.tex`` (the headline tables, or with ``--latex all`` every CSV),
     ``run.json`` (with the total time since ``t0``), the report (not for an attack-only run) and ``errors.log``."""
     if setup.export_png:
         from advopenood.run.export import export_openood
 
         ctx.extras["export"] = export_openood(ctx)
-    write_latex(setup.out)
+    write_latex(setup.out, setup.latex)
     timings["total"] = time.perf_counter() - t0
     aio.write_json(setup.out / "run.json", run_info(ctx, timings))
     if not setup.attack_only:

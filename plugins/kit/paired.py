@@ -213,10 +213,13 @@ def paired_section(table: pd.DataFrame) -> Section:
                           "ood_set": table["ood_set"], "delta AUROC [95 %]": [paired_cell(r) for r in
                                                                            table.to_dict("records")],
                           "significant": table["significant"], "twin": table["twin"]})
+    top = pd.DataFrame({"twin": ~table["twin"].astype(bool), "shown": ~table["significant"].eq(True).astype(bool),
+                        "size": -table["delta_auroc"].abs()}).sort_values(["twin", "shown", "size"], kind="stable")
+    shown = shown.loc[top.index]  # top first: twins, then differences shown, largest first
     sets = join([label(s) for s in dict.fromkeys(table["ood_set"])]) if len(table) else "no set"
     return Section("Paired comparisons", [
         Paragraph("AUROC differences (points, detector_a minus detector_b) of detectors scored on the same images, "
                   f"on {sets}, each with a paired 95 % interval (paired.csv); a difference is claimed only where "
                   "its interval excludes 0. A detector and its twin (e.g. smoothed_<det> and <det>) are always "
                   "compared."),
-        Table(shown), Bullets(read_paired(table))])
+        Table(shown, whole="paired.csv"), Bullets(read_paired(table))])

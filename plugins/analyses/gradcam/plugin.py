@@ -236,7 +236,7 @@ class GradCamAnalysis:
         figures: list[Path] = []
         for name, frame in zip(ctx.id_adv_sets, frames):
             path = ctx.plot_dir / f"gradcam_{safe_name(name)}.png"
-            save_figure(plot_shift(frame, name, self.l2_threshold, self.ssim_threshold, self.target), path)
+            save_figure(plot_shift(frame, name, self.l2_threshold, self.ssim_threshold, self.target), path, colors=64)
             figures += [path] + ([examples[name]] if examples[name] is not None else [])
         summary = summarize(df) if len(df) else pd.DataFrame()
         sections = (guarded("Grad-CAM attention shift", lambda: [gradcam_section(as_written(summary, ctx.protocol), figures)])
@@ -271,5 +271,5 @@ class GradCamAnalysis:
         maps_adv, _ = cam(x_adv, picks["adv_target"].to_numpy())
         fig = plot_examples(x.numpy(), x_adv.numpy(), maps, maps_adv, picks, name, self.target)
         path = ctx.plot_dir / f"gradcam_examples_{safe_name(name)}.png"
-        save_figure(fig, path)
+        save_figure(fig, path, colors=64)  # photo-like maps: 64 colours keep the page small
         return path

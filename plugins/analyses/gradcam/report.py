@@ -92,7 +92,7 @@ def _show(ax, img: np.ndarray, cam: np.ndarray | None = None) -> None:
     ax.imshow(img[..., 0] if img.shape[-1] == 1 else img, cmap="gray" if img.shape[-1] == 1 else None,
               vmin=0, vmax=1, interpolation="nearest")
     if cam is not None:
-        ax.imshow(cam, cmap="jet", alpha=0.5, vmin=0, vmax=1, interpolation="bilinear")
+        ax.imshow(cam, cmap="jet", alpha=0.5, vmin=0, vmax=1, interpolation="nearest")
     ax.set_xticks([])
     ax.set_yticks([])
 
@@ -171,7 +171,7 @@ def gradcam_section(summary: pd.DataFrame, figures: list[Path]) -> Section:
         Paragraph("Grad-CAM maps of each clean image and its adversarial counterpart on the last convolutional "
                   f"block{target}. L2 is the mean squared difference of the maps (in [0, 1]), SSIM their structural "
                   "similarity. Regimes (paper, section 4.2): changed = high L2 and low SSIM, moved = high L2 and high "
-                  "SSIM, unchanged = low L2 and high SSIM; shares in percent." + thresholds + protocol),
+                  "SSIM, unchanged = low L2 and high SSIM; shares in percent." + thresholds + protocol + " Per-image values: gradcam.csv."),
         Table(table[keep]), Bullets(read_gradcam(summary)),
         *[FigureItem(p, gradcam_caption(Path(p))) for p in figures]])
 

@@ -55,6 +55,7 @@ from advopenood.evaluation.metrics import ood_metrics
 from advopenood.data.benchmarks import ADVERSARIAL, natural_group
 from advopenood.outputs.results import Results, as_written, guarded
 from advopenood.registry import register
+from advopenood_plugins.evaluators.ood.headline import headline_section
 from advopenood_plugins.evaluators.ood.leaderboard import openood_entries
 from advopenood_plugins.evaluators.ood.report import (adaptive_section, leaderboard_section, ood_plots, ood_section,
                                                       with_positives)
@@ -260,7 +261,9 @@ class OODEvaluator(Verifiable):
         paired = paired_table(ctx, df, {ood_set: mask for _, _, ood_set, mask in self._targets(ctx)})
         out.tables["paired.csv"] = paired
         out.figures = ood_plots(df, with_positives(ctx), ctx.plot_dir)
-        out.sections = guarded("OOD detection", lambda: [ood_section(as_written(df, ctx.protocol), out.figures)])
+        out.sections = guarded("AUROC per detector and set", lambda: [headline_section(
+            as_written(df, ctx.protocol), as_written(paired, ctx.protocol) if len(paired) else None)])
+        out.sections += guarded("OOD detection", lambda: [ood_section(as_written(df, ctx.protocol), out.figures)])
         out.sections += guarded("Natural and adversarial robustness side by side",
                                 lambda: [leaderboard_section(as_written(board, ctx.protocol))])
         if len(paired):

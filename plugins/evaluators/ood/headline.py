@@ -1,0 +1,149 @@
+"""The report's headline, the first thing a reader sees: AUROC per detector and set with its 95 % interval and the
+detector's rank on the set, and what the intervals support.
+
+**Ranks from paired tests** (:func:`rank_ranges`). On one set with ``n`` ranked detectors, a detector's rank is the
+range of places it can take given the paired comparisons of ``paired.csv`` (the paired 95 % interval of the
+AUROC difference, :mod:`advopenood_plugins.kit.paired`): from 1 + the number of detectors shown better (interval
+excludes 0 in their favour) to ``n`` - the number shown worse. A pair not compared (no interval, or not in
+``paired.csv``) counts as undecided, so a rank range is never narrower than the tests allow; two detectors whose
+ranges overlap are tied. Overlapping per-cell intervals are not used as a test. A set without a single paired
+test is ranked by the point estimates (competition ranking: 1, 1, 3), marked untested. The intervals are per
+comparison, not adjusted for multiplicity.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from advopenood.outputs.plots import ood_matrix
+from advopenood.outputs.report import CHANCE, join
+from advopenood.outputs.report import name as label
+from advopenood.outputs.results import Bullets, Paragraph, Section, Table
+
+#: a rank of a set without a paired test carries this mark
+UNTESTED = "?"
+
+
+def _tested(paired: pd.DataFrame, ood_set: str) -> pd.DataFrame:
+    """The rows of ``paired`` on ``ood_set`` with a decided test (``significant`` True or False)."""
+    if paired is None or paired.empty:
+        return pd.DataFrame(columns=["detector_a", "detector_b", "delta_auroc", "significant"])
+    part = paired[paired["ood_set"].astype(str) == ood_set]
+    return part[part["significant"].notna()]
+
+
+def rank_ranges(aurocs: pd.Series, paired: pd.DataFrame | None, ood_set: str) -> dict[str, tuple[int, int, bool]]:
+    """Each detector's ``(best, worst, tested)`` rank on ``ood_set`` (module docstring): from the paired tests when
+    the set has any, else competition ranks of the point estimates (``best == worst``, ``tested`` False). NaN AUROCs
+    get no rank."""
+    values = aurocs.dropna().astype(float)
+    n = len(values)
+    tests = _tested(paired, ood_set)
+    if tests.empty:
+        return {d: (1 + int((values > v).sum()),) * 2 + (False,) for d, v in values.items()}
+    better = {d: 0 for d in values.index}
+    worse = dict(better)
+    for r in tests[tests["significant"].astype(bool)].to_dict("records"):
+        a, b = str(r["detector_a"]), str(r["detector_b"])
+        if a not in better or b not in better:
+            continue
+        high, low = (a, b) if float(r["delta_auroc"]) > 0 else (b, a)
+        better[low] += 1
+        worse[high] += 1
+    return {d: (1 + better[d], n - worse[d], True) for d in values.index}
+
+
+def rank_text(rank: tuple[int, int, bool]) -> str:
+    """``#1``, ``#1-4`` (a tie), ``#2?`` (untested)."""
+    best, worst, tested = rank
+    return f"#{best}" + (f"-{worst}" if worst != best else "") + ("" if tested else UNTESTED)
+
+
+def headline_table(ood: pd.DataFrame, paired: pd.DataFrame | None) -> pd.DataFrame:
+    """Detector x set: ``AUROC [lo, hi] #rank`` (one decimal; the value alone without an interval)."""
+    table = ood_matrix(ood, "auroc")
+    if table.empty:
+        return table
+    has_ci = "auroc_lo" in ood
+    lo = ood_matrix(ood, "auroc_lo") if has_ci else table * math.nan
+    hi = ood_matrix(ood, "auroc_hi") if has_ci else table * math.nan
+    columns = {}
+    for col in table.columns:
+        ranks = rank_ranges(table[col], paired, str(col))
+        cells = []
+        for det in table.index:
+            v, low, high = table.at[det, col], lo.at[det, col], hi.at[det, col]
+            if math.isnan(v):
+                cells.append("n/a")
+                continue
+            interval = "" if math.isnan(low) or math.isnan(high) else f" [{low:.1f}, {high:.1f}]"
+            cells.append(f"{v:.1f}{interval} {rank_text(ranks[det])}")
+        columns[str(col)] = cells
+    out = pd.DataFrame(columns, index=pd.Index([label(d) for d in table.index], name="detector"))
+    return out
+
+
+def read_headline(ood: pd.DataFrame, paired: pd.DataFrame | None) -> list[str]:
+    """What the intervals support: per set, who can be first; the cells not shown to differ from chance; how many
+    paired comparisons show a difference."""
+    table = ood_matrix(ood, "auroc")
+    if table.empty:
+        return []
+    out = []
+    for col in table.columns:
+        ranks = rank_ranges(table[col], paired, str(col))
+        first = [label(d) for d, (best, _, _) in ranks.items() if best == 1]
+        if not ranks:
+            continue
+        if not any(t for _, _, t in ranks.values()):
+            out.append(f"On {label(col)}: no paired test; ranks follow the point estimates only.")
+        elif len(first) == 1 and len(ranks) > 1:
+            alone = [d for d, (best, worst, _) in ranks.items() if best == worst == 1]
+            out.append(f"On {label(col)}: {first[0]} is first; the paired intervals show it higher than every other "
+                       "detector." if alone else f"On {label(col)}: only {first[0]} can be first; every other detector "
+                       "is shown lower than at least one.")
+        else:
+            out.append(f"On {label(col)}: {len(first)} detectors can be first, no paired difference shown among "
+                       f"them: {join(first)}.")
+    out += _chance_lines(ood)
+    tested = paired[paired["significant"].notna()] if paired is not None and len(paired) else pd.DataFrame()
+    if len(tested):
+        shown = int(tested["significant"].astype(bool).sum())
+        out.append(f"{shown} of {len(tested)} paired comparisons show a difference (paired interval excludes 0; "
+                   "paired.csv); the intervals are per comparison, not adjusted for multiplicity.")
+    return out
+
+
+def _chance_lines(ood: pd.DataFrame) -> list[str]:
+    """The cells whose interval contains 50 and those wholly below it."""
+    if "auroc_lo" not in ood:
+        return []
+    rows = ood.dropna(subset=["auroc_lo", "auroc_hi"])
+    cells = [f"{label(r['detector'])} on {label(r['ood_set'])}" for r in rows.to_dict("records")]
+    near = [c for c, lo, hi in zip(cells, rows["auroc_lo"], rows["auroc_hi"]) if lo <= CHANCE <= hi]
+    below = [c for c, hi in zip(cells, rows["auroc_hi"]) if hi < CHANCE]
+    out = []
+    if near:
+        shown = join(near[:8] + ([f"{len(near) - 8} more"] if len(near) > 8 else []))
+        out.append(f"Not shown to differ from chance (interval contains 50): {shown}.")
+    if below:
+        out.append(f"{len(below)} of {len(rows)} cells lie below chance (whole interval under 50): adversarial "
+                   "examples there look more in-distribution than clean images.")
+    return out
+
+
+def headline_section(ood: pd.DataFrame, paired: pd.DataFrame | None) -> Section:
+    """``AUROC per detector and set``: the headline table, its rule and what the intervals support (the report's
+    first screen)."""
+    method = str(ood["ci"].dropna().iloc[0]) if "ci" in ood and ood["ci"].notna().any() else "none"
+    items: list[Any] = [
+        Paragraph(f"AUROC (%) of each detector (rows) on each natural OOD and adversarial set (columns), its 95 % "
+                  f"interval ({method}) in brackets, then its rank on the set. Ranks come from the paired "
+                  "comparisons (paired.csv): from 1 + the number of detectors shown better (their paired interval "
+                  "excludes 0) to n - the number shown worse; a range such as #1-4 is a tie. Overlapping intervals "
+                  f"are not a test. A rank marked {UNTESTED} follows the point estimates (no paired test on the set)."),
+        Table(headline_table(ood, paired), "AUROC (%) [95 % interval] #rank"),
+        Bullets(read_headline(ood, paired), "What the intervals support")]
+    return Section("AUROC per detector and set", items, headline=True)

@@ -1,0 +1,56 @@
+"""Long runs say what they do: the plan of the attack stage before any attack (what each set will generate, with an
+estimate from the per-image cost an earlier run measured), progress bars that name their set and count images, on a
+real tiny run (ResNet-20, 8 CIFAR-10 images, FGSM at two budgets)."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from conftest import pack_config
+from advopenood.cli.main import main
+
+
+def _attack(config: str, cache, out, capsys, *extra: str) -> list[str]:
+    """Run ``advopenood attack`` with progress bars on; its stderr as lines (tqdm's carriage returns split)."""
+    assert main(["attack", "--config", config, "--eps", "2/255,8/255", "--cache-dir", str(cache), "--out", str(out),
+                 *extra]) == 0
+    return [line.strip() for line in re.split(r"[\r\n]", capsys.readouterr().err) if line.strip()]
+
+
+def test_the_plan_comes_before_the_attacks_and_bars_name_their_set(tmp_path, data_root, capsys):
+    config = pack_config(tmp_path / "cfg", data_root)
+    cache = tmp_path / "cache"
+    first = _attack(config, cache, tmp_path / "run1", capsys)
+    plans = [line for line in first if line.startswith("advopenood: plan: ")]
+    sets = ["fgsm@0.007843", "fgsm@0.03137"]
+    assert [line.split(" on ")[0] for line in plans[:2]] == [f"advopenood: plan: attack {s}" for s in sets]
+    for line in plans[:2]:
+        assert line.endswith("8 images of id: 8 to generate, no estimate yet (no earlier run of fgsm with these "
+                             "parameters on this model and device)")
+    bars = [i for i, line in enumerate(first) if line.startswith("attack ")]
+    assert bars and max(first.index(p) for p in plans) < min(bars)  # the plan is said before any attack runs
+    for s in sets:  # each bar names its set, not only its attack, and counts images, not shards
+        done = [line for line in first if line.startswith(f"attack {s}: 100%")]
+        assert done and "8/8" in done[-1] and "img" in done[-1] and "model passes" in done[-1], first
+    assert not any(re.match(r"attack fgsm:", line) for line in first)
+
+    costs = json.loads((cache / "adv" / "costs.json").read_text())
+    assert {c["attack"] for c in costs.values()} == {"fgsm"} and all(c["images"] == 8 for c in costs.values())
+    again = _attack(config, cache, tmp_path / "run2", capsys)
+    assert [line for line in again if line.startswith("advopenood: plan: attack ")] == [
+        f"advopenood: plan: attack {s} on 8 images of id: every shard in the store, nothing to generate" for s in sets]
+    redo = _attack(config, cache, tmp_path / "run3", capsys, "--recompute", "all")
+    estimates = [line for line in redo if line.startswith("advopenood: plan: attack ")]
+    per_image = next(iter(costs.values()))["seconds_per_image"]  # fgsm's cost does not depend on its eps
+    for line in estimates:
+        assert "8 to generate, about " in line and f"({per_image:.3g} s per image, measured in an earlier run)" in line
+    assert any(line.startswith("advopenood: plan: attacks in all: about ") for line in redo)
+
+
+@pytest.mark.parametrize("seconds, said", [(12.4, "12 s"), (600, "10 min"), (9000, "2.5 h")])
+def test_durations_read_as_a_person_would_say_them(seconds, said):
+    from advopenood.run.attack import duration
+
+    assert duration(seconds) == said
