@@ -49,7 +49,8 @@ def run(plan: RunPlan | Mapping[str, Any], *, attack_only: bool = False, progres
     preflight(plan, overwrite=overwrite, attack_only=attack_only)
     final = aio.resolve_output(plan.output)
     try:
-        return _locked(plan, final, t0, attack_only=attack_only, progress=progress, export_png=export_png)
+        return _locked(plan, final, t0, attack_only=attack_only, progress=progress, export_png=export_png,
+                       latex=latex)
     except Exception as exc:
         failure = storage_error(exc)
         if failure is None:
@@ -68,7 +69,7 @@ def storage_message(exc: OSError, final: Path, cache: Path) -> str:
 
 
 def _locked(plan: RunPlan, final: Path, t0: float, *, attack_only: bool, progress: bool,
-            export_png: bool) -> RunContext:
+            export_png: bool, latex: str) -> RunContext:
     """The run under the output folder's lock (rank 0), into a staging folder that is committed at the end or
     removed."""
     rank, world_size = distributed()
