@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
 import re
 import warnings
 from dataclasses import dataclass
@@ -424,8 +425,14 @@ def _singular(kind: str) -> str:
 def check_params(what: str, name: str, params: dict[str, Any], declared: dict[str, Any],
                  extra: tuple[str, ...] = ()) -> None:
     """``params`` are among the ``declared`` ones (name -> default; ``extra`` names accepted besides) and each
-    has its default's type (:func:`check_types`); a one-line UsageError names the first bad one otherwise.
+    has its default's type (:func:`check_types`), and no number is NaN or infinite; a one-line UsageError names the
+    first bad one otherwise.
     ``what``: the plugin's kind in the singular (``attack``), ``name`` its registered name."""
+    for key, value in params.items():  # NaN would be written as null in a saved plan, and read back as the default
+        if any(isinstance(v, float) and not math.isfinite(v) for v in (value if isinstance(value, (list, tuple))
+                                                                          else (value,))):
+            raise UsageError(f"parameter {key} of {what} {name!r} is {value!r}; valid choices: a finite number "
+                             "(not NaN or an infinity)")
     valid = sorted({*declared, *extra})
     unknown = sorted(set(params) - set(valid))
     if unknown:

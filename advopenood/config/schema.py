@@ -8,6 +8,7 @@ reads it and never mutates it, and ``run.json`` records it in full. Plugin param
 """
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from fractions import Fraction
@@ -41,12 +42,16 @@ SEED_MAX = 2**63 - 1
 def parse_eps(text: str | float) -> float:
     """``0.03``, ``8/255`` -> float; a UsageError names the bad value."""
     try:
-        return float(Fraction(str(text).strip())) if "/" in str(text) else float(text)
+        value = float(Fraction(str(text).strip())) if "/" in str(text) else float(text)
     except ZeroDivisionError:
         raise UsageError(f"eps {text!r} has a zero denominator; valid choices: a float in (0, 1] or a fraction like "
                          "8/255") from None
     except ValueError:
         raise UsageError(f"eps {text!r} is not a number; valid choices: a float in (0, 1] or a fraction like 8/255") from None
+    if not math.isfinite(value):  # float("nan"), float("inf"): a saved plan would write them as null
+        raise UsageError(f"eps {text!r} is not a finite number; valid choices: a float in (0, 1] or a fraction like "
+                         "8/255")
+    return value
 
 
 def _eps_value(value: Any) -> Any:
