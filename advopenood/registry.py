@@ -17,9 +17,10 @@ The built-in plugins in ``plugins/`` are found the same way, through this packag
 The registry is strict: a second plugin under a taken name is a one-line UsageError naming both sources, unless one
 of the two declares ``overrides = True`` on itself (not inherited); the override is then recorded (:func:`overrides`,
 ``run.json``'s ``plugin_overrides``). A name a provider generates (``ross_msp``, ``adaptive_msp``) is as reserved:
-a plugin under it, registered before or after the provider ran, is the same error naming the generating family. An entry point that fails to import is remembered (:func:`failures`): a name
-that is not registered while one failed is refused with "plugin package X failed to load: <reason>". What exists
-never depends on the order in which entry points load.
+a plugin under it, registered before or after the provider ran, is the same error naming the generating family. An
+entry point that fails to import is remembered (:func:`failures`): a name that is not registered while one failed is
+refused with "plugin package X failed to load: <reason>". What exists never depends on the order in which entry
+points load.
 """
 from __future__ import annotations
 
