@@ -113,7 +113,8 @@ def _detection_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--analysis", "--analyses", dest="analysis",
                    help="comma-separated analyses (advopenood list analyses)")
     p.add_argument("--ci", help="95 %% interval beside every metric: bootstrap (default) | delong | none")
-    p.add_argument("--ci-resamples", type=int, help="bootstrap resamples per cell (default 2000; at least 100)")
+    p.add_argument("--ci-resamples", type=int,
+                   help="bootstrap resamples per cell (default 2000, at least 100; no effect under --ci delong or none)")
 
 
 SUBCOMMAND_FLAGS: dict[str, list[Callable[[argparse.ArgumentParser], None]]] = {

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from advopenood.config import protocols
 from advopenood.data.specs import DATA_KINDS, DataSpec  # noqa: F401  (DATA_KINDS: the loader's messages)
@@ -132,13 +132,34 @@ class AttackEntry(StrictModel):
         return value.strip().lower()
 
 
+#: the bootstrap's default resamples per cell, and the fewest it takes
+RESAMPLES, MIN_RESAMPLES = 2000, 100
+
+
 class CISection(StrictModel):
     """``ci``: the 95 % interval beside every metric (:mod:`advopenood.evaluation.intervals`)."""
 
     #: ``bootstrap`` (stratified percentile bootstrap), ``delong`` (AUROC only) or ``none``
     method: Literal["bootstrap", "delong", "none"] = "bootstrap"
-    #: bootstrap resamples per cell (at least 100)
-    resamples: int = Field(2000, ge=100)
+    #: bootstrap resamples per cell (at least 100 under ``bootstrap``; ``delong`` and ``none`` draw none)
+    resamples: int = Field(RESAMPLES, ge=1)
+
+    @field_validator("resamples")
+    @classmethod
+    def _enough(cls, value: int, info: ValidationInfo) -> int:
+        if info.data.get("method", "bootstrap") == "bootstrap" and value < MIN_RESAMPLES:
+            raise ValueError(f"{value} resamples are too few for a bootstrap: its percentiles would be too coarse for "
+                             f"a 95 % interval; valid choices: at least {MIN_RESAMPLES}, or ci.method delong or none, "
+                             "which draw no resamples")
+        return value
+
+    def unused_note(self) -> str:
+        """The note for a ``resamples`` other than the default under a method that draws none (empty otherwise)."""
+        if self.method == "bootstrap" or self.resamples == RESAMPLES:
+            return ""
+        why = "DeLong's intervals are analytic" if self.method == "delong" else "no interval is computed"
+        return (f"ci.resamples {self.resamples} (--ci-resamples) has no effect under ci.method {self.method}: {why}, "
+                "no resample is drawn")
 
 
 class RunConfig(StrictModel):

@@ -287,6 +287,8 @@ def build_report(out_dir: Path) -> list[Block]:
                                  f"side; a 95 % interval on an AUROC near chance spans about "
                                  f"+-{sample['auroc_halfwidth_at_chance']:.0f} points at these sizes. Every reading "
                                  "below describes this sample only."))
+    if info.get("notes"):  # what the run's settings left out or ignored (run.json's notes)
+        blocks.append(Block("ul", list(info["notes"]), "Notes on this run's settings"))
     if info:
         try:
             blocks += _run_section(info)

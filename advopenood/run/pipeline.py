@@ -10,6 +10,7 @@ next start.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -40,6 +41,8 @@ def run(plan: RunPlan | Mapping[str, Any], *, attack_only: bool = False, progres
     plan = plan if isinstance(plan, RunPlan) else validate(plan)
     preflight(plan, overwrite=overwrite, attack_only=attack_only)
     rank, world_size = distributed()
+    for note in plan.notes() if rank == 0 else []:  # after the preflight: a refusal stays one line
+        print(f"advopenood: note: {note}", file=sys.stderr)
     with aio.OutputLock(plan.output) if rank == 0 else contextlib.nullcontext():
         if rank == 0:
             aio.check_output_folder(plan.output)
