@@ -16,14 +16,17 @@ The built-in plugins in ``plugins/`` are found the same way, through this packag
 
 The registry is strict: a second plugin under a taken name is a one-line UsageError naming both sources, unless one
 of the two declares ``overrides = True`` on itself (not inherited); the override is then recorded (:func:`overrides`,
-``run.json``'s ``plugin_overrides``). An entry point that fails to import is remembered (:func:`failures`): a name
-that is not registered while one failed is refused with "plugin package X failed to load: <reason>". What exists
-never depends on the order in which entry points load.
+``run.json``'s ``plugin_overrides``). A name a provider generates (``ross_msp``, ``adaptive_msp``) is as reserved:
+a plugin under it, registered before or after the provider ran, is the same error naming the generating family. An
+entry point that fails to import is remembered (:func:`failures`): a name that is not registered while one failed is
+refused with "plugin package X failed to load: <reason>". What exists never depends on the order in which entry
+points load.
 """
 from __future__ import annotations
 
 import difflib
 import inspect
+import math
 import re
 import warnings
 from dataclasses import dataclass
@@ -49,6 +52,8 @@ class Entry:
     obj: Any
     description: str
     source: str
+    #: the names a provider generates this one among (``ross_<detector>``); empty for a registered plugin
+    family: str = ""
 
     @property
     def origin(self) -> str:
@@ -103,18 +108,20 @@ def _first_line(obj: Any) -> str:
     return paragraph
 
 
-def register(kind: str, name: str | None = None, description: str | None = None) -> Callable[[T], T]:
+def register(kind: str, name: str | None = None, description: str | None = None,
+             family: str | None = None) -> Callable[[T], T]:
     """Decorator that adds a class or function to the registry of ``kind`` under ``name``. A name that is taken is
     a UsageError naming both plugins' sources, unless exactly one of the two declares ``overrides = True`` on
     itself: that one holds the name, whichever registered first, and the override is recorded. Registering the
-    same plugin again (the same object, or its module imported afresh) replaces it silently."""
+    same plugin again (the same object, or its module imported afresh) replaces it silently. ``family``: set by a
+    provider for a plugin it generates (the pattern of its names, ``ross_<detector>``; see :func:`generated`)."""
     _check_kind(kind)
 
     def deco(obj: T) -> T:
         key = (name or getattr(obj, "name", None) or obj.__name__).lower()
         if isinstance(obj, type) and hasattr(obj, "name") and not obj.__dict__.get("name"):
             obj.name = key
-        entry = Entry(kind, key, obj, description or _first_line(obj), obj.__module__)
+        entry = Entry(kind, key, obj, description or _first_line(obj), obj.__module__, family or "")
         held = _REGISTRY[kind].get(key)
         if held is None or _same_plugin(held.obj, obj):
             _REGISTRY[kind][key] = entry
@@ -123,13 +130,34 @@ def register(kind: str, name: str | None = None, description: str | None = None)
         elif _declares_override(held.obj) and not _declares_override(obj):
             _OVERRIDDEN[kind, key] = entry
         else:
-            both = " and ".join(sorted((held.origin, entry.origin)))
-            rule = ("both declare overrides = True" if _declares_override(obj) else
-                    "declare overrides = True on the one that replaces the other on purpose")
-            raise UsageError(f"{_singular(kind)} {key!r} is registered twice, by {both}; {rule}")
+            raise UsageError(_clash(held, entry))
         return obj
 
     return deco
+
+
+def _clash(held: Entry, entry: Entry) -> str:
+    """The one line for two plugins under one name, neither (or both) declaring ``overrides = True``."""
+    what = f"{_singular(entry.kind)} {entry.name!r}"
+    if held.family or entry.family:  # a registered plugin under a name a provider generates
+        made, taker = (held, entry) if held.family else (entry, held)
+        return (f"{what} of {taker.origin} takes a name that {made.origin} generates ({made.family}); declare "
+                f"overrides = True on it to replace the generated one on purpose, or rename it")
+    both = " and ".join(sorted((held.origin, entry.origin)))
+    rule = ("both declare overrides = True" if _declares_override(entry.obj) else
+            "declare overrides = True on the one that replaces the other on purpose")
+    return f"{what} is registered twice, by {both}; {rule}"
+
+
+def generated(kind: str, name: str) -> bool:
+    """Whether a provider has generated ``name`` already (it holds the name, or a plugin that declares ``overrides =
+    True`` replaced it). False when the name is free, and when another plugin took it without declaring so: the
+    provider then registers its own, which is refused naming both (a generated name is as reserved as a registered
+    one, whichever came first)."""
+    _check_kind(kind)
+    key = name.strip().lower()
+    held, replaced = _REGISTRY[kind].get(key), _OVERRIDDEN.get((kind, key))
+    return bool(held and held.family) or bool(held and replaced and replaced.family)
 
 
 def _same_plugin(a: Any, b: Any) -> bool:
@@ -146,8 +174,10 @@ def _declares_override(obj: Any) -> bool:
 
 def overrides() -> list[dict[str, str]]:
     """Every plugin that replaces another of the same name on purpose (``overrides = True``): kind, name, the
-    replacing plugin's source and the replaced one's (``run.json``'s ``plugin_overrides``)."""
-    return [{"kind": kind, "name": key, "plugin": _REGISTRY[kind][key].origin, "replaces": replaced.origin}
+    replacing plugin's source and the replaced one's, with the family when a provider generates it (``run.json``'s
+    ``plugin_overrides``)."""
+    return [{"kind": kind, "name": key, "plugin": _REGISTRY[kind][key].origin,
+             "replaces": f"{replaced.origin}, which generates {replaced.family}" if replaced.family else replaced.origin}
             for (kind, key), replaced in sorted(_OVERRIDDEN.items()) if key in _REGISTRY[kind]]
 
 
@@ -396,8 +426,14 @@ def _singular(kind: str) -> str:
 def check_params(what: str, name: str, params: dict[str, Any], declared: dict[str, Any],
                  extra: tuple[str, ...] = ()) -> None:
     """``params`` are among the ``declared`` ones (name -> default; ``extra`` names accepted besides) and each
-    has its default's type (:func:`check_types`); a one-line UsageError names the first bad one otherwise.
+    has its default's type (:func:`check_types`), and no number is NaN or infinite; a one-line UsageError names the
+    first bad one otherwise.
     ``what``: the plugin's kind in the singular (``attack``), ``name`` its registered name."""
+    for key, value in params.items():  # NaN would be written as null in a saved plan, and read back as the default
+        if any(isinstance(v, float) and not math.isfinite(v) for v in (value if isinstance(value, (list, tuple))
+                                                                          else (value,))):
+            raise UsageError(f"parameter {key} of {what} {name!r} is {value!r}; valid choices: a finite number "
+                             "(not NaN or an infinity)")
     valid = sorted({*declared, *extra})
     unknown = sorted(set(params) - set(valid))
     if unknown:

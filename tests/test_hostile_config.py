@@ -63,6 +63,25 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "attack entry not a mapping": (lambda t: _config(t, "attacks: [fgsm, pgd, df, mpgd]", "attacks: [5]"),
                                    "attacks[0]: Input should be a valid string (got 5)"),
     "eps flag without a value": (lambda t: [*_config(t), "--eps", ","], "--eps ',' names no budget"),
+    # issue 39, item 5: a non-finite number became null in the saved plan, then the parameter's default
+    "nan plugin param": (lambda t: _config(t, "attacks: [fgsm, pgd, df, mpgd]",
+                                           "attacks: [{name: pgd, params: {rel_stepsize: .nan}}]"),
+                         "attacks[0].params.rel_stepsize is .nan (hostile.yaml line 26, column 46); valid choices: a "
+                         "finite number"),
+    "inf attack_params eps": (lambda t: _config(t, extra="attack_params: {pgd: {eps: .inf}}\n"),
+                              "attack_params.pgd.eps is .inf (hostile.yaml line 30"),
+    "minus inf detector param": (lambda t: _config(t, extra="detector_params: {odin: {temperature: -.Inf}}\n"),
+                                 "detector_params.odin.temperature is -.Inf (hostile.yaml line 30"),
+    "overflow to inf": (lambda t: _config(t, extra="evaluator_params: {ood: {zz: 1.0e+999}}\n"),
+                        "evaluator_params.ood.zz is 1.0e+999 (hostile.yaml line 30"),
+    "nan in the model's mean": (lambda t: _config(t, "mean: [0.485,", "mean: [.NaN,"),
+                                "model.mean[0] is .NaN (hostile.yaml line 14, column 10)"),
+    "nan eps": (lambda t: _config(t, "attacks: [fgsm, pgd, df, mpgd]", "attacks: [{name: pgd, eps: .nan}]"),
+                "attacks[0].eps is .nan"),
+    "quoted nan eps": (lambda t: _config(t, "attacks: [fgsm, pgd, df, mpgd]", "attacks: [{name: pgd, eps: 'nan'}]"),
+                       "attacks[0].eps: eps 'nan' is not a finite number"),
+    "nan eps flag": (lambda t: [*_config(t), "--eps", "nan"], "eps 'nan' is not a finite number"),
+    "inf in an eps sweep flag": (lambda t: [*_config(t), "--eps", "8/255,inf"], "eps 'inf' is not a finite number"),
     "cache adv is a file": (_file_in_cache("adv"), "attack store"),
     "cache scores is a file": (_file_in_cache("scores"), "score cache"),
 }
@@ -130,3 +149,37 @@ def test_config_is_read_as_utf8_under_any_locale(text, tmp_path):
                           encoding="utf-8", timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "caf\u00e9"
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")], ids=["nan", "inf", "-inf"])
+def test_a_non_finite_number_given_in_python_is_refused(value):
+    """A plan built from a mapping (the Python API, a re-validation) and a plugin built directly: the same refusal,
+    the value shown as Python writes it."""
+    from advopenood import registry
+    from advopenood.config.loading import validate
+    from advopenood.errors import UsageError
+
+    raw = {"model": {"arch": "resnet20"}, "data": {"id": {"kind": "demo"}}, "detectors": "",
+           "attacks": [{"name": "pgd", "params": {"rel_stepsize": value}}]}
+    with pytest.raises(UsageError, match=rf"^attacks\[0\]\.params\.rel_stepsize: {value!r} is not a finite number; "):
+        validate(raw)
+    with pytest.raises(UsageError, match=rf"^parameter rel_stepsize of attack 'pgd' is {value!r}; valid choices: a "
+                                         "finite number"):
+        registry.create("attacks", "pgd", rel_stepsize=value)
+
+
+def test_a_nan_plugin_parameter_is_refused_before_a_real_run(tmp_path, capsys, data_root, session_cache):
+    """The issue's case on the pack: ``rel_stepsize: .nan`` ran PGD with the default step (exit 0); now exit 2, in
+    one line, before any work."""
+    import time
+
+    from conftest import pack_config
+
+    config = pack_config(tmp_path / "cfg", data_root, {"attacks": [{"name": "pgd", "params": {"rel_stepsize":
+                                                                                                  float("nan")}}]})
+    assert ".nan" in Path(config).read_text()
+    started = time.monotonic()
+    assert main(["run", "--config", config, "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "attacks[0].params.rel_stepsize is .nan (tiny.yaml line" in err[0], err
+    assert time.monotonic() - started < 5 and not (tmp_path / "out").exists()

@@ -272,6 +272,90 @@ def test_an_override_is_named_in_run_json_and_the_report(installed, tmp_path, da
     assert f"- detectors msp: {__name__} replaces advopenood_plugins.detectors.logits (advopenood==0.1.0)" in report
 
 
+# ------------------------------------------------------------------------------- generated names (issue 39, 3)
+
+IMPOSTOR = '''class Impostor:
+    """Largest logit under a name the project generates."""
+
+    overrides = {overrides}
+
+    def setup(self, net, id_loader_dict, ood_loader_dict):
+        pass
+
+    def postprocess(self, net, data):
+        logits = net(data)
+        return logits.argmax(1), logits.max(1).values
+'''
+
+#: a generated name of each kind, and what the message names as its generator
+GENERATED = {("detectors", "ross_msp"): "advopenood_plugins.detectors.ross (advopenood==0.1.0) generates "
+                                        "(ross_<detector>)",
+             ("detectors", "smoothed_msp"): "advopenood_plugins.detectors.smoothed (advopenood==0.1.0) generates "
+                                            "(smoothed_<detector>)",
+             ("attacks", "adaptive_msp"): "advopenood_plugins.attacks.adaptive (advopenood==0.1.0) generates "
+                                          "(adaptive_<detector>)",
+             ("attacks", "robust_id_eot_ross_msp"): "advopenood_plugins.attacks.robust (advopenood==0.1.0) "
+                                                    "generates (robust_id_eot_<detector>)"}
+
+
+@pytest.mark.parametrize("kind, name", list(GENERATED), ids=[n for _, n in GENERATED])
+def test_a_third_party_under_a_generated_name_is_refused_before_the_generator_runs(installed, site, tmp_path, capsys,
+                                                                                  data_root, kind, name):
+    """A package's entry point loads before the providers run: the provider used to skip the taken name, and the
+    impostor was scored under the built-in name with exit 0."""
+    make_dist(site, "zz-impostor", {"zz_impostor": IMPOSTOR.format(overrides=False)},
+              {f"advopenood.{kind}": [f"{name} = zz_impostor:Impostor"]})
+    config = pack_config(tmp_path / "cfg", data_root, {"detectors": "msp"})
+    assert main(["run", "--config", config, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"advopenood: error: {kind[:-1]} {name!r} of zz_impostor (zz-impostor==1.0) takes a name that "
+                   f"{GENERATED[kind, name]}; declare overrides = True on it to replace the generated one on purpose, "
+                   "or rename it"]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind, name", list(GENERATED), ids=[n for _, n in GENERATED])
+def test_a_third_party_under_a_generated_name_is_refused_after_the_generator_ran(installed, kind, name):
+    impostor = plugin("zz_late.plugins", "Impostor")
+    assert registry.get(kind, name).__module__.startswith("advopenood_plugins.")  # generated already
+    with pytest.raises(UsageError) as caught:
+        registry.register(kind, name)(impostor)
+    assert str(caught.value) == (f"{kind[:-1]} {name!r} of zz_late.plugins takes a name that {GENERATED[kind, name]}; "
+                                 "declare overrides = True on it to replace the generated one on purpose, or rename it")
+    assert registry.get(kind, name).__module__.startswith("advopenood_plugins.") and registry.overrides() == []
+
+
+def test_a_declared_override_of_a_generated_name_holds_it_in_either_order(installed):
+    early, late = plugin("zz_early.detectors", "Early", overrides=True), plugin("zz_late.detectors", "Late",
+                                                                              overrides=True)
+    registry.register("detectors", "smoothed_msp")(late)  # after the provider generated it
+    registry.unregister("detectors", "ross_msp")
+    registry.register("detectors", "ross_msp")(early)  # before the provider generates it again
+    table = registry.entries("detectors")
+    assert table["smoothed_msp"].obj is late and table["ross_msp"].obj is early
+    assert registry.overrides() == [
+        {"kind": "detectors", "name": "ross_msp", "plugin": "zz_early.detectors",
+         "replaces": "advopenood_plugins.detectors.ross (advopenood==0.1.0), which generates ross_<detector>"},
+        {"kind": "detectors", "name": "smoothed_msp", "plugin": "zz_late.detectors",
+         "replaces": "advopenood_plugins.detectors.smoothed (advopenood==0.1.0), which generates smoothed_<detector>"}]
+
+
+def test_a_declared_override_of_a_generated_name_is_named_in_run_json_and_the_report(installed, site, tmp_path,
+                                                                                    data_root, session_cache):
+    make_dist(site, "zz-impostor", {"zz_impostor": IMPOSTOR.format(overrides=True)},
+              {"advopenood.detectors": ["ross_msp = zz_impostor:Impostor"]})
+    out = tmp_path / "out"
+    config = pack_config(tmp_path / "cfg", data_root, {"detectors": "ross_msp", "attacks": []})
+    assert main(["run", "--config", config, "--out", str(out), "--quiet"]) == 0
+    replaced = "advopenood_plugins.detectors.ross (advopenood==0.1.0), which generates ross_<detector>"
+    info = json.loads((out / "run.json").read_text())
+    assert info["plugin_overrides"] == [{"kind": "detectors", "name": "ross_msp",
+                                         "plugin": "zz_impostor (zz-impostor==1.0)", "replaces": replaced}]
+    with np.load(out / "scores" / "ross_msp.npz") as scores:
+        assert scores["id"].max() > 1.0  # a logit: the declared override scored, not ROSS
+    assert f"- detectors ross_msp: zz_impostor (zz-impostor==1.0) replaces {replaced}" in (out / "report.md").read_text()
+
+
 # ------------------------------------------------------------------------------------- the public API
 
 def test_every_name_of_the_public_plugin_module_imports():

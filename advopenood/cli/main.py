@@ -71,7 +71,13 @@ def _cores(text: str) -> int:
     return value
 
 
-def _common_flags(p: argparse.ArgumentParser, config_required: bool) -> None:
+#: ``--protocol hekal2026``'s help in a subcommand that writes tables: the command of protocols.HEKAL_COMMAND (not
+#: imported: ``--help`` imports no stage)
+HEKAL_TABLE = ("ROSS's Table 2, which runs as: advopenood run --config cifar10_resnet20 --protocol hekal2026 --attack "
+               "hekal_min,hekal_max --eps 2/255,4/255,8/255,16/255 --detectors gen,ross_gen --evaluator ood,hekal2026")
+
+
+def _common_flags(p: argparse.ArgumentParser, config_required: bool, tables: bool = False) -> None:
     from advopenood.config.packaged import packaged_configs
 
     p.add_argument("--config", required=config_required,
@@ -81,9 +87,9 @@ def _common_flags(p: argparse.ArgumentParser, config_required: bool) -> None:
     p.add_argument("--out", help="output folder (default runs/<config name>); it holds only this run's files")
     p.add_argument("--overwrite", action="store_true",
                    help="write into an output folder that holds files advopenood did not write (they are kept)")
-    p.add_argument("--protocol",
-                   help="strong (default, ours) | lorenz2024 | mahmood2021 | hekal2026; see docs/concepts.md, "
-                        "'Protocols'")
+    p.add_argument("--protocol", help="strong (default, ours) | lorenz2024 | mahmood2021 | hekal2026 ("
+                                      + (HEKAL_TABLE if tables else "ROSS's Table 2: see advopenood run --help")
+                                      + "); see docs/concepts.md, 'Protocols'")
     p.add_argument("--limit", type=positive_int,
                    help="evaluate the first N images of a seeded permutation of each test set (ID and natural OOD)")
     p.add_argument("--device", help="cpu | cuda | cuda:N")
@@ -114,16 +120,18 @@ def _detection_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--analysis", "--analyses", dest="analysis",
                    help="comma-separated analyses (advopenood list analyses)")
     p.add_argument("--ci", help="95 %% interval beside every metric: bootstrap (default) | delong | none")
-    p.add_argument("--ci-resamples", type=int, help="bootstrap resamples per cell (default 2000; 100 to 100000)")
+    p.add_argument("--ci-resamples", type=int,
+                   help="bootstrap resamples per cell (default 2000; 100 to 100000; no effect under --ci delong or "
+                        "none)")
     p.add_argument("--latex", choices=("headline", "all"), default="headline",
                    help="tables.tex: headline (default: the report's headline tables and asr.csv) | all (every CSV "
                         "too; longtable where long)")
 
 
 SUBCOMMAND_FLAGS: dict[str, list[Callable[[argparse.ArgumentParser], None]]] = {
-    "run": [lambda p: _common_flags(p, True), _attack_flags, _detection_flags],
+    "run": [lambda p: _common_flags(p, True, tables=True), _attack_flags, _detection_flags],
     "attack": [lambda p: _common_flags(p, True), _attack_flags],
-    "demo": [lambda p: _common_flags(p, False), _attack_flags, _detection_flags],
+    "demo": [lambda p: _common_flags(p, False, tables=True), _attack_flags, _detection_flags],
 }
 #: The flags of an analysis' own subcommand: a config and its attacks (the analysis fixes the rest).
 ANALYSIS_FLAGS: list[Callable[[argparse.ArgumentParser], None]] = [lambda p: _common_flags(p, True), _attack_flags]

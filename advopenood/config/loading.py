@@ -9,6 +9,7 @@ reads it and never mutates it, and ``run.json`` records it in full. Plugin param
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Iterator, Mapping
 from importlib import resources
 from pathlib import Path
@@ -57,6 +58,9 @@ def _check_nodes(node: yaml.Node, label: str, sizes: dict[int, int | None], path
                              "a YAML alias; valid input: a finite mapping")
         return known
     sizes[id(node)] = None
+    if isinstance(node, yaml.ScalarNode) and node.tag == FLOAT_TAG and not math.isfinite(_yaml_float(node.value)):
+        raise UsageError(f"config {label}: {_dotted(path) or 'the document'} is {node.value} ({where}); "
+                         f"{FINITE}")
     size, seen = 1, {}  # seen: (tag, key) -> its line
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
@@ -75,6 +79,33 @@ def _check_nodes(node: yaml.Node, label: str, sizes: dict[int, int | None], path
                          f"{MAX_YAML_NODES} values")
     sizes[id(node)] = size
     return size
+
+
+FLOAT_TAG = "tag:yaml.org,2002:float"
+#: the valid choices of a number: NaN and the infinities are refused at plan time (a saved plan would write them as
+#: null, which reads back as the parameter's default)
+FINITE = "valid choices: a finite number (not NaN or an infinity)"
+
+
+def _yaml_float(text: str) -> float:
+    """The value of a YAML float scalar as written (``.nan``, ``-.inf``, ``1e999``, ``1_000.5``); 0.0 for a form
+    this reads no value from (sexagesimal ``1:30.5``, finite whatever it is)."""
+    plain = text.replace("_", "").lower().replace(".inf", "inf").replace(".nan", "nan")
+    try:
+        return float(plain)
+    except ValueError:
+        return 0.0
+
+
+def _check_finite(value: Any, loc: tuple, source: str, positions: Mapping[tuple, tuple[int, int]]) -> None:
+    """No NaN or infinite number anywhere in a raw config (a mapping given in Python, CLI flags applied): a one-line
+    UsageError names the first with its key path."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UsageError(f"{_dotted(loc)}: {value!r} is not a finite number{_where(loc, source, positions)}; {FINITE}")
+    items = value.items() if isinstance(value, Mapping) else enumerate(value) if isinstance(value, (list, tuple)) \
+        else ()
+    for key, item in items:
+        _check_finite(item, loc + (key,), source, positions)
 
 
 def _read_yaml(text: str, label: str) -> tuple[dict[str, Any], dict[tuple, tuple[int, int]]]:
@@ -250,6 +281,7 @@ def validate(raw: Any, *, source: str = "config", folder: Path | None = None,
     """
     raw = raw.dump() if isinstance(raw, RunPlan) else thaw(raw)
     positions = dict(positions or {})
+    _check_finite(raw, (), source, positions)
     try:
         plan = RunPlan.model_validate(raw)
     except ValidationError as exc:

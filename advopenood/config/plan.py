@@ -86,6 +86,24 @@ class RunPlan(RunConfig):
         """Whether this run recomputes the stored work of attack set or detector ``name`` (``recompute``)."""
         return "all" in self.recompute or name in self.recompute
 
+    def notes(self) -> list[str]:
+        """What the plan's settings leave out or ignore, for a run to say at its start (stderr), in ``run.json``
+        (``notes``) and in the report: resamples that no interval draws, a protocol's own table without its evaluator
+        (with the command that writes it), no attack, no detector for the selected evaluators (the ``attack`` and
+        ``bintest`` commands select none of either, by design)."""
+        notes = [self.ci.unused_note()] if self.ci.unused_note() else []
+        if not self.attack_specs:
+            notes.append("no attack is selected (attacks is empty): no adversarial set is made, so asr.csv has no "
+                         "rows and every table covers the natural OOD sets only")
+        spec = self.protocol_spec
+        if spec.evaluator and spec.evaluator not in self.evaluators:
+            notes.append(f"protocol {spec.name} writes its table through the {spec.evaluator} evaluator, which this "
+                         f"run does not select, so it has no such table; its protocol runs as: {spec.command}")
+        if not self.detectors and self.evaluators:
+            notes.append("no detector is selected (detectors is empty): nothing is scored, so there is no OOD table "
+                         "(ood.csv has no rows); select some with --detectors (e.g. msp) or detectors: in the config")
+        return notes
+
     def dump(self) -> dict[str, Any]:
         """The plan as plain JSON types: ``run.json``'s ``config``, and the input of a re-validation."""
         return self.model_dump(mode="json")

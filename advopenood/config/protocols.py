@@ -46,9 +46,19 @@ class Protocol:
     quantize: Quantize
     source: str
     description: str
+    #: the evaluator that writes the protocol's own table ("" when its numbers are every evaluator's)
+    evaluator: str = ""
+    #: the one command that runs the protocol's table (said when a run under it cannot write that table)
+    command: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+#: ROSS's Table 2 as their protocol runs it (docs/ross-audit.md): their four budgets, PGD-Min and PGD-Max on GEN and
+#: ROSS over GEN (``advopenood --help`` quotes it under ``--protocol``)
+HEKAL_COMMAND = ("advopenood run --config cifar10_resnet20 --protocol hekal2026 --attack hekal_min,hekal_max "
+                 "--eps 2/255,4/255,8/255,16/255 --detectors gen,ross_gen --evaluator ood,hekal2026")
 
 
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
@@ -72,7 +82,8 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
              "ROSS's attacks as their code runs them (hekal_min / hekal_max: Linf PGD in normalised units, no "
              "clipping, last iterate, ROSS through its base detector); every attacked image counts. Their Table 2 "
              "averages over six OOD sets and three checkpoints (mean +- std); a run reports each OOD set of its "
-             "data with 95 % intervals instead"),
+             "data with 95 % intervals instead",
+             evaluator="hekal2026", command=HEKAL_COMMAND),
 )}
 
 

@@ -8,12 +8,13 @@ reads it and never mutates it, and ``run.json`` records it in full. Plugin param
 """
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from advopenood.config import protocols
 from advopenood.data.specs import DATA_KINDS, DataSpec  # noqa: F401  (DATA_KINDS: the loader's messages)
@@ -45,12 +46,16 @@ MAX_RESAMPLES = 100_000
 def parse_eps(text: str | float) -> float:
     """``0.03``, ``8/255`` -> float; a UsageError names the bad value."""
     try:
-        return float(Fraction(str(text).strip())) if "/" in str(text) else float(text)
+        value = float(Fraction(str(text).strip())) if "/" in str(text) else float(text)
     except ZeroDivisionError:
         raise UsageError(f"eps {text!r} has a zero denominator; valid choices: a float in (0, 1] or a fraction like "
                          "8/255") from None
     except ValueError:
         raise UsageError(f"eps {text!r} is not a number; valid choices: a float in (0, 1] or a fraction like 8/255") from None
+    if not math.isfinite(value):  # float("nan"), float("inf"): a saved plan would write them as null
+        raise UsageError(f"eps {text!r} is not a finite number; valid choices: a float in (0, 1] or a fraction like "
+                         "8/255")
+    return value
 
 
 def _eps_value(value: Any) -> Any:
@@ -131,13 +136,35 @@ class AttackEntry(StrictModel):
         return value.strip().lower()
 
 
+#: the bootstrap's default resamples per cell, and the fewest it takes
+RESAMPLES, MIN_RESAMPLES = 2000, 100
+
+
 class CISection(StrictModel):
     """``ci``: the 95 % interval beside every metric (:mod:`advopenood.evaluation.intervals`)."""
 
     #: ``bootstrap`` (stratified percentile bootstrap), ``delong`` (AUROC only) or ``none``
     method: Literal["bootstrap", "delong", "none"] = "bootstrap"
-    #: bootstrap resamples per cell (100 to :data:`MAX_RESAMPLES`)
-    resamples: int = Field(2000, ge=100, le=MAX_RESAMPLES)
+    #: bootstrap resamples per cell (100 to :data:`MAX_RESAMPLES` under ``bootstrap``; ``delong`` and ``none``
+    #: draw none)
+    resamples: int = Field(RESAMPLES, ge=1, le=MAX_RESAMPLES)
+
+    @field_validator("resamples")
+    @classmethod
+    def _enough(cls, value: int, info: ValidationInfo) -> int:
+        if info.data.get("method", "bootstrap") == "bootstrap" and value < MIN_RESAMPLES:
+            raise ValueError(f"{value} resamples are too few for a bootstrap: its percentiles would be too coarse for "
+                             f"a 95 % interval; valid choices: at least {MIN_RESAMPLES}, or ci.method delong or none, "
+                             "which draw no resamples")
+        return value
+
+    def unused_note(self) -> str:
+        """The note for a ``resamples`` other than the default under a method that draws none (empty otherwise)."""
+        if self.method == "bootstrap" or self.resamples == RESAMPLES:
+            return ""
+        why = "DeLong's intervals are analytic" if self.method == "delong" else "no interval is computed"
+        return (f"ci.resamples {self.resamples} (--ci-resamples) has no effect under ci.method {self.method}: {why}, "
+                "no resample is drawn")
 
 
 class RunConfig(StrictModel):

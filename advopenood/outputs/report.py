@@ -368,6 +368,8 @@ def build_report(out_dir: Path) -> list[Block]:
     info = json.loads((out_dir / "run.json").read_text()) if (out_dir / "run.json").is_file() else {}
     title = (info.get("config") or {}).get("name") or out_dir.name
     blocks = [Block("h1", f"advopenood report: {title}"), *_sample_note(info.get("sample") or {})]
+    if info.get("notes"):  # what the run's settings left out or ignored (run.json's notes)
+        blocks.append(Block("ul", list(info["notes"]), "Notes on this run's settings"))
     if info:
         blocks.append(Block("p", what_ran(info)))
     sections = read_sections(out_dir)

@@ -73,6 +73,8 @@ def _locked(plan: RunPlan, final: Path, t0: float, *, attack_only: bool, progres
     """The run under the output folder's lock (rank 0), into a staging folder that is committed at the end or
     removed."""
     rank, world_size = distributed()
+    for note in plan.notes() if rank == 0 else []:  # after the preflight: a refusal stays one line
+        print(f"advopenood: note: {note}", file=sys.stderr)
     with aio.OutputLock(final) if rank == 0 else contextlib.nullcontext():
         if rank == 0:
             aio.check_output_folder(final)

@@ -36,7 +36,8 @@ def _sample(ctx: RunContext) -> Any:
 
 
 def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
-    """run.json: config, seed, versions, cache keys, whether attacks were generated or reused, timings."""
+    """run.json: config, seed, versions, cache keys, whether attacks were generated or reused, timings, and the
+    plan's notes (:meth:`~advopenood.config.plan.RunPlan.notes`)."""
     adv = ctx.adv_sets.values()
     return {
         "config": ctx.plan.dump(),
@@ -64,6 +65,7 @@ def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
         "plugin_overrides": registry.overrides(),
         "nothing_computed": ctx.nothing_computed,
         "warnings": ctx.warnings,
+        "notes": ctx.plan.notes(),
         "timings_s": timings,
     }
 

@@ -343,7 +343,7 @@ def adaptive_attack(detector: str, direction: str = "id") -> type[AdaptiveAttack
     cls = type(name, (AdaptiveAttack,), {
         "__doc__": f"Detector-adaptive Linf PGD against {detector.upper()}: {what} (lambda swept per sample).",
         "__module__": __name__, "detector": detector, "source": direction})
-    return registry.register("attacks", name)(cls)
+    return registry.register("attacks", name, family=name.removesuffix(detector) + "<detector>")(cls)
 
 
 class AdaptiveFamily(AttackFamily):
@@ -376,5 +376,5 @@ def _adaptive_attacks() -> None:
     for name, entry in registry.entries("detectors").items():
         if is_differentiable(entry.obj):
             for direction, prefix in (("id", "adaptive_"), ("ood", "adaptive_ood_")):
-                if not registry.registered("attacks", prefix + name):
+                if not registry.generated("attacks", prefix + name):
                     adaptive_attack(name, direction)

@@ -318,7 +318,7 @@ def adaptive_apgd_attack(detector: str) -> type[AdaptiveAPGD]:
         "__doc__": f"Detector-adaptive APGD-Linf against {detector.upper()}: misclassify an ID image while "
                    f"{detector.upper()} keeps it in-distribution (lambda swept per sample).",
         "__module__": __name__, "detector": detector})
-    return registry.register("attacks", name)(cls)
+    return registry.register("attacks", name, family="adaptive_apgd_<detector>")(cls)
 
 
 registry.register("attacks", "adaptive_apgd")(type("adaptive_apgd", (AdaptiveFamily,), {
@@ -330,5 +330,5 @@ def _adaptive_apgd_attacks() -> None:
     """``adaptive_apgd_<det>`` for every registered detector that declares a differentiable score
     (:class:`~advopenood.capabilities.DifferentiableDetector`), built-in or third-party."""
     for name, entry in registry.entries("detectors").items():
-        if is_differentiable(entry.obj) and not registry.registered("attacks", f"adaptive_apgd_{name}"):
+        if is_differentiable(entry.obj) and not registry.generated("attacks", f"adaptive_apgd_{name}"):
             adaptive_apgd_attack(name)

@@ -38,7 +38,7 @@ def eot_attack(detector: str, prefix: str) -> type:
                    "the detector's noise draws (lambda swept per sample).",
         "__module__": __name__, "detector": detector, "source": source,
         "plain_attack": EOT_PREFIXES[prefix] + detector})
-    return registry.register("attacks", name)(cls)
+    return registry.register("attacks", name, family=prefix + "<detector>")(cls)
 
 
 @registry.provide("attacks")
@@ -47,15 +47,15 @@ def _eot_attacks() -> None:
     (``adaptive_eot``, ``adaptive_ood_eot``, ``adaptive_apgd_eot``: one per selected detector, as ``adaptive``)."""
     for prefix in EOT_PREFIXES:
         family = prefix.rstrip("_")
-        if not registry.registered("attacks", family):
-            registry.register("attacks", family)(type(family, (AdaptiveFamily,), {
+        if not registry.generated("attacks", family):
+            registry.register("attacks", family, family=family)(type(family, (AdaptiveFamily,), {
                 "__doc__": f"One {prefix}<det> per selected smoothed detector: --attack adaptive,{family} "
                            "--detectors smoothed_msp runs the plain and the EOT attack.",
                 "__module__": __name__, "prefix": prefix}))
     for name, entry in registry.entries("detectors").items():
         if is_randomised(entry.obj) and is_differentiable(entry.obj):
             for prefix in EOT_PREFIXES:
-                if not registry.registered("attacks", prefix + name):
+                if not registry.generated("attacks", prefix + name):
                     eot_attack(name, prefix)
     for name, entry in registry.entries("attacks").items():  # the EOT attacks of smoothed detectors gone since
         if isinstance(entry.obj, type) and issubclass(entry.obj, EOTAttack) \

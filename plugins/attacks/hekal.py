@@ -172,7 +172,7 @@ def hekal_attack(detector: str, side: str) -> type[HekalAttack]:
     cls = type(name, (HekalAttack,) + ((IdNegatives,) if side == "min" else ()), {
         "__doc__": f"ROSS's Linf PGD (Hekal et al. 2026, last iterate): {what}.", "__module__": __name__,
         "detector": detector, "side": side, "source": "id" if side == "min" else "ood"})
-    return registry.register("attacks", name)(cls)
+    return registry.register("attacks", name, family=PREFIXES[side] + "<detector>")(cls)
 
 
 def hekal_class(name: str) -> type[HekalAttack] | None:
@@ -195,5 +195,5 @@ def _hekal_attacks() -> None:
     for name, entry in registry.entries("detectors").items():
         if is_differentiable(entry.obj):
             for side, prefix in PREFIXES.items():
-                if not registry.registered("attacks", prefix + name):
+                if not registry.generated("attacks", prefix + name):
                     hekal_attack(name, side)

@@ -197,7 +197,7 @@ def robust_attack(detector: str, side: str, method: str = "pgd", eot: bool = Fal
         "__doc__": f"Robust-AUROC attack, Linf {method.upper()}{', EOT gradient' if eot else ''}: {what}.",
         "__module__": __name__, "detector": detector, "side": side, "source": side,
         **({"plain_attack": PREFIXES[side, method] + detector} if eot else {})})
-    return registry.register("attacks", name)(cls)
+    return registry.register("attacks", name, family=name.removesuffix(detector) + "<detector>")(cls)
 
 
 def robust_class(name: str) -> type[RobustScoreAttack] | None:
@@ -225,5 +225,5 @@ def _robust_attacks() -> None:
         if is_differentiable(entry.obj):
             for (side, method), prefix in PREFIXES.items():
                 for eot in (False, True) if is_randomised(entry.obj) else (False,):
-                    if not registry.registered("attacks", (EOT_PREFIXES if eot else PREFIXES)[side, method] + name):
+                    if not registry.generated("attacks", (EOT_PREFIXES if eot else PREFIXES)[side, method] + name):
                         robust_attack(name, side, method, eot)

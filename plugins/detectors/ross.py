@@ -310,7 +310,7 @@ def ross_detector(detector: str) -> type[RossDetector]:
         "__doc__": f"ROSS over {detector.upper()} (Hekal et al. 2026): the median of its confidence over n Gaussian "
                    "copies, gated by their mean absolute deviation above the ID quantile q.",
         "__module__": __name__, "base_name": detector})
-    return registry.register("detectors", PREFIX + detector)(cls)
+    return registry.register("detectors", PREFIX + detector, family=PREFIX + "<detector>")(cls)
 
 
 @registry.provide("detectors")
@@ -321,5 +321,5 @@ def _ross_detectors() -> None:
         if is_ross(entry.obj):
             if not registry.registered("detectors", entry.obj.base_name):
                 registry.unregister("detectors", name)
-        elif not is_smoothed(entry.obj) and not registry.registered("detectors", PREFIX + name):
+        elif not is_smoothed(entry.obj) and not registry.generated("detectors", PREFIX + name):
             ross_detector(name)

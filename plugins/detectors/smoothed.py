@@ -297,7 +297,7 @@ def smoothed_detector(detector: str) -> type[SmoothedDetector]:
         "__doc__": f"{detector.upper()} smoothed: the median (or mean) of its confidence over n seeded "
                    f"Gaussian-noise copies of the input (randomized smoothing).",
         "__module__": __name__, "base_name": detector})
-    return registry.register("detectors", PREFIX + detector)(cls)
+    return registry.register("detectors", PREFIX + detector, family=PREFIX + "<detector>")(cls)
 
 
 @registry.provide("detectors")
@@ -309,5 +309,5 @@ def _smoothed_detectors() -> None:
             if not registry.registered("detectors", entry.obj.base_name):
                 registry.unregister("detectors", name)
         elif not (isinstance(entry.obj, type) and issubclass(entry.obj, SmoothedDetector)) \
-                and not registry.registered("detectors", PREFIX + name):
+                and not registry.generated("detectors", PREFIX + name):
             smoothed_detector(name)

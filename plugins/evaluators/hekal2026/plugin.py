@@ -34,13 +34,14 @@ import pandas as pd
 
 from advopenood.attacks.store import AdvSet
 from advopenood.capabilities import Verifiable, is_composite
+from advopenood.config import protocols
 from advopenood.evaluation.context import RunContext
 from advopenood.evaluation.intervals import cell_key, ci_label, metric_intervals
 from advopenood.evaluation.metrics import auroc, fpr_at_tpr95
 from advopenood.outputs.report import eps_label
 from advopenood.outputs.results import Bullets, Paragraph, Results, Section, Table, guarded
 from advopenood.registry import register
-from advopenood_plugins.attacks.hekal import hekal_class
+from advopenood_plugins.attacks.hekal import PROTOCOL, hekal_class
 from advopenood_plugins.evaluators.hekal2026.verify import verify_hekal
 
 TABLE = "table_hekal2026.csv"
@@ -150,6 +151,22 @@ def hekal_section(table: pd.DataFrame) -> Section:
         Table(as_their_table(table)), Bullets(notes)])
 
 
+def missing(ctx: RunContext) -> str:
+    """Why a run has no row for Table 2 (a ``hekal_min`` / ``hekal_max`` set, its detector's scores, a natural OOD
+    set), with the command that runs their protocol."""
+    attacked = {name: cls.detector for name, cls in ((n, hekal_class(a.attack)) for n, a in ctx.adv_sets.items())
+                if cls is not None}
+    if not attacked:
+        what = "no hekal_min or hekal_max attack ran in this run"
+    elif not set(attacked.values()) & set(ctx.scores):
+        sets = ", ".join(f"{name} on {det}" for name, det in sorted(attacked.items()))
+        what = (f"the detectors its attacks attack are not scored in this run ({sets}); add them to --detectors "
+                f"(scored: {', '.join(ctx.scores) or 'none'})")
+    else:
+        what = "no natural OOD set is scored in this run (data.ood)"
+    return f"{what}; ROSS's Table 2 runs as: {protocols.get(PROTOCOL).command}"
+
+
 @register("evaluators", "hekal2026")
 class Hekal2026(Verifiable):
     """ROSS's Table 2 (Hekal et al. 2026): FPR@95 / AUROC clean, under PGD-Min and under PGD-Max."""
@@ -159,6 +176,6 @@ class Hekal2026(Verifiable):
     def __call__(self, ctx: RunContext) -> Results:
         table = hekal_table(ctx)
         if not len(table):
-            return Results(tables={TABLE: table})
+            return Results(empty_reason=missing(ctx))
         sections = guarded("Hekal et al. 2026 (ROSS), Table 2", lambda: [hekal_section(table)])
         return Results(tables={TABLE: table, "table_hekal2026.md": as_their_table(table)}, sections=sections)

@@ -97,3 +97,67 @@ def test_verify_in_a_fresh_process(hekal_run, tmp_path, edit, rc):
     assert "not installed here" not in done.stdout
     lines = [line for line in done.stdout.splitlines() if "DIFFERENCE" in line]
     assert len(lines) == (1 if edit else 0) and all("table_hekal2026.csv" in line for line in lines), done.stdout
+
+
+# ------------------------------------------------------------------ nothing to compute (issue 39, item 10)
+
+def _reason(what: str) -> str:
+    from advopenood.config.protocols import HEKAL_COMMAND
+
+    return f"{what}; ROSS's Table 2 runs as: {HEKAL_COMMAND}"
+
+
+@pytest.mark.parametrize("changes, what", [
+    ({}, "no hekal_min or hekal_max attack ran in this run"),
+    ({"attacks": [{"name": "hekal_min_gen", "eps": 8 / 255, "params": {"steps": 1}}], "detectors": "msp"},
+     "the detectors its attacks attack are not scored in this run (hekal_min_gen on gen); add them to --detectors "
+     "(scored: msp)"),
+], ids=["no-hekal-attack", "attacked-detector-not-scored"])
+def test_without_its_sets_the_evaluator_says_what_is_missing(changes, what, tmp_path, capsys, data_root,
+                                                             session_cache):
+    """It once wrote a header-only table, exit 0, no word."""
+    cfg = pack_config(tmp_path / "cfg", data_root, {**changes, "evaluators": ["ood", "hekal2026"]})
+    out = tmp_path / "out"
+    assert main(["run", "--config", cfg, "--protocol", "hekal2026", "--out", str(out), "--quiet"]) == 0
+    reason = _reason(what)
+    assert f"advopenood: evaluator:hekal2026 had nothing to compute: {reason}" in capsys.readouterr().err
+    info = json.loads((out / "run.json").read_text())
+    assert info["nothing_computed"] == {"evaluator:hekal2026": reason}
+    report = (out / "report.md").read_text()
+    assert "hekal2026: nothing to compute" in report and reason in report
+    assert not (out / "table_hekal2026.csv").exists() and (out / "ood.csv").is_file()
+    assert main(["verify", str(out)]) == 0  # nothing to compute: no table is expected
+
+
+def test_the_protocol_without_its_evaluator_says_so_at_the_start(tmp_path, capsys, data_root, session_cache):
+    """``--protocol hekal2026`` alone ran the config's attacks and wrote no Table 2 without a word."""
+    from advopenood.config.protocols import HEKAL_COMMAND
+
+    out = tmp_path / "out"
+    assert main(["run", "--config", pack_config(tmp_path / "cfg", data_root), "--protocol", "hekal2026", "--out",
+                 str(out), "--quiet"]) == 0
+    note = ("protocol hekal2026 writes its table through the hekal2026 evaluator, which this run does not select, so "
+            f"it has no such table; its protocol runs as: {HEKAL_COMMAND}")
+    assert capsys.readouterr().err.splitlines() == [f"advopenood: note: {note}"]
+    assert json.loads((out / "run.json").read_text())["notes"] == [note]
+    assert note in (out / "report.md").read_text()
+
+
+def test_the_command_in_help_and_messages_is_a_valid_run_of_their_protocol(data_root):
+    import shlex
+    import subprocess
+    import sys
+
+    from advopenood.cli.main import _plan, build_parser
+    from advopenood.config.protocols import HEKAL_COMMAND
+
+    done = subprocess.run([sys.executable, "-m", "advopenood.cli", "run", "--help"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and HEKAL_COMMAND in " ".join(done.stdout.split())
+    words = shlex.split(HEKAL_COMMAND)
+    assert words[:2] == ["advopenood", "run"]
+    plan = _plan(build_parser().parse_args([*words[1:], "--data-root", str(data_root)]))
+    assert plan.protocol == "hekal2026" and "hekal2026" in plan.evaluators and plan.notes() == []
+    sets = {(s.attack, round(float(s.params["eps"]) * 255)) for s in plan.attack_specs}
+    assert sets == {(f"hekal_{side}_{det}", eps) for side in ("min", "max") for det in ("gen", "ross_gen")
+                    for eps in (2, 4, 8, 16)}
