@@ -76,6 +76,8 @@ def headline_tables(out_dir: Path) -> list[str]:
         tables = [i for i in section.items if isinstance(i, Table)]
         for k, item in enumerate(tables):
             frame = item.frame.reset_index() if item.frame.index.name is not None else item.frame
+            if frame.empty:  # nothing scored (a run without detectors): no headline table to set
+                continue
             body = list(frame.columns[1:])
             chunks = [body[i:i + MAX_COLUMNS] for i in range(0, len(body), MAX_COLUMNS)] or [[]]
             for j, chunk in enumerate(chunks):
