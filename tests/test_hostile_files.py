@@ -163,13 +163,19 @@ def small_run(session_cache, tmp_path_factory) -> Path:
 
 
 def _private_copy(run: Path, tmp_path: Path) -> Path:
-    """A copy of the run whose ``run.json`` points at a copy of its stored sets (damaging those harms no other test)."""
+    """A copy of the run whose ``run.json`` points at a copy of its stored sets (damaging those harms no other test);
+    its ``manifest.json`` records the new ``run.json``'s digest (verify checks every file against it)."""
+    import hashlib
+
     target = tmp_path / "run"
     shutil.copytree(run, target)
     info = json.loads((target / "run.json").read_text(encoding="utf-8"))
     for name, entry in info["attacks"].items():
         entry["path"] = str(shutil.copytree(entry["path"], tmp_path / "store" / name))
     (target / "run.json").write_text(json.dumps(info), encoding="utf-8")
+    manifest = json.loads((target / "manifest.json").read_text(encoding="utf-8"))
+    manifest["files"]["run.json"] = hashlib.sha256((target / "run.json").read_bytes()).hexdigest()
+    (target / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     return target
 
 

@@ -189,16 +189,20 @@ def cmd_list(kind: str) -> int:
 
 
 def cmd_verify(run: str) -> int:
-    """Print every difference between a run's tables and their re-derivation; 1 if there is one, else 0."""
+    """Print every difference between a run's tables and their re-derivation, and every file that differs from its
+    recorded digest; 1 if there is one, else 0."""
     from advopenood.evaluation.verify import verify_run
 
-    diffs, notes = verify_run(run)
-    for line in notes:
+    found = verify_run(run)
+    for line in found.notes:
         print(f"advopenood verify: note: {line}")
-    for line in diffs:
+    for line in found.files:
+        print(f"advopenood verify: FILE: {line}")
+    for line in found.differences:
         print(f"advopenood verify: DIFFERENCE: {line}")
-    print(f"advopenood verify: {run}: {len(diffs)} difference(s)" + (f", {len(notes)} note(s)" if notes else ""))
-    return 1 if diffs else 0
+    print(f"advopenood verify: {run}: {len(found.differences)} difference(s), {len(found.files)} file finding(s)"
+          + (f", {len(found.notes)} note(s)" if found.notes else ""))
+    return 1 if found.differences or found.files else 0
 
 
 class Terminated(KeyboardInterrupt):

@@ -5,21 +5,26 @@ per adversarial set the ``<set>.success`` and ``<set>.positive`` masks of the im
 ``run.json`` (config, protocol, seed, the attack sets' store paths and keys) and the store's shards. The core
 re-derives ``asr.csv`` from the shards (Wilson's intervals as roots of their quadratic,
 :func:`advopenood.evaluation.oracle.wilson`); every evaluator or analysis that ran and declares a ``verify`` hook
-(:class:`advopenood.capabilities.Verifiable`) re-derives its own tables. Hooks are written as separate code
+(:class:`advopenood.capabilities.Verifiable`) re-derives its own tables, every row the run's ``run.json`` and scores
+imply (a missing row, an extra row and a missing table are differences, as a changed number is). Every file of the
+folder is checked against the SHA-256 digests of its ``manifest.json`` (:func:`verify_files`), and every shard of
+the store against its recorded checksum (:func:`set_shards`). Hooks are written as separate code
 paths from the ones that wrote the tables, and take every metric and interval from the one independent checker,
 :mod:`advopenood.evaluation.oracle` (other arithmetic, other libraries where possible), so that a bug in one does
 not hide in both; no hook imports the code it checks.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import zipfile
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,6 +32,22 @@ import pandas as pd
 from advopenood.config.schema import MAX_RESAMPLES
 from advopenood.errors import UsageError
 from advopenood.evaluation import oracle
+from advopenood.io import MANIFEST, OutputError, files_under, read_manifest
+
+
+class Unreadable(Exception):
+    """A file a check needs is missing, or holds no table or column it must hold: a finding of ``verify`` (exit 1),
+    not a traceback. The message names the file."""
+
+
+class Findings(NamedTuple):
+    """What ``verify`` found: ``differences`` (a number, row or table that is not the re-derived one), ``files``
+    (a file that differs from its digest in ``manifest.json``, is missing or is not listed, or a store shard that
+    fails its checksum) and ``notes`` (what could not be checked, and why)."""
+
+    differences: list[str]
+    files: list[str]
+    notes: list[str]
 
 
 @dataclass
@@ -69,21 +90,49 @@ class RunFiles:
     def config(self) -> dict[str, Any]:
         return dict(self.info.get("config") or {})
 
-    def table(self, name: str) -> pd.DataFrame:
-        """A CSV of the run as written (empty cells are NaN)."""
-        return pd.read_csv(self.path / name)
+    def table(self, name: str, needs: Sequence[str] = ()) -> pd.DataFrame:
+        """A CSV of the run as written (empty cells are NaN); :class:`Unreadable` when it is missing, holds no CSV
+        table (an emptied file) or lacks a column of ``needs``."""
+        path = self.path / name
+        if not path.is_file():
+            raise Unreadable(f"{name}: missing (the run wrote it)")
+        try:
+            frame = pd.read_csv(path)
+        except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+            raise Unreadable(f"{name}: cannot be read as a CSV table ({type(exc).__name__}: {exc})") from None
+        absent = [c for c in needs if c not in frame.columns]
+        if absent:
+            raise Unreadable(f"{name}: column {absent[0]!r} is missing")
+        return frame
 
     def has(self, name: str) -> bool:
         return (self.path / name).is_file()
 
     @cached_property
+    def scored(self) -> list[str]:
+        """The detectors the run scored: those ``run.json`` names (``detector_backends``: every detector it ran,
+        less those that failed, ``detector_errors``) and those with a score file (a folder written by hand or
+        before ``run.json`` named them)."""
+        ran = self.info.get("detector_backends")
+        named = [d for d in (ran if isinstance(ran, dict) else {}) if d not in (self.info.get("detector_errors") or {})]
+        return sorted({*named, *(p.stem for p in (self.path / "scores").glob("*.npz"))})
+
+    @property
+    def errored(self) -> list[str]:
+        """The detectors that failed in the run (their rows hold no numbers)."""
+        return sorted(self.info.get("detector_errors") or {})
+
+    @cached_property
     def detectors(self) -> list[str]:
-        """Detectors with saved scores."""
-        return sorted(p.stem for p in (self.path / "scores").glob("*.npz"))
+        """Detectors the run scored whose score file is there (a missing one is a finding of :func:`verify_run`)."""
+        return [d for d in self.scored if (self.path / "scores" / f"{d}.npz").is_file()]
 
     def scores(self, det: str) -> dict[str, np.ndarray]:
-        """``scores/<det>.npz`` as a dict of arrays."""
-        return read_npz(self.path / "scores" / f"{det}.npz")
+        """``scores/<det>.npz`` as a dict of arrays; :class:`Unreadable` when the file is missing."""
+        path = self.path / "scores" / f"{det}.npz"
+        if not path.is_file():
+            raise Unreadable(f"scores/{det}.npz: missing (the run scored {det!r})")
+        return read_npz(path)
 
 
 def read_npz(path: Path, keys: Sequence[str] | None = None) -> dict[str, np.ndarray]:
@@ -118,13 +167,19 @@ def _same(want: Any, have: Any, atol: float) -> bool:
 def compare(expected: pd.DataFrame, written: pd.DataFrame, keys: list[str], columns: list[str],
             atol: float = 1e-9, table: str = "") -> list[str]:
     """One line per difference between re-derived rows ``expected`` and the ``written`` table, matched on
-    ``keys``: a missing or extra row, or a cell of ``columns`` whose written number is not the re-derived one as
+    ``keys``: a missing, extra or repeated row, a missing column, or a cell of ``columns`` whose written number is not the re-derived one as
     the CSV writes it (6 significant digits; ``atol`` is the arithmetic slack of the re-derivation)."""
     prefix = f"{table}: " if table else ""
+    lines = [f"{prefix}column {c!r} is missing" for c in keys + columns if c not in written.columns]
+    if any(c not in written.columns for c in keys):
+        return lines
+    columns = [c for c in columns if c in written.columns]
     key = lambda r: tuple("" if pd.isna(r[k]) else str(r[k]) for k in keys)  # noqa: E731
     want = {key(r): r for r in expected.to_dict("records")}
     have = {key(r): r for r in written.to_dict("records")}
-    lines = [f"{prefix}row {dict(zip(keys, k))} is missing" for k in want if k not in have]
+    seen = Counter(key(r) for r in written.to_dict("records"))
+    lines += [f"{prefix}row {dict(zip(keys, k))} is written {n} times" for k, n in seen.items() if n > 1]
+    lines += [f"{prefix}row {dict(zip(keys, k))} is missing" for k in want if k not in have]
     lines += [f"{prefix}row {dict(zip(keys, k))} is not derivable from the run's files" for k in have if k not in want]
     for k in want.keys() & have.keys():
         for col in columns:
@@ -134,40 +189,112 @@ def compare(expected: pd.DataFrame, written: pd.DataFrame, keys: list[str], colu
     return sorted(lines)
 
 
-def verify_asr(run: RunFiles) -> list[str]:
-    """Re-derive ``asr.csv`` from the stored shards' records (``asr``: success among clean-correct rows; ``asr_all``:
-    success among all rows; norms averaged over successful rows); sets whose shards are gone are reported."""
-    if not run.has("asr.csv"):
-        return []
-    rows, lines = [], []
-    for name, entry in (run.info.get("attacks") or {}).items():
-        shards = sorted(Path(entry["path"]).glob("shard_*.npz"))
-        if not shards:
-            lines.append(f"asr.csv: set {name!r}: its shards are no longer in the store ({entry['path']}); not re-derived")
-            continue
-        parts = []
-        for shard in shards:
+def verify_files(run: RunFiles) -> list[str]:
+    """Every file of the run folder against ``manifest.json`` (:func:`advopenood.io.commit_output` writes it last,
+    with each file's SHA-256): a file whose bytes differ from its digest, a listed file that is missing, and a
+    file the manifest does not list are each a finding; so are a missing or unreadable manifest, and a score file
+    of a detector the run scored that is missing."""
+    try:
+        listed = read_manifest(run.path)
+        problem = "" if listed is not None else f"{MANIFEST}: missing; no file's digest can be checked"
+    except OutputError as exc:
+        listed, problem = None, f"{MANIFEST}: {exc}; no file's digest can be checked"
+    lines = [f"scores/{d}.npz: missing (the run scored {d!r})" for d in run.scored
+             if d not in run.detectors and f"scores/{d}.npz" not in (listed or {})]
+    if listed is None:
+        return lines + [problem]
+    present = set(files_under(run.path)) - {MANIFEST}
+    for rel, digest in sorted(listed.items()):
+        if rel not in present:
+            lines.append(f"{rel}: listed in {MANIFEST} but missing")
+        elif hashlib.sha256((run.path / rel).read_bytes()).hexdigest() != digest:
+            lines.append(f"{rel}: its SHA-256 is not the one {MANIFEST} lists (the file changed after the run wrote it)")
+    lines += [f"{rel}: not listed in {MANIFEST} (the run did not write it)" for rel in sorted(present - set(listed))]
+    return lines
+
+
+def _store_digests(folder: Path) -> dict[str, str]:
+    """``shard file -> SHA-256`` from a store set's ``manifest.json``; empty when it cannot be read."""
+    try:
+        doc = json.loads((folder / "manifest.json").read_text())
+        return {str(e["file"]): str(e["sha256"]) for e in doc["shards"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def set_shards(name: str, entry: dict[str, Any]) -> tuple[list[Path], list[str]]:
+    """``(shards, findings)`` of one attack set of ``run.json``: the store's shards ``shard_00000.npz`` ... (as many
+    as the run used), and one finding per shard that is missing or whose bytes fail its SHA-256 checksum (the
+    store's ``manifest.json`` entry, else the ``.sha256`` beside it), naming the shard and the set."""
+    folder = Path(entry["path"])
+    count = int(entry.get("shards") or len(list(folder.glob("shard_*.npz"))))
+    shards = [folder / f"shard_{i:05d}.npz" for i in range(count)]
+    recorded = _store_digests(folder)
+    lines = []
+    for shard in shards:
+        side = shard.with_name(shard.name + ".sha256")
+        want = recorded.get(shard.name) or (side.read_text().strip() if side.is_file() else "")
+        if not shard.is_file():
+            lines.append(f"store shard {str(shard)!r} of set {name!r}: missing")
+        elif hashlib.sha256(shard.read_bytes()).hexdigest() != want:
+            lines.append(f"store shard {str(shard)!r} of set {name!r}: fails its SHA-256 checksum (it changed after "
+                         "the run wrote it)")
+    return shards, lines
+
+
+def _asr_row(run: RunFiles, name: str, entry: dict[str, Any], shards: list[Path]) -> dict[str, Any]:
+    """One row of ``asr.csv`` re-derived from a set's shards."""
+    parts = []
+    for shard in shards:
+        try:
             parts.append(read_npz(shard, ("y", "clean_pred", "success", "linf", "l2")))
-        rec = {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
-        success = rec["success"].astype(bool)
-        source = entry.get("source", "id")
-        correct = rec["clean_pred"] == rec["y"] if source == "id" else np.ones(len(success), dtype=bool)
-        wilson = str((run.config.get("ci") or {}).get("method", "none")) != "none"
-        asr_lo, asr_hi = oracle.wilson(int(success[correct].sum()), int(correct.sum())) if wilson else (math.nan,) * 2
-        all_lo, all_hi = oracle.wilson(int(success.sum()), len(success)) if wilson else (math.nan,) * 2
-        rows.append({"attack": name, "n": len(success), "asr_lo": asr_lo, "asr_hi": asr_hi, "asr_all_lo": all_lo,
-                     "asr_all_hi": all_hi, "ci": "wilson" if wilson else "none",
-                     "asr": 100.0 * success[correct].sum() / correct.sum() if correct.any() else math.nan,
-                     "asr_all": 100.0 * success.sum() / len(success),
-                     "mean_linf": float(np.mean(rec["linf"][success])) if success.any() else math.nan,
-                     "mean_l2": float(np.mean(rec["l2"][success])) if success.any() else math.nan})
-    if not rows:
-        return lines
-    written = run.table("asr.csv")
-    written = written[written["attack"].isin([r["attack"] for r in rows])]
-    return lines + compare(pd.DataFrame(rows), written, ["attack"], ["n", "asr", "asr_lo", "asr_hi", "asr_all",
-                                                                     "asr_all_lo", "asr_all_hi", "ci", "mean_linf",
-                                                                     "mean_l2"], atol=1e-4, table="asr.csv")
+        except UsageError as exc:
+            raise UsageError(f"set {name!r}: {exc}") from None
+    rec = {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
+    success = rec["success"].astype(bool)
+    source = entry.get("source", "id")
+    correct = rec["clean_pred"] == rec["y"] if source == "id" else np.ones(len(success), dtype=bool)
+    wilson = str((run.config.get("ci") or {}).get("method", "none")) != "none"
+    asr_lo, asr_hi = oracle.wilson(int(success[correct].sum()), int(correct.sum())) if wilson else (math.nan,) * 2
+    all_lo, all_hi = oracle.wilson(int(success.sum()), len(success)) if wilson else (math.nan,) * 2
+    return {"attack": name, "n": len(success), "asr_lo": asr_lo, "asr_hi": asr_hi, "asr_all_lo": all_lo,
+            "asr_all_hi": all_hi, "ci": "wilson" if wilson else "none",
+            "asr": 100.0 * success[correct].sum() / correct.sum() if correct.any() else math.nan,
+            "asr_all": 100.0 * success.sum() / len(success),
+            "mean_linf": float(np.mean(rec["linf"][success])) if success.any() else math.nan,
+            "mean_l2": float(np.mean(rec["l2"][success])) if success.any() else math.nan}
+
+
+def verify_asr(run: RunFiles) -> tuple[list[str], list[str], list[str]]:
+    """``(differences, shard findings, notes)`` of ``asr.csv`` re-derived from the stored shards' records (``asr``:
+    success among clean-correct rows; ``asr_all``: success among all rows; norms averaged over successful rows):
+    one row per attack set of ``run.json``; a set whose shards are all gone is a note, a missing or changed shard
+    a finding (a set with a missing shard is not re-derived)."""
+    rows, gone, found, notes = [], [], [], []
+    for name, entry in (run.info.get("attacks") or {}).items():
+        shards, lines = set_shards(name, entry)
+        if not any(s.is_file() for s in shards):
+            notes.append(f"asr.csv: set {name!r}: its shards are no longer in the store ({entry['path']}); "
+                         "not re-derived")
+            gone.append(name)
+            continue
+        found += lines
+        if all(s.is_file() for s in shards):  # a shard that fails its checksum is read still: damaged, it is exit 2
+            rows.append(_asr_row(run, name, entry, shards))
+        else:
+            gone.append(name)
+    try:
+        written = run.table("asr.csv")
+    except Unreadable as exc:
+        return [str(exc)], found, notes
+    if "attack" in written.columns:
+        written = written[~written["attack"].isin(gone)]
+    expected = pd.DataFrame(rows, columns=["attack"] + ASR_VALUES)
+    return compare(expected, written, ["attack"], ASR_VALUES, atol=1e-4, table="asr.csv"), found, notes
+
+
+#: the columns of ``asr.csv`` that verify re-derives
+ASR_VALUES = ["n", "asr", "asr_lo", "asr_hi", "asr_all", "asr_all_lo", "asr_all_hi", "ci", "mean_linf", "mean_l2"]
 
 
 def verify_masks(run: RunFiles) -> list[str]:
@@ -178,8 +305,8 @@ def verify_masks(run: RunFiles) -> list[str]:
     for det in run.detectors:
         arrays = run.scores(det)
         for name, entry in (run.info.get("attacks") or {}).items():
-            if f"{name}.positive" not in arrays:
-                lines.append(f"scores/{det}.npz: no {name}.positive mask")
+            if f"{name}.positive" not in arrays or f"{name}.success" not in arrays:
+                lines.append(f"scores/{det}.npz: no {name}.positive or {name}.success mask")
                 continue
             every = rule == "all" or entry.get("source", "id") != "id"
             want = np.ones_like(arrays[f"{name}.success"]) if every else arrays[f"{name}.success"]
@@ -188,21 +315,32 @@ def verify_masks(run: RunFiles) -> list[str]:
     return lines
 
 
-def verify_run(path: str | Path) -> tuple[list[str], list[str]]:
-    """``(differences, notes)`` for a run folder: every table re-derived by the core and by each plugin that ran
-    and declares ``verify``; a plugin that ran but cannot be loaded here is a difference; ``notes`` name the
-    plugins whose tables could not be checked and why."""
+def run_hook(obj: Any, run: RunFiles, label: str) -> list[str]:
+    """A plugin's ``verify`` hook; a file it needs that is missing, or a table that lacks a column, a row or a
+    number the run wrote (a KeyError, ValueError, ... of the hook), is a difference naming the plugin, not a
+    traceback. A damaged npz file stays a UsageError (exit 2)."""
+    try:
+        return list(obj.verify(run))
+    except UsageError:
+        raise
+    except Unreadable as exc:
+        return [str(exc)]
+    except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as exc:
+        return [f"{label}: its tables cannot be re-derived from the files as they are ({type(exc).__name__}: "
+                f"{exc}); a table or score file lacks what the run wrote"]
+
+
+def verify_plugins(run: RunFiles) -> tuple[list[str], list[str]]:
+    """``(differences, notes)`` of every evaluator and analysis the run names: its hook's findings; a plugin that
+    ran but cannot be loaded here is a difference; one that failed or declares no hook is a note."""
     from advopenood import registry
     from advopenood.capabilities import is_verifiable
 
-    run = RunFiles.open(path)
-    diffs = verify_asr(run) + verify_masks(run)
-    notes = [line for line in diffs if "not re-derived" in line]
-    diffs = [line for line in diffs if "not re-derived" not in line]
+    diffs: list[str] = []
+    notes: list[str] = []
     failed = run.info.get("plugin_errors") or {}
-    settings = run.config
     for kind in ("evaluators", "analyses"):
-        for name in settings.get(kind) or []:
+        for name in run.config.get(kind) or []:
             singular = "evaluator" if kind == "evaluators" else "analysis"
             label = f"{singular} {name!r}"
             if f"{singular}:{name}" in failed:
@@ -216,5 +354,18 @@ def verify_run(path: str | Path) -> tuple[list[str], list[str]]:
             if not is_verifiable(obj):
                 notes.append(f"{label} does not declare Verifiable; its tables are not re-derived")
                 continue
-            diffs += list(obj.verify(run))
+            diffs += run_hook(obj, run, label)
     return diffs, notes
+
+
+def verify_run(path: str | Path) -> Findings:
+    """Every finding for a run folder: each file against ``manifest.json``'s digests and each store shard against
+    its checksum (``files``); every table re-derived by the core and by each plugin that ran and declares
+    ``verify`` (``differences``: changed numbers, missing and extra rows, missing tables); ``notes`` name what
+    could not be checked and why."""
+    run = RunFiles.open(path)
+    files = verify_files(run)
+    diffs, shards, notes = verify_asr(run)
+    diffs += verify_masks(run)
+    plugin_diffs, plugin_notes = verify_plugins(run)
+    return Findings(diffs + plugin_diffs, files + shards, notes + plugin_notes)

@@ -51,7 +51,7 @@ _CRITERIA = ((1, "strong", "paper"), (2, "other_model_data", "paper"), (3, "bpda
 
 
 def rederive_levels(run: Any, levels: pd.DataFrame) -> pd.DataFrame:
-    """levels.csv re-computed for the detectors it lists, one row per criterion (level 2 from the run's own model and
+    """levels.csv re-computed for every detector with saved scores, one row per criterion (level 2 from the run's own model and
     data and the run folders of ``evaluator_params.levels.runs``), with the interval of each criterion's worst set
     (:func:`_worst_bounds`) and whether it excludes the bar."""
     from advopenood.capabilities import DetectorAware
@@ -64,9 +64,11 @@ def rederive_levels(run: Any, levels: pd.DataFrame) -> pd.DataFrame:
     method, resamples, _ = ci_plan(run)
     ci = f"bootstrap-{resamples}" if method == "bootstrap" else method
     own = _beyond_baseline(str(run.info.get("model", {}).get("arch", "")), _dataset(saved))
+    given = ((saved.get("evaluator_params") or {}).get("levels") or {}).get("min_auroc")
     rows = []
-    for det in dict.fromkeys(levels["detector"]):
-        bar = float(levels.loc[levels["detector"] == det, "min_auroc"].iloc[0])
+    for det in run.detectors:  # every detector with scores has its rows, whether the table lists it or not
+        bars = levels.loc[levels["detector"] == det, "min_auroc"] if "min_auroc" in levels else []
+        bar = float(given if given is not None else bars.iloc[0] if len(bars) else 50.0)
         arrays = run.scores(det)
         found: dict[str, dict[str, float]] = {name: {} for _, name, _ in _CRITERIA}
         for name, entry in attacks.items():
@@ -100,7 +102,8 @@ def rederive_levels(run: Any, levels: pd.DataFrame) -> pd.DataFrame:
                          "worst_set": at[name] or math.nan,
                          "passed": math.nan if math.isnan(worst[name]) else float(worst[name] >= bar),
                          "conclusive": math.nan if math.isnan(lo) or math.isnan(hi) else float(not lo <= bar <= hi),
-                         "reached": float(reached) if evaluated else math.nan, "sets": ",".join(sorted(found[name]))})
+                         "reached": float(reached) if evaluated else math.nan, "min_auroc": bar,
+                         "sets": ",".join(sorted(found[name]))})
     return pd.DataFrame(rows)
 
 
@@ -174,9 +177,8 @@ def verify_levels(run: Any) -> list[str]:
 
     if not run.has("levels.csv"):
         return ["levels.csv: the evaluator ran but the table is missing"]
-    written = run.table("levels.csv")
-    written = written[written["detector"].isin(run.detectors)].copy()
+    written = run.table("levels.csv", ["detector", "level", "criterion", "sets"]).copy()
     written["sets"] = [_normalised_sets(s) for s in written["sets"]]
     return compare(rederive_levels(run, written), written, ["detector", "level", "criterion"],
                    ["criterion_source", "auroc", "auroc_lo", "auroc_hi", "ci", "worst_set", "passed", "conclusive",
-                    "reached", "sets"], atol=1e-6, table="levels.csv")
+                    "reached", "min_auroc", "sets"], atol=1e-6, table="levels.csv")

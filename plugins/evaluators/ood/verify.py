@@ -11,7 +11,7 @@ pairwise comparison matrix; a group mean's from the mean of its cells' re-derive
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -24,22 +24,54 @@ from advopenood_plugins.kit.verify import BOUNDS, METRICS, Draws, rederive_bound
 ADAPTIVE_VALUES = ["auroc_baseline", "auroc_adaptive", "delta_auroc", "fpr95_baseline", "fpr95_adaptive"]
 
 
-def _positives(arrays: dict[str, np.ndarray], name: str, positives: str) -> np.ndarray:
-    """Rows of a set that a row with this ``positives`` label scores as OOD."""
-    if positives == "successful":
-        return arrays[f"{name}.success"].astype(bool)
-    return np.ones(len(arrays[name]), dtype=bool)
+#: the columns that name an ``ood.csv`` row
+KEYS = ["detector", "attack", "ood_set"]
+
+
+def positives_rule(run: Any, name: str) -> str:
+    """The ``positives`` label of adversarial set ``name``'s rows: ``successful`` for an ID->ID set when the
+    protocol's rule (or the evaluator's ``success_only``) says so, else ``all``."""
+    override = ((run.config.get("evaluator_params") or {}).get("ood") or {}).get("success_only")
+    rule = run.info.get("protocol", {}).get("ood_positives", "successful")
+    successful = rule == "successful" if override is None else bool(override)
+    source = (run.info.get("attacks") or {}).get(name, {}).get("source", "id")
+    return "successful" if successful and source == "id" else "all"
+
+
+def expected_targets(run: Any) -> list[tuple[str, str]]:
+    """``(attack, ood_set)`` of every row a detector has in ``ood.csv``, from ``run.json``: each natural OOD set
+    (attack ``none``), then each adversarial set whose images count as OOD (not one of an attack that declares
+    :class:`~advopenood.capabilities.IdNegatives`)."""
+    from advopenood import registry
+    from advopenood.capabilities import is_id_negative
+
+    natural = [("none", str(name)) for name in (run.info.get("data") or {}).get("ood") or {}]
+    attacks = run.info.get("attacks") or {}
+    return natural + [(name, name) for name, entry in attacks.items()
+                      if not is_id_negative(registry.get("attacks", entry["attack"]))]
+
+
+def natural_groups(run: Any) -> dict[str, str]:
+    """The group of each natural OOD set: its data entry's ``group``, else OpenOOD v1.5's for the run's dataset."""
+    from advopenood.data.benchmarks import natural_group
+    from advopenood.data.datasets import dataset_name
+
+    data = run.config.get("data") or {}
+    dataset = data.get("dataset") or ((run.info.get("data") or {}).get("id") or {}).get("name")
+    declared = {}
+    for entry in data.get("ood") or []:
+        try:
+            declared[dataset_name(entry)] = entry.get("group")
+        except (ValueError, TypeError, KeyError):  # an entry this version cannot read: its sets take OpenOOD's group
+            continue
+    return {name: declared.get(name) or natural_group(dataset, name) for _, name in expected_targets(run)}
 
 
 def expected_positives(run: Any, ood: pd.DataFrame) -> list[str]:
     """The ``positives`` label of every adversarial row follows the protocol (or the evaluator's ``success_only``)."""
-    override = ((run.config.get("evaluator_params") or {}).get("ood") or {}).get("success_only")
-    rule = run.info.get("protocol", {}).get("ood_positives", "successful")
-    successful = rule == "successful" if override is None else bool(override)
     lines = []
     for r in ood[ood["attack"] != "none"].to_dict("records"):
-        source = (run.info.get("attacks") or {}).get(r["attack"], {}).get("source", "id")
-        want = "successful" if successful and source == "id" else "all"
+        want = positives_rule(run, r["attack"])
         if r["positives"] != want:
             lines.append(f"ood.csv: {r['detector']} on {r['ood_set']}: positives {r['positives']!r}, the run's rule "
                          f"gives {want!r}")
@@ -47,21 +79,36 @@ def expected_positives(run: Any, ood: pd.DataFrame) -> list[str]:
 
 
 def rederive_ood(run: Any, ood: pd.DataFrame, draws: Draws | None = None) -> pd.DataFrame:
-    """ood.csv's metric rows and intervals re-computed from the saved scores (rows of detectors without scores keep
-    NaN); each cell's bootstrap replicates go into ``draws``."""
+    """Every ``ood.csv`` row of the detectors with saved scores, re-computed from the scores: one per target of
+    :func:`expected_targets` (the written table decides none of them; its ``group`` and ``dataset`` are kept where
+    the row is there); each cell's bootstrap replicates go into ``draws``."""
+    groups = natural_groups(run)
+    written = {(r["detector"], r["attack"], r["ood_set"]): r for r in ood.to_dict("records")}
+    dataset = (run.config.get("data") or {}).get("dataset") or ((run.info.get("data") or {}).get("id") or {}).get("name")
     rows = []
-    for det in ood["detector"].unique():
-        if det not in run.detectors:
-            continue
+    for det in run.detectors:
         arrays = run.scores(det)
-        for r in ood[ood["detector"] == det].to_dict("records"):
-            conf = arrays[r["ood_set"]]
-            conf = conf[_positives(arrays, r["ood_set"], r["positives"])] if r["attack"] != "none" else conf
-            rows.append({"detector": det, "attack": r["attack"], "ood_set": r["ood_set"], "group": r["group"],
-                         "dataset": r["dataset"], **oracle.ood_metrics(arrays["id"], conf), "n_id": len(arrays["id"]),
-                         "n_ood": len(conf),
-                         **rederive_bounds(arrays["id"], conf, run, f"ood|{det}|{r['ood_set']}", draws)})
-    return pd.DataFrame(rows)
+        for attack, name in expected_targets(run):
+            positives = "natural" if attack == "none" else positives_rule(run, name)
+            conf = arrays[name]
+            conf = conf[arrays[f"{name}.success"].astype(bool)] if positives == "successful" else conf
+            have = written.get((det, attack, name), {})
+            group = have.get("group", groups.get(name) if attack == "none" else "adversarial")
+            rows.append({"detector": det, "attack": attack, "ood_set": name, "group": group,
+                         "dataset": have.get("dataset", dataset), "positives": positives,
+                         **oracle.ood_metrics(arrays["id"], conf), "n_id": len(arrays["id"]), "n_ood": len(conf),
+                         **rederive_bounds(arrays["id"], conf, run, f"ood|{det}|{name}", draws)})
+    return pd.DataFrame(rows, columns=[*KEYS, "group", "dataset", "positives", *METRICS, "n_id", "n_ood", *BOUNDS, "ci"])
+
+
+def unscored_rows(run: Any, keys: list[str]) -> pd.DataFrame:
+    """The rows (``keys`` columns) that the detectors without saved scores must have: every target of
+    :func:`expected_targets` for ``detector, attack, ood_set``, one row per detector for ``detector``. A detector that
+    failed has its rows (empty numbers, an ``error``); one whose score file is gone is also a file finding."""
+    others = [d for d in [*run.scored, *run.errored] if d not in run.detectors]
+    if keys == ["detector"]:
+        return pd.DataFrame({"detector": others})
+    return pd.DataFrame([(d, a, s) for d in others for a, s in expected_targets(run)], columns=KEYS)
 
 
 def rederive_table_ood(rederived: pd.DataFrame) -> pd.DataFrame:
@@ -152,49 +199,72 @@ def rederive_leaderboard(ood: pd.DataFrame, draws: Draws | None = None) -> pd.Da
     return pd.DataFrame(rows)
 
 
-def rederive_fsood(run: Any, fsood: pd.DataFrame) -> pd.DataFrame:
-    """fsood.csv re-computed: ID = the ID test set and every csid set concatenated."""
+def rederive_fsood(run: Any, rederived: pd.DataFrame) -> pd.DataFrame:
+    """fsood.csv re-computed (no row when the run has no csid set): per detector with scores and near / far set,
+    ID = the ID test set and every csid set (in the run's order) concatenated."""
+    natural = rederived[rederived["attack"] == "none"].drop_duplicates("ood_set")
+    groups = dict(zip(natural["ood_set"], natural["group"]))
+    csid = [name for name, group in groups.items() if group == "csid"]
     rows = []
-    for r in fsood.to_dict("records"):
-        if r["detector"] not in run.detectors:
-            continue
-        arrays = run.scores(r["detector"])
-        csid = [s for s in str(r["csid_sets"]).split(",") if s]
+    for det in run.detectors if csid else []:
+        arrays = run.scores(det)
         conf_id = np.concatenate([arrays["id"]] + [arrays[s] for s in csid])
-        rows.append({"detector": r["detector"], "ood_set": r["ood_set"],
-                     **oracle.ood_metrics(conf_id, arrays[r["ood_set"]]),
-                     **rederive_bounds(conf_id, arrays[r["ood_set"]], run, f"fsood|{r['detector']}|{r['ood_set']}")})
-    return pd.DataFrame(rows)
+        for name in [s for s, g in groups.items() if g in ("near", "far")]:
+            rows.append({"detector": det, "ood_set": name, **oracle.ood_metrics(conf_id, arrays[name]),
+                         "csid_sets": ",".join(csid),
+                         **rederive_bounds(conf_id, arrays[name], run, f"fsood|{det}|{name}")})
+    return pd.DataFrame(rows, columns=["detector", "ood_set", *METRICS, "csid_sets", *BOUNDS, "ci"])
+
+
+def _checked(run: Any, name: str, check: Callable[[pd.DataFrame], list[str]], needs: Sequence[str] = ()) -> list[str]:
+    """``check`` of the written table ``name``; a table that is missing or lacks a column is one finding."""
+    from advopenood.evaluation.verify import Unreadable
+
+    try:
+        return check(run.table(name, needs))
+    except Unreadable as exc:
+        return [str(exc)]
 
 
 def verify(run: Any) -> list[str]:
-    """Differences between the ``ood`` evaluator's tables and their re-derivation (``advopenood verify``)."""
+    """Differences between the ``ood`` evaluator's tables and their re-derivation (``advopenood verify``): every row
+    ``run.json`` and the scores imply, so a missing or extra row is a difference, as a changed number is."""
     from advopenood.evaluation.verify import compare
 
-    ood = run.table("ood.csv")
+    ood = run.table("ood.csv", [*KEYS, "positives"])
     lines = expected_positives(run, ood)
     draws: Draws = {}
     rederived = rederive_ood(run, ood, draws)
-    lines += compare(rederived, ood[ood["detector"].isin(run.detectors)], ["detector", "attack", "ood_set"],
-                     [*METRICS, *BOUNDS, "ci", "n_id", "n_ood"], atol=1e-6, table="ood.csv")
-    board = rederived_board = None
-    if run.has("leaderboard.csv") and len(rederived):
-        board, rederived_board = run.table("leaderboard.csv"), rederive_leaderboard(rederived, draws)
+    scored = ood["detector"].isin(run.detectors)
+    lines += compare(rederived, ood[scored], KEYS, [*METRICS, *BOUNDS, "ci", "n_id", "n_ood"], atol=1e-6,
+                     table="ood.csv")
+    lines += compare(unscored_rows(run, KEYS), ood[~scored], KEYS, [], table="ood.csv")
+    board_of = rederive_leaderboard(rederived, draws)
+    boards: list[pd.DataFrame] = []
+
+    def check_board(board: pd.DataFrame) -> list[str]:
+        boards.append(board)
         means = [f"{g}_{m}" for g in ("near", "far", "adv") for m in ("fpr95", "auroc")]
-        lines += compare(rederived_board, board[board["detector"].isin(run.detectors)],
-                         ["detector"], [*means, *[f"{c}_{end}" for c in means for end in ("lo", "hi")], "n_near",
-                                        "n_far", "n_adv"], atol=1e-6, table="leaderboard.csv")
-    lines += verify_paired(run, ood, board, rederived_board)
-    if run.has("table_ood.csv"):
-        lines += compare(rederive_table_ood(rederived), written_long(run.table("table_ood.csv"), run.detectors),
-                         ["detector", "column"], ["value"], atol=1e-6, table="table_ood.csv")
-    if run.has("table_adaptive.csv"):
-        adaptive = run.table("table_adaptive.csv")
-        lines += compare(rederive_table_adaptive(run, rederived), adaptive[adaptive["detector"].isin(run.detectors)],
-                         ["detector", "attack"], ["baseline", *ADAPTIVE_VALUES, "n_ood"], atol=1e-6,
-                         table="table_adaptive.csv")
-    if run.has("fsood.csv"):
-        fsood = run.table("fsood.csv")
-        lines += compare(rederive_fsood(run, fsood), fsood, ["detector", "ood_set"], [*METRICS, *BOUNDS, "ci"],
-                         atol=1e-6, table="fsood.csv")
+        mine = board["detector"].isin(run.detectors)
+        return compare(board_of, board[mine], ["detector"], [*means, *[f"{c}_{end}" for c in means for end in
+                                                                        ("lo", "hi")], "n_near", "n_far", "n_adv"],
+                       atol=1e-6, table="leaderboard.csv") + \
+            compare(unscored_rows(run, ["detector"]), board[~mine], ["detector"], [], table="leaderboard.csv")
+
+    lines += _checked(run, "leaderboard.csv", check_board, ["detector"])
+    lines += verify_paired(run, rederived, boards[0] if boards else None, board_of if boards else None)
+    lines += _checked(run, "table_ood.csv", lambda t: compare(rederive_table_ood(rederived),
+                                                              written_long(t, run.detectors), ["detector", "column"],
+                                                              ["value"], atol=1e-6, table="table_ood.csv"), ["detector"])
+    adaptive = rederive_table_adaptive(run, rederived)
+    if len(adaptive) or run.has("table_adaptive.csv"):
+        lines += _checked(run, "table_adaptive.csv", lambda t: compare(
+            adaptive, t[t["detector"].isin(run.detectors)], ["detector", "attack"], ["baseline", *ADAPTIVE_VALUES,
+                                                                                     "n_ood"], atol=1e-6,
+            table="table_adaptive.csv"), ["detector"])
+    fsood = rederive_fsood(run, rederived)
+    if len(fsood) or run.has("fsood.csv"):
+        lines += _checked(run, "fsood.csv", lambda t: compare(fsood, t, ["detector", "ood_set"],
+                                                              [*METRICS, *BOUNDS, "ci", "csid_sets"], atol=1e-6,
+                                                              table="fsood.csv"))
     return lines

@@ -24,7 +24,8 @@ KEYS = ["detector_a", "detector_b", "ood_set"]
 
 
 def rederive_paired(run: Any, ood: pd.DataFrame) -> pd.DataFrame:
-    """``paired.csv`` re-computed from ``scores/*.npz`` and the positives of ``ood.csv``'s rows."""
+    """``paired.csv`` re-computed from ``scores/*.npz`` and the re-derived ``ood.csv`` rows (every row the run must
+    have, with the positives of the run's rule)."""
     ci = run.config.get("ci") or {}
     method, resamples, seed = str(ci.get("method", "none")), int(ci.get("resamples", 0)), int(run.config.get("seed", 0))
     label = f"bootstrap-{resamples}" if method == "bootstrap" else method
@@ -88,13 +89,17 @@ def rederive_ranks(board: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
 
 def verify_paired(run: Any, ood: pd.DataFrame, board: pd.DataFrame | None, rederived_board: pd.DataFrame | None
                   ) -> list[str]:
-    """Differences between ``paired.csv`` / the leaderboard's ranks and their re-derivation."""
+    """Differences between ``paired.csv`` (always written) / the leaderboard's ranks and their re-derivation; ``ood``
+    holds the re-derived ``ood.csv`` rows."""
     from advopenood.evaluation.verify import compare
 
-    lines: list[str] = []
-    if run.has("paired.csv"):
-        lines += compare(rederive_paired(run, ood), run.table("paired.csv"), KEYS, COLUMNS, atol=1e-6,
-                         table="paired.csv")
+    from advopenood.evaluation.verify import Unreadable
+
+    try:
+        lines = compare(rederive_paired(run, ood), run.table("paired.csv", KEYS), KEYS, COLUMNS, atol=1e-6,
+                        table="paired.csv")
+    except Unreadable as exc:
+        lines = [str(exc)]
     if board is not None and rederived_board is not None:
         metrics = [c[:-5] for c in board.columns if c.endswith("_rank") and c[:-5] in rederived_board]
         lines += compare(rederive_ranks(rederived_board, metrics), board[board["detector"].isin(run.detectors)],

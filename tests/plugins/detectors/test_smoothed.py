@@ -442,6 +442,21 @@ def test_verify_in_a_fresh_process(smoothed_run, tmp_path, edit, rc, expected):
     assert (len(lines), expected) == (0, None) or (len(lines) == 1 and expected in lines[0])
 
 
+def test_a_deleted_smoothed_table_names_the_sets_in_no_row(smoothed_run, tmp_path, capsys):
+    """Without ``table_smoothed.csv`` verify still knows the rows the run must have: each plain and EOT adaptive
+    set on the smoothed detector is in no row (and the file is missing against ``manifest.json``)."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(smoothed_run, run)
+    (run / "table_smoothed.csv").unlink()
+    capsys.readouterr()
+    assert main(["verify", str(run)]) == 1
+    lines = [line for line in capsys.readouterr().out.splitlines() if "DIFFERENCE" in line]
+    assert len(lines) == 2 and all("table_smoothed.csv: attack set" in x and "is in no row" in x for x in lines), lines
+    assert {"adaptive_smoothed_msp", "adaptive_eot_smoothed_msp"} == {x.split("'")[1] for x in lines}
+
+
 def test_the_table_pairs_only_plain_and_eot_attacks():
     """Other attacks on a smoothed detector (robust_id_/robust_ood_<det>, which the robust_auroc evaluator adds) are
     not plain attacks: they stay out of table_smoothed (they once entered it as 'plain' rows with AUROC 100)."""

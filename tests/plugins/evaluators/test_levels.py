@@ -326,6 +326,18 @@ def test_one_changed_cell_is_one_difference(levels_run, tmp_path, row, column, v
     assert len(lines) == 1 and column in lines[0]
 
 
+def test_a_detector_taken_out_of_levels_csv_is_missing(levels_run, tmp_path):
+    """verify derives levels.csv's rows from the detectors the run scored, not from the rows written: msp's rows
+    deleted are six missing rows, one per criterion."""
+    _, out = levels_run
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    table = pd.read_csv(copy / "levels.csv")
+    table[table["detector"] != "msp"].to_csv(copy / "levels.csv", index=False, float_format="%.6g")
+    lines = verify_levels(RunFiles.open(copy))
+    assert len(lines) == 6 and all("'detector': 'msp'" in x and x.endswith("is missing") for x in lines), lines
+
+
 def test_an_edited_lower_bound_fails_verify(levels_run, tmp_path):
     _, out = levels_run
     copy = edited_copy(out, tmp_path, "levels.csv", "auroc_lo")
