@@ -1,4 +1,5 @@
 """Errors that the CLI turns into one clear line and exit code 2."""
+import difflib
 
 
 class UsageError(ValueError):
@@ -22,3 +23,11 @@ def choice_list(valid: list[str], listing: str = "") -> str:
     shown = sorted(sorted(valid, key=lambda n: (len(n), n))[:MAX_CHOICES])
     more = f", ... and {len(valid) - len(shown)} more"
     return ", ".join(shown) + (f"{more}; see `{listing}`" if listing else more)
+
+
+def choice_message(what: str, value: str, valid: list[str], listing: str = "") -> str:
+    """``unknown <what> 'x'; did you mean 'y'? valid choices: ...`` (the hint only when one is close; a long list is
+    cut, pointing at the command ``listing`` that shows it all: :func:`choice_list`)."""
+    close = difflib.get_close_matches(value, valid, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ";"
+    return f"unknown {what} {value!r}{hint} valid choices: {choice_list(valid, listing)}"

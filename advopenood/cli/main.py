@@ -20,6 +20,7 @@ from typing import Callable, Sequence  # noqa: E402
 
 from advopenood import __version__, registry  # noqa: E402
 from advopenood.cli.parsing import OneLineParser, positive_int  # noqa: E402
+from advopenood.cli.precheck import precheck  # noqa: E402
 from advopenood.errors import UsageError  # noqa: E402
 
 #: The core's subcommands; analyses add theirs between ``demo`` and ``list`` (:func:`commands`).
@@ -171,8 +172,12 @@ def cmd_list(kind: str) -> int:
         raise UsageError(f"{listing['failed']} (advopenood list {kind} would lack its plugins)")
     table = listing[kind]
     width = max((len(n) for n in table), default=0)
-    for name, (description, _) in table.items():
-        print(f"{name:<{width}}  {description}")
+    try:
+        for name, (description, _) in table.items():
+            print(f"{name:<{width}}  {description}")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `advopenood list attacks | head -1`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the flush at exit is quiet too
     return 0
 
 
@@ -227,6 +232,7 @@ def _main(argv: list[str]) -> int:
             return cmd_list(args.kind)
         if args.command == "verify":
             return cmd_verify(args.run)
+        precheck(args)  # bad flags and names are refused before torch and the plugins load
         from advopenood.run import pipeline
 
         analyses = analysis_commands()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from fractions import Fraction
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
@@ -18,6 +17,7 @@ from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_v
 from advopenood.config import protocols
 from advopenood.data.specs import DATA_KINDS, DataSpec  # noqa: F401  (DATA_KINDS: the loader's messages)
 from advopenood.errors import UsageError
+from advopenood.flags import CI_METHODS, MIN_RESAMPLES, parse_eps  # noqa: F401  (parse_eps: re-exported)
 from advopenood.models.specs import ModelSpec
 from advopenood.spec import StrictModel, choice_message
 
@@ -36,17 +36,6 @@ def thaw(value: Any) -> Any:
 BACKENDS = ("auto", "openood", "pytorch-ood")
 DEVICE_PATTERN = r"^(cpu|cuda(:\d+)?)$"
 SEED_MAX = 2**63 - 1
-
-
-def parse_eps(text: str | float) -> float:
-    """``0.03``, ``8/255`` -> float; a UsageError names the bad value."""
-    try:
-        return float(Fraction(str(text).strip())) if "/" in str(text) else float(text)
-    except ZeroDivisionError:
-        raise UsageError(f"eps {text!r} has a zero denominator; valid choices: a float in (0, 1] or a fraction like "
-                         "8/255") from None
-    except ValueError:
-        raise UsageError(f"eps {text!r} is not a number; valid choices: a float in (0, 1] or a fraction like 8/255") from None
 
 
 def _eps_value(value: Any) -> Any:
@@ -131,9 +120,9 @@ class CISection(StrictModel):
     """``ci``: the 95 % interval beside every metric (:mod:`advopenood.evaluation.intervals`)."""
 
     #: ``bootstrap`` (stratified percentile bootstrap), ``delong`` (AUROC only) or ``none``
-    method: Literal["bootstrap", "delong", "none"] = "bootstrap"
+    method: Literal[CI_METHODS] = "bootstrap"  # type: ignore[valid-type]
     #: bootstrap resamples per cell (at least 100)
-    resamples: int = Field(2000, ge=100)
+    resamples: int = Field(2000, ge=MIN_RESAMPLES)
 
 
 class RunConfig(StrictModel):
