@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from advopenood.claims import Claim, read_claims
 from advopenood.errors import UsageError
 from advopenood.evaluation import oracle
 
@@ -153,9 +154,21 @@ def verify_asr(run: RunFiles) -> list[str]:
         return lines
     written = run.table("asr.csv")
     written = written[written["attack"].isin([r["attack"] for r in rows])]
-    return lines + compare(pd.DataFrame(rows), written, ["attack"], ["n", "asr", "asr_lo", "asr_hi", "asr_all",
-                                                                     "asr_all_lo", "asr_all_hi", "ci", "mean_linf",
-                                                                     "mean_l2"], atol=1e-4, table="asr.csv")
+    columns = ["n", "asr", "asr_lo", "asr_hi", "asr_all", "asr_all_lo", "asr_all_hi", "ci", "mean_linf", "mean_l2"]
+    if "clean_acc_lo" in written:  # runs before clean_acc had its interval in asr.csv
+        lo, hi = clean_interval(run)
+        rows = [{**r, "clean_acc_lo": lo, "clean_acc_hi": hi} for r in rows]
+        columns += ["clean_acc_lo", "clean_acc_hi"]
+    return lines + compare(pd.DataFrame(rows), written, ["attack"], columns, atol=1e-4, table="asr.csv")
+
+
+def clean_interval(run: RunFiles) -> tuple[float, float]:
+    """Wilson's interval on the clean accuracy from run.json (``clean_acc`` of ``data.id.n`` images), NaN under
+    ``ci: none``."""
+    n = int(((run.info.get("data") or {}).get("id") or {}).get("n") or 0)
+    if str((run.config.get("ci") or {}).get("method", "none")) == "none" or not n:
+        return math.nan, math.nan
+    return oracle.wilson(round(float(run.info["clean_acc"]) * n / 100.0), n)
 
 
 def verify_masks(run: RunFiles) -> list[str]:
@@ -176,6 +189,80 @@ def verify_masks(run: RunFiles) -> list[str]:
     return lines
 
 
+def _key_text(value: Any) -> str:
+    return "" if pd.isna(value) else str(value)
+
+
+def _claimed_cells(claim: Claim, row: pd.Series) -> tuple[float, float, float] | str:
+    """``(number, lo, hi)`` the table's row says for the claim, in the order the claim states its pair (a swapped
+    pair negates the difference and swaps its bounds); a reason when the claim's names are not the row's."""
+    if claim.kind == "value":
+        return tuple(float(row.get(c, math.nan)) for c in claim.columns)  # type: ignore[return-value]
+    col_a, col_b, col_d, col_lo, col_hi = claim.columns
+    d, lo, hi = (float(row[c]) for c in (col_d, col_lo, col_hi))
+    pair = (str(row[col_a]), str(row[col_b]))
+    if tuple(claim.names) == pair:
+        return d, lo, hi
+    if tuple(claim.names) == pair[::-1]:
+        return -d, -hi, -lo
+    return f"it names {', '.join(claim.names)}, the row {', '.join(pair)}"
+
+
+def check_claim(run: RunFiles, claim: Claim, tables: dict[str, pd.DataFrame]) -> list[str]:
+    """What is wrong with one claim against its table: the row it reads (exactly one), the numbers it quotes (the
+    cells as written, of the order stated), its method and its test (:data:`advopenood.claims.TESTS`)."""
+    if claim.table not in tables:
+        if not run.has(claim.table):
+            return [f"its table {claim.table} is missing"]
+        tables[claim.table] = run.table(claim.table)
+    table = tables[claim.table]
+    mask = np.ones(len(table), dtype=bool)
+    for column, value in claim.row:
+        mask &= table[column].map(_key_text).to_numpy() == value if column in table else False
+    if mask.sum() != 1:
+        return [f"{int(mask.sum())} rows of {claim.table} match {dict(claim.row)}"]
+    row = table[mask].iloc[0]
+    want = _claimed_cells(claim, row)
+    if isinstance(want, str):
+        return [want]
+    lines = [f"its {what} {have!r} is not {claim.table}'s {cell!r}" for what, have, cell in
+             zip(("number", "interval's lower end", "interval's upper end"), (claim.value, claim.lo, claim.hi), want)
+             if not _same(cell, have, 1e-9)]
+    if "ci" in row and _key_text(row["ci"]) != claim.method:
+        lines.append(f"its method {claim.method!r} is not {claim.table}'s {_key_text(row['ci'])!r}")
+    lo, hi = want[1], want[2]
+    if claim.kind == "difference" and not lo > 0:
+        lines.append("it states a direction that the paired interval of the stated difference does not support")
+    if claim.kind == "no_difference" and (lo > 0 or hi < 0):
+        lines.append("it says no difference is shown where the paired interval excludes 0")
+    return lines
+
+
+def verify_claims(run: RunFiles) -> list[str]:
+    """Every claim of ``claims.json`` (:mod:`advopenood.claims`) re-read from its table (:func:`check_claim`): its
+    sentence must be the rendering of its numbers, and each claim of the report must stand in ``report.md`` as
+    written. One line per problem, naming the sentence."""
+    data = read_claims(run.path)
+    report = (run.path / "report.md").read_text() if run.has("report.md") else None
+    tables: dict[str, pd.DataFrame] = {}
+    lines = []
+    for part, records in data.items():
+        for raw in records:
+            text = str(raw.get("text", ""))
+            try:
+                claim = Claim.from_dict(raw)
+            except (KeyError, ValueError, TypeError) as exc:
+                lines.append(f"claims.json: {text!r}: not a valid claim ({exc})")
+                continue
+            problems = check_claim(run, claim, tables)
+            if claim.text != text:
+                problems.append(f"its sentence is not the rendering of its numbers ({claim.text!r})")
+            if part == "claims" and report is not None and text not in report:
+                problems.append("report.md does not state it as claims.json renders it")
+            lines += [f"claims.json: {text!r}: {p}" for p in problems]
+    return lines
+
+
 def verify_run(path: str | Path) -> tuple[list[str], list[str]]:
     """``(differences, notes)`` for a run folder: every table re-derived by the core and by each plugin that ran
     and declares ``verify``; a plugin that ran but cannot be loaded here is a difference; ``notes`` name the
@@ -184,7 +271,7 @@ def verify_run(path: str | Path) -> tuple[list[str], list[str]]:
     from advopenood.capabilities import is_verifiable
 
     run = RunFiles.open(path)
-    diffs = verify_asr(run) + verify_masks(run)
+    diffs = verify_asr(run) + verify_masks(run) + verify_claims(run)
     notes = [line for line in diffs if "not re-derived" in line]
     diffs = [line for line in diffs if "not re-derived" not in line]
     failed = run.info.get("plugin_errors") or {}

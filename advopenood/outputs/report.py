@@ -23,6 +23,7 @@ import pandas as pd
 import yaml
 
 from advopenood import io as aio
+from advopenood.claims import name  # noqa: F401  (display names: one rule for the report and its claims)
 from advopenood.outputs.plots import PLOT_DIR
 from advopenood.outputs.results import (
     Bullets,
@@ -47,12 +48,6 @@ class Block:
 
 
 # ----------------------------------------------------------------------------------------------- formatting
-
-def name(text: Any) -> str:
-    """Display name of a detector or attack: short names upper-cased (``msp`` -> ``MSP``), others as given."""
-    s = str(text)
-    return s.upper() if s.isalnum() and len(s) <= 8 else s
-
 
 def eps_label(eps: Any) -> str:
     """``8/255`` for budgets that are a whole number of grey values, ``0.05`` otherwise, ``""`` for none."""
