@@ -23,11 +23,14 @@ from advopenood.cli.parsing import OneLineParser, positive_int  # noqa: E402
 from advopenood.cli.precheck import precheck  # noqa: E402
 from advopenood.errors import UsageError  # noqa: E402
 
+#: The demo's wall time, the one figure --help, README.md and the docs quote (measured: benchmarks/README.md's demo
+#: row; tests/test_docs.py checks that every page quotes this one)
+DEMO_TIME = "about 45 s on 2 idle CPU cores, about 2 min on 2 busy ones"
 #: The core's subcommands; analyses add theirs between ``demo`` and ``list`` (:func:`commands`).
 COMMANDS = {
     "run": "attacks, detectors, evaluators and analyses of a config; writes CSVs, plots and a report",
     "attack": "generate (or reuse) the adversarial sets of a config and write asr.csv only",
-    "demo": "the embedded demo (no download, about 20 s): every stage on built-in data",
+    "demo": f"the embedded demo (no download; {DEMO_TIME}): every stage on built-in data",
     "list": "registered plugins of a kind (attacks, detectors, evaluators, analyses), one line each",
     "verify": "re-derive every table of a run folder from its saved scores, masks and run.json; exit 1 on a difference",
     "eval-ood": "OpenOOD's scripts/eval_ood.py with adversarial splits (needs OpenOOD)",
