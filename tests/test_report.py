@@ -600,3 +600,13 @@ def test_tables_tex_holds_every_csv_as_one_latex_table_with_its_numbers(demo_run
                     assert cell == ""
                 else:
                     assert cell == str(value), (name, column)
+
+
+def test_the_attack_success_table_shows_asr_csvs_intervals(demo_run):
+    """The report's attack-success table carries every ASR's Wilson interval as asr.csv holds it."""
+    out, _ = demo_run
+    asr = pd.read_csv(out / "asr.csv")
+    (table,) = [i.frame for i in asr_section(asr).items if isinstance(i, Table)]
+    for column in ("asr_lo", "asr_hi", "asr_all_lo", "asr_all_hi"):
+        assert list(table[column]) == list(asr[column]), column
+    assert set(table["ci"]) == {"wilson"}
