@@ -151,3 +151,32 @@ def test_robust_readings_name_no_highest_without_a_paired_test():
     readings = [str(r) for r in read_robust_paired(pd.DataFrame(rows))]
     assert not any("highest" in r for r in readings)
     assert any("3 of 3 pair(s) of detectors tie" in r for r in readings)
+
+
+def test_table_ood_has_an_interval_beside_every_number(demo_run):
+    """table_ood.csv: every FPR95 / AUROC cell has its 95 % interval; an attack's cell (one set) has ood.csv's,
+    the natural sets' mean (all far-OOD in the demo) the leaderboard's far mean's: one number, one interval."""
+    out, _ = demo_run
+    table = pd.read_csv(out / "table_ood.csv").set_index("detector")
+    ood = pd.read_csv(out / "ood.csv")
+    board = pd.read_csv(out / "leaderboard.csv").set_index("detector")
+    metrics = [c for c in table.columns if c.endswith((" FPR95", " AUROC"))]
+    assert metrics and all(f"{c} lo" in table and f"{c} hi" in table for c in metrics)
+    for r in ood[ood["attack"] != "none"].to_dict("records"):
+        col = f"{r['dataset']} {r['attack']} AUROC"
+        assert (table.loc[r["detector"], f"{col} lo"], table.loc[r["detector"], f"{col} hi"]) == \
+            (r["auroc_lo"], r["auroc_hi"]), (r["detector"], col)
+    for det in table.index:
+        assert (table.loc[det, "digits none AUROC lo"], table.loc[det, "digits none AUROC hi"]) == \
+            (board.loc[det, "far_auroc_lo"], board.loc[det, "far_auroc_hi"]), det
+
+
+def test_verify_fails_on_an_edited_table_ood_bound(demo_run, tmp_path):
+    out, _ = demo_run
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    table = pd.read_csv(run / "table_ood.csv")
+    table.loc[0, "digits none AUROC lo"] -= 1.0
+    table.to_csv(run / "table_ood.csv", index=False)
+    diffs, _ = verify_run(run)
+    assert len(diffs) == 1 and "table_ood.csv" in diffs[0] and "digits none AUROC lo" in diffs[0], diffs
