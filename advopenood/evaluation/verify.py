@@ -193,6 +193,19 @@ def _key_text(value: Any) -> str:
     return "" if pd.isna(value) else str(value)
 
 
+def _key_matches(column: pd.Series, value: str) -> np.ndarray:
+    """The rows whose key cell is ``value``: as text, or for a numeric column as the CSV writes the number (6
+    significant digits: a claim may hold the number unrounded)."""
+    text = column.map(_key_text).to_numpy() == value
+    if not pd.api.types.is_numeric_dtype(column) or value == "":
+        return text
+    try:
+        number = as_csv_float(float(value))
+    except ValueError:
+        return text
+    return text | (column.astype(float).map(as_csv_float).to_numpy() == number)
+
+
 def _claimed_cells(claim: Claim, row: pd.Series) -> tuple[float, float, float] | str:
     """``(number, lo, hi)`` the table's row says for the claim, in the order the claim states its pair (a swapped
     pair negates the difference and swaps its bounds); a reason when the claim's names are not the row's."""
@@ -218,7 +231,7 @@ def check_claim(run: RunFiles, claim: Claim, tables: dict[str, pd.DataFrame]) ->
     table = tables[claim.table]
     mask = np.ones(len(table), dtype=bool)
     for column, value in claim.row:
-        mask &= table[column].map(_key_text).to_numpy() == value if column in table else False
+        mask &= _key_matches(table[column], value) if column in table else False
     if mask.sum() != 1:
         return [f"{int(mask.sum())} rows of {claim.table} match {dict(claim.row)}"]
     row = table[mask].iloc[0]
@@ -227,7 +240,7 @@ def check_claim(run: RunFiles, claim: Claim, tables: dict[str, pd.DataFrame]) ->
         return [want]
     lines = [f"its {what} {have!r} is not {claim.table}'s {cell!r}" for what, have, cell in
              zip(("number", "interval's lower end", "interval's upper end"), (claim.value, claim.lo, claim.hi), want)
-             if not _same(cell, have, 1e-9)]
+             if not _same(have, cell, 1e-9)]  # the claim's number as the CSV would write it
     if "ci" in row and _key_text(row["ci"]) != claim.method:
         lines.append(f"its method {claim.method!r} is not {claim.table}'s {_key_text(row['ci'])!r}")
     lo, hi = want[1], want[2]
