@@ -25,10 +25,11 @@ def check_values(args: argparse.Namespace) -> None:
                 parse_eps(value)
     ci = getattr(args, "ci", None)
     if ci is not None and ci not in CI_METHODS:
-        raise UsageError(f"--ci {ci!r} is not an interval method; valid choices: {', '.join(CI_METHODS)}")
+        raise UsageError(f"ci.method (--ci) {ci!r} is not an interval method; valid choices: {', '.join(CI_METHODS)}")
     resamples = getattr(args, "ci_resamples", None)
     if resamples is not None and resamples < MIN_RESAMPLES:
-        raise UsageError(f"--ci-resamples {resamples} is too few; valid choices: an integer >= {MIN_RESAMPLES}")
+        raise UsageError(f"ci.resamples (--ci-resamples) {resamples} is too few; valid choices: an integer >= "
+                         f"{MIN_RESAMPLES}")
 
 
 def check_names(args: argparse.Namespace) -> None:
