@@ -25,11 +25,15 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 CLAIMS_FILE = "claims.json"
+#: what marks a report sentence as a stated comparison (a paired interval, or "no difference shown"): each such
+#: sentence of ``report.md`` must be a claim's rendering, word for word
+STATED = re.compile(r"95 % paired interval|no difference shown: ")
 FORMAT_VERSION = 1
 KINDS = ("difference", "no_difference", "value")
 #: the test each kind rests on, as claims.json states it
@@ -42,6 +46,16 @@ def name(text: Any) -> str:
     """Display name of a detector or attack: short names upper-cased (``msp`` -> ``MSP``), others as given."""
     s = str(text)
     return s.upper() if s.isalnum() and len(s) <= 8 else s
+
+
+def signed(value: float) -> str:
+    """``+1.2``: one decimal, more (up to four) where one would show a bound that is not 0 as ``+0.0``, so that
+    an interval stated to exclude 0 reads so."""
+    for places in range(1, 5):
+        text = f"{value:+.{places}f}"
+        if value == 0 or float(text) != 0:
+            return text
+    return text
 
 
 def _num(value: Any) -> float:
@@ -87,7 +101,7 @@ class Claim:
             span = f"95 % interval {self.lo:.1f} to {self.hi:.1f}, {self.method}, " if interval else "no interval, "
             return f"{self.where}: {self.value:.1f} % ({span}{self.table}){self.note}"
         a, b = (name(n) for n in self.names)
-        span = (f"95 % paired interval [{self.lo:+.1f}, {self.hi:+.1f}], {self.method}" if interval else
+        span = (f"95 % paired interval [{signed(self.lo)}, {signed(self.hi)}], {self.method}" if interval else
                 "no interval")
         if self.kind == "difference":
             return (f"On {self.where}, {a}'s {self.quantity} is higher than {b}'s by {self.value:.1f} points "

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from advopenood.claims import Claim, name, pair_claim
+from advopenood.claims import STATED, Claim, name, pair_claim
 from advopenood.cli.main import main
 from advopenood.evaluation.verify import verify_run
 from advopenood_plugins.evaluators.robust_auroc.paired import read_robust_paired
@@ -125,7 +125,7 @@ def test_verify_fails_on_an_edited_sentence_of_the_report(demo_run, tmp_path, ol
     report = (run / "report.md").read_text()
     (run / "report.md").write_text(report.replace(old, new, 1))
     diffs, _ = verify_run(run)
-    assert len(diffs) == 1 and "report.md does not state it" in diffs[0], diffs
+    assert len(diffs) == 1 and "report.md" in diffs[0] and "not the sentence of any claim" in diffs[0], diffs
 
 
 def test_a_swapped_pair_states_its_own_difference_and_interval():
@@ -151,6 +151,7 @@ def test_robust_readings_name_no_highest_without_a_paired_test():
     readings = [str(r) for r in read_robust_paired(pd.DataFrame(rows))]
     assert not any("highest" in r for r in readings)
     assert any("3 of 3 pair(s) of detectors tie" in r for r in readings)
+    assert not any(STATED.search(r) for r in readings if isinstance(r, str))  # a plain sentence is no claim
 
 
 def test_table_ood_has_an_interval_beside_every_number(demo_run):

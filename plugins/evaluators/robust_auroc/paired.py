@@ -93,6 +93,6 @@ def read_robust_paired(table: pd.DataFrame) -> list[Claim | str]:
                 for r in shown]
         tied = len(rows) - len(shown)
         if tied:
-            out.append(f"{where}: {tied} of {len(rows)} pair(s) of detectors tie (no difference shown: the paired "
+            out.append(f"{where}: {tied} of {len(rows)} pair(s) of detectors tie (no difference shown; the paired "
                        "interval contains 0 or there is none).")
     return out
