@@ -1,5 +1,6 @@
 """Errors that the CLI turns into one clear line: bad input (exit code 2) and a file system that takes no more
 writes (exit code 3, the run's failure)."""
+import difflib
 import errno
 
 
@@ -55,3 +56,11 @@ def choice_list(valid: list[str], listing: str = "") -> str:
     shown = sorted(sorted(valid, key=lambda n: (len(n), n))[:MAX_CHOICES])
     more = f", ... and {len(valid) - len(shown)} more"
     return ", ".join(shown) + (f"{more}; see `{listing}`" if listing else more)
+
+
+def choice_message(what: str, value: str, valid: list[str], listing: str = "") -> str:
+    """``unknown <what> 'x'; did you mean 'y'? valid choices: ...`` (the hint only when one is close; a long list is
+    cut, pointing at the command ``listing`` that shows it all: :func:`choice_list`)."""
+    close = difflib.get_close_matches(value, valid, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ";"
+    return f"unknown {what} {value!r}{hint} valid choices: {choice_list(valid, listing)}"

@@ -36,6 +36,7 @@ from advopenood.config.protocols import PROTOCOLS, Protocol
 from advopenood.config.protocols import get as get_protocol
 from advopenood.context import CleanRecord, RunContext
 from advopenood.detectors import Batches, Outputs, Postprocessor, Taps, fc_layer, forward_outputs, grad_outputs
+from advopenood.claims import Claim, pair_claim
 from advopenood.errors import UsageError
 from advopenood.evaluation.metrics import NaNScoreError, id_threshold, ood_metrics
 from advopenood.evaluation.verify import RunFiles, compare
@@ -68,5 +69,5 @@ __all__ = [
     # verify hooks
     "RunFiles", "compare",
     # errors
-    "UsageError",
+    "UsageError", "Claim", "pair_claim",
 ]

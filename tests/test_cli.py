@@ -375,3 +375,44 @@ def test_the_plugin_index_notices_an_edit_to_a_module_no_entry_point_names(tmp_p
         assert registry._fingerprint() != before
     finally:
         os.utime(sibling, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+#: flags refused before torch and the plugins load (advopenood/cli/precheck.py); the docs quote the time measured
+PRECHECKED = {"eps": (["--eps", "abc"], "eps 'abc' is not a number"),
+              "ci": (["--ci", "nosuch"], "ci.method (--ci) 'nosuch' is not an interval method"),
+              "resamples": (["--ci-resamples", "5"], "ci.resamples (--ci-resamples) 5 is too few"),
+              "detector": (["--detectors", "msp,nosuch"], "unknown detector 'nosuch'"),
+              "attack": (["--attack", "pgd,adaptive_nosuch"], "unknown attack 'adaptive_nosuch'"),
+              "evaluator": (["--evaluator", "ood,nosuch"], "unknown evaluator 'nosuch'")}
+
+
+@pytest.mark.parametrize("case", list(PRECHECKED))
+def test_bad_flags_are_refused_before_torch_loads(case, tmp_path):
+    """``run --eps abc`` and the like exit 2 with one line, without importing torch or a plugin (the names from the
+    plugin index), in well under the 8-10 s a full load took."""
+    import json
+
+    flags, fragment = PRECHECKED[case]
+    env = {**os.environ, "ADVOPENOOD_CACHE": str(tmp_path)}
+    assert run_cli("list", "detectors", env=env).returncode == 0  # stores the plugin index, as any install does once
+    probe = ("import sys, json; from advopenood.cli.main import main\n"
+             "rc = main(json.loads(sys.argv[1]))\n"
+             "print('RC=%d TORCH=%s PLUGINS=%s' % (rc, 'torch' in sys.modules, "
+             "any(m.startswith('advopenood_plugins') for m in sys.modules)))")
+    argv = ["run", "--config", "demo", "--out", str(tmp_path / "out"), *flags]
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", probe, json.dumps(argv)], env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t0
+    assert "RC=2 TORCH=False PLUGINS=False" in done.stdout, (done.stdout, done.stderr)
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()] and fragment in done.stderr
+    assert elapsed < 3.0, f"{elapsed:.1f} s"
+    assert not (tmp_path / "out").exists()
+
+
+def test_list_into_a_closed_pipe_ends_quietly():
+    """``advopenood list attacks | head -1``: the reader leaves early; no BrokenPipeError traceback, exit 0."""
+    proc = subprocess.Popen([sys.executable, "-m", "advopenood.cli", "list", "attacks"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # before the CLI writes its first line
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err

@@ -317,3 +317,54 @@ def test_detector_counts_say_what_the_tables_hold():
             near = text[hit.start():hit.end() + 120]
             assert "gram_legacy" in near or "OpenOOD" in text[max(0, hit.start() - 20):hit.start()], (page, near)
     assert "download.pytorch.org/whl/cpu" in (REPO / "README.md").read_text()
+
+
+def test_the_demo_time_is_one_figure_everywhere():
+    """The demo's wall time has one source (``advopenood.cli.main.DEMO_TIME``): the CLI's help, docs/cli.md, the README
+    and getting-started quote it, and it is the figure benchmarks/README.md's demo row measured."""
+    from advopenood.cli.main import COMMANDS, DEMO_TIME
+
+    bench = next(line for line in (REPO / "benchmarks" / "README.md").read_text().splitlines()
+                 if line.startswith("| `advopenood demo"))
+    assert f"**{DEMO_TIME}**" in bench
+    assert DEMO_TIME in COMMANDS["demo"]
+    for page in ("README.md", "docs/getting-started.md", "docs/cli.md"):
+        text = " ".join((REPO / page).read_text().split())
+        assert DEMO_TIME in text, page
+        assert not re.search(r"demo[^.]*about 20 s\b", text), page
+
+
+def test_getting_started_installs_and_tests_as_the_readme():
+    """The one-line install and test command of getting-started is the README's (the robustbench line included)."""
+    command = [line for line in (REPO / "README.md").read_text().splitlines()
+               if line.startswith("python3 -m venv") and "pytest" in line]
+    assert len(command) == 1 and "robustbench" in command[0]
+    assert command[0] in (REPO / "docs" / "getting-started.md").read_text().splitlines()
+
+
+def test_no_page_counts_16_built_in_detectors():
+    """The demo scores 17 built-in detectors (OpenOOD's 16 and gram_legacy): no page says '16 built-in detectors'."""
+    for doc in DOCS:
+        text = " ".join((REPO / doc).read_text().split())
+        assert not re.search(r"\b16 built-in detectors", text), doc
+
+
+def test_the_plugin_guide_imports_from_the_public_api():
+    """The guide's examples import plugin names from ``advopenood.plugin``, as its checklist asks."""
+    guide = (REPO / "docs" / "plugins.md").read_text()
+    code = "\n".join(re.findall(r"```python\n(.*?)```", guide, re.S))
+    assert not re.search(r"^from advopenood\.(detectors|registry) import", code, re.M)
+
+
+def test_the_ross_audit_states_one_number_of_seeds():
+    """ross-audit.md's seed count for the findings is the benchmark's (three), the default named as such."""
+    text = " ".join((REPO / "docs" / "ross-audit.md").read_text().split())
+    assert "over five evaluation-noise seeds" not in text and "three evaluation-noise seeds" in text
+
+
+def test_the_demo_labels_its_ood_sets_far():
+    """The demo's natural OOD sets are far-OOD (the leaderboard's far columns), not 'other'."""
+    from advopenood.config.loading import load_config
+
+    plan, _ = load_config("demo")
+    assert [entry.group for entry in plan.data.ood] == ["far", "far", "far"]

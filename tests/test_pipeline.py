@@ -32,7 +32,8 @@ def test_demo_writes_every_output(demo_run):
                  "run.json"):
         assert (demo_run / name).is_file(), name
     asr = pd.read_csv(demo_run / "asr.csv")
-    assert list(asr.columns) == ["dataset", "arch", "attack", "eps", "n", "clean_acc", "asr", "asr_lo", "asr_hi",
+    assert list(asr.columns) == ["dataset", "arch", "attack", "eps", "n", "clean_acc", "clean_acc_lo", "clean_acc_hi",
+                                 "asr", "asr_lo", "asr_hi",
                                  "asr_all", "asr_all_lo", "asr_all_hi", "ci", "mean_linf", "mean_l2", "seed", "source",
                                  "protocol"]
     assert (asr.source == "id").all()

@@ -21,13 +21,17 @@ from typing import Any, Callable, Sequence  # noqa: E402
 
 from advopenood import __version__, registry  # noqa: E402
 from advopenood.cli.parsing import OneLineParser, positive_int  # noqa: E402
+from advopenood.cli.precheck import precheck  # noqa: E402
 from advopenood.errors import StorageError, UsageError  # noqa: E402
 
+#: The demo's wall time, the one figure --help, README.md and the docs quote (measured: benchmarks/README.md's demo
+#: row; tests/test_docs.py checks that every page quotes this one)
+DEMO_TIME = "about 45 s on 2 idle CPU cores, about 2 min on 2 busy ones"
 #: The core's subcommands; analyses add theirs between ``demo`` and ``list`` (:func:`commands`).
 COMMANDS = {
     "run": "attacks, detectors, evaluators and analyses of a config; writes CSVs, plots and a report",
     "attack": "generate (or reuse) the adversarial sets of a config and write asr.csv only",
-    "demo": "the embedded demo (no download, about 20 s): every stage on built-in data",
+    "demo": f"the embedded demo (no download; {DEMO_TIME}): every stage on built-in data",
     "list": "registered plugins of a kind (attacks, detectors, evaluators, analyses), one line each",
     "verify": "re-derive every table of a run folder from its saved scores, masks and run.json; exit 1 on a difference",
     "eval-ood": "OpenOOD's scripts/eval_ood.py with adversarial splits (needs OpenOOD)",
@@ -183,8 +187,12 @@ def cmd_list(kind: str) -> int:
         raise UsageError(f"{listing['failed']} (advopenood list {kind} would lack its plugins)")
     table = listing[kind]
     width = max((len(n) for n in table), default=0)
-    for name, (description, _) in table.items():
-        print(f"{name:<{width}}  {description}")
+    try:
+        for name, (description, _) in table.items():
+            print(f"{name:<{width}}  {description}")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `advopenood list attacks | head -1`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the flush at exit is quiet too
     return 0
 
 
@@ -273,6 +281,7 @@ def _main(argv: list[str]) -> int:
             return cmd_list(args.kind)
         if args.command == "verify":
             return cmd_verify(args.run)
+        precheck(args)  # bad flags and names are refused before torch and the plugins load
         from advopenood.run import pipeline
 
         analyses = analysis_commands()

@@ -8,10 +8,8 @@ reads it and never mutates it, and ``run.json`` records it in full. Plugin param
 """
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
-from fractions import Fraction
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, Field, ValidationInfo, field_validator, model_validator
@@ -19,6 +17,7 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationInfo, field_va
 from advopenood.config import protocols
 from advopenood.data.specs import DATA_KINDS, DataSpec  # noqa: F401  (DATA_KINDS: the loader's messages)
 from advopenood.errors import UsageError
+from advopenood.flags import CI_METHODS, MIN_RESAMPLES, parse_eps  # noqa: F401  (parse_eps: re-exported)
 from advopenood.models.specs import ModelSpec
 from advopenood.spec import StrictModel, choice_message
 
@@ -41,21 +40,6 @@ SEED_MAX = 2**63 - 1
 #: ends is already below the tables' precision; above it the time (the oracle's re-derivation most of all), not the
 #: answer, grows (docs/concepts.md, "Intervals")
 MAX_RESAMPLES = 100_000
-
-
-def parse_eps(text: str | float) -> float:
-    """``0.03``, ``8/255`` -> float; a UsageError names the bad value."""
-    try:
-        value = float(Fraction(str(text).strip())) if "/" in str(text) else float(text)
-    except ZeroDivisionError:
-        raise UsageError(f"eps {text!r} has a zero denominator; valid choices: a float in (0, 1] or a fraction like "
-                         "8/255") from None
-    except ValueError:
-        raise UsageError(f"eps {text!r} is not a number; valid choices: a float in (0, 1] or a fraction like 8/255") from None
-    if not math.isfinite(value):  # float("nan"), float("inf"): a saved plan would write them as null
-        raise UsageError(f"eps {text!r} is not a finite number; valid choices: a float in (0, 1] or a fraction like "
-                         "8/255")
-    return value
 
 
 def _eps_value(value: Any) -> Any:
@@ -137,14 +121,14 @@ class AttackEntry(StrictModel):
 
 
 #: the bootstrap's default resamples per cell, and the fewest it takes
-RESAMPLES, MIN_RESAMPLES = 2000, 100
+RESAMPLES = 2000
 
 
 class CISection(StrictModel):
     """``ci``: the 95 % interval beside every metric (:mod:`advopenood.evaluation.intervals`)."""
 
     #: ``bootstrap`` (stratified percentile bootstrap), ``delong`` (AUROC only) or ``none``
-    method: Literal["bootstrap", "delong", "none"] = "bootstrap"
+    method: Literal[CI_METHODS] = "bootstrap"  # type: ignore[valid-type]
     #: bootstrap resamples per cell (100 to :data:`MAX_RESAMPLES` under ``bootstrap``; ``delong`` and ``none``
     #: draw none)
     resamples: int = Field(RESAMPLES, ge=1, le=MAX_RESAMPLES)

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from advopenood.config.schema import MAX_RESAMPLES
+from advopenood.claims import STATED, Claim, read_claims
 from advopenood.errors import UsageError
 from advopenood.evaluation import oracle
 from advopenood.io import MANIFEST, OutputError, files_under, read_manifest
@@ -289,8 +290,22 @@ def verify_asr(run: RunFiles) -> tuple[list[str], list[str], list[str]]:
         return [str(exc)], found, notes
     if "attack" in written.columns:
         written = written[~written["attack"].isin(gone)]
-    expected = pd.DataFrame(rows, columns=["attack"] + ASR_VALUES)
-    return compare(expected, written, ["attack"], ASR_VALUES, atol=1e-4, table="asr.csv"), found, notes
+    columns = list(ASR_VALUES)
+    if "clean_acc_lo" in written:  # runs before clean_acc had its interval in asr.csv lack the two columns
+        lo, hi = clean_interval(run)
+        rows = [{**r, "clean_acc_lo": lo, "clean_acc_hi": hi} for r in rows]
+        columns += ["clean_acc_lo", "clean_acc_hi"]
+    expected = pd.DataFrame(rows, columns=["attack"] + columns)
+    return compare(expected, written, ["attack"], columns, atol=1e-4, table="asr.csv"), found, notes
+
+
+def clean_interval(run: RunFiles) -> tuple[float, float]:
+    """Wilson's interval on the clean accuracy from run.json (``clean_acc`` of ``data.id.n`` images), NaN under
+    ``ci: none``."""
+    n = int(((run.info.get("data") or {}).get("id") or {}).get("n") or 0)
+    if str((run.config.get("ci") or {}).get("method", "none")) == "none" or not n:
+        return math.nan, math.nan
+    return oracle.wilson(round(float(run.info["clean_acc"]) * n / 100.0), n)
 
 
 #: the columns of ``asr.csv`` that verify re-derives
@@ -312,6 +327,95 @@ def verify_masks(run: RunFiles) -> list[str]:
             want = np.ones_like(arrays[f"{name}.success"]) if every else arrays[f"{name}.success"]
             if not np.array_equal(arrays[f"{name}.positive"], want):
                 lines.append(f"scores/{det}.npz: {name}.positive does not follow the protocol's rule {rule!r}")
+    return lines
+
+
+def _key_text(value: Any) -> str:
+    return "" if pd.isna(value) else str(value)
+
+
+def _key_matches(column: pd.Series, value: str) -> np.ndarray:
+    """The rows whose key cell is ``value``: as text, or for a numeric column as the CSV writes the number (6
+    significant digits: a claim may hold the number unrounded)."""
+    text = column.map(_key_text).to_numpy() == value
+    if not pd.api.types.is_numeric_dtype(column) or value == "":
+        return text
+    try:
+        number = as_csv_float(float(value))
+    except ValueError:
+        return text
+    return text | (column.astype(float).map(as_csv_float).to_numpy() == number)
+
+
+def _claimed_cells(claim: Claim, row: pd.Series) -> tuple[float, float, float] | str:
+    """``(number, lo, hi)`` the table's row says for the claim, in the order the claim states its pair (a swapped
+    pair negates the difference and swaps its bounds); a reason when the claim's names are not the row's."""
+    if claim.kind == "value":
+        return tuple(float(row.get(c, math.nan)) for c in claim.columns)  # type: ignore[return-value]
+    col_a, col_b, col_d, col_lo, col_hi = claim.columns
+    d, lo, hi = (float(row[c]) for c in (col_d, col_lo, col_hi))
+    pair = (str(row[col_a]), str(row[col_b]))
+    if tuple(claim.names) == pair:
+        return d, lo, hi
+    if tuple(claim.names) == pair[::-1]:
+        return -d, -hi, -lo
+    return f"it names {', '.join(claim.names)}, the row {', '.join(pair)}"
+
+
+def check_claim(run: RunFiles, claim: Claim, tables: dict[str, pd.DataFrame]) -> list[str]:
+    """What is wrong with one claim against its table: the row it reads (exactly one), the numbers it quotes (the
+    cells as written, of the order stated), its method and its test (:data:`advopenood.claims.TESTS`)."""
+    if claim.table not in tables:
+        if not run.has(claim.table):
+            return [f"its table {claim.table} is missing"]
+        tables[claim.table] = run.table(claim.table)
+    table = tables[claim.table]
+    mask = np.ones(len(table), dtype=bool)
+    for column, value in claim.row:
+        mask &= _key_matches(table[column], value) if column in table else False
+    if mask.sum() != 1:
+        return [f"{int(mask.sum())} rows of {claim.table} match {dict(claim.row)}"]
+    row = table[mask].iloc[0]
+    want = _claimed_cells(claim, row)
+    if isinstance(want, str):
+        return [want]
+    lines = [f"its {what} {have!r} is not {claim.table}'s {cell!r}" for what, have, cell in
+             zip(("number", "interval's lower end", "interval's upper end"), (claim.value, claim.lo, claim.hi), want)
+             if not _same(have, cell, 1e-9)]  # the claim's number as the CSV would write it
+    if "ci" in row and _key_text(row["ci"]) != claim.method:
+        lines.append(f"its method {claim.method!r} is not {claim.table}'s {_key_text(row['ci'])!r}")
+    lo, hi = want[1], want[2]
+    if claim.kind == "difference" and not lo > 0:
+        lines.append("it states a direction that the paired interval of the stated difference does not support")
+    if claim.kind == "no_difference" and (lo > 0 or hi < 0):
+        lines.append("it says no difference is shown where the paired interval excludes 0")
+    return lines
+
+
+def verify_claims(run: RunFiles) -> list[str]:
+    """Every claim of ``claims.json`` (:mod:`advopenood.claims`) re-read from its table (:func:`check_claim`; its
+    sentence must be the rendering of its numbers), and every sentence of ``report.md`` that states a comparison
+    (:data:`advopenood.claims.STATED`) must be the sentence of one of them, word for word (a report may show a
+    subset). One line per problem, naming the sentence."""
+    data = read_claims(run.path)
+    report = (run.path / "report.md").read_text() if run.has("report.md") else ""
+    stated = {str(c.get("text", "")) for c in data["claims"]}
+    lines = [f"report.md: {s!r}: not the sentence of any claim of claims.json (edited, or not rendered from one)"
+             for s in (line[2:] for line in report.splitlines() if line.startswith("- "))
+             if STATED.search(s) and s not in stated]
+    tables: dict[str, pd.DataFrame] = {}
+    for part, records in data.items():
+        for raw in records:
+            text = str(raw.get("text", ""))
+            try:
+                claim = Claim.from_dict(raw)
+            except (KeyError, ValueError, TypeError) as exc:
+                lines.append(f"claims.json: {text!r}: not a valid claim ({exc})")
+                continue
+            problems = check_claim(run, claim, tables)
+            if claim.text != text:
+                problems.append(f"its sentence is not the rendering of its numbers ({claim.text!r})")
+            lines += [f"claims.json: {text!r}: {p}" for p in problems]
     return lines
 
 
@@ -366,6 +470,6 @@ def verify_run(path: str | Path) -> Findings:
     run = RunFiles.open(path)
     files = verify_files(run)
     diffs, shards, notes = verify_asr(run)
-    diffs += verify_masks(run)
+    diffs += verify_masks(run) + verify_claims(run)
     plugin_diffs, plugin_notes = verify_plugins(run)
     return Findings(diffs + plugin_diffs, files + shards, notes + plugin_notes)

@@ -23,6 +23,7 @@ import pandas as pd
 import yaml
 
 from advopenood import io as aio
+from advopenood.claims import name  # noqa: F401  (display names: one rule for the report and its claims)
 from advopenood.outputs.plots import PLOT_DIR
 from advopenood.outputs.results import (
     Bullets,
@@ -56,12 +57,6 @@ class Block:
 
 
 # ----------------------------------------------------------------------------------------------- formatting
-
-def name(text: Any) -> str:
-    """Display name of a detector or attack: short names upper-cased (``msp`` -> ``MSP``), others as given."""
-    s = str(text)
-    return s.upper() if s.isalnum() and len(s) <= 8 else s
-
 
 def eps_label(eps: Any) -> str:
     """``8/255`` for budgets that are a whole number of grey values, ``0.05`` otherwise, ``""`` for none."""
@@ -245,11 +240,13 @@ def asr_section(asr: pd.DataFrame) -> Section:
     """The core's section on ``asr.csv``: the attack success rates and their readings."""
     table = asr.copy()
     table["eps"] = [eps_label(e) or "none" for e in table["eps"]]  # none: a minimal attack, no budget
-    keep = [c for c in ("attack", "eps", "n", "clean_acc", "asr", "asr_all", "mean_linf", "mean_l2") if c in table]
+    keep = [c for c in ("attack", "eps", "n", "clean_acc", "clean_acc_lo", "clean_acc_hi", "asr", "asr_lo", "asr_hi",
+                        "asr_all", "asr_all_lo", "asr_all_hi", "ci", "mean_linf", "mean_l2") if c in table]
     return Section("Attack success rates", [
         Paragraph("asr: share of correctly classified images whose attack succeeded; asr_all: share of all images "
-                  "misclassified after the attack (the paper's Table 3); accuracy and ASR in percent; mean_linf and "
-                  "mean_l2 are perturbation norms averaged over successful adversarial examples."),
+                  "misclassified after the attack (the paper's Table 3); accuracy and ASR in percent, each with its "
+                  "95 % interval (_lo, _hi; Wilson's, as asr.csv holds them); mean_linf and mean_l2 are "
+                  "perturbation norms averaged over successful adversarial examples."),
         Table(table[keep]), Bullets(read_asr(asr))], source="core")
 
 

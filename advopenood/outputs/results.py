@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping, Union
 import pandas as pd
 
 from advopenood import io as aio
+from advopenood.claims import Claim
 
 SECTIONS_FILE = "report_sections.json"
 FORMAT_VERSION = 1
@@ -43,14 +44,19 @@ class Paragraph:
 
 @dataclass(frozen=True)
 class Bullets:
-    """A bulleted list (the readings of a table, one sentence each); ``caption`` introduces it when given."""
+    """A bulleted list (the readings of a table, one sentence each); ``caption`` introduces it when given. An item
+    may be a :class:`~advopenood.claims.Claim`: its sentence is shown (:attr:`Claim.text`) and the claim is kept in
+    ``claims``, which the core writes to ``claims.json`` for ``advopenood verify``."""
 
     items: tuple[str, ...]
     caption: str = ""
+    claims: tuple[Claim, ...] = ()
 
     def __init__(self, items: Any, caption: str = "") -> None:
-        object.__setattr__(self, "items", tuple(str(s) for s in items))
+        items = list(items)
+        object.__setattr__(self, "items", tuple(s.text if isinstance(s, Claim) else str(s) for s in items))
         object.__setattr__(self, "caption", caption)
+        object.__setattr__(self, "claims", tuple(s for s in items if isinstance(s, Claim)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,6 +108,11 @@ class Section:
     @property
     def figures(self) -> list[Path]:
         return [Path(i.path) for i in self.items if isinstance(i, Figure)]
+
+    @property
+    def claims(self) -> list[Claim]:
+        """The claims among the section's bullets, in order."""
+        return [c for i in self.items if isinstance(i, Bullets) for c in i.claims]
 
 
 @dataclass

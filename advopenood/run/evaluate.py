@@ -52,4 +52,5 @@ def evaluate(ctx: RunContext, plugins: list[tuple[str, Any]], asr: pd.DataFrame)
         sections += run_plugin(ctx, label, plugin)
         timings[label] = time.perf_counter() - t
     outputs.write_sections(ctx.out, sections)
+    ctx.extras["claims"] = [c for s in sections for c in s.claims]  # claims.json, with the summary's (report stage)
     return timings

@@ -9,6 +9,7 @@ from typing import Any
 
 from advopenood import io as aio
 from advopenood import registry
+from advopenood.claims import write_claims
 from advopenood.config import protocols
 from advopenood.detection.bank import evaluation_noise_seeds
 from advopenood.evaluation.context import RunContext
@@ -18,6 +19,7 @@ from advopenood.outputs.latex import write_latex
 from advopenood.outputs.report import write_report
 from advopenood.provenance import library_versions
 from advopenood.run.prepare import Setup
+from advopenood.run.summary import summary_claims
 
 
 def log_failures(ctx: RunContext) -> None:
@@ -72,12 +74,16 @@ def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
 
 def report(setup: Setup, ctx: RunContext, timings: dict[str, float], t0: float) -> None:
     """The stage (rank 0): export, ``tables.tex`` (the headline tables, or with ``--latex all`` every CSV),
+    ``claims.json`` (the report's claims and the summary's, :mod:`advopenood.claims`),
     ``run.json`` (with the total time since ``t0``), the report (not for an attack-only run) and ``errors.log``."""
     if setup.export_png:
         from advopenood.run.export import export_openood
 
         ctx.extras["export"] = export_openood(ctx)
     write_latex(setup.out, setup.latex)
+    headline = summary_claims(setup.out)
+    write_claims(setup.out, ctx.extras.get("claims", []), headline)
+    ctx.extras["summary"] = [c.text for c in headline]
     timings["total"] = time.perf_counter() - t0
     aio.write_json(setup.out / "run.json", run_info(ctx, timings))
     if not setup.attack_only:

@@ -1,91 +1,81 @@
-"""What a finished run prints on stdout: where its report is and up to three headline numbers, each with its 95 %
-interval: the classifier's clean accuracy and the strongest attack's success rate (Wilson intervals), and the most
-robust detector's worst AUROC (DeLong interval, :func:`advopenood.evaluation.metrics.auroc_interval`)."""
+"""What a finished run prints on stdout: where its report is and up to three headline numbers, each a claim
+(:class:`advopenood.claims.Claim`, kind ``value``) read from a table the run wrote, with that table's own 95 %
+interval and its method named: the clean accuracy and the highest attack success rate (``asr.csv``, Wilson), and
+the largest worst-case AUROC of a detector over the adversarial sets (``ood.csv``, the run's interval). The last two
+are point estimates, stated as such: no ranking is claimed without a paired test. The claims go to
+``claims.json`` (``summary``) so that ``advopenood verify`` checks them against the tables."""
 from __future__ import annotations
 
-import numpy as np
+import math
+from pathlib import Path
 
+import pandas as pd
+
+from advopenood.claims import Claim, name
 from advopenood.evaluation.context import RunContext
-from advopenood.evaluation.intervals import wilson
-from advopenood.evaluation.metrics import auroc, auroc_interval
 from advopenood.outputs.report import eps_label
 
 
-def _pct(value: float, lo: float, hi: float) -> str:
-    return f"{value:.1f} % (95 % interval {lo:.1f} to {hi:.1f})"
+def _table(out: Path, fname: str) -> pd.DataFrame | None:
+    path = Path(out) / fname
+    return pd.read_csv(path) if path.is_file() else None
 
 
-def strongest_attack(ctx: RunContext) -> tuple[list[str], int, int] | None:
-    """``(sets, successes, correctly classified images)`` of the ID->ID sets with the highest ASR (asr.csv's ``asr``;
-    every set that ties for it, in run order, the counts of the first) among the bounded ones (a minimal-perturbation
-    attack succeeds almost always, at any distance), among all when none is bounded; None when the run has no ID->ID
-    set."""
-    sets = ctx.id_adv_sets
-    bounded = {name: adv for name, adv in sets.items() if adv.eps is not None}
-    rates = {}
-    for name, adv in (bounded or sets).items():
-        r = adv.records
-        correct = (r.clean_pred == r.y).to_numpy()
-        k, n = int(r.success.to_numpy().astype(bool)[correct].sum()), int(correct.sum())
-        if n:
-            rates[name] = (k, n)
-    if not rates:
+def _value(table: str, row: pd.Series, keys: tuple[str, ...], column: str, where: str) -> Claim:
+    """A ``value`` claim of ``row[column]`` with the row's ``<column>_lo`` / ``_hi`` and its ``ci`` label."""
+    picked = tuple((k, "" if pd.isna(row[k]) else str(row[k])) for k in keys)
+    lo, hi = (float(row.get(f"{column}_{end}", math.nan)) for end in ("lo", "hi"))
+    return Claim("value", table, picked, (column, f"{column}_lo", f"{column}_hi"), where, float(row[column]), lo, hi,
+                 str(row.get("ci", "")))
+
+
+def asr_claims(asr: pd.DataFrame) -> list[Claim]:
+    """The clean accuracy, and the highest ASR among the bounded ID->ID sets (among all when none is bounded; every
+    set that ties for it named)."""
+    out = []
+    if "clean_acc_lo" in asr and len(asr):
+        row = asr.iloc[0]
+        out.append(_value("asr.csv", row, ("attack",), "clean_acc", f"clean accuracy on {int(row['n'])} ID images"))
+    sets = asr[(asr["source"] == "id") & asr["asr"].notna()]
+    bounded = sets[sets["eps"].notna()]
+    sets = bounded if len(bounded) else sets
+    if len(sets):
+        top = sets[sets["asr"] == sets["asr"].max()]
+        budgets = sorted({f"eps {eps_label(e)}" if not pd.isna(e) else "no budget" for e in top["eps"]})
+        which = ", ".join(top["attack"].iloc[:-1]) + " and " + top["attack"].iloc[-1] if len(top) > 1 else \
+            top["attack"].iloc[0]
+        out.append(_value("asr.csv", top.iloc[0], ("attack",), "asr",
+                          f"highest attack success rate (a point estimate, not a tested ranking): {which} "
+                          f"({', '.join(budgets)}), of the correctly classified images"))
+    return out
+
+
+def robust_claim(ood: pd.DataFrame) -> Claim | None:
+    """The detector whose lowest AUROC over the adversarial sets (the natural OOD sets when the run has none) is
+    largest, as ``ood.csv`` holds it; None without such a row."""
+    rows = ood[ood["auroc"].notna()]
+    adversarial = rows[rows["positives"] != "natural"]
+    rows = adversarial if len(adversarial) else rows
+    if not len(rows):
         return None
-    top = max(k / n for k, n in rates.values())
-    names = [name for name, (k, n) in rates.items() if k / n == top]
-    return (names, *rates[names[0]])
+    worst = rows.loc[rows.groupby("detector")["auroc"].idxmin()]
+    best = worst.sort_values(["auroc", "detector"], ascending=[False, True]).iloc[0]
+    side = "adversarial" if len(adversarial) else "natural OOD"
+    return _value("ood.csv", best, ("detector", "ood_set"), "auroc",
+                  f"largest worst-case AUROC over the {side} sets (a point estimate, not a tested ranking: each "
+                  f"detector's worst set is its own): {name(best['detector'])}, on {best['ood_set']}")
 
 
-def most_robust_detector(ctx: RunContext) -> tuple[str, str, float, tuple[float, float]] | None:
-    """``(detector, set, AUROC in %, its DeLong interval)``: the detector whose lowest AUROC over the adversarial
-    sets (their protocol positives; the natural OOD sets when the run has no adversarial set) is highest. None
-    without scores or with fewer than 2 images a side."""
-    sets = list(ctx.positive_sets) or list(ctx.ood_sets)
-    best = None
-    for det, by_set in sorted(ctx.scores.items()):
-        worst = None
-        for name in (s for s in sets if s in by_set and "id" in by_set):
-            conf = np.asarray(by_set[name])
-            if name in ctx.adv_sets:
-                mask = ctx.ood_positives(name)
-                conf = conf[mask] if len(mask) == len(conf) else conf[:0]
-            if len(conf) < 2 or len(by_set["id"]) < 2:
-                continue
-            try:
-                value = auroc(by_set["id"], conf)
-            except ValueError:  # NaN scores: the evaluators report them
-                continue
-            if worst is None or value < worst[0]:
-                worst = (value, name, conf)
-        if worst is not None and (best is None or worst[0] > best[1][0]):
-            best = (det, worst)
-    if best is None:
-        return None
-    det, (value, name, conf) = best
-    lo, hi = auroc_interval(ctx.scores[det]["id"], conf)
-    return det, name, 100 * value, (100 * lo, 100 * hi)
+def summary_claims(out: Path) -> list[Claim]:
+    """The summary's claims, from the tables under ``out`` (the staging folder of the report stage)."""
+    asr, ood = _table(out, "asr.csv"), _table(out, "ood.csv")
+    claims = asr_claims(asr) if asr is not None else []
+    robust = robust_claim(ood) if ood is not None and "positives" in ood else None
+    return claims + ([robust] if robust is not None else [])
 
 
 def summary(ctx: RunContext) -> list[str]:
-    """The run's closing lines: the report's path and the headline numbers with their 95 % intervals."""
+    """The run's closing lines: the report's path and the summary's claims (:func:`summary_claims`, rendered)."""
     report = ctx.out / "report.html"
     lines = [f"report: {report}" if report.is_file() else f"outputs: {ctx.out}"]
-    n = len(ctx.clean.y)
-    if n:
-        k = int((ctx.clean.pred == ctx.clean.y).sum())
-        lines.append(f"clean accuracy: {_pct(100 * k / n, *wilson(k, n))} on {n} ID images")
-    attack = strongest_attack(ctx)
-    if attack is not None:
-        names, k, n = attack
-        budgets = sorted({eps_label(ctx.adv_sets[name].eps) or "no budget" for name in names})
-        budget = ", ".join(f"eps {b}" if b != "no budget" else b for b in budgets)
-        which = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-        lines.append(f"strongest attack: {which} ({budget}), ASR {_pct(100 * k / n, *wilson(k, n))} of {n} correctly "
-                     "classified images")
-    robust = most_robust_detector(ctx)
-    if robust is not None:
-        det, name, value, (lo, hi) = robust
-        side = "adversarial" if name in ctx.adv_sets else "OOD"
-        lines.append(f"most robust detector: {det}, worst AUROC over the {side} sets {_pct(value, lo, hi)} "
-                     f"on {name}")
-    return lines
+    return lines + list(ctx.extras.get("summary", []))

@@ -31,6 +31,7 @@ import pandas as pd
 
 from advopenood import registry
 from advopenood.capabilities import twin_of
+from advopenood.claims import Claim, pair_claim
 from advopenood.errors import UsageError
 from advopenood.evaluation.context import RunContext
 from advopenood.evaluation.intervals import cell_key, ci_label, paired_replicates, percentile, too_few
@@ -166,16 +167,19 @@ def add_ranks(board: pd.DataFrame, ranked: dict[str, bool]) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------------------------------- report
 
-def read_paired(table: pd.DataFrame) -> list[str]:
-    """Readings of ``paired.csv``: a difference is claimed only where its interval excludes 0; twins are read
-    always; the other pairs are counted."""
-    out = []
-    for r in table[table["twin"].astype(bool)].to_dict("records"):
-        out.append(_reading(r))
+#: the columns that pick one row of ``paired.csv``, and the row's ``(a, b, delta, lo, hi)`` columns for its claim
+PAIRED_KEYS = ("detector_a", "detector_b", "ood_set")
+PAIRED_CLAIM_COLUMNS = ("detector_a", "detector_b", "delta_auroc", "delta_auroc_lo", "delta_auroc_hi")
+
+
+def read_paired(table: pd.DataFrame) -> list[Claim | str]:
+    """Readings of ``paired.csv`` as claims (:func:`advopenood.claims.pair_claim`): a direction is stated only where
+    the paired interval excludes 0, with the interval of the difference stated; twins are read always; the other
+    pairs whose interval contains 0 are counted (ties: no difference shown)."""
+    out: list[Claim | str] = [_reading(r) for r in table[table["twin"].astype(bool)].to_dict("records")]
     others = table[~table["twin"].astype(bool)]
     sig = others[others["significant"].eq(True)]
-    for r in sig.to_dict("records"):
-        out.append(_reading(r))
+    out += [_reading(r) for r in sig.to_dict("records")]
     undecided = len(others) - len(sig)
     if undecided:
         out.append(f"{undecided} of {len(others)} other pair(s) of detectors: no difference shown (the interval "
@@ -183,19 +187,12 @@ def read_paired(table: pd.DataFrame) -> list[str]:
     return out
 
 
-def _reading(r: dict[str, Any]) -> str:
-    """One pair's sentence: which AUROC is higher, claimed only when the interval excludes 0."""
-    a, b, where = label(r["detector_a"]), label(r["detector_b"]), label(r["ood_set"])
-    delta = float(r["delta_auroc"])
-    if math.isnan(delta):
-        return f"{a} vs {b} on {where}: undefined ({r['error'] or 'NaN AUROC'})."
-    interval = "" if pd.isna(r["delta_auroc_lo"]) else f" (95 % interval [{r['delta_auroc_lo']:+.1f}, " \
-                                                       f"{r['delta_auroc_hi']:+.1f}])"
-    if pd.isna(r["significant"]) or not bool(r["significant"]):
-        return (f"{a} vs {b} on {where}: {delta:+.1f} AUROC points{interval}; no difference shown "
-                f"({'the interval contains 0' if interval else 'no interval'}).")
-    higher, lower = (a, b) if delta > 0 else (b, a)
-    return f"On {where}, {higher}'s AUROC is higher than {lower}'s by {abs(delta):.1f} points{interval}."
+def _reading(r: dict[str, Any]) -> Claim | str:
+    """One pair's claim: which AUROC is higher, stated only when the interval excludes 0."""
+    if math.isnan(float(r["delta_auroc"])):
+        return f"{label(r['detector_a'])} vs {label(r['detector_b'])} on {label(r['ood_set'])}: undefined " \
+               f"({r['error'] or 'NaN AUROC'})."
+    return pair_claim(r, "paired.csv", PAIRED_KEYS, PAIRED_CLAIM_COLUMNS, label(r["ood_set"]))
 
 
 def paired_cell(r: dict[str, Any]) -> str:

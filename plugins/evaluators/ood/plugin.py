@@ -103,10 +103,13 @@ def metric_row(conf_id: np.ndarray, conf_ood: np.ndarray, ctx: RunContext | None
     return {**values, **bounds, **base}
 
 
-def pivot_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Paper-style table (Table 4): one row per detector, columns ``<dataset> <attack> FPR95`` / ``AUROC``.
+def pivot_table(df: pd.DataFrame, replicates: Replicates | None = None) -> pd.DataFrame:
+    """Paper-style table (Table 4): one row per detector, columns ``<dataset> <attack> FPR95`` / ``AUROC``, each
+    followed by its 95 % interval, ``... lo`` / ``... hi``.
 
-    Attack ``none`` is the mean over the natural OOD sets; a NaN in any of them stays NaN.
+    Attack ``none`` is the mean over the natural OOD sets; a NaN in any of them stays NaN. A cell of one set has
+    that set's ``ood.csv`` interval; a mean of several, the interval of the mean of their bootstrap replicates (as
+    the leaderboard's group means: :func:`advopenood.evaluation.intervals.mean_interval`; empty without them).
     """
     if df.empty:
         return pd.DataFrame({"detector": []})
@@ -114,10 +117,25 @@ def pivot_table(df: pd.DataFrame) -> pd.DataFrame:
     cells: dict[str, dict[str, float]] = {}
     for (dataset, attack), part in df.groupby(["dataset", "attack"], sort=False):
         for metric, title in (("fpr95", "FPR95"), ("auroc", "AUROC")):
-            means = part.groupby("detector", sort=False)[metric].agg(lambda s: s.mean(skipna=False))
-            cells[f"{dataset} {attack} {title}"] = {d: float(means.get(d, math.nan)) for d in detectors}
+            col = f"{dataset} {attack} {title}"
+            cells[col], cells[f"{col} lo"], cells[f"{col} hi"] = {}, {}, {}
+            for det in detectors:
+                rows = part[part["detector"] == det]
+                cells[col][det] = float(rows[metric].mean(skipna=False)) if len(rows) else math.nan
+                lo, hi = _cell_bounds(rows, det, metric, replicates or {})
+                cells[f"{col} lo"][det], cells[f"{col} hi"][det] = lo, hi
     order = sorted(cells, key=lambda c: (c.split(" ")[0], c.split(" ")[1] != "none"))
     return pd.DataFrame({"detector": detectors, **{col: [cells[col][d] for d in detectors] for col in order}})
+
+
+def _cell_bounds(rows: pd.DataFrame, det: str, metric: str, replicates: Replicates) -> tuple[float, float]:
+    """A table_ood cell's interval (:func:`pivot_table`): one row's own bounds, a mean's from its replicates."""
+    if len(rows) == 1:
+        return float(rows[f"{metric}_lo"].iloc[0]), float(rows[f"{metric}_hi"].iloc[0])
+    if not len(rows):
+        return math.nan, math.nan
+    return mean_interval([replicates.get(cell_key("ood", det, s), {}).get(metric, np.empty(0))
+                          for s in rows["ood_set"]])
 
 
 def set_groups(ctx: RunContext) -> dict[str, str]:
@@ -248,7 +266,7 @@ class OODEvaluator(Verifiable):
         df = pd.DataFrame(rows, columns=COLUMNS)
         df["n_id"] = df["n_id"].astype("Int64")
         df["n_ood"] = df["n_ood"].astype("Int64")
-        table = pivot_table(df[df["group"] != "csid"])  # "none" = the mean over natural OOD sets, not csid
+        table = pivot_table(df[df["group"] != "csid"], replicates)  # "none": the natural OOD sets' mean, not csid
         out = Results(tables={"ood.csv": df, "table_ood.csv": table, "table_ood.md": table})
         groups = set_groups(ctx)
         csid = [name for name, group in groups.items() if group == "csid"]

@@ -111,29 +111,39 @@ def unscored_rows(run: Any, keys: list[str]) -> pd.DataFrame:
     return pd.DataFrame([(d, a, s) for d in others for a, s in expected_targets(run)], columns=KEYS)
 
 
-def rederive_table_ood(rederived: pd.DataFrame) -> pd.DataFrame:
+def rederive_table_ood(rederived: pd.DataFrame, draws: Draws | None = None) -> pd.DataFrame:
     """``table_ood.csv`` in long form (``detector``, ``column``, ``value``) from the re-derived ``ood.csv`` rows:
     per detector, dataset and attack the plain mean of FPR95 and of AUROC over its sets (a NaN in any stays NaN),
     sets of group ``csid`` left out; column ``<dataset> <attack> FPR95`` / ``AUROC``, NaN where a detector has no
-    row."""
+    row; each with ``... lo`` / ``... hi``: one set's re-derived bounds, or the percentiles of the mean of its sets'
+    re-derived replicates (NaN without them)."""
     if not len(rederived):
         return pd.DataFrame(columns=["detector", "column", "value"])
+    draws = draws or {}
     kept = rederived[rederived["group"] != "csid"]
     cells: dict[tuple[str, str], float] = {}
     for (det, dataset, attack), part in kept.groupby(["detector", "dataset", "attack"], sort=False):
         for metric, title in (("fpr95", "FPR95"), ("auroc", "AUROC")):
             values = part[metric].to_numpy(float)
-            mean = math.nan if np.isnan(values).any() else float(values.sum() / len(values))
-            cells[det, f"{dataset} {attack} {title}"] = mean
+            col = f"{dataset} {attack} {title}"
+            cells[det, col] = math.nan if np.isnan(values).any() else float(values.sum() / len(values))
+            if len(part) == 1:
+                lo, hi = float(part[f"{metric}_lo"].iloc[0]), float(part[f"{metric}_hi"].iloc[0])
+            else:
+                reps = [draws.get(f"ood|{det}|{s}", {}).get(metric) for s in part["ood_set"]]
+                ok = all(r is not None for r in reps)
+                lo, hi = oracle.percentile_interval(sum(reps) / len(reps)) if ok else (math.nan, math.nan)
+            cells[det, f"{col} lo"], cells[det, f"{col} hi"] = lo, hi
     columns = sorted({c for _, c in cells})
     return pd.DataFrame([{"detector": d, "column": c, "value": cells.get((d, c), math.nan)}
                          for d in rederived["detector"].unique() for c in columns])
 
 
 def written_long(table: pd.DataFrame, detectors: list[str]) -> pd.DataFrame:
-    """``table_ood.csv``'s metric columns (``... FPR95`` / ``... AUROC``; not the ``protocol`` the core adds) as
+    """``table_ood.csv``'s metric columns (``... FPR95`` / ``... AUROC`` and their ``... lo`` / ``... hi``; not the
+    ``protocol`` the core adds) as
     (``detector``, ``column``, ``value``) rows, for ``detectors``."""
-    metrics = [c for c in table.columns if str(c).endswith((" FPR95", " AUROC"))]
+    metrics = [c for c in table.columns if str(c).endswith((" FPR95", " AUROC", " lo", " hi"))]
     mine = table[table["detector"].isin(detectors)]
     return mine.melt(id_vars="detector", value_vars=metrics, var_name="column", value_name="value")
 
@@ -253,7 +263,7 @@ def verify(run: Any) -> list[str]:
 
     lines += _checked(run, "leaderboard.csv", check_board, ["detector"])
     lines += verify_paired(run, rederived, boards[0] if boards else None, board_of if boards else None)
-    lines += _checked(run, "table_ood.csv", lambda t: compare(rederive_table_ood(rederived),
+    lines += _checked(run, "table_ood.csv", lambda t: compare(rederive_table_ood(rederived, draws),
                                                               written_long(t, run.detectors), ["detector", "column"],
                                                               ["value"], atol=1e-6, table="table_ood.csv"), ["detector"])
     adaptive = rederive_table_adaptive(run, rederived)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from advopenood.claims import Claim, pair_claim
 from advopenood.evaluation.context import RunContext
 from advopenood.evaluation.intervals import ci_label, paired_replicates, too_few
 from advopenood.outputs.report import eps_label
@@ -73,29 +74,25 @@ def robust_paired_table(ctx: RunContext, table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=ROBUST_PAIRED_COLUMNS).astype({"significant": "boolean", "twin": bool})
 
 
-def read_robust_paired(table: pd.DataFrame) -> list[str]:
-    """Per (set, eps, method): the detector with the highest robust AUROC and which others its interval separates
-    it from; every twin pair's difference."""
-    out = []
+#: the columns that pick one row of ``robust_paired.csv``, and the row's ``(a, b, delta, lo, hi)`` for its claim
+ROBUST_PAIRED_KEYS = ("ood_set", "eps", "method", "detector_a", "detector_b")
+ROBUST_CLAIM_COLUMNS = ("detector_a", "detector_b", "delta_robust_auroc", "delta_robust_auroc_lo",
+                        "delta_robust_auroc_hi")
+
+
+def read_robust_paired(table: pd.DataFrame) -> list[Claim | str]:
+    """Per (set, eps, method): a claim for every pair whose paired interval excludes 0 (which robust AUROC is
+    higher, with the interval of the difference stated) and for every twin pair; the other pairs are counted as
+    ties. No detector is called the highest: a ranking is only what the paired intervals show."""
+    out: list[Claim | str] = []
     for (ood_set, eps, method), part in table.groupby(["ood_set", "eps", "method"], sort=False):
         where = f"{label(ood_set)}, {method.upper()}, eps {eps_label(eps)}"
-        scores = pd.concat([part[["detector_a", "robust_auroc_a"]].set_axis(["d", "v"], axis=1),
-                            part[["detector_b", "robust_auroc_b"]].set_axis(["d", "v"], axis=1)]).drop_duplicates("d")
-        if scores["v"].isna().all():
-            continue
-        best = scores.sort_values(["v", "d"], ascending=[False, True]).iloc[0]["d"]
-        mine = part[(part["detector_a"] == best) | (part["detector_b"] == best)]
-        beaten = sorted({label(r["detector_b"] if r["detector_a"] == best else r["detector_a"])
-                         for r in mine.to_dict("records") if r["significant"] is True
-                         and (r["delta_robust_auroc"] > 0) == (r["detector_a"] == best)})
-        tied = len(mine) - len(beaten)
-        out.append(f"{where}: the highest robust AUROC is {label(best)}'s; its 95 % interval on the paired difference "
-                   f"excludes 0 against {len(beaten)} of {len(mine)} other detector(s)"
-                   + (f" and contains 0 against {tied} (no difference shown)." if tied else "."))
-        for r in part[part["twin"]].to_dict("records"):
-            interval = "" if pd.isna(r["delta_robust_auroc_lo"]) else \
-                f" [{r['delta_robust_auroc_lo']:+.1f}, {r['delta_robust_auroc_hi']:+.1f}]"
-            shown = "a difference" if r["significant"] is True else "no difference shown"
-            out.append(f"{where}: {label(r['detector_a'])} ({r['family_a']} attacks) minus {label(r['detector_b'])}: "
-                       f"{r['delta_robust_auroc']:+.1f} robust AUROC points{interval}, {shown}.")
+        rows = [r for r in part.to_dict("records") if not pd.isna(r["delta_robust_auroc"])]
+        shown = [r for r in rows if bool(r["twin"]) or r["significant"] is True or r["significant"] == True]  # noqa: E712
+        out += [pair_claim(r, "robust_paired.csv", ROBUST_PAIRED_KEYS, ROBUST_CLAIM_COLUMNS, where, "robust AUROC")
+                for r in shown]
+        tied = len(rows) - len(shown)
+        if tied:
+            out.append(f"{where}: {tied} of {len(rows)} pair(s) of detectors tie (no difference shown; the paired "
+                       "interval contains 0 or there is none).")
     return out

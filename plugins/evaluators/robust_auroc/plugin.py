@@ -87,7 +87,7 @@ def robust_metrics(clean_id: Any, clean_ood: Any, adv_id: Any, adv_ood: Any) -> 
 
 
 def robust_intervals(clean_id: Any, clean_ood: Any, adv_id: Any, adv_ood: Any, method: str, seed: int, key: str,
-                     resamples: int) -> tuple[dict[str, float], str]:
+                     resamples: int, own_keys: dict[str, str] | None = None) -> tuple[dict[str, float], str]:
     """``(bounds, reason)``: ``<m>_lo`` / ``<m>_hi`` in percent of the five metrics of :func:`robust_metrics` and why
     they are empty ("" when they are not, or under ``none``).
 
@@ -95,6 +95,9 @@ def robust_intervals(clean_id: Any, clean_ood: Any, adv_id: Any, adv_ood: Any, m
     (:func:`~advopenood.evaluation.intervals.paired_replicates` of the cell's ``key``), each applied to both arrays
     of its side, so an attacked image moves with its clean twin (image ``i`` of ``robust_id_<det>`` is image ``i`` of
     the ID test set, likewise on the OOD side); percentile interval of each metric over the same resamples.
+    ``own_keys``: the cells that are also another table's cell take that cell's key and draws instead, so that one
+    number has one interval in every file: ``clean_auroc`` is ``ood.csv``'s cell of the natural set
+    (``ood|<det>|<set>``), ``ood_attacked_auroc`` its cell of the attacked OOD set (``ood|<det>|<OOD set>``).
     ``delong``: each AUROC's analytic interval; FPR95's stays empty."""
     arrays = [np.asarray(a, dtype=np.float64).ravel() for a in (clean_id, clean_ood, adv_id, adv_ood)]
     bounds = empty_bounds(ROBUST_METRICS)
@@ -113,12 +116,21 @@ def robust_intervals(clean_id: Any, clean_ood: Any, adv_id: Any, adv_ood: Any, m
             lo, hi = auroc_interval(arrays[i], arrays[j])
             bounds.update({f"{m}_lo": 100.0 * lo, f"{m}_hi": 100.0 * hi})
         return bounds, ""
-    every = dict(zip(cells, paired_replicates([(arrays[i], arrays[j]) for i, j in cells.values()], seed, key,
-                                              resamples, ("auroc", "fpr95"))))
+    own = own_keys or {}
+    shared = [m for m in cells if m not in own]
+    every = dict(zip(shared, paired_replicates([cells_of(arrays, cells[m]) for m in shared], seed, key, resamples,
+                                               ("auroc", "fpr95"))))
+    for m, own_key in own.items():  # ood.csv's cells: their own keys and draws, as ood.csv resamples them
+        every[m] = paired_replicates([cells_of(arrays, cells[m])], seed, own_key, resamples, ("auroc",))[0]
     for m, reps in every.items():
         bounds[f"{m}_lo"], bounds[f"{m}_hi"] = percentile(reps["auroc"])
     bounds["robust_fpr95_lo"], bounds["robust_fpr95_hi"] = percentile(every["robust_auroc"]["fpr95"])
     return bounds, ""
+
+
+def cells_of(arrays: list[np.ndarray], pair: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The (ID side, OOD side) arrays of one cell of :func:`robust_intervals`."""
+    return arrays[pair[0]], arrays[pair[1]]
 
 
 def _close(a: float | None, b: float | None) -> bool:
@@ -166,6 +178,11 @@ def _same_objects(a: Any, b: Any) -> bool:
     return a == b if isinstance(a, (str, int, float)) else a is b
 
 
+def shared_cells(det: str, ood_set: str, ood_attack: str) -> dict[str, str]:
+    """The robust row's cells that are ``ood.csv``'s too, with ``ood.csv``'s cell keys (:func:`robust_intervals`)."""
+    return {"clean_auroc": cell_key("ood", det, ood_set), "ood_attacked_auroc": cell_key("ood", det, ood_attack)}
+
+
 def _robust_table(ctx: RunContext) -> pd.DataFrame:
     ci = ctx.plan.ci
     rows = []
@@ -176,7 +193,8 @@ def _robust_table(ctx: RunContext) -> pd.DataFrame:
         source = ctx.adv_sets[ood_set_attack].source
         arrays = (scores["id"], scores[source], scores[id_set], scores[ood_set_attack])
         bounds, reason = robust_intervals(*arrays, ci.method, ctx.seed,
-                                          cell_key("robust", det, id_set, ood_set_attack), ci.resamples)
+                                          cell_key("robust", det, id_set, ood_set_attack), ci.resamples,
+                                          own_keys=shared_cells(det, source, ood_set_attack))
         rows.append({"detector": det, "ood_set": source, "eps": eps, "method": method, "attack_family": family,
                      **robust_metrics(*arrays), **bounds, "ci": ci_label(ci.method, ci.resamples),
                      "n_id": len(scores[id_set]), "n_ood": len(scores[ood_set_attack]), "id_attack": id_set,

@@ -23,11 +23,14 @@ ROBUST_BOUNDS = [f"{m}_{end}" for m in ROBUST_METRICS for end in ("lo", "hi")]
 _PAIRS = {"clean_auroc": (0, 1), "id_attacked_auroc": (2, 1), "ood_attacked_auroc": (0, 3), "robust_auroc": (2, 3)}
 
 
-def robust_bounds(arrays: tuple[np.ndarray, ...], run: Any, key: str) -> dict[str, Any]:
+def robust_bounds(arrays: tuple[np.ndarray, ...], run: Any, key: str, own_keys: dict[str, str] | None = None
+                  ) -> dict[str, Any]:
     """A robust row's ``<m>_lo`` / ``<m>_hi``, ``ci`` and ``error`` re-derived by the run's ``ci`` plan from
     ``arrays`` = (clean ID, clean OOD, attacked ID, attacked OOD): the bootstrap as a loop over the cell's seeded
     resamples (the same ID indices for both ID arrays, the same OOD indices for both OOD arrays), each resample's
-    AUROCs and FPR95 from :mod:`advopenood.evaluation.oracle`; DeLong's interval per AUROC as ``ood.csv``'s."""
+    AUROCs and FPR95 from :mod:`advopenood.evaluation.oracle`; DeLong's interval per AUROC as ``ood.csv``'s. A cell
+    of ``own_keys`` (the clean and the attacked-OOD AUROC, ``ood.csv``'s cells too) is resampled with its own key, as
+    ``ood.csv``'s."""
     from advopenood_plugins.kit.verify import ci_plan, rederive_bounds
 
     method, resamples, seed = ci_plan(run)
@@ -53,9 +56,14 @@ def robust_bounds(arrays: tuple[np.ndarray, ...], run: Any, key: str) -> dict[st
             got = rederive_bounds(sides[i], sides[j], run, key)
             out[f"{metric}_lo"], out[f"{metric}_hi"] = got["auroc_lo"], got["auroc_hi"]
         return out
-    every = oracle.seeded_replicates([(sides[a], sides[b]) for a, b in _PAIRS.values()], seed, key, resamples,
-                                     ("auroc",))
-    reps = {metric: r["auroc"] for metric, r in zip(_PAIRS, every)}
+    own = own_keys or {}
+    shared = [metric for metric in _PAIRS if metric not in own]
+    every = oracle.seeded_replicates([(sides[_PAIRS[metric][0]], sides[_PAIRS[metric][1]]) for metric in shared], seed,
+                                     key, resamples, ("auroc",))
+    reps = {metric: r["auroc"] for metric, r in zip(shared, every)}
+    for metric, own_key in own.items():  # ood.csv's cells, resampled with ood.csv's keys
+        a, b = _PAIRS[metric]
+        reps[metric] = oracle.seeded_replicates([(sides[a], sides[b])], seed, own_key, resamples, ("auroc",))[0]["auroc"]
     reps["robust_fpr95"] = oracle.seeded_replicates([(adv_id, adv_ood)], seed, key, resamples, ("fpr95",))[0]["fpr95"]
     for metric, values in reps.items():
         out[f"{metric}_lo"], out[f"{metric}_hi"] = oracle.percentile_interval(values)
@@ -101,6 +109,8 @@ def rederive_robust(run: Any) -> pd.DataFrame:
             clean_id, clean_ood = arrays["id"], arrays[b["source"]]
             adv_id, adv_ood = arrays[a["set"]], arrays[b["set"]]
             key = f"robust|{a['detector']}|{a['set']}|{b['set']}"
+            own = {"clean_auroc": f"ood|{a['detector']}|{b['source']}",  # ood.csv's cells: their keys
+                   "ood_attacked_auroc": f"ood|{a['detector']}|{b['set']}"}
             rows.append({"detector": a["detector"], "id_attack": a["set"], "ood_attack": b["set"],
                          "ood_set": b["source"], "eps": a["eps"], "method": a["method"], "attack_family": a["family"],
                          "clean_auroc": oracle.auroc(clean_id, clean_ood),
@@ -108,7 +118,7 @@ def rederive_robust(run: Any) -> pd.DataFrame:
                          "ood_attacked_auroc": oracle.auroc(clean_id, adv_ood),
                          "robust_auroc": oracle.auroc(adv_id, adv_ood), "robust_fpr95": oracle.fpr95(adv_id, adv_ood),
                          "n_id": len(adv_id), "n_ood": len(adv_ood),
-                         **robust_bounds((clean_id, clean_ood, adv_id, adv_ood), run, key)})
+                         **robust_bounds((clean_id, clean_ood, adv_id, adv_ood), run, key, own)})
     return pd.DataFrame(rows, columns=["detector", "id_attack", "ood_attack", "ood_set", "eps", "method",
                                        "attack_family", *ROBUST_METRICS, *ROBUST_BOUNDS, "ci", "error", "n_id",
                                        "n_ood"])

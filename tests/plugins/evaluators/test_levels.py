@@ -365,3 +365,34 @@ def test_worst_levels_carry_the_interval_of_the_worst_criterion_into_the_error_b
     plot_levels(worst_levels(table), tmp_path / "levels.png", 50.0)
     errs = {k: e[:, 0].tolist() for k, e in zip(LEVELS, seen)}
     assert errs[4] == [8.0, 9.0] and errs[1] == [10.0, 8.0] and errs[2] == [0.0, 0.0]
+
+
+def _cells(out) -> dict[tuple[str, str], dict[str, tuple[float, float]]]:
+    """Every AUROC cell (detector, set or ID+OOD pair) with its interval, by the file and column that hold it."""
+    cells: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
+
+    def add(key, where, lo, hi):
+        cells.setdefault(key, {})[where] = (round(float(lo), 6), round(float(hi), 6))
+
+    for r in pd.read_csv(out / "ood.csv").to_dict("records"):
+        add((r["detector"], r["ood_set"]), "ood.csv", r["auroc_lo"], r["auroc_hi"])
+    for r in pd.read_csv(out / "robust_auroc.csv").to_dict("records"):
+        add((r["detector"], r["ood_set"]), "robust_auroc.csv clean_auroc", r["clean_auroc_lo"], r["clean_auroc_hi"])
+        add((r["detector"], r["ood_attack"]), "robust_auroc.csv ood_attacked_auroc", r["ood_attacked_auroc_lo"],
+            r["ood_attacked_auroc_hi"])
+        add((r["detector"], f"{r['id_attack']}+{r['ood_attack']}"), "robust_auroc.csv robust_auroc",
+            r["robust_auroc_lo"], r["robust_auroc_hi"])
+    for r in pd.read_csv(out / "levels.csv").dropna(subset=["worst_set"]).to_dict("records"):
+        add((r["detector"], r["worst_set"]), f"levels.csv {r['criterion']}", r["auroc_lo"], r["auroc_hi"])
+    return cells
+
+
+def test_one_cell_has_one_interval_in_every_file(levels_run):
+    """An AUROC cell (detector, set) that ood.csv, robust_auroc.csv (its clean and attacked-OOD AUROCs are ood.csv's
+    cells) and levels.csv all show has the same 95 % interval in each (it once had two: the robust row drew its own
+    resamples for the clean and attacked-OOD cells)."""
+    _, out = levels_run
+    shared = {k: v for k, v in _cells(out).items() if len(v) > 1}
+    assert any(len(v) > 2 for v in shared.values()), shared  # a cell in ood.csv, robust_auroc.csv and levels.csv
+    for key, where in shared.items():
+        assert len(set(where.values())) == 1, (key, where)

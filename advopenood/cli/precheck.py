@@ -1,0 +1,57 @@
+"""The checks a run's flags pass before torch or any plugin loads, so that a bad value is refused at once (one line,
+exit 2): the budgets of ``--eps``, the interval flags, and the plugin names of ``--attack``, ``--detectors``,
+``--evaluator`` and ``--analysis`` against the plugin index (:func:`advopenood.registry.index`: names read from its
+stored file, generated families included, no import). Everything else (the config file's own values, plugin
+parameters, files) is checked as before, by the config schema and the preflight, before any work."""
+from __future__ import annotations
+
+import argparse
+
+from advopenood import registry
+from advopenood.errors import UsageError, choice_message
+from advopenood.flags import CI_METHODS, MIN_RESAMPLES, parse_eps
+
+#: flag (argparse dest) -> the plugin kind its comma-separated names select
+NAME_FLAGS = {"attack": "attacks", "detectors": "detectors", "evaluator": "evaluators", "analysis": "analyses"}
+
+
+def check_values(args: argparse.Namespace) -> None:
+    """``--eps`` (each budget a number or a fraction), ``--ci`` (a method) and ``--ci-resamples`` (at least
+    :data:`advopenood.flags.MIN_RESAMPLES`); a UsageError names the first bad one."""
+    eps = getattr(args, "eps", None)
+    if eps is not None:
+        for value in str(eps).split(","):
+            if value.strip():
+                parse_eps(value)
+    ci = getattr(args, "ci", None)
+    if ci is not None and ci not in CI_METHODS:
+        raise UsageError(f"ci.method (--ci) {ci!r} is not an interval method; valid choices: {', '.join(CI_METHODS)}")
+    resamples = getattr(args, "ci_resamples", None)
+    if resamples is not None and resamples < MIN_RESAMPLES:
+        raise UsageError(f"ci.resamples (--ci-resamples) {resamples} is too few; valid choices: an integer >= "
+                         f"{MIN_RESAMPLES}")
+
+
+def check_names(args: argparse.Namespace) -> None:
+    """Every name of the plugin flags is in the plugin index (``all`` selects every detector); with a plugin package
+    that failed to load the index is incomplete, and the full check after loading names the failure instead."""
+    listing = registry.index(store=False)
+    if listing.get("failed"):
+        return
+    for flag, kind in NAME_FLAGS.items():
+        value = getattr(args, flag, None)
+        if value is None:
+            continue
+        names = [n.strip().lower() for n in str(value).split(",") if n.strip()]
+        if names == ["all"]:
+            continue
+        for name in names:
+            if name not in listing[kind]:
+                singular = kind[:-1] if kind != "analyses" else "analysis"
+                raise UsageError(choice_message(singular, name, sorted(listing[kind]), f"advopenood list {kind}"))
+
+
+def precheck(args: argparse.Namespace) -> None:
+    """:func:`check_values` then :func:`check_names`: what a run's flags must be, before anything heavy loads."""
+    check_values(args)
+    check_names(args)
