@@ -81,8 +81,8 @@ def test_an_untouched_run_verifies_with_its_claims(demo_run):
     out, _ = demo_run
     claims = json.loads((out / "claims.json").read_text())
     assert {c["kind"] for c in claims["claims"]} >= {"difference"} and len(claims["summary"]) == 3
-    diffs, _ = verify_run(out)
-    assert diffs == []
+    found = verify_run(out)
+    assert found.differences == [] and found.files == []
 
 
 def _edit_claim(run: Path, change) -> str:
@@ -112,7 +112,7 @@ def test_verify_fails_on_an_edited_claim(demo_run, tmp_path, edit):
     run = tmp_path / "run"
     shutil.copytree(out, run)
     text = _edit_claim(run, EDITS[edit])
-    diffs, _ = verify_run(run)
+    diffs = verify_run(run).differences
     assert diffs and any(text[:60] in line or "claims.json" in line for line in diffs), diffs
 
 
@@ -124,7 +124,7 @@ def test_verify_fails_on_an_edited_sentence_of_the_report(demo_run, tmp_path, ol
     shutil.copytree(out, run)
     report = (run / "report.md").read_text()
     (run / "report.md").write_text(report.replace(old, new, 1))
-    diffs, _ = verify_run(run)
+    diffs = verify_run(run).differences
     assert len(diffs) == 1 and "report.md" in diffs[0] and "not the sentence of any claim" in diffs[0], diffs
 
 
@@ -179,5 +179,5 @@ def test_verify_fails_on_an_edited_table_ood_bound(demo_run, tmp_path):
     table = pd.read_csv(run / "table_ood.csv")
     table.loc[0, "digits none AUROC lo"] -= 1.0
     table.to_csv(run / "table_ood.csv", index=False)
-    diffs, _ = verify_run(run)
+    diffs = verify_run(run).differences
     assert len(diffs) == 1 and "table_ood.csv" in diffs[0] and "digits none AUROC lo" in diffs[0], diffs

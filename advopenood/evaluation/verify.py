@@ -368,7 +368,10 @@ def check_claim(run: RunFiles, claim: Claim, tables: dict[str, pd.DataFrame]) ->
     if claim.table not in tables:
         if not run.has(claim.table):
             return [f"its table {claim.table} is missing"]
-        tables[claim.table] = run.table(claim.table)
+        try:
+            tables[claim.table] = run.table(claim.table)
+        except Unreadable as exc:
+            return [str(exc)]
     table = tables[claim.table]
     mask = np.ones(len(table), dtype=bool)
     for column, value in claim.row:
@@ -376,7 +379,10 @@ def check_claim(run: RunFiles, claim: Claim, tables: dict[str, pd.DataFrame]) ->
     if mask.sum() != 1:
         return [f"{int(mask.sum())} rows of {claim.table} match {dict(claim.row)}"]
     row = table[mask].iloc[0]
-    want = _claimed_cells(claim, row)
+    try:
+        want = _claimed_cells(claim, row)
+    except (KeyError, ValueError, TypeError) as exc:  # a cell that is not a number, a column that is gone
+        return [f"{claim.table}'s row cannot be read as the claim's numbers ({type(exc).__name__}: {exc})"]
     if isinstance(want, str):
         return [want]
     lines = [f"its {what} {have!r} is not {claim.table}'s {cell!r}" for what, have, cell in
