@@ -19,11 +19,12 @@ higher, than before). The last step is the ensemble row.
 
 **Masking** (Carlini et al. 2019, "On Evaluating Adversarial Robustness", Sec. 5: a gradient-free attack that beats
 the gradient attacks says the gradients are unreliable): per detector, OOD set and eps, ``masking_suspected`` is
-True when the run has a Square row and at least one gradient row (``pgd``, ``apgd``, ``apgd_aux``) and, for EVERY
-gradient row ``g``, the 95 % interval of ``robust_auroc_g - robust_auroc_square`` lies above 0 (paired: bootstrap
+True when the run has a Square row and at least one row of an attack on the score's gradient
+(:data:`SCORE_GRADIENT_METHODS`: ``pgd``, ``apgd``, plain or EOT; ``apgd_aux`` follows another objective's gradient
+and is left out, so that it cannot hide a masked score) and, for EVERY such row ``g``, the 95 % interval of ``robust_auroc_g - robust_auroc_square`` lies above 0 (paired: bootstrap
 draws of ``robust_masking|<det>|<OOD set>|<eps>`` applied to both rows' attacked arrays; DeLong's correlated
 difference under ``delong``); False when the run has both kinds and the rule does not hold; empty (NA) without a
-Square row, without a gradient row, or without an interval (``ci: none``, fewer than 2 images a side).
+Square row, without a score-gradient row, or without an interval (``ci: none``, fewer than 2 images a side).
 
 **Nothing to combine**: a detector, OOD set and eps with at most one attack per side, or none on one side, gets no
 ensemble row and is named in ``Results.skipped`` (``run.json``'s ``nothing_computed``, the report, stderr).
@@ -41,12 +42,14 @@ import pandas as pd
 from advopenood.evaluation.context import RunContext
 from advopenood.evaluation.intervals import ci_label, draw, generator, replicates, too_few
 from advopenood.outputs.results import Section
-from advopenood_plugins.attacks.robust import GRADIENT_METHODS, robust_class
+from advopenood_plugins.attacks.robust import robust_class
 from advopenood_plugins.kit.paired import difference_bounds
 
 #: the order attacks join the ensemble: ``(method, attack family)``
 ORDER = [("apgd", "plain"), ("apgd", "eot"), ("apgd_aux", "plain"), ("apgd_aux", "eot"), ("pgd", "plain"),
          ("pgd", "eot"), ("square", "plain")]
+#: the attacks that follow the detector's score's gradient: the masking flag's comparison
+SCORE_GRADIENT_METHODS = ("pgd", "apgd")
 STEP_COLUMNS = ["detector", "ood_set", "eps", "step", "attack", "id_attack", "ood_attack", "robust_auroc",
                 "robust_auroc_lo", "robust_auroc_hi", "ci", "id_images_set", "ood_images_set", "n_id", "n_ood",
                 "error", "protocol"]
@@ -222,7 +225,7 @@ def masking_flags(ctx: RunContext, table: pd.DataFrame) -> dict[tuple[str, str, 
     flags: dict[tuple[str, str, float], Any] = {}
     for (det, ood_set, eps), part in table.groupby(["detector", "ood_set", "eps"], sort=False):
         square = part[part["method"] == "square"]
-        gradient = part[part["method"].isin(GRADIENT_METHODS)]
+        gradient = part[part["method"].isin(SCORE_GRADIENT_METHODS)]
         flags[det, ood_set, eps] = pd.NA
         if not len(square) or not len(gradient) or method == "none":
             continue

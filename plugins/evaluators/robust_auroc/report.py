@@ -68,11 +68,12 @@ def read_masking(table: pd.DataFrame) -> list[str]:
         part = table[(table["detector"] == r["detector"]) & (table["ood_set"] == r["ood_set"])
                      & np.isclose(table["eps"].astype(float), float(r["eps"]))]
         square = part.loc[part["method"] == "square", "robust_auroc"].min()
-        gradient = part.loc[part["method"].isin(["pgd", "apgd", "apgd_aux"]), "robust_auroc"].min()
+        gradient = part.loc[part["method"].isin(["pgd", "apgd"]), "robust_auroc"].min()
         out.append(f"Gradient masking suspected on {label(r['detector'])} ({label(r['ood_set'])}, eps "
                    f"{eps_label(r['eps'])}): the gradient-free Square attack reaches a robust AUROC of {square:.1f}, "
-                   f"below every gradient attack's (lowest {gradient:.1f}) beyond their paired 95 % intervals, so "
-                   "the gradient attacks are unreliable for it (Carlini et al. 2019); read its ensemble row.")
+                   f"below every attack on its score's gradient (PGD, APGD; lowest {gradient:.1f}) beyond their "
+                   "paired 95 % intervals, so those gradient attacks are unreliable for it (Carlini et al. 2019); "
+                   "read its ensemble row.")
     if not out and flags["masking_suspected"].notna().any():
         out.append("No detector's gradient attacks are beaten by Square beyond the paired 95 % interval: no "
                    "sign of gradient masking (Carlini et al. 2019's gradient-free check).")

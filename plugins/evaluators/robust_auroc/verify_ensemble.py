@@ -105,7 +105,7 @@ def masking(run: Any, single: pd.DataFrame) -> dict[tuple[str, str, str], Any]:
         key = (det, ood_set, f"{float(eps):.6g}")
         out[key] = math.nan
         square = part[part["method"] == "square"].to_dict("records")
-        gradient = part[part["method"].isin(["pgd", "apgd", "apgd_aux"])].to_dict("records")
+        gradient = part[part["method"].isin(["pgd", "apgd"])].to_dict("records")
         if not square or not gradient or method == "none":
             continue
         cell = lambda r: (run.scores(det)[r["id_attack"]].astype(float), run.scores(det)[r["ood_attack"]].astype(float))
