@@ -179,3 +179,11 @@ def test_one_attack_per_side_is_nothing_to_combine_in_run_json_and_the_report(da
     assert not (out / "robust_ensemble.csv").exists()
     assert "ensemble" not in set(pd.read_csv(out / "robust_auroc.csv")["method"])
     assert main(["verify", str(out)]) == 0
+
+
+@pytest.mark.parametrize("queries", [0, -1])
+def test_a_square_attack_with_a_bad_query_budget_is_refused(queries):
+    from advopenood.attacks.base import build_attack
+
+    with pytest.raises(UsageError, match=f"n_queries {queries}"):
+        build_attack("robust_square_id_msp", {"n_queries": queries}, input_size=32)
