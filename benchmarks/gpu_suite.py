@@ -17,14 +17,15 @@ What it runs (the configs are built by ``benchmarks/ross_audit.py`` and ``benchm
   its interval, the lowest single-attack row and ``masking_suspected``;
 * ``OUT/suite.json``: what finished, with each run's wall seconds and ``advopenood verify``'s verdict.
 
-Sizes (:data:`SIZES`): ``gpu``: 1,000 ID + 1,000 OOD images per set, robust PGD 40 steps (the audit's) and APGD
-100 iterations, EOT 4 draws, Square 1,000 queries (AutoAttack's 5,000 would alone take most of the 12 minutes over
-the study's 80 Square sets; ``--square-queries`` changes it), bootstrap intervals of 2,000 resamples, batches of
-500; planned to fit 12 minutes on one H100 (not yet measured on one: the session that wrote it had no device).
+Sizes (:data:`SIZES`): ``gpu``: 1,000 ID + 1,000 OOD images per set, robust PGD 40 steps (the audit's) and APGD 100
+iterations, EOT 4 draws, Square 1,000 queries (AutoAttack's 5,000 would alone take most of the 12 minutes over the
+study's 76 Square sets; ``--square-queries`` changes it), bootstrap intervals of 2,000 resamples, batches of 500;
+planned to fit 12 minutes on one H100 (not yet measured on one: the session that wrote it had no device).
 ``advopenood verify`` runs after each run (a single-threaded re-derivation, minutes at this size): ``--no-verify``
-leaves it to another machine (``suite.json`` then says ``"verified": null``). ``smoke``: 8 + 8 images, ``ross_msp`` (4 noise copies, EOT
-attacks only) in the audit and ``msp`` in the study, the standard ResNet-20, one budget (8/255), 2 steps and 4
-queries, 200 bootstrap resamples, every run in this process: about a minute on a free 2-core CPU (``tests/test_gpu_suite.py`` runs it).
+leaves it to another machine (``suite.json`` then says ``"verified": null``). ``smoke``: 8 + 8 images, ``ross_msp``
+(4 noise copies, EOT attacks only) in the audit and ``msp`` in the study, the standard ResNet-20, one budget
+(8/255), 2 steps and 4 queries, 200 bootstrap resamples, every run in this process: about a minute on a free 2-core
+CPU (``tests/test_gpu_suite.py`` runs it).
 """
 from __future__ import annotations
 
@@ -153,8 +154,8 @@ def tables(out: Path, size: dict, done: dict[str, dict]) -> str:
     parts = []
     for model in size["models"]:
         if f"ross_audit/{model}_adaptive" in done:
-            parts.append(f"## ROSS audit, {model}\n\n" + markdown_table(ross_audit.audit_table(out / "ross_audit", model),
-                                                                       "{:.1f}"))
+            audit = ross_audit.audit_table(out / "ross_audit", model)
+            parts.append(f"## ROSS audit, {model}\n\n" + markdown_table(audit, "{:.1f}"))
             parts.append("Ensemble:\n\n" + markdown_table(ensemble_table(out / "ross_audit" / f"{model}_adaptive"),
                                                           "{:.1f}"))
         if f"robust_study/{model}" in done:

@@ -17,6 +17,11 @@ score also gets the EOT twin of each (``robust_id_eot_<det>``, ``robust_ood_eot_
 ``robust_apgd_ood_eot_<det>``; :class:`~.adaptive.EOTAttack`): the same attack, its gradient the
 mean over ``eot`` of the detector's attack-stream draws (default: as many as one confidence takes), which the
 ``robust_auroc`` evaluator runs by default for such a detector.
+The attack ensemble's other members (``evaluator_params.robust_auroc.ensemble: standard``): ``robust_apgd_aux_id_<det>``
+/ ``robust_apgd_aux_ood_<det>`` (:class:`RobustAuxAPGD`: APGD on a second objective, the logit margin or a feature
+distance by the detector's ``score_space``, with EOT twins) and ``robust_square_id_<det>`` / ``robust_square_ood_<det>``
+(:class:`RobustSquare`: pyautoattack's Square Attack, Andriushchenko et al. ECCV 2020, on the score; gradient-free,
+no EOT twin: a randomised detector scores each query with fresh noise).
 Every iterate is a candidate and so is the clean image (``delta = 0`` lies in the ball); each image keeps the
 candidate with the lowest (ID side) or highest (OOD side) confidence, so an attacked ID image never looks more ID
 than its clean self and an attacked OOD image never less. Success, as stored: the detector rejects the ID image

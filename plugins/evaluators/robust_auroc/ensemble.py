@@ -17,14 +17,15 @@ worst case so far with its interval (bootstrap draws of the cell key ``robust_en
 same for every step) and how many ID and OOD images that attack set the worst case of (strictly lower, resp.
 higher, than before). The last step is the ensemble row.
 
-**Masking** (Carlini et al. 2019, "On Evaluating Adversarial Robustness", Sec. 5: a gradient-free attack that beats
+**Masking** (Carlini et al. 2019, "On Evaluating Adversarial Robustness": a gradient-free attack that beats
 the gradient attacks says the gradients are unreliable): per detector, OOD set and eps, ``masking_suspected`` is
 True when the run has a Square row and at least one row of an attack on the score's gradient
 (:data:`SCORE_GRADIENT_METHODS`: ``pgd``, ``apgd``, plain or EOT; ``apgd_aux`` follows another objective's gradient
-and is left out, so that it cannot hide a masked score) and, for EVERY such row ``g``, the 95 % interval of ``robust_auroc_g - robust_auroc_square`` lies above 0 (paired: bootstrap
-draws of ``robust_masking|<det>|<OOD set>|<eps>`` applied to both rows' attacked arrays; DeLong's correlated
-difference under ``delong``); False when the run has both kinds and the rule does not hold; empty (NA) without a
-Square row, without a score-gradient row, or without an interval (``ci: none``, fewer than 2 images a side).
+and is left out, so that it cannot hide a masked score) and, for EVERY such row ``g``, the 95 % interval of
+``robust_auroc_g - robust_auroc_square`` lies above 0 (paired: bootstrap draws of ``robust_masking|<det>|<OOD
+set>|<eps>`` applied to both rows' attacked arrays; DeLong's correlated difference under ``delong``); False when the
+run has both kinds and the rule does not hold; empty (NA) without a Square row, without a score-gradient row, or
+without an interval (``ci: none``, fewer than 2 images a side).
 
 **Nothing to combine**: a detector, OOD set and eps with at most one attack per side, or none on one side, gets no
 ensemble row and is named in ``Results.skipped`` (``run.json``'s ``nothing_computed``, the report, stderr).
@@ -247,9 +248,7 @@ def masking_flags(ctx: RunContext, table: pd.DataFrame) -> dict[tuple[str, str, 
 
 
 def with_masking(ctx: RunContext, table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` with ``masking_suspected`` (before ``protocol``) on every row of its detector, OOD set and eps."""
+    """``table`` with ``masking_suspected`` set on every row of its detector, OOD set and eps."""
     flags = masking_flags(ctx, table[table["method"] != "ensemble"])
     column = [flags.get((r["detector"], r["ood_set"], r["eps"]), pd.NA) for r in table.to_dict("records")]
-    out = table.copy()
-    out.insert(out.columns.get_loc("protocol"), "masking_suspected", pd.array(column, dtype="boolean"))
-    return out
+    return table.assign(masking_suspected=pd.array(column, dtype="boolean"))

@@ -35,6 +35,12 @@ OOD set, at each Linf budget the config gives its attacks explicitly (``--eps``)
 at 32 px). Rows pair every ID-side and OOD-side set of the same detector, method, attack family and eps,
 whichever way they entered the run.
 
+More methods: ``apgd_aux`` (APGD on a second objective off the score's gradient path) and ``square`` (Square on the
+score, gradient-free); ``ensemble: standard`` adds ``apgd``, ``apgd_aux`` and ``square`` (:data:`ENSEMBLES`).
+Beside the single-attack rows, :mod:`~advopenood_plugins.evaluators.robust_auroc.ensemble` writes the per-image worst
+case over every attack of a detector (``method`` ``ensemble``), ``robust_ensemble.csv`` (the robust AUROC after
+each attack added) and ``masking_suspected`` (Square below every attack on the score's gradient).
+
 Intervals: each metric ``m`` has ``m_lo`` / ``m_hi`` (95 %) by the run's ``ci`` plan, named in ``ci``
 (:mod:`advopenood.evaluation.intervals`). The bootstrap is paired and stratified (:func:`robust_intervals`): one
 draw of ID indices and one of OOD indices per row, seeded by the run seed and the row's key
@@ -73,7 +79,7 @@ ROBUST_METRICS = ("clean_auroc", "id_attacked_auroc", "ood_attacked_auroc", "rob
 #: each metric followed by its 95 % interval (``<m>_lo``, ``<m>_hi``), then the interval's method; ``error``: why a
 #: row's intervals are empty
 COLUMNS = ["detector", "ood_set", "eps", "method", "attack_family", *bound_columns(ROBUST_METRICS), "ci", "n_id",
-           "n_ood", "id_attack", "ood_attack", "protocol", "error"]
+           "n_ood", "id_attack", "ood_attack", "masking_suspected", "protocol", "error"]
 METHODS = ("pgd", "apgd", "apgd_aux", "square")
 #: ``ensemble: standard``: the fixed ensemble's methods (AutoAttack's rule for a score: APGD on it, APGD on a second
 #: objective, Square), with the EOT twins of the gradient members for a randomised detector

@@ -104,7 +104,8 @@ def test_masking_is_flagged_on_the_masked_detector_and_not_on_msp(ensemble_run):
 def test_the_ensemble_verifies_and_each_edit_is_one_difference(ensemble_run, tmp_path, capsys):
     assert main(["verify", str(ensemble_run)]) == 0
     row = int(pd.read_csv(ensemble_run / "robust_auroc.csv").query("method == 'ensemble'").index[0])
-    for table, column, index in (("robust_auroc.csv", "robust_auroc", row), ("robust_auroc.csv", "robust_fpr95_hi", row),
+    for table, column, index in (("robust_auroc.csv", "robust_auroc", row),
+                                 ("robust_auroc.csv", "robust_fpr95_hi", row),
                                  ("robust_ensemble.csv", "robust_auroc", 2),
                                  ("robust_ensemble.csv", "ood_images_set", 3)):
         copy = edited_copy(ensemble_run, tmp_path / f"{table}-{column}", table, column, 1.0, index)
