@@ -95,10 +95,12 @@ def plot_ensemble(steps: pd.DataFrame, plot_dir: Path) -> Path | None:
                                       part["robust_auroc_hi"].to_numpy(float) - values]))
         ax.errorbar(part["step"], values, yerr=err, marker="o", markersize=3, capsize=2, linewidth=1,
                     label=f"{label(det)}, {label(ood_set)}, {eps_label(eps)}")
-        for x, name in zip(part["step"], part["attack"]):
-            ax.annotate(name, (x, 2), fontsize=5, rotation=90, ha="center", va="bottom", color="grey")
+    orders = {tuple(part["attack"]) for _, part in steps.groupby(["detector", "ood_set", "eps"], sort=False)}
+    longest = max(orders, key=len)
+    ax.set_xticks(range(len(longest)), list(longest) if len(orders) == 1 else [str(k) for k in range(len(longest))],
+                  fontsize=7)
     ax.axhline(50, color="grey", linewidth=0.8, linestyle=":")
-    ax.set_xlabel("step (attack added)")
+    ax.set_xlabel("attack added (step)" if len(orders) == 1 else "step (robust_ensemble.csv names the attack)")
     ax.set_ylabel("robust AUROC (%)")
     ax.set_ylim(0, 100)
     ax.grid(alpha=0.3)
