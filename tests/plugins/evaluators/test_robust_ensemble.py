@@ -188,3 +188,36 @@ def test_a_square_attack_with_a_bad_query_budget_is_refused(queries):
 
     with pytest.raises(UsageError, match=f"n_queries {queries}"):
         build_attack("robust_square_id_msp", {"n_queries": queries}, input_size=32)
+
+
+@pytest.fixture(scope="module")
+def fit_set(pack_set):
+    return pack_set("cifar10_train", "cifar10_train_10k.npz", 1000)
+
+
+@pytest.mark.parametrize("name, params", [("robust_apgd_aux_id_msp", {"n_iter": 5}),
+                                          ("robust_apgd_aux_ood_msp", {"n_iter": 5}),
+                                          ("robust_apgd_aux_id_mds", {"n_iter": 5}),  # feature distance
+                                          ("robust_apgd_aux_ood_mds", {"n_iter": 5}),
+                                          ("robust_square_id_mds", {"n_queries": 30}),
+                                          ("robust_square_ood_msp", {"n_queries": 30})])
+def test_each_new_member_moves_every_images_confidence_its_way_inside_the_ball(name, params, cifar_model, fit_set,
+                                                                                cifar_batch, pack_set):
+    """The second objective (logit margin for MSP, feature distance for MDS) and Square on the score: inside the
+    ball, never worse for the attacker than the clean image, and on average a clear move the attacker's way."""
+    from advopenood.attacks.base import build_attack
+    from advopenood.capabilities import bind_attack
+    from advopenood.data.datasets import stack
+
+    attack = bind_attack(build_attack(name, params, input_size=32), cifar_model, fit_set, seed=0, batch_size=128,
+                         device=torch.device("cpu"))
+    if attack.source == "id":
+        x, y = cifar_batch[0][:8], cifar_batch[1][:8]
+    else:
+        x, y = stack(pack_set("tin", "tin_test.npz", 8), list(range(8)))
+    x_adv = attack(cifar_model, x, y, seed=1)
+    assert float((x_adv - x).abs().amax()) <= 8 / 255 + 1e-6 and 0 <= float(x_adv.min()) and float(x_adv.max()) <= 1
+    clean, adv = attack.detector_score(x).double(), attack.detector_score(x_adv).double()
+    moved = (adv - clean) * attack.sign
+    assert bool((moved >= -1e-6).all())
+    assert float(moved.mean()) > 0.1 * float(clean.std())
