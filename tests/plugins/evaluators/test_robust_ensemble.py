@@ -221,3 +221,20 @@ def test_each_new_member_moves_every_images_confidence_its_way_inside_the_ball(n
     moved = (adv - clean) * attack.sign
     assert bool((moved >= -1e-6).all())
     assert float(moved.mean()) > 0.1 * float(clean.std())
+
+
+def test_standard_ensemble_of_a_randomised_detector_has_eot_gradients_and_a_plain_square(data_root, tmp_path):
+    """A randomised detector gets the EOT twins of the gradient members and Square without a twin (each query is
+    scored with fresh noise); Square's default budget is 500 queries on a CPU and AutoAttack's 5,000 on a GPU."""
+    from advopenood.config.plan import expand_attacks
+
+    cfg = _config(data_root, tmp_path, {"ensemble": "standard"}, detectors="msp,smoothed_msp")
+    specs = {s.set_name: s for s in expand_attacks(cfg, 32)}
+    assert [n for n in specs if "smoothed_msp" in n] == [
+        "robust_apgd_id_eot_smoothed_msp", "robust_apgd_ood_eot_smoothed_msp-tin",
+        "robust_apgd_aux_id_eot_smoothed_msp", "robust_apgd_aux_ood_eot_smoothed_msp-tin",
+        "robust_square_id_smoothed_msp", "robust_square_ood_smoothed_msp-tin"]
+    assert "robust_id_msp" not in specs  # without `method`, the standard ensemble replaces the default PGD
+    assert specs["robust_square_id_msp"].params["n_queries"] == 500
+    gpu = {s.set_name: s for s in expand_attacks(cfg.replace(device="cuda"), 32)}
+    assert gpu["robust_square_ood_msp-tin"].params["n_queries"] == 5000
