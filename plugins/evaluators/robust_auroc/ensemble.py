@@ -28,7 +28,8 @@ run has both kinds and the rule does not hold; empty (NA) without a Square row, 
 without an interval (``ci: none``, fewer than 2 images a side).
 
 **Nothing to combine**: a detector, OOD set and eps with at most one attack per side, or none on one side, gets no
-ensemble row and is named in ``Results.skipped`` (``run.json``'s ``nothing_computed``, the report, stderr).
+ensemble row; every such cell is named, with why, in ``Results.skipped["ensemble"]`` (``run.json``'s
+``nothing_computed`` as ``evaluator:robust_auroc:ensemble``, the report, stderr).
 """
 from __future__ import annotations
 
@@ -116,9 +117,14 @@ def nothing_to_combine(steps: list[Step]) -> str:
     n_id, n_ood = sum(len(s[1]) for s in steps), sum(len(s[2]) for s in steps)
     if not n_id or not n_ood:
         return f"no {'ID' if not n_id else 'OOD'}-side robust attack"
-    if n_id == 1 and n_ood == 1:
-        return f"one attack per side ({steps[0][1][0]}, {steps[0][2][0]})"
-    return ""
+    return "one attack per side" if n_id == 1 and n_ood == 1 else ""
+
+
+def skipped_reason(cells: dict[str, list[str]]) -> str:
+    """One line for every cell with nothing to combine, grouped by why (``cells``: why -> ``det (set, eps)``)."""
+    said = "; ".join(f"{why} for {', '.join(where)}" for why, where in cells.items())
+    return (f"no robust ensemble: {said}; an ensemble needs two or more attacks on a side and one on each (e.g. "
+            "evaluator_params.robust_auroc.ensemble: standard)")
 
 
 def worst_case(start: np.ndarray, scores: dict[str, np.ndarray], sets: list[str], lower: bool) -> np.ndarray:
@@ -127,38 +133,6 @@ def worst_case(start: np.ndarray, scores: dict[str, np.ndarray], sets: list[str]
     for name in sets:
         worst = np.minimum(worst, scores[name]) if lower else np.maximum(worst, scores[name])
     return worst
-
-
-def ensemble_cells(ctx: RunContext) -> dict[tuple[str, str, float], list[Step]]:
-    """``(detector, OOD set, eps) -> steps`` in :data:`ORDER`: per detector, each eps of its robust sets and each
-    natural OOD set it has an OOD-side set on (every natural OOD set when it has none)."""
-    sets = _robust_sets(ctx)
-    cells: dict[tuple[str, str, float], list[Step]] = {}
-    for det in dict.fromkeys(s[0] for s in sets):
-        mine = [s for s in sets if s[0] == det]
-        budgets: list[float] = []
-        for s in mine:
-            budgets += [] if any(math.isclose(s[3], b, rel_tol=1e-6) for b in budgets) else [s[3]]
-        oods = list(dict.fromkeys(s[2] for s in mine if s[1] == "ood")) or list(ctx.ood_sets)
-        for ood_set in oods:
-            for eps in budgets:
-                at = [s for s in mine if math.isclose(s[3], eps, rel_tol=1e-6)]
-                cells[det, ood_set, eps] = [
-                    (label, [s[5] for s in at if s[1] == "id" and s[4] == label],
-                     [s[5] for s in at if s[1] == "ood" and s[4] == label and s[2] == ood_set])
-                    for label in (attack_label(*m) for m in ORDER)]
-                cells[det, ood_set, eps] = [st for st in cells[det, ood_set, eps] if st[1] or st[2]]
-    return cells
-
-
-def nothing_to_combine(steps: list[Step]) -> str:
-    """Why a cell has no ensemble: no attack on one side, or one attack set per side; "" when it has one."""
-    n_id, n_ood = sum(len(s[1]) for s in steps), sum(len(s[2]) for s in steps)
-    if not n_id or not n_ood:
-        return f"no {'ID' if not n_id else 'OOD'}-side robust attack"
-    if n_id == 1 and n_ood == 1:
-        return f"one attack per side ({steps[0][1][0]}, {steps[0][2][0]})"
-    return ""
 
 
 
@@ -194,21 +168,20 @@ def ensemble_cell(ctx: RunContext, det: str, ood_set: str, eps: float,
 
 
 def ensemble_results(ctx: RunContext, table: pd.DataFrame) -> Ensemble:
-    """The ensemble rows, ``robust_ensemble.csv``, its section and figure, and the cells with nothing to combine
-    (``ensemble:<det>|<OOD set>|<eps>``) with why; ``table``: ``robust_auroc.csv``'s single-attack rows."""
+    """The ensemble rows, ``robust_ensemble.csv``, its section and figure, and (as the part ``ensemble``) the cells
+    with nothing to combine with why; ``table``: ``robust_auroc.csv``'s single-attack rows."""
     from advopenood_plugins.evaluators.robust_auroc.report import ensemble_section, plot_ensemble
 
-    rows, steps, out = [], [], Ensemble()
+    rows, steps, out, empty = [], [], Ensemble(), {}
     for (det, ood_set, eps), cell in ensemble_cells(ctx).items():
         reason = nothing_to_combine(cell)
         if reason:
-            out.skipped[f"ensemble:{det}|{ood_set}|{float(eps):.6g}"] = \
-                f"no robust ensemble of {det} on {ood_set} at eps {float(eps):.6g}: {reason}; it needs two or more " \
-                "attacks on a side and one on each (e.g. evaluator_params.robust_auroc.ensemble: standard)"
+            empty.setdefault(reason, []).append(f"{det} ({ood_set}, eps {float(eps):.6g})")
             continue
         row, cell_steps = ensemble_cell(ctx, det, ood_set, eps, cell)
         rows.append(row)
         steps += cell_steps
+    out.skipped = {"ensemble": skipped_reason(empty)} if empty else {}
     if not rows:
         out.tables["rows"] = pd.DataFrame(columns=table.columns)
         return out

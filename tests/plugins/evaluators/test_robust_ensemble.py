@@ -174,9 +174,10 @@ def test_one_attack_per_side_is_nothing_to_combine_in_run_json_and_the_report(da
     out = tmp_path / "run"
     run(_config(data_root, out, {"method": "pgd"}, detectors="msp"), progress=False)
     info = json.loads((out / "run.json").read_text())
-    label = next(k for k in info["nothing_computed"] if k.startswith("evaluator:robust_auroc:ensemble:msp|tin"))
-    assert "one attack per side (robust_id_msp, robust_ood_msp-tin)" in info["nothing_computed"][label]
-    assert "robust_auroc:ensemble:msp|tin" in (out / "report.md").read_text()
+    reason = info["nothing_computed"]["evaluator:robust_auroc:ensemble"]
+    assert reason.startswith("no robust ensemble: one attack per side for msp (tin, eps 0.0313725)")
+    report = (out / "report.md").read_text()
+    assert "robust_auroc:ensemble: nothing to compute" in report and reason in report
     assert not (out / "robust_ensemble.csv").exists()
     assert "ensemble" not in set(pd.read_csv(out / "robust_auroc.csv")["method"])
     assert main(["verify", str(out)]) == 0
