@@ -137,6 +137,7 @@ def audit_table(out: Path, model: str) -> pd.DataFrame:
     pub = pd.read_csv(out / f"{model}_published" / "table_hekal2026.csv")
     ada = pd.read_csv(out / f"{model}_adaptive" / "table_hekal2026.csv")
     rob = pd.read_csv(out / f"{model}_adaptive" / "robust_auroc.csv")
+    rob = rob[rob.method == "pgd"]  # the audit's columns are PGD's (a run with the ensemble has more methods)
     rows = []
     for (det, ood_set, eps), _ in ada[ada.objective != "No Attack"].groupby(["detector", "ood_set", "eps"]):
         mine = rob[(rob.detector == det) & (rob.ood_set == ood_set) & np.isclose(rob.eps, eps)]

@@ -88,6 +88,9 @@ class Postprocessor:
     #: fits per-class statistics from the labels (class means, class bounds): a fit set that lacks one of the
     #: model's classes fails its fit (a detector error, exit 3) instead of scoring against the classes it saw
     needs_all_classes: ClassVar[bool] = False
+    #: the network output the confidence is computed from, ``"logits"`` or ``"features"`` (the penultimate layer):
+    #: the robust ensemble's second objective follows it (the logit margin or a feature distance)
+    score_space: ClassVar[str] = "logits"
     #: the per-channel std a network divides its inputs by (OpenOOD's networks), for detectors that step in input
     #: space (ODIN); None for our [0, 1]-input networks
     input_std: tuple[float, ...] | None = None

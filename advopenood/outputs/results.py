@@ -125,6 +125,9 @@ class Results:
     #: why the plugin has nothing to compute in this run (e.g. the attacks it needs); when it returns no table,
     #: figure or section the core states this in the report, on stderr and in ``run.json`` (``nothing_computed``)
     empty_reason: str = ""
+    #: parts of the plugin's work that had nothing to compute while the rest did (part -> why, e.g. an ensemble
+    #: with one attack to combine): stated like a plugin with nothing to compute, as ``<label>:<part>``
+    skipped: dict[str, str] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:

@@ -20,8 +20,9 @@ def run_plugin(ctx: RunContext, label: str, plugin: Callable[[RunContext], Any])
 
     A plugin that raises costs only its own outputs: the files it wrote are removed, its failure is recorded in
     ``ctx.plugin_errors`` (one line; the traceback goes to ``errors.log``) and the run goes on, unless a full,
-    read-only or over-quota file system is behind it (:func:`advopenood.errors.storage_error`): that fails the run. A plugin that
-    returns nothing is recorded in ``ctx.nothing_computed`` with its reason and gets a section saying so."""
+    read-only or over-quota file system is behind it (:func:`advopenood.errors.storage_error`): that fails the run.
+    A plugin that returns nothing is recorded in ``ctx.nothing_computed`` with its reason and gets a section saying
+    so; so is each part it names in :attr:`Results.skipped` (as ``<label>:<part>``)."""
     before = set(aio.files_under(ctx.out))
     try:
         result = outputs.as_results(plugin(ctx))
@@ -29,6 +30,9 @@ def run_plugin(ctx: RunContext, label: str, plugin: Callable[[RunContext], Any])
             reason = result.empty_reason or "it returned no table, figure or report section"
             ctx.nothing_computed[label] = reason
             result.sections = [outputs.nothing_section(label, reason)]
+        for part, reason in result.skipped.items():
+            ctx.nothing_computed[f"{label}:{part}"] = reason
+            result.sections.append(outputs.nothing_section(f"{label}:{part}", reason))
         return outputs.collect(ctx.out, result, ctx.protocol, label.split(":", 1)[1])
     except (KeyboardInterrupt, SystemExit):
         raise

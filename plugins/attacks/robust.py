@@ -17,6 +17,11 @@ score also gets the EOT twin of each (``robust_id_eot_<det>``, ``robust_ood_eot_
 ``robust_apgd_ood_eot_<det>``; :class:`~.adaptive.EOTAttack`): the same attack, its gradient the
 mean over ``eot`` of the detector's attack-stream draws (default: as many as one confidence takes), which the
 ``robust_auroc`` evaluator runs by default for such a detector.
+The attack ensemble's other members (``evaluator_params.robust_auroc.ensemble: standard``): ``robust_apgd_aux_id_<det>``
+/ ``robust_apgd_aux_ood_<det>`` (:class:`RobustAuxAPGD`: APGD on a second objective, the logit margin or a feature
+distance by the detector's ``score_space``, with EOT twins) and ``robust_square_id_<det>`` / ``robust_square_ood_<det>``
+(:class:`RobustSquare`: pyautoattack's Square Attack, Andriushchenko et al. ECCV 2020, on the score; gradient-free,
+no EOT twin: a randomised detector scores each query with fresh noise).
 Every iterate is a candidate and so is the clean image (``delta = 0`` lies in the ball); each image keeps the
 candidate with the lowest (ID side) or highest (OOD side) confidence, so an attacked ID image never looks more ID
 than its clean self and an attacked OOD image never less. Success, as stored: the detector rejects the ID image
@@ -38,10 +43,13 @@ from typing import Any, Callable, ClassVar
 import torch
 import torch.nn as nn
 from pyautoattack.autopgd_base import APGDAttack
+from pyautoattack.square import SquareAttack
 from torch import Tensor
 
 from advopenood import registry
 from advopenood.attacks.base import Attack, default_eps, foolbox_model
+from advopenood.data.datasets import make_loader
+from advopenood.detection.bank import fit_subset
 from advopenood.capabilities import DetectorTestForms, IdNegatives, is_differentiable, is_randomised
 from advopenood.errors import UsageError
 from advopenood_plugins.attacks.adaptive import (AdaptiveAttack, AdaptiveFamily, DetectorTarget, EOTAttack,
@@ -54,9 +62,17 @@ TEST_KAPPA = 5.0
 TEST_LAMS = (0.0, 1.0, 4.0)
 #: ``(side, method) -> name prefix``
 PREFIXES = {("id", "pgd"): "robust_id_", ("ood", "pgd"): "robust_ood_",
-            ("id", "apgd"): "robust_apgd_id_", ("ood", "apgd"): "robust_apgd_ood_"}
+            ("id", "apgd"): "robust_apgd_id_", ("ood", "apgd"): "robust_apgd_ood_",
+            ("id", "apgd_aux"): "robust_apgd_aux_id_", ("ood", "apgd_aux"): "robust_apgd_aux_ood_",
+            ("id", "square"): "robust_square_id_", ("ood", "square"): "robust_square_ood_"}
+#: the methods that follow a gradient (they get EOT twins on a randomised detector); ``square`` is gradient-free
+GRADIENT_METHODS = ("pgd", "apgd", "apgd_aux")
 #: ``(side, method) -> name prefix`` of the EOT twins (randomised detectors only)
-EOT_PREFIXES = {key: prefix + "eot_" for key, prefix in PREFIXES.items()}
+EOT_PREFIXES = {key: prefix + "eot_" for key, prefix in PREFIXES.items() if key[1] in GRADIENT_METHODS}
+#: AutoAttack's standard query budget for Square (``AutoAttack(version='standard')``: ``n_queries=5000``)
+SQUARE_QUERIES = 5000
+#: fit rows whose class-mean features the OOD side's feature objective pulls towards
+AUX_FIT_ROWS = 500
 
 
 Objective = Callable[[Tensor], tuple[Tensor, Tensor, Tensor, Tensor]]
@@ -181,18 +197,127 @@ class RobustAPGD(RobustScoreAttack):
             apgd.attack_single_run(x, y)
 
 
+class RobustAuxAPGD(RobustAPGD):
+    """APGD-Linf on a second objective that does not run through the detector's score (the ensemble's second
+    gradient member; the forward value that picks each image's candidate is still the detector's confidence).
+
+    By the detector's :attr:`~advopenood.detectors.Postprocessor.score_space`: ``logits``: the top-1 logit margin
+    ``m(x') = f_(1)(x') - f_(2)(x')``, lowered on the ID side (an uncertain prediction), raised on the OOD side;
+    ``features``: on the ID side the distance ``||z(x') - z(x)||`` of the penultimate features from the clean
+    image's, raised; on the OOD side the distance ``||z(x') - mu_c||`` to the fit-set mean feature of the clean
+    prediction's class ``c`` (first :data:`AUX_FIT_ROWS` fit rows), lowered."""
+
+    method = "apgd_aux"
+
+    def targets(self) -> list[DetectorTarget]:
+        """The plain target once: the objective does not use the detector's gradient, so no surrogate applies."""
+        return [self.target]
+
+    def objective_fn(self, model: nn.Module, y: Tensor, lam: float, target: DetectorTarget | None = None) -> Objective:
+        if self.joint:
+            return super().objective_fn(model, y, lam, target)
+        target = self.target if target is None else target
+        features = getattr(target.detector, "score_space", "logits") == "features"
+        anchor = self._anchor(target) if features else None
+
+        def objective(x_adv: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+            out = target.outputs(x_adv)  # the detector's network: the attacked model, or the one it reads
+            if anchor is None:
+                top = out.logits.topk(2, dim=1).values
+                loss = self.sign * (top[:, 0] - top[:, 1])
+            else:
+                loss = -self.sign * (out.features.flatten(1) - anchor).norm(dim=1)
+            with torch.no_grad():
+                raw = target.confidence(x_adv, out)
+            return loss, self._wanted(raw), self.sign * raw, out.logits.detach()
+
+        return objective
+
+    def perturb(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+        self._clean = x
+        return super().perturb(model, x, y)
+
+    @torch.no_grad()
+    def _anchor(self, target: DetectorTarget) -> Tensor:
+        """ID side: the clean images' features; OOD side: the fit-set class mean of each clean prediction."""
+        if self.sign < 0:
+            return target.outputs(self._clean).features.flatten(1).detach()
+        if getattr(self, "_means", None) is None:
+            b = self._bound
+            rows = fit_subset(b["fit_set"], b["seed"], AUX_FIT_ROWS)
+            feats, preds = [], []
+            for xb, _ in make_loader(rows, b["batch_size"]):
+                out = target.outputs(xb.to(b["device"]))
+                feats.append(out.features.flatten(1).detach())
+                preds.append(out.logits.argmax(1))
+            z, c = torch.cat(feats), torch.cat(preds)
+            self._means = torch.stack([z[c == k].mean(0) if (c == k).any() else z.mean(0)
+                                       for k in range(int(out.logits.shape[1]))])  # unpredicted class: all rows
+        return self._means[target.outputs(self._clean).logits.argmax(1).to(self._means.device)]
+
+
+class ScoreSquare(SquareAttack):
+    """pyautoattack's Square Attack with the detector's score as its loss: :meth:`margin_and_loss` returns a margin
+    that never reaches 0 (so no image stops early: the attack spends every query, as on a score there is no
+    decision to flip) and the loss ``-sign * s(x')`` it minimises; every query is offered to ``best``."""
+
+    def __init__(self, objective: Objective, best: Best, **kwargs: Any):
+        super().__init__(None, loss="margin", **kwargs)
+        self.objective, self.best = objective, best
+
+    @torch.no_grad()
+    def margin_and_loss(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        loss, success, value, _ = self.objective(x)
+        if len(x) == len(self.best.x):  # the margin never reaches 0, so every query holds the whole batch
+            self.best.update(x, success, value)
+        return torch.ones_like(loss), -loss
+
+
+class RobustSquare(RobustScoreAttack):
+    """Square Attack (Andriushchenko et al., ECCV 2020; pyautoattack's ``SquareAttack.attack_single_run``, Linf)
+    on the detector's standardised score: random search over square patches of +-2 eps at the Linf budget, each
+    query kept when it moves the confidence the attack's way. ``n_queries`` (default 5,000, AutoAttack's);
+    ``p_init`` 0.8; the square-size schedule is AutoAttack's (``resc_schedule=False``) at 5,000 queries and the
+    library's rescaling of it to the budget otherwise. A randomised detector scores every query with fresh noise
+    from its attack stream, as it is used. Gradient-free: a detector that masks its gradient does not stop it."""
+
+    method = "square"
+
+    @classmethod
+    def defaults(cls, input_size: int) -> dict[str, Any]:
+        base = {"eps": default_eps(input_size), "n_queries": SQUARE_QUERIES, "p_init": 0.8}
+        return {**base, "ood_set": None} if cls.source == "ood" else base
+
+    def __init__(self, **params: Any):
+        super().__init__(**params)
+        q = self.params["n_queries"]
+        if isinstance(q, bool) or not isinstance(q, int) or q < 1:
+            raise UsageError(f"n_queries {q!r} for attack {self.name!r}; valid choices: an integer >= 1")
+
+    def targets(self) -> list[DetectorTarget]:
+        """The plain target once: Square reads only the detector's forward value."""
+        return [self.target]
+
+    def optimise(self, model: nn.Module, x: Tensor, y: Tensor, objective: Objective, best: Best) -> None:
+        p = self.p
+        square = ScoreSquare(objective, best, norm="Linf", n_queries=p.n_queries, eps=p.eps, p_init=p.p_init,
+                             seed=aa_seed(), resc_schedule=p.n_queries != SQUARE_QUERIES, device=x.device)
+        square.init_hyperparam(x)
+        square.attack_single_run(x, y)
+
+
 def robust_attack(detector: str, side: str, method: str = "pgd", eot: bool = False) -> type[RobustScoreAttack]:
     """Register the robust-AUROC attack on ``detector`` for ``side`` (``id``, ``ood``) and ``method`` (``pgd``,
     ``apgd``), its EOT twin when ``eot``, and return the class (e.g. ``robust_id_mds``, ``robust_apgd_ood_knn``,
     ``robust_id_eot_smoothed_msp``)."""
-    if (side, method) not in PREFIXES:
-        raise UsageError(f"robust attack side {side!r}, method {method!r}; valid choices: side id or ood, "
-                         "method pgd or apgd")
+    if (side, method) not in (EOT_PREFIXES if eot else PREFIXES):
+        raise UsageError(f"robust attack side {side!r}, method {method!r}, eot {eot!r}; valid choices: side id or "
+                         f"ood, method {', '.join(GRADIENT_METHODS)} or (without eot) square")
     name = (EOT_PREFIXES if eot else PREFIXES)[side, method] + detector
     what = (f"lower {detector.upper()}'s confidence of an ID image (ID looks OOD)" if side == "id"
             else f"raise {detector.upper()}'s confidence of a natural OOD image (OOD looks ID)")
-    bases = ((EOTAttack,) if eot else ()) + ((RobustPGD if method == "pgd" else RobustAPGD),) \
-        + ((IdNegatives,) if side == "id" else ())
+    optimiser = {"pgd": RobustPGD, "apgd": RobustAPGD, "apgd_aux": RobustAuxAPGD, "square": RobustSquare}[method]
+    bases = ((EOTAttack,) if eot else ()) + (optimiser,) + ((IdNegatives,) if side == "id" else ())
     cls = type(name, bases, {
         "__doc__": f"Robust-AUROC attack, Linf {method.upper()}{', EOT gradient' if eot else ''}: {what}.",
         "__module__": __name__, "detector": detector, "side": side, "source": side,
@@ -207,8 +332,8 @@ def robust_class(name: str) -> type[RobustScoreAttack] | None:
 
 
 for (_side, _method), _prefix in PREFIXES.items():
-    for _eot, _hint in (("", "with a differentiable score"),
-                        ("eot_", "that is randomised, with a differentiable score")):
+    _twins = (("", "with a differentiable score"), ("eot_", "that is randomised, with a differentiable score"))
+    for _eot, _hint in _twins if _method in GRADIENT_METHODS else _twins[:1]:
         _family = _prefix + _eot.rstrip("_") if _eot else _prefix.rstrip("_")
         registry.register("attacks", _family)(type(_family, (AdaptiveFamily,), {
             "__doc__": f"One {_prefix}{_eot}<det> per selected detector (robust AUROC, {_side.upper()} side, "
@@ -224,6 +349,6 @@ def _robust_attacks() -> None:
     for name, entry in registry.entries("detectors").items():
         if is_differentiable(entry.obj):
             for (side, method), prefix in PREFIXES.items():
-                for eot in (False, True) if is_randomised(entry.obj) else (False,):
+                for eot in (False, True) if is_randomised(entry.obj) and method in GRADIENT_METHODS else (False,):
                     if not registry.generated("attacks", (EOT_PREFIXES if eot else PREFIXES)[side, method] + name):
                         robust_attack(name, side, method, eot)

@@ -31,6 +31,8 @@ class MDS(Postprocessor, DifferentiableDetector):
     ``conf = -min_k (z - mu_k)^T S^-1 (z - mu_k)`` (pytorch-ood halves it; the order is the same).
     """
 
+    score_space = "features"
+
     openood_name = "mds"
     requires_fit = True
     needs_all_classes = True
@@ -56,6 +58,8 @@ class RMDS(Postprocessor, DifferentiableDetector):
     (background) squared Mahalanobis distance, both fitted on the training features.
     """
 
+    score_space = "features"
+
     openood_name = "rmds"
     requires_fit = True
     needs_all_classes = True
@@ -78,6 +82,8 @@ class VIM(Postprocessor, DifferentiableDetector):
     ``conf = logsumexp(f(x)) - alpha * ||(z - u) R||`` with ``alpha`` matching mean max-logit and residual norm.
     ``dim`` is OpenOOD's 256, or half the feature width when that leaves no residual.
     """
+
+    score_space = "features"
 
     openood_name = "vim"
     requires_fit = True
@@ -111,6 +117,8 @@ class KNN(Postprocessor, DifferentiableDetector):
     K-th neighbour (exact almost everywhere), computed against the normalised training features in torch.
     """
 
+    score_space = "features"
+
     openood_name = "knn"
     requires_fit = True
 
@@ -142,6 +150,8 @@ class NNGuide(Postprocessor, DifferentiableDetector):
     largest inner products <z/||z||, bank>`` with ``E = logsumexp(f)``.
     BPDA: the neighbour search is a constant selection; the gradient flows through the K selected inner products.
     """
+
+    score_space = "features"
 
     openood_name = "nnguide"
     requires_fit = True

@@ -204,6 +204,11 @@ class SmoothedDetector(Postprocessor, Derived, Randomised):
         return self.base.shared_fit
 
     @property
+    def score_space(self) -> str:  # type: ignore[override]
+        """The wrapped detector's (its noise copies' confidences are the wrapped detector's)."""
+        return self.base.score_space
+
+    @property
     def needs_taps(self) -> bool:  # type: ignore[override]
         """As the wrapped detector declares, so that the fit pass records its tap statistics."""
         return self.base.needs_taps

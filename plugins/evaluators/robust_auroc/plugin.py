@@ -35,6 +35,12 @@ OOD set, at each Linf budget the config gives its attacks explicitly (``--eps``)
 at 32 px). Rows pair every ID-side and OOD-side set of the same detector, method, attack family and eps,
 whichever way they entered the run.
 
+More methods: ``apgd_aux`` (APGD on a second objective off the score's gradient path) and ``square`` (Square on the
+score, gradient-free); ``ensemble: standard`` adds ``apgd``, ``apgd_aux`` and ``square`` (:data:`ENSEMBLES`).
+Beside the single-attack rows, :mod:`~advopenood_plugins.evaluators.robust_auroc.ensemble` writes the per-image worst
+case over every attack of a detector (``method`` ``ensemble``), ``robust_ensemble.csv`` (the robust AUROC after
+each attack added) and ``masking_suspected`` (Square below every attack on the score's gradient).
+
 Intervals: each metric ``m`` has ``m_lo`` / ``m_hi`` (95 %) by the run's ``ci`` plan, named in ``ci``
 (:mod:`advopenood.evaluation.intervals`). The bootstrap is paired and stratified (:func:`robust_intervals`): one
 draw of ID indices and one of OOD indices per row, seeded by the run seed and the row's key
@@ -63,7 +69,8 @@ from advopenood.evaluation.metrics import auroc, auroc_interval, fpr_at_tpr95
 from advopenood.outputs.results import Results, as_written, guarded
 from advopenood.registry import register
 from advopenood_plugins.attacks.adaptive import is_eot
-from advopenood_plugins.attacks.robust import EOT_PREFIXES, PREFIXES, robust_class
+from advopenood_plugins.attacks.robust import EOT_PREFIXES, GRADIENT_METHODS, PREFIXES, SQUARE_QUERIES, robust_class
+from advopenood_plugins.evaluators.robust_auroc.ensemble import ensemble_results, with_masking
 from advopenood_plugins.evaluators.robust_auroc.paired import robust_paired_table
 from advopenood_plugins.evaluators.robust_auroc.report import robust_section
 from advopenood_plugins.evaluators.robust_auroc.verify import verify_robust
@@ -72,8 +79,13 @@ ROBUST_METRICS = ("clean_auroc", "id_attacked_auroc", "ood_attacked_auroc", "rob
 #: each metric followed by its 95 % interval (``<m>_lo``, ``<m>_hi``), then the interval's method; ``error``: why a
 #: row's intervals are empty
 COLUMNS = ["detector", "ood_set", "eps", "method", "attack_family", *bound_columns(ROBUST_METRICS), "ci", "n_id",
-           "n_ood", "id_attack", "ood_attack", "protocol", "error"]
-METHODS = ("pgd", "apgd")
+           "n_ood", "id_attack", "ood_attack", "masking_suspected", "protocol", "error"]
+METHODS = ("pgd", "apgd", "apgd_aux", "square")
+#: ``ensemble: standard``: the fixed ensemble's methods (AutoAttack's rule for a score: APGD on it, APGD on a second
+#: objective, Square), with the EOT twins of the gradient members for a randomised detector
+ENSEMBLES = {"none": (), "standard": ("apgd", "apgd_aux", "square")}
+#: Square's query budget when ``square_queries`` is not given: AutoAttack's 5,000 on a CUDA device, fewer on a CPU
+CPU_SQUARE_QUERIES = 500
 #: which attacks a randomised detector gets: EOT (default), plain, or both
 RANDOMISED_ATTACKS = ("eot", "plain", "both")
 
@@ -225,12 +237,16 @@ class RobustAUROC(RequiresAttacks, Verifiable):
     verify = staticmethod(verify_robust)
 
     def __init__(self, method: str | list[str] | tuple[str, ...] = ("pgd",), eps: float | list[float] | None = None,
-                 ood_sets: list[str] | None = None, randomised_attacks: str = "eot", eot: int | None = None):
+                 ood_sets: list[str] | None = None, randomised_attacks: str = "eot", eot: int | None = None,
+                 ensemble: str = "none", square_queries: int | None = None):
         """``method``: ``pgd`` (default), ``apgd`` or both (a list); ``eps``: budgets of the added sets (default:
         the config's explicit Linf budgets, else the attacks' default); ``ood_sets``: the natural OOD sets to
         attack (default: all of the run's); ``randomised_attacks``: the attacks of a randomised detector, ``eot``
-        (default), ``plain`` or ``both``; ``eot``: the EOT attacks' noise draws (default: the detector's own)."""
+        (default), ``plain`` or ``both``; ``eot``: the EOT attacks' noise draws (default: the detector's own);
+        ``ensemble``: ``standard`` adds the fixed ensemble (:data:`ENSEMBLES`); ``square_queries``: the Square
+        members' query budget (default 5,000 on a CUDA device, :data:`CPU_SQUARE_QUERIES` on a CPU)."""
         self.parse_methods(method)  # the settings act through required_attacks; checked here before any work
+        self.parse_ensemble(ensemble, square_queries)
         self.parse_families(randomised_attacks, eot)
         budgets = eps if isinstance(eps, (list, tuple)) else [] if eps is None else [eps]
         if any(not isinstance(e, (int, float)) or not 0 < float(e) <= 1 for e in budgets):
@@ -248,6 +264,17 @@ class RobustAUROC(RequiresAttacks, Verifiable):
         return list(dict.fromkeys(methods))
 
     @staticmethod
+    def parse_ensemble(ensemble: Any, square_queries: Any) -> tuple[str, ...]:
+        """The ensemble's methods; refuses an unknown ensemble or a query budget that is not a positive integer."""
+        if ensemble not in ENSEMBLES:
+            raise UsageError(f"evaluator robust_auroc: ensemble {ensemble!r}; valid choices: {', '.join(ENSEMBLES)}")
+        if square_queries is not None and (isinstance(square_queries, bool) or not isinstance(square_queries, int)
+                                           or square_queries < 1):
+            raise UsageError(f"evaluator robust_auroc: square_queries {square_queries!r}; valid choices: an integer "
+                             f">= 1, or null for 5000 on a CUDA device and {CPU_SQUARE_QUERIES} on a CPU")
+        return ENSEMBLES[ensemble]
+
+    @staticmethod
     def parse_families(randomised_attacks: Any, eot: Any) -> list[bool]:
         """Whether a randomised detector gets the plain (False) and/or the EOT (True) attacks."""
         if randomised_attacks not in RANDOMISED_ATTACKS:
@@ -262,9 +289,13 @@ class RobustAUROC(RequiresAttacks, Verifiable):
     def required_attacks(cls, plan: Any, params: Any) -> list[tuple[dict[str, Any], str | None]]:
         """Per method and selected detector with robust attacks: the ID-side set and one OOD-side set per natural
         OOD set (``evaluator_params.robust_auroc.ood_sets``, default all), at the run's budgets."""
-        methods = cls.parse_methods(params.get("method", "pgd"))
+        standard = cls.parse_ensemble(params.get("ensemble", "none"), params.get("square_queries"))
+        given = cls.parse_methods(params["method"]) if "method" in params else [] if standard else ["pgd"]
+        methods = list(dict.fromkeys([*given, *standard]))
         families = cls.parse_families(params.get("randomised_attacks", "eot"), params.get("eot"))
         draws = {} if params.get("eot") is None else {"eot": params["eot"]}
+        queries = params.get("square_queries") or (SQUARE_QUERIES if str(plan.device).startswith("cuda")
+                                                   else CPU_SQUARE_QUERIES)
         natural = [dataset_name(spec) for spec in plan.data.ood]
         chosen = params.get("ood_sets") or natural
         unknown = [s for s in chosen if s not in natural]
@@ -278,8 +309,10 @@ class RobustAUROC(RequiresAttacks, Verifiable):
         out: list[tuple[dict[str, Any], str | None]] = []
         for method in methods:
             for det in plan.detectors:
-                for eot in families if is_randomised(registry.get("detectors", det)) else [False]:
+                randomised = is_randomised(registry.get("detectors", det)) and method in GRADIENT_METHODS
+                for eot in families if randomised else [False]:
                     prefixes, extra = (EOT_PREFIXES, draws) if eot else (PREFIXES, {})
+                    extra = {"n_queries": queries} if method == "square" else extra
                     id_name, ood_name = prefixes["id", method] + det, prefixes["ood", method] + det
                     if id_name not in available or ood_name not in available:
                         continue
@@ -293,8 +326,11 @@ class RobustAUROC(RequiresAttacks, Verifiable):
     def __call__(self, ctx: RunContext) -> Results:
         table = robust_table(ctx)
         if not len(table):
-            return Results(tables={"robust_auroc.csv": table})
+            return Results(tables={"robust_auroc.csv": table}, skipped=ensemble_results(ctx, table).skipped)
         paired = robust_paired_table(ctx, table)
+        ensemble = ensemble_results(ctx, table)
+        table = with_masking(ctx, pd.concat([table, ensemble.tables.pop("rows")], ignore_index=True))
         sections = guarded("Robust AUROC (ID and OOD attacked)",
                            lambda: [robust_section(as_written(table, ctx.protocol), paired)])
-        return Results(tables={"robust_auroc.csv": table, "robust_paired.csv": paired}, sections=sections)
+        return Results(tables={"robust_auroc.csv": table, "robust_paired.csv": paired, **ensemble.tables},
+                       sections=sections + ensemble.sections, figures=ensemble.figures, skipped=ensemble.skipped)

@@ -1,12 +1,19 @@
 """The ``robust_auroc`` evaluator's report section: ``robust_auroc.csv``'s AUROCs per detector and set with their
-intervals, one reading per detector, method and eps, and the paired differences' readings."""
+intervals, one reading per detector, method and eps, and the paired differences' readings; the ensemble's section
+(``robust_ensemble.csv``: the robust AUROC after each attack added, plotted) and the gradient-masking readings."""
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
+import numpy as np
 import pandas as pd
+
+from advopenood import io as aio
 
 from advopenood.outputs.report import eps_label, join
 from advopenood.outputs.report import name as label
-from advopenood.outputs.results import Bullets, Paragraph, Section, Table
+from advopenood.outputs.results import Bullets, Figure, Paragraph, Section, Table
 from advopenood_plugins.evaluators.robust_auroc.paired import read_robust_paired
 
 
@@ -46,4 +53,88 @@ def robust_section(table: pd.DataFrame, paired: pd.DataFrame | None = None) -> S
                   "attacked (robust). Every image of both sets counts. A randomised detector (e.g. a smoothed one) "
                   "is attacked with EOT gradients (attack family eot) unless the evaluator is told otherwise, and "
                   "scored with evaluation noise independent of every noise draw its attacks saw."),
-        Table(shown), Bullets(read_robust(table) + ([] if paired is None else read_robust_paired(paired)))])
+        Table(shown), Bullets(read_robust(table) + ([] if paired is None else read_robust_paired(paired))
+                              + read_masking(table))])
+
+
+def read_masking(table: pd.DataFrame) -> list[str]:
+    """Per detector, OOD set and eps with ``masking_suspected`` True: that its gradient attacks are unreliable; one
+    line when Square ran and no cell is flagged."""
+    if "masking_suspected" not in table.columns:
+        return []
+    flags = table.drop_duplicates(["detector", "ood_set", "eps"])
+    out = []
+    for r in flags[flags["masking_suspected"].eq(True).fillna(False)].to_dict("records"):
+        part = table[(table["detector"] == r["detector"]) & (table["ood_set"] == r["ood_set"])
+                     & np.isclose(table["eps"].astype(float), float(r["eps"]))]
+        square = part.loc[part["method"] == "square", "robust_auroc"].min()
+        gradient = part.loc[part["method"].isin(["pgd", "apgd"]), "robust_auroc"].min()
+        out.append(f"Gradient masking suspected on {label(r['detector'])} ({label(r['ood_set'])}, eps "
+                   f"{eps_label(r['eps'])}): the gradient-free Square attack reaches a robust AUROC of {square:.1f}, "
+                   f"below every attack on its score's gradient (PGD, APGD; lowest {gradient:.1f}) beyond their "
+                   "paired 95 % intervals, so those gradient attacks are unreliable for it (Carlini et al. 2019); "
+                   "read its ensemble row.")
+    if not out and flags["masking_suspected"].notna().any():
+        out.append("No detector's gradient attacks are beaten by Square beyond the paired 95 % interval: no "
+                   "sign of gradient masking (Carlini et al. 2019's gradient-free check).")
+    return out
+
+
+def plot_ensemble(steps: pd.DataFrame, plot_dir: Path) -> Path | None:
+    """``robust_ensemble.png``: the robust AUROC after each attack added (``robust_ensemble.csv``), one line per
+    detector, OOD set and eps, with its 95 % interval as error bars; None for an empty table."""
+    from matplotlib.figure import Figure as MplFigure
+
+    if not len(steps):
+        return None
+    fig = MplFigure(figsize=(6.4, 3.6))
+    ax = fig.subplots()
+    for (det, ood_set, eps), part in steps.groupby(["detector", "ood_set", "eps"], sort=False):
+        values = part["robust_auroc"].to_numpy(float)
+        err = np.nan_to_num(np.stack([values - part["robust_auroc_lo"].to_numpy(float),
+                                      part["robust_auroc_hi"].to_numpy(float) - values]))
+        ax.errorbar(part["step"], values, yerr=err, marker="o", markersize=3, capsize=2, linewidth=1,
+                    label=f"{label(det)}, {label(ood_set)}, {eps_label(eps)}")
+    orders = {tuple(part["attack"]) for _, part in steps.groupby(["detector", "ood_set", "eps"], sort=False)}
+    longest = max(orders, key=len)
+    ax.set_xticks(range(len(longest)), list(longest) if len(orders) == 1 else [str(k) for k in range(len(longest))],
+                  fontsize=7)
+    ax.axhline(50, color="grey", linewidth=0.8, linestyle=":")
+    ax.set_xlabel("attack added (step)" if len(orders) == 1 else "step (robust_ensemble.csv names the attack)")
+    ax.set_ylabel("robust AUROC (%)")
+    ax.set_ylim(0, 100)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6)
+    path = plot_dir / "robust_ensemble.png"
+    aio.save_figure(fig, path)
+    return path
+
+
+def ensemble_section(steps: pd.DataFrame, figure: Path | None) -> Section:
+    """``Robust AUROC of the attack ensemble``: the robust AUROC after each attack added and its reading."""
+    shown = steps.drop(columns=["id_attack", "ood_attack", "n_id", "n_ood", "protocol", "error", "ci",
+                                "robust_auroc_lo", "robust_auroc_hi"], errors="ignore").copy()
+    shown["eps"] = [eps_label(e) for e in shown["eps"]]
+    shown.insert(shown.columns.get_loc("robust_auroc") + 1, "95 % interval",
+                 ["" if pd.isna(lo) else f"[{lo:.1f}, {hi:.1f}]"
+                  for lo, hi in zip(steps["robust_auroc_lo"], steps["robust_auroc_hi"])])
+    lines = []
+    for (det, ood_set, eps), part in steps.groupby(["detector", "ood_set", "eps"], sort=False):
+        last, first = part.iloc[-1], part.iloc[0]
+        top = part.iloc[1:].sort_values(["id_images_set", "ood_images_set"], ascending=False).iloc[0]
+        interval = "" if math.isnan(last["robust_auroc_lo"]) else \
+            f" [{last['robust_auroc_lo']:.1f}, {last['robust_auroc_hi']:.1f}]"
+        lines.append(f"{label(det)} ({label(ood_set)}, eps {eps_label(eps)}): the worst case per image over "
+                     f"{len(part) - 1} attacks gives a robust AUROC of {last['robust_auroc']:.1f}{interval} (clean "
+                     f"{first['robust_auroc']:.1f}); {top['attack']} set the most images' worst case "
+                     f"({top['id_images_set']} ID, {top['ood_images_set']} OOD).")
+    items = [Paragraph("The worst case per image over every robust attack of a detector (AutoAttack's rule, Croce & "
+                       "Hein 2020, on the detector's score): each ID image at its lowest confidence over its clean "
+                       "self and every ID-side attack, each OOD image at its highest. Step 0 is clean; each step adds "
+                       "one attack in a fixed order (APGD, APGD on the second objective, PGD, plain before EOT, "
+                       "Square last); the images columns count the images whose worst case that attack set. The "
+                       "last step is the ensemble row of robust_auroc.csv."), Table(shown), Bullets(lines)]
+    if figure is not None:
+        items.append(Figure(figure, "Robust AUROC (%) after each attack added to the ensemble, with 95 % "
+                                    "intervals; chance dotted"))
+    return Section("Robust AUROC of the attack ensemble", items)

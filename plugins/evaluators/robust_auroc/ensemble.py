@@ -1,0 +1,227 @@
+"""The worst case per image over a detector's robust-AUROC attacks (``method`` ``ensemble``), the robust AUROC after
+each attack added (``robust_ensemble.csv``) and the gradient-masking flag (``masking_suspected``), for the
+``robust_auroc`` evaluator.
+
+**Ensemble** (AutoAttack's rule, Croce & Hein, ICML 2020, applied to a detector's score): per detector, natural OOD
+set and eps, each ID test image takes the lowest confidence over its clean self and every ID-side robust set of that
+detector in the run (every method and attack family: PGD, APGD, APGD on the second objective, Square, plain and
+EOT), each OOD image the highest over its clean self and every OOD-side set on that OOD set. The row's metrics are
+:func:`~advopenood_plugins.evaluators.robust_auroc.plugin.robust_metrics` of (clean ID, clean OOD, worst ID, worst
+OOD) with the paired interval of every other row, cell key ``robust|<det>|ensemble|<OOD set>|<eps as %.6g>``;
+``id_attack`` / ``ood_attack`` list the sets joined by ``+`` in :data:`ORDER`.
+
+**Steps** (``robust_ensemble.csv``, as AutoAttack prints robust accuracy after each attack): step 0 is the clean
+AUROC, then one step per attack in the fixed order :data:`ORDER` (``apgd``, ``apgd_aux``, ``pgd``, each plain before
+its EOT twin, ``square`` last), each adding its ID-side and OOD-side set; after each step the robust AUROC of the
+worst case so far with its interval (bootstrap draws of the cell key ``robust_ensemble|<det>|<OOD set>|<eps>``, the
+same for every step) and how many ID and OOD images that attack set the worst case of (strictly lower, resp.
+higher, than before). The last step is the ensemble row.
+
+**Masking** (Carlini et al. 2019, "On Evaluating Adversarial Robustness": a gradient-free attack that beats
+the gradient attacks says the gradients are unreliable): per detector, OOD set and eps, ``masking_suspected`` is
+True when the run has a Square row and at least one row of an attack on the score's gradient
+(:data:`SCORE_GRADIENT_METHODS`: ``pgd``, ``apgd``, plain or EOT; ``apgd_aux`` follows another objective's gradient
+and is left out, so that it cannot hide a masked score) and, for EVERY such row ``g``, the 95 % interval of
+``robust_auroc_g - robust_auroc_square`` lies above 0 (paired: bootstrap draws of ``robust_masking|<det>|<OOD
+set>|<eps>`` applied to both rows' attacked arrays; DeLong's correlated difference under ``delong``); False when the
+run has both kinds and the rule does not hold; empty (NA) without a Square row, without a score-gradient row, or
+without an interval (``ci: none``, fewer than 2 images a side).
+
+**Nothing to combine**: a detector, OOD set and eps with at most one attack per side, or none on one side, gets no
+ensemble row; every such cell is named, with why, in ``Results.skipped["ensemble"]`` (``run.json``'s
+``nothing_computed`` as ``evaluator:robust_auroc:ensemble``, the report, stderr).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from advopenood.evaluation.context import RunContext
+from advopenood.evaluation.intervals import ci_label, draw, generator, replicates, too_few
+from advopenood.outputs.results import Section
+from advopenood_plugins.attacks.robust import robust_class
+from advopenood_plugins.kit.paired import difference_bounds
+
+#: the order attacks join the ensemble: ``(method, attack family)``
+ORDER = [("apgd", "plain"), ("apgd", "eot"), ("apgd_aux", "plain"), ("apgd_aux", "eot"), ("pgd", "plain"),
+         ("pgd", "eot"), ("square", "plain")]
+#: the attacks that follow the detector's score's gradient: the masking flag's comparison
+SCORE_GRADIENT_METHODS = ("pgd", "apgd")
+STEP_COLUMNS = ["detector", "ood_set", "eps", "step", "attack", "id_attack", "ood_attack", "robust_auroc",
+                "robust_auroc_lo", "robust_auroc_hi", "ci", "id_images_set", "ood_images_set", "n_id", "n_ood",
+                "error", "protocol"]
+
+
+@dataclass
+class Ensemble:
+    """What :func:`ensemble_results` hands the evaluator: the ensemble rows (``tables["rows"]``) and
+    ``robust_ensemble.csv``, the report section, the figure and the skipped cells with their reasons."""
+
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    sections: list[Section] = field(default_factory=list)
+    figures: list[Path] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+#: one step of an ensemble: (attack label, its ID-side sets, its OOD-side sets)
+Step = tuple[str, list[str], list[str]]
+
+
+def attack_label(method: str, family: str) -> str:
+    """A step's ``attack``: the method, ``_eot`` added for an EOT twin (``apgd_eot``)."""
+    return method + ("_eot" if family == "eot" else "")
+
+
+def _robust_sets(ctx: RunContext) -> list[tuple[str, str, str, float, str, str]]:
+    """``(detector, side, source, eps, attack label, set)`` of every robust set of a detector the run scored."""
+    from advopenood_plugins.evaluators.robust_auroc.plugin import attack_family
+
+    out = []
+    for name, adv in ctx.adv_sets.items():
+        cls = robust_class(adv.attack)
+        if cls is not None and cls.detector in ctx.scores:
+            out.append((cls.detector, cls.side, adv.source, float(adv.eps),
+                        attack_label(cls.method, attack_family(cls)), name))
+    return out
+
+
+def ensemble_cells(ctx: RunContext) -> dict[tuple[str, str, float], list[Step]]:
+    """``(detector, OOD set, eps) -> steps`` in :data:`ORDER`: per detector, each eps of its robust sets and each
+    natural OOD set it has an OOD-side set on (every natural OOD set when it has none)."""
+    sets = _robust_sets(ctx)
+    cells: dict[tuple[str, str, float], list[Step]] = {}
+    for det in dict.fromkeys(s[0] for s in sets):
+        mine = [s for s in sets if s[0] == det]
+        budgets: list[float] = []
+        for s in mine:
+            budgets += [] if any(math.isclose(s[3], b, rel_tol=1e-6) for b in budgets) else [s[3]]
+        oods = list(dict.fromkeys(s[2] for s in mine if s[1] == "ood")) or list(ctx.ood_sets)
+        for ood_set in oods:
+            for eps in budgets:
+                at = [s for s in mine if math.isclose(s[3], eps, rel_tol=1e-6)]
+                cells[det, ood_set, eps] = [
+                    (label, [s[5] for s in at if s[1] == "id" and s[4] == label],
+                     [s[5] for s in at if s[1] == "ood" and s[4] == label and s[2] == ood_set])
+                    for label in (attack_label(*m) for m in ORDER)]
+                cells[det, ood_set, eps] = [st for st in cells[det, ood_set, eps] if st[1] or st[2]]
+    return cells
+
+
+def nothing_to_combine(steps: list[Step]) -> str:
+    """Why a cell has no ensemble: no attack on one side, or one attack set per side; "" when it has one."""
+    n_id, n_ood = sum(len(s[1]) for s in steps), sum(len(s[2]) for s in steps)
+    if not n_id or not n_ood:
+        return f"no {'ID' if not n_id else 'OOD'}-side robust attack"
+    return "one attack per side" if n_id == 1 and n_ood == 1 else ""
+
+
+def skipped_reason(cells: dict[str, list[str]]) -> str:
+    """One line for every cell with nothing to combine, grouped by why (``cells``: why -> ``det (set, eps)``)."""
+    said = "; ".join(f"{why} for {', '.join(where)}" for why, where in cells.items())
+    return (f"no robust ensemble: {said}; an ensemble needs two or more attacks on a side and one on each (e.g. "
+            "evaluator_params.robust_auroc.ensemble: standard)")
+
+
+def worst_case(start: np.ndarray, scores: dict[str, np.ndarray], sets: list[str], lower: bool) -> np.ndarray:
+    """The per-image worst case over ``start`` and ``sets``: the lowest confidence when ``lower``, else the highest."""
+    worst = np.asarray(start, float)
+    for name in sets:
+        worst = np.minimum(worst, scores[name]) if lower else np.maximum(worst, scores[name])
+    return worst
+
+
+
+def ensemble_cell(ctx: RunContext, det: str, ood_set: str, eps: float,
+                  steps: list[Step]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The ensemble row of one cell and its rows of ``robust_ensemble.csv`` (module docstring)."""
+    from advopenood_plugins.evaluators.robust_auroc.plugin import robust_intervals, robust_metrics
+
+    ci, scores = ctx.plan.ci, ctx.scores[det]
+    clean_id, clean_ood = np.asarray(scores["id"], float), np.asarray(scores[ood_set], float)
+    id_sets, ood_sets = [n for s in steps for n in s[1]], [n for s in steps for n in s[2]]
+    sizes = {len(scores[n]) for n in id_sets} | {len(clean_id)}, {len(scores[n]) for n in ood_sets} | {len(clean_ood)}
+    if len(sizes[0]) > 1 or len(sizes[1]) > 1:
+        raise ValueError(f"robust_auroc ensemble of {det}: its attacked sets are not the clean sets' size")
+    common = {"detector": det, "ood_set": ood_set, "eps": eps, "ci": ci_label(ci.method, ci.resamples),
+              "n_id": len(clean_id), "n_ood": len(clean_ood), "protocol": ctx.protocol}
+    rows, w_id, w_ood = [], clean_id, clean_ood
+    for step, (label, ids, oods) in enumerate([("none", [], []), *steps]):
+        new_id, new_ood = worst_case(w_id, scores, ids, True), worst_case(w_ood, scores, oods, False)
+        set_id, set_ood = int((new_id < w_id).sum()), int((new_ood > w_ood).sum())
+        w_id, w_ood = new_id, new_ood
+        bounds, reason = robust_intervals(clean_id, clean_ood, w_id, w_ood, ci.method, ctx.seed,
+                                          f"robust_ensemble|{det}|{ood_set}|{float(eps):.6g}", ci.resamples)
+        rows.append({**common, "step": step, "attack": label, "id_attack": "+".join(ids), "ood_attack": "+".join(oods),
+                     "robust_auroc": robust_metrics(clean_id, clean_ood, w_id, w_ood)["robust_auroc"],
+                     "robust_auroc_lo": bounds["robust_auroc_lo"], "robust_auroc_hi": bounds["robust_auroc_hi"],
+                     "id_images_set": set_id, "ood_images_set": set_ood, "error": reason})
+    bounds, reason = robust_intervals(clean_id, clean_ood, w_id, w_ood, ci.method, ctx.seed,
+                                      f"robust|{det}|ensemble|{ood_set}|{float(eps):.6g}", ci.resamples)
+    row = {**common, "method": "ensemble", "attack_family": "all", **robust_metrics(clean_id, clean_ood, w_id, w_ood),
+           **bounds, "id_attack": "+".join(id_sets), "ood_attack": "+".join(ood_sets), "error": reason}
+    return row, rows
+
+
+def ensemble_results(ctx: RunContext, table: pd.DataFrame) -> Ensemble:
+    """The ensemble rows, ``robust_ensemble.csv``, its section and figure, and (as the part ``ensemble``) the cells
+    with nothing to combine with why; ``table``: ``robust_auroc.csv``'s single-attack rows."""
+    from advopenood_plugins.evaluators.robust_auroc.report import ensemble_section, plot_ensemble
+
+    rows, steps, out, empty = [], [], Ensemble(), {}
+    for (det, ood_set, eps), cell in ensemble_cells(ctx).items():
+        reason = nothing_to_combine(cell)
+        if reason:
+            empty.setdefault(reason, []).append(f"{det} ({ood_set}, eps {float(eps):.6g})")
+            continue
+        row, cell_steps = ensemble_cell(ctx, det, ood_set, eps, cell)
+        rows.append(row)
+        steps += cell_steps
+    out.skipped = {"ensemble": skipped_reason(empty)} if empty else {}
+    if not rows:
+        out.tables["rows"] = pd.DataFrame(columns=table.columns)
+        return out
+    out.tables["rows"] = pd.DataFrame(rows).reindex(columns=table.columns)
+    out.tables["robust_ensemble.csv"] = frame = pd.DataFrame(steps, columns=STEP_COLUMNS)
+    figure = plot_ensemble(frame, ctx.plot_dir)
+    out.figures = [figure] if figure else []
+    out.sections = [ensemble_section(frame, figure)]
+    return out
+
+
+def masking_flags(ctx: RunContext, table: pd.DataFrame) -> dict[tuple[str, str, float], Any]:
+    """``(detector, OOD set, eps) -> True / False / pd.NA`` by the rule of the module docstring."""
+    method, resamples = ctx.plan.ci.method, ctx.plan.ci.resamples
+    flags: dict[tuple[str, str, float], Any] = {}
+    for (det, ood_set, eps), part in table.groupby(["detector", "ood_set", "eps"], sort=False):
+        square = part[part["method"] == "square"]
+        gradient = part[part["method"].isin(SCORE_GRADIENT_METHODS)]
+        flags[det, ood_set, eps] = pd.NA
+        if not len(square) or not len(gradient) or method == "none":
+            continue
+        cell = lambda r: (np.asarray(ctx.scores[det][r["id_attack"]], float),
+                          np.asarray(ctx.scores[det][r["ood_attack"]], float))
+        sq = cell(square.iloc[0])
+        n_id, n_ood = len(sq[0]), len(sq[1])
+        idx = None if too_few(n_id, n_ood) or method != "bootstrap" else \
+            draw(generator(ctx.seed, f"robust_masking|{det}|{ood_set}|{float(eps):.6g}"), n_id, n_ood, resamples)
+        reps = (lambda c: replicates(*c, *idx, ("auroc",))["auroc"]) if idx is not None else (lambda c: None)
+        verdicts = []
+        for r in gradient.to_dict("records"):
+            g = cell(r)
+            lo, _, error = difference_bounds(method, g, sq, reps(g) if len(g[0]) == n_id and len(g[1]) == n_ood
+                                             else None, reps(sq))
+            verdicts.append(pd.NA if error or math.isnan(lo) else bool(lo > 0))
+        flags[det, ood_set, eps] = pd.NA if any(v is pd.NA for v in verdicts) else all(verdicts)
+    return flags
+
+
+def with_masking(ctx: RunContext, table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with ``masking_suspected`` set on every row of its detector, OOD set and eps."""
+    flags = masking_flags(ctx, table[table["method"] != "ensemble"])
+    column = [flags.get((r["detector"], r["ood_set"], r["eps"]), pd.NA) for r in table.to_dict("records")]
+    return table.assign(masking_suspected=pd.array(column, dtype="boolean"))

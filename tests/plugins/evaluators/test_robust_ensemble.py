@@ -1,0 +1,241 @@
+"""The robust AUROC's attack ensemble on the real CIFAR-10 ResNet-20 (issue 42): the per-image worst case over a
+detector's attacks (``method`` ``ensemble``), ``robust_ensemble.csv``, ``ensemble: standard`` with its Square member
+on the score, the gradient-masking flag on a detector built to mask its gradient, and their verify hook."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from conftest import edited_copy, pack_config, registered
+
+from advopenood.cli.main import main
+from advopenood.config.loading import apply_overrides, load_config
+from advopenood.config.schema import thaw
+from advopenood.errors import UsageError
+from advopenood.run.pipeline import run
+from advopenood_plugins.attacks.robust import ScoreSquare
+from advopenood_plugins.detectors.logits import MSP
+from advopenood_plugins.evaluators.robust_auroc.plugin import RobustAUROC
+from advopenood_plugins.kit.attacks import Best
+
+#: few steps and queries: the test is about the bookkeeping and the flag, not the attacks' strength
+FAST = {**{f"robust_{s}": {"steps": 5} for s in ("id", "ood")},
+        **{f"robust_{m}_{s}": {"n_iter": 5} for m in ("apgd", "apgd_aux") for s in ("id", "ood")}}
+QUERIES = 40
+
+
+class MaskedMSP(MSP):
+    """MSP rounded to 1e-3: the same ranking up to ties, and a gradient that is zero everywhere (a step function),
+    so every gradient attack stands still: a detector built to mask its gradient (test only)."""
+
+    openood_name = None
+
+    def score(self, net, x, out):
+        return torch.round(torch.softmax(out.logits.float(), 1).amax(1) * 1000) / 1000
+
+    grad_score = score
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _masked():
+    yield from registered({("detectors", "zzmasked"): MaskedMSP})
+
+
+def _config(data_root, out, params, detectors="msp,zzmasked"):
+    cfg = thaw(load_config("cifar10_resnet20")[0])
+    cfg["data"]["ood"] = cfg["data"]["ood"][:1]  # tin
+    cfg["data"]["fit_limit"] = 200
+    cfg["attack_params"] = FAST
+    cfg["evaluator_params"] = {"robust_auroc": params}
+    return apply_overrides(cfg, data_root=str(data_root), out=str(out), limit=16, attack="fgsm",
+                           detectors=detectors, evaluator="robust_auroc", ci_resamples=300)
+
+
+@pytest.fixture(scope="module")
+def ensemble_run(data_root, session_cache, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ensemble")
+    run(_config(data_root, out, {"method": ["pgd"], "ensemble": "standard", "square_queries": QUERIES}),
+        progress=False)
+    return out
+
+
+def test_standard_ensemble_adds_apgd_the_second_objective_and_square_per_side(ensemble_run):
+    sets = set(json.loads((ensemble_run / "run.json").read_text())["attacks"])
+    for det in ("msp", "zzmasked"):
+        for method in ("", "apgd_", "apgd_aux_", "square_"):
+            assert {f"robust_{method}id_{det}", f"robust_{method}ood_{det}-tin"} <= sets
+    params = json.loads((ensemble_run / "run.json").read_text())["attacks"]["robust_square_id_msp"]["params"]
+    assert params["n_queries"] == QUERIES
+
+
+def test_the_ensemble_is_at_most_every_single_attack_row_and_the_last_step(ensemble_run):
+    table = pd.read_csv(ensemble_run / "robust_auroc.csv")
+    steps = pd.read_csv(ensemble_run / "robust_ensemble.csv")
+    for det in ("msp", "zzmasked"):
+        mine = table[table["detector"] == det]
+        ens = mine[mine["method"] == "ensemble"].iloc[0]
+        singles = mine[mine["method"] != "ensemble"]
+        assert set(singles["method"]) == {"pgd", "apgd", "apgd_aux", "square"}
+        assert ens["robust_auroc"] <= singles["robust_auroc"].min() + 1e-9
+        assert ens["robust_auroc_lo"] <= ens["robust_auroc"] <= ens["robust_auroc_hi"]
+        path = steps[steps["detector"] == det].sort_values("step")
+        assert list(path["attack"]) == ["none", "apgd", "apgd_aux", "pgd", "square"]
+        assert path["robust_auroc"].iloc[0] == pytest.approx(ens["clean_auroc"], abs=1e-4)
+        assert path["robust_auroc"].iloc[-1] == pytest.approx(ens["robust_auroc"], abs=1e-4)
+        assert (np.diff(path["robust_auroc"].to_numpy()) <= 1e-9).all()  # adding an attack never helps the detector
+        assert path["id_images_set"].iloc[1:].sum() > 0
+
+
+def test_masking_is_flagged_on_the_masked_detector_and_not_on_msp(ensemble_run):
+    table = pd.read_csv(ensemble_run / "robust_auroc.csv")
+    flags = table.groupby("detector")["masking_suspected"].agg(set)
+    assert flags["zzmasked"] == {True} and flags["msp"] == {False}
+    masked = table[table["detector"] == "zzmasked"].set_index("method")["robust_auroc"]
+    assert masked["square"] < min(masked["pgd"], masked["apgd"])
+    report = (ensemble_run / "report.md").read_text()
+    assert "Gradient masking suspected on ZZMASKED" in report.replace("zzmasked", "ZZMASKED")
+    assert "Gradient masking suspected on MSP" not in report and "robust_ensemble.png" in report
+
+
+def test_the_ensemble_verifies_and_each_edit_is_one_difference(ensemble_run, tmp_path, capsys):
+    assert main(["verify", str(ensemble_run)]) == 0
+    row = int(pd.read_csv(ensemble_run / "robust_auroc.csv").query("method == 'ensemble'").index[0])
+    for table, column, index in (("robust_auroc.csv", "robust_auroc", row),
+                                 ("robust_auroc.csv", "robust_fpr95_hi", row),
+                                 ("robust_ensemble.csv", "robust_auroc", 2),
+                                 ("robust_ensemble.csv", "ood_images_set", 3)):
+        copy = edited_copy(ensemble_run, tmp_path / f"{table}-{column}", table, column, 1.0, index)
+        capsys.readouterr()
+        assert main(["verify", str(copy)]) == 1
+        said = capsys.readouterr()
+        assert "1 difference(s)" in said.out + said.err, (table, column)
+
+
+def test_a_flipped_masking_flag_is_a_difference(ensemble_run, tmp_path, capsys):
+    copy = tmp_path / "run"
+    import shutil
+
+    shutil.copytree(ensemble_run, copy)
+    frame = pd.read_csv(copy / "robust_auroc.csv")
+    frame.loc[frame["detector"] == "msp", "masking_suspected"] = True
+    frame.to_csv(copy / "robust_auroc.csv", index=False, float_format="%.6g")
+    capsys.readouterr()
+    assert main(["verify", str(copy)]) == 1
+    said = capsys.readouterr()
+    assert "masking_suspected" in said.out + said.err
+
+
+def test_square_on_a_score_with_a_known_minimiser_gets_close_to_it():
+    """The mean pixel value is minimised over the Linf ball by ``x - eps`` (inside [0, 1]): Square must go most of
+    the way there, stay in the ball, and never end above the clean value."""
+    torch.manual_seed(0)
+    x, eps = torch.rand(2, 3, 32, 32) * 0.8 + 0.1, 8 / 255
+
+    def objective(z):
+        conf = z.mean((1, 2, 3))
+        return -conf, torch.zeros(len(z), dtype=torch.bool), -conf, None
+
+    best = Best(x)
+    best.update(x, torch.zeros(2, dtype=torch.bool), -x.mean((1, 2, 3)))
+    square = ScoreSquare(objective, best, norm="Linf", n_queries=300, eps=eps, p_init=0.8, seed=0,
+                         resc_schedule=True, device=x.device)
+    square.init_hyperparam(x)
+    square.attack_single_run(x, torch.zeros(2, dtype=torch.long))
+    drop = (x.mean((1, 2, 3)) - best.x.mean((1, 2, 3))) / eps  # 1.0 at the minimiser
+    assert (drop > 0.45).all() and (drop <= 1.0 + 1e-6).all()
+    assert (best.x - x).abs().max() <= eps + 1e-6
+
+
+@pytest.mark.parametrize("queries", [0, -5, 2.5, "many", True])
+def test_a_square_budget_that_is_not_a_positive_integer_is_refused(queries):
+    with pytest.raises(UsageError, match="square_queries"):
+        RobustAUROC(ensemble="standard", square_queries=queries)
+
+
+def test_a_bad_square_budget_exits_2_in_one_line(data_root, tmp_path, capsys):
+    config = pack_config(tmp_path / "cfg", data_root, {"evaluators": ["robust_auroc"],
+                                                       "evaluator_params": {"robust_auroc": {"square_queries": 0}}})
+    rc = main(["run", "--config", config, "--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "square_queries 0" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_unknown_ensemble_is_refused():
+    with pytest.raises(UsageError, match="ensemble 'everything'"):
+        RobustAUROC(ensemble="everything")
+
+
+def test_one_attack_per_side_is_nothing_to_combine_in_run_json_and_the_report(data_root, tmp_path):
+    out = tmp_path / "run"
+    run(_config(data_root, out, {"method": "pgd"}, detectors="msp"), progress=False)
+    info = json.loads((out / "run.json").read_text())
+    reason = info["nothing_computed"]["evaluator:robust_auroc:ensemble"]
+    assert reason.startswith("no robust ensemble: one attack per side for msp (tin, eps 0.0313725)")
+    report = (out / "report.md").read_text()
+    assert "robust_auroc:ensemble: nothing to compute" in report and reason in report
+    assert not (out / "robust_ensemble.csv").exists()
+    assert "ensemble" not in set(pd.read_csv(out / "robust_auroc.csv")["method"])
+    assert main(["verify", str(out)]) == 0
+
+
+@pytest.mark.parametrize("queries", [0, -1])
+def test_a_square_attack_with_a_bad_query_budget_is_refused(queries):
+    from advopenood.attacks.base import build_attack
+
+    with pytest.raises(UsageError, match=f"n_queries {queries}"):
+        build_attack("robust_square_id_msp", {"n_queries": queries}, input_size=32)
+
+
+@pytest.fixture(scope="module")
+def fit_set(pack_set):
+    return pack_set("cifar10_train", "cifar10_train_10k.npz", 1000)
+
+
+@pytest.mark.parametrize("name, params", [("robust_apgd_aux_id_msp", {"n_iter": 5}),
+                                          ("robust_apgd_aux_ood_msp", {"n_iter": 5}),
+                                          ("robust_apgd_aux_id_mds", {"n_iter": 5}),  # feature distance
+                                          ("robust_apgd_aux_ood_mds", {"n_iter": 5}),
+                                          ("robust_square_id_mds", {"n_queries": 30}),
+                                          ("robust_square_ood_msp", {"n_queries": 30})])
+def test_each_new_member_moves_every_images_confidence_its_way_inside_the_ball(name, params, cifar_model, fit_set,
+                                                                                cifar_batch, pack_set):
+    """The second objective (logit margin for MSP, feature distance for MDS) and Square on the score: inside the
+    ball, never worse for the attacker than the clean image, and on average a clear move the attacker's way."""
+    from advopenood.attacks.base import build_attack
+    from advopenood.capabilities import bind_attack
+    from advopenood.data.datasets import stack
+
+    attack = bind_attack(build_attack(name, params, input_size=32), cifar_model, fit_set, seed=0, batch_size=128,
+                         device=torch.device("cpu"))
+    if attack.source == "id":
+        x, y = cifar_batch[0][:8], cifar_batch[1][:8]
+    else:
+        x, y = stack(pack_set("tin", "tin_test.npz", 8), list(range(8)))
+    x_adv = attack(cifar_model, x, y, seed=1)
+    assert float((x_adv - x).abs().amax()) <= 8 / 255 + 1e-6 and 0 <= float(x_adv.min()) and float(x_adv.max()) <= 1
+    clean, adv = attack.detector_score(x).double(), attack.detector_score(x_adv).double()
+    moved = (adv - clean) * attack.sign
+    assert bool((moved >= -1e-6).all())
+    assert float(moved.mean()) > 0.1 * float(clean.std())
+
+
+def test_standard_ensemble_of_a_randomised_detector_has_eot_gradients_and_a_plain_square(data_root, tmp_path):
+    """A randomised detector gets the EOT twins of the gradient members and Square without a twin (each query is
+    scored with fresh noise); Square's default budget is 500 queries on a CPU and AutoAttack's 5,000 on a GPU."""
+    from advopenood.config.plan import expand_attacks
+
+    cfg = _config(data_root, tmp_path, {"ensemble": "standard"}, detectors="msp,smoothed_msp")
+    specs = {s.set_name: s for s in expand_attacks(cfg, 32)}
+    assert [n for n in specs if "smoothed_msp" in n] == [
+        "robust_apgd_id_eot_smoothed_msp", "robust_apgd_ood_eot_smoothed_msp-tin",
+        "robust_apgd_aux_id_eot_smoothed_msp", "robust_apgd_aux_ood_eot_smoothed_msp-tin",
+        "robust_square_id_smoothed_msp", "robust_square_ood_smoothed_msp-tin"]
+    assert "robust_id_msp" not in specs  # without `method`, the standard ensemble replaces the default PGD
+    assert specs["robust_square_id_msp"].params["n_queries"] == 500
+    gpu = {s.set_name: s for s in expand_attacks(cfg.replace(device="cuda"), 32)}
+    assert gpu["robust_square_ood_msp-tin"].params["n_queries"] == 5000
