@@ -11,6 +11,16 @@ from advopenood.errors import UsageError
 CI_METHODS = ("bootstrap", "delong", "none")
 #: the fewest bootstrap resamples per cell (``ci.resamples`` / ``--ci-resamples``)
 MIN_RESAMPLES = 100
+#: the most resamples a plan may ask for, under any method: 50 times the default, whose Monte Carlo error on the
+#: interval's ends is already below the tables' precision; above it the time (the oracle's re-derivation most of
+#: all), not the answer, grows (docs/concepts.md, "Intervals")
+MAX_RESAMPLES = 100_000
+
+
+def too_few_resamples(value: int) -> str:
+    """Why ``value`` resamples are refused for a bootstrap (the plan's and the CLI's one message)."""
+    return (f"{value} resamples are too few for a bootstrap: its percentiles would be too coarse for a 95 % interval; "
+            f"valid choices: at least {MIN_RESAMPLES}, or ci.method delong or none, which draw no resamples")
 
 
 def parse_eps(text: str | float) -> float:

@@ -134,7 +134,9 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def write_csv(path: Path, df: pd.DataFrame) -> None:
-    write_text(path, df.to_csv(index=False, float_format="%.6g"))
+    """``df`` as CSV, numbers to 6 significant digits; a column of numbers held as objects (a concatenation with
+    an empty frame) is written as numbers too, so that one number reads the same in every table."""
+    write_text(path, df.infer_objects().to_csv(index=False, float_format="%.6g"))
 
 
 def write_table(path: Path, df: pd.DataFrame) -> None:

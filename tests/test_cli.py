@@ -380,7 +380,8 @@ def test_the_plugin_index_notices_an_edit_to_a_module_no_entry_point_names(tmp_p
 #: flags refused before torch and the plugins load (advopenood/cli/precheck.py); the docs quote the time measured
 PRECHECKED = {"eps": (["--eps", "abc"], "eps 'abc' is not a number"),
               "ci": (["--ci", "nosuch"], "ci.method (--ci) 'nosuch' is not an interval method"),
-              "resamples": (["--ci-resamples", "5"], "ci.resamples (--ci-resamples) 5 is too few"),
+              "resamples": (["--ci", "bootstrap", "--ci-resamples", "5"], "ci.resamples: 5 resamples are too few for a bootstrap"),
+              "resamples bound": (["--ci-resamples", "100001"], "ci.resamples (--ci-resamples) 100001 is out of range"),
               "detector": (["--detectors", "msp,nosuch"], "unknown detector 'nosuch'"),
               "attack": (["--attack", "pgd,adaptive_nosuch"], "unknown attack 'adaptive_nosuch'"),
               "evaluator": (["--evaluator", "ood,nosuch"], "unknown evaluator 'nosuch'")}

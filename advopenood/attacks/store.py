@@ -301,6 +301,7 @@ class AdvStore:
                 work = [work[0] + time.perf_counter() - t, work[1] + self._rows(i, len(ds))]
                 generated += 1
                 bar.update(self._rows(i, len(ds)))
+        bar.refresh()  # the final count is shown once whatever the refresh interval (a log keeps it)
         bar.close()
         shards = [self._shard_path(path, i) for i in range(n_shards)]
         stats = {"shards": n_shards, "generated": generated, "reused": reused, "regenerated": regenerated,

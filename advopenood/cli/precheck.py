@@ -9,15 +9,16 @@ import argparse
 
 from advopenood import registry
 from advopenood.errors import UsageError, choice_message
-from advopenood.flags import CI_METHODS, MIN_RESAMPLES, parse_eps
+from advopenood.flags import CI_METHODS, MAX_RESAMPLES, MIN_RESAMPLES, parse_eps, too_few_resamples
 
 #: flag (argparse dest) -> the plugin kind its comma-separated names select
 NAME_FLAGS = {"attack": "attacks", "detectors": "detectors", "evaluator": "evaluators", "analysis": "analyses"}
 
 
 def check_values(args: argparse.Namespace) -> None:
-    """``--eps`` (each budget a number or a fraction), ``--ci`` (a method) and ``--ci-resamples`` (at least
-    :data:`advopenood.flags.MIN_RESAMPLES`); a UsageError names the first bad one."""
+    """``--eps`` (each budget a number or a fraction), ``--ci`` (a method) and ``--ci-resamples`` (1 to
+    :data:`advopenood.flags.MAX_RESAMPLES`, at least :data:`~advopenood.flags.MIN_RESAMPLES` under ``--ci
+    bootstrap``; the config's method is not known here, the plan checks the rest); a UsageError names the first bad one."""
     eps = getattr(args, "eps", None)
     if eps is not None:
         for value in str(eps).split(","):
@@ -27,9 +28,12 @@ def check_values(args: argparse.Namespace) -> None:
     if ci is not None and ci not in CI_METHODS:
         raise UsageError(f"ci.method (--ci) {ci!r} is not an interval method; valid choices: {', '.join(CI_METHODS)}")
     resamples = getattr(args, "ci_resamples", None)
-    if resamples is not None and resamples < MIN_RESAMPLES:
-        raise UsageError(f"ci.resamples (--ci-resamples) {resamples} is too few; valid choices: an integer >= "
-                         f"{MIN_RESAMPLES}")
+    if resamples is not None and not 1 <= resamples <= MAX_RESAMPLES:
+        raise UsageError(f"ci.resamples (--ci-resamples) {resamples} is out of range; valid choices: an integer from "
+                         f"{MIN_RESAMPLES} to {MAX_RESAMPLES} (any up to {MAX_RESAMPLES} under --ci delong or none, "
+                         "where it has no effect)")
+    if resamples is not None and resamples < MIN_RESAMPLES and ci == "bootstrap":  # else the config's method decides
+        raise UsageError(f"ci.resamples: {too_few_resamples(resamples)}")
 
 
 def check_names(args: argparse.Namespace) -> None:

@@ -17,7 +17,8 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationInfo, field_va
 from advopenood.config import protocols
 from advopenood.data.specs import DATA_KINDS, DataSpec  # noqa: F401  (DATA_KINDS: the loader's messages)
 from advopenood.errors import UsageError
-from advopenood.flags import CI_METHODS, MIN_RESAMPLES, parse_eps  # noqa: F401  (parse_eps: re-exported)
+from advopenood.flags import (CI_METHODS, MAX_RESAMPLES, MIN_RESAMPLES, parse_eps,  # noqa: F401  (re-exported)
+                              too_few_resamples)
 from advopenood.models.specs import ModelSpec
 from advopenood.spec import StrictModel, choice_message
 
@@ -36,10 +37,6 @@ def thaw(value: Any) -> Any:
 BACKENDS = ("auto", "openood", "pytorch-ood")
 DEVICE_PATTERN = r"^(cpu|cuda(:\d+)?)$"
 SEED_MAX = 2**63 - 1
-#: the most bootstrap resamples a cell may ask for: 50 times the default, whose Monte Carlo error on the interval's
-#: ends is already below the tables' precision; above it the time (the oracle's re-derivation most of all), not the
-#: answer, grows (docs/concepts.md, "Intervals")
-MAX_RESAMPLES = 100_000
 
 
 def _eps_value(value: Any) -> Any:
@@ -137,9 +134,7 @@ class CISection(StrictModel):
     @classmethod
     def _enough(cls, value: int, info: ValidationInfo) -> int:
         if info.data.get("method", "bootstrap") == "bootstrap" and value < MIN_RESAMPLES:
-            raise ValueError(f"{value} resamples are too few for a bootstrap: its percentiles would be too coarse for "
-                             f"a 95 % interval; valid choices: at least {MIN_RESAMPLES}, or ci.method delong or none, "
-                             "which draw no resamples")
+            raise ValueError(too_few_resamples(value))
         return value
 
     def unused_note(self) -> str:

@@ -177,7 +177,7 @@ def as_written(table: pd.DataFrame, protocol: str | None = None) -> pd.DataFrame
     if protocol is not None and "protocol" not in table.columns:
         table = table.assign(protocol=protocol)
     try:
-        return pd.read_csv(io.StringIO(table.to_csv(index=False, float_format="%.6g")))
+        return pd.read_csv(io.StringIO(table.infer_objects().to_csv(index=False, float_format="%.6g")))
     except pd.errors.EmptyDataError:
         return pd.DataFrame()
 

@@ -329,7 +329,8 @@ class RobustAUROC(RequiresAttacks, Verifiable):
             return Results(tables={"robust_auroc.csv": table}, skipped=ensemble_results(ctx, table).skipped)
         paired = robust_paired_table(ctx, table)
         ensemble = ensemble_results(ctx, table)
-        table = with_masking(ctx, pd.concat([table, ensemble.tables.pop("rows")], ignore_index=True))
+        rows = ensemble.tables.pop("rows")  # concatenating an empty frame would turn every column into objects
+        table = with_masking(ctx, pd.concat([table, rows], ignore_index=True).infer_objects() if len(rows) else table)
         sections = guarded("Robust AUROC (ID and OOD attacked)",
                            lambda: [robust_section(as_written(table, ctx.protocol), paired)])
         return Results(tables={"robust_auroc.csv": table, "robust_paired.csv": paired, **ensemble.tables},

@@ -336,7 +336,7 @@ def test_ood_evaluator_rows_scores_and_table(bench, tmp_path):
 
     table = out["table_ood.csv"]
     assert list(table.detector) == ["msp", "mds", "nan_det", "broken"]
-    assert list(table.columns[1:]) == ["cifar10 none FPR95", "cifar10 none AUROC", "cifar10 pgd FPR95",
-                                       "cifar10 pgd AUROC"]
+    assert list(table.columns[1:]) == [f"cifar10 {a} {m}{end}" for a in ("none", "pgd") for m in ("FPR95", "AUROC")
+                                       for end in ("", " lo", " hi")]  # every number with its interval
     assert table.set_index("detector").loc["mds", "cifar10 pgd AUROC"] == pytest.approx(pgd.auroc)
     assert out["table_ood.md"] is table
