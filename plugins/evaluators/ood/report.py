@@ -68,11 +68,11 @@ def _below_chance(scores: pd.Series, sizes: tuple[int, int] | None) -> list[str]
 
 
 def read_ood(ood: pd.DataFrame) -> list[str]:
-    """Natural sets: the best and worst detector by mean AUROC and any below chance; per attack: which
-    detectors fall below chance (AUROC < 50 with the upper end of its 95 % interval below 50 too), or the best and
-    worst; and the mean AUROC from natural OOD sets to adversarial sets (:func:`compare_natural_adversarial`).
-    A set with fewer than :data:`MIN_CONCLUSIVE` images on a side gets its range and "too few to conclude"
-    instead (:func:`_too_few`)."""
+    """Natural sets: a lone detector's mean AUROC, and any below chance; per attack: which detectors fall below
+    chance (AUROC < 50 with the upper end of its 95 % interval below 50 too). No detector is called the best or the
+    worst: the ranks the paired tests support are the headline's (:mod:`.headline`). Last, the mean AUROC from
+    natural OOD sets to adversarial sets (:func:`compare_natural_adversarial`). A set with fewer than
+    :data:`MIN_CONCLUSIVE` images on a side gets its range and "too few to conclude" instead (:func:`_too_few`)."""
     table = ood_matrix(ood, "auroc")
     if table.empty:
         return []
@@ -102,10 +102,6 @@ def _read_natural(ood: pd.DataFrame, natural: pd.DataFrame) -> tuple[list[str], 
         out.append(few)
     elif len(mean) == 1:
         out.append(f"On natural OOD sets ({sets}), {label(mean.index[0])} reaches a mean AUROC of {mean.iloc[0]:.1f}.")
-    elif len(mean):
-        best, worst = mean.idxmax(), mean.idxmin()
-        out.append(f"On natural OOD sets ({sets}), {label(best)} is the best detector (mean AUROC {mean[best]:.1f}) "
-                   f"and {label(worst)} the worst ({mean[worst]:.1f}).")
     below = [] if few else _below_chance(mean, sizes)
     if below:
         verb = "scores" if len(below) == 1 else "score"
@@ -126,17 +122,13 @@ def _read_attack(ood: pd.DataFrame, col: str, scores: pd.Series) -> tuple[list[s
     near = [label(d) for d in scores.index if scores[d] < CHANCE and label(d) not in below]
     within = (f"; {join(near)} {'is' if len(near) == 1 else 'are'} below 50 but within the 95 % interval of "
               "chance") if near else ""
-    best = scores.idxmax()
     if len(below) == len(scores):
         return [f"On {label(col)} every detector falls below chance (AUROC < 50): adversarial examples look "
-                f"more in-distribution than clean images; the best is {label(best)} ({scores[best]:.1f})."], False
+                "more in-distribution than clean images."], False
     if below:
         verb = "falls" if len(below) == 1 else "fall"
-        return [f"{join(below)} {verb} below chance (AUROC < 50) on {label(col)}; the best is {label(best)} "
-                f"(AUROC {scores[best]:.1f}){within}."], False
-    worst = scores.idxmin()
-    return [f"No detector falls below chance on {label(col)}; the best is {label(best)} (AUROC "
-            f"{scores[best]:.1f}) and the worst {label(worst)} ({scores[worst]:.1f}){within}."], False
+        return [f"{join(below)} {verb} below chance (AUROC < 50) on {label(col)}{within}."], False
+    return [f"No detector falls below chance on {label(col)}{within}."], False
 
 
 def read_adaptive(table: pd.DataFrame) -> list[str]:
