@@ -156,8 +156,9 @@ def test_report_has_every_section_and_readings_match_the_numbers(tiny_run):
     asr = pd.read_csv(out / "asr.csv")
     bounded = asr[asr["eps"].notna()]  # FGSM and PGD at 8/255; DF (no budget) is read on its own
     for r in bounded.to_dict("records"):
+        span = f"95 % interval {r['asr_lo']:.1f} to {r['asr_hi']:.1f}" if "asr_lo" in r else "no interval"
         assert f"{r['attack'].upper()}'s success rate at eps 8/255, of the correctly classified images: " \
-               f"{r['asr']:.1f} % (95 % interval {r['asr_lo']:.1f} to {r['asr_hi']:.1f}" in md
+               f"{r['asr']:.1f} % ({span}" in md
     assert "DF's success rate without a budget (minimal perturbation)" in md and "strongest" not in md
     summary = pd.read_csv(out / "gradcam_summary.csv")
     pgd = summary[(summary["attack"] == "pgd") & (summary["subset"] == "successful")].iloc[0]
@@ -244,8 +245,8 @@ def test_readings_on_hand_made_tables():
     assert read_ood(ood) == [
         "MSP and MLS fall below chance (AUROC < 50) on PGD.",
         "No detector falls below chance on DF.",
-        "Averaged over detectors, AUROC falls from 80.0 on natural OOD sets to 55.0 under attack: adversarial "
-        "examples evade the detectors more than natural OOD does."]
+        "Averaged over detectors, AUROC falls from 80.0 on natural OOD sets to 55.0 under attack (means of the point "
+        "estimates over detectors and sets; their difference is not tested)."]
     bintest = pd.DataFrame({"attack": ["pgd", "fgsm", "df"], "eps": 8 / 255, "asr": [0.99, 0.4, 0.97],
                             "random_asr": [0.1, 0.2, 0.8], "passed": [True, False, False],
                             "inconclusive": [False, False, True]})
@@ -272,10 +273,11 @@ def _ood_table(natural: list[float], adversarial: list[float]) -> pd.DataFrame:
 
 @pytest.mark.parametrize("natural, adversarial, verb, reading", [
     ([90.0, 85.0, 95.0], [20.0, 30.0, 70.0], "falls from 90.0 on natural OOD sets to 40.0 under attack",
-     "evade the detectors more"),
+     "their difference is not tested"),
     ([40.0, 35.0, 90.0], [80.0, 85.0, 95.0], "rises from 55.0 on natural OOD sets to 86.7 under attack",
-     "flag adversarial examples more readily"),
-    ([60.0, 60.0, 60.0], [60.0, 60.0, 60.0], "is 60.0 both on natural OOD sets and under attack", "as hard to detect"),
+     "their difference is not tested"),
+    ([60.0, 60.0, 60.0], [60.0, 60.0, 60.0], "is 60.0 both on natural OOD sets and under attack",
+     "their difference is not tested"),
 ])
 def test_natural_vs_adversarial_sentence_follows_the_numbers(natural, adversarial, verb, reading):
     last = read_ood(_ood_table(natural, adversarial))[-1]

@@ -21,17 +21,15 @@ from advopenood.outputs.report import CHANCE, join
 from advopenood.outputs.report import name as label
 
 def compare_natural_adversarial(nat: float, adv: float) -> str:
-    """The sentence comparing mean AUROC on natural OOD sets (``nat``) with that under attack (``adv``); its
-    verb and reading follow the sign of the difference (as shown, to one decimal)."""
+    """The sentence comparing mean AUROC on natural OOD sets (``nat``) with that under attack (``adv``); its verb
+    follows the sign of the difference (as shown, to one decimal). It states the two means, no conclusion: they
+    are means of point estimates over detectors and sets, and their difference is not tested."""
     nat_s, adv_s = f"{nat:.1f}", f"{adv:.1f}"
+    untested = "(means of the point estimates over detectors and sets; their difference is not tested)."
     if nat_s == adv_s:
-        return (f"Averaged over detectors, AUROC is {nat_s} both on natural OOD sets and under attack: the attacks "
-                "are as hard to detect as natural OOD.")
-    if adv < nat:
-        return (f"Averaged over detectors, AUROC falls from {nat_s} on natural OOD sets to {adv_s} under attack: "
-                "adversarial examples evade the detectors more than natural OOD does.")
-    return (f"Averaged over detectors, AUROC rises from {nat_s} on natural OOD sets to {adv_s} under attack: here "
-            "the detectors flag adversarial examples more readily than natural OOD.")
+        return f"Averaged over detectors, AUROC is {nat_s} both on natural OOD sets and under attack {untested}"
+    verb = "falls" if adv < nat else "rises"
+    return f"Averaged over detectors, AUROC {verb} from {nat_s} on natural OOD sets to {adv_s} under attack {untested}"
 
 
 def _sizes(ood: pd.DataFrame, sets: list[str]) -> tuple[int, int] | None:
