@@ -2,9 +2,10 @@
 is rendered from a :class:`Claim`, a record of the table cells it reads, the numbers it quotes and the test it rests
 on. Plugins put claims among a section's bullets (:class:`advopenood.outputs.Bullets` takes them beside plain
 strings); the core renders each (:attr:`Claim.text`) and writes them all to ``claims.json`` in the run folder, and
-``advopenood verify`` re-reads every one from its table (:func:`advopenood.evaluation.verify.verify_claims`): the
-quoted numbers must be the table's cells (the difference and interval of the order stated), the test must hold,
-and the sentence in ``report.md`` must be the claim's rendering.
+``advopenood verify`` re-reads every one from its table (:func:`advopenood.evaluation.verify.verify_claims`; a
+``first`` claim by :func:`advopenood.evaluation.verify_first.check_first`): the quoted numbers must be the table's
+cells (the difference and interval of the order stated), the test must hold, and the sentence in ``report.md``
+must be the claim's rendering.
 
 Kinds (:data:`KINDS`):
 

@@ -33,6 +33,7 @@ from advopenood.config.schema import MAX_RESAMPLES
 from advopenood.claims import STATED, Claim, read_claims
 from advopenood.errors import UsageError
 from advopenood.evaluation import oracle
+from advopenood.evaluation.verify_first import check_first
 from advopenood.io import MANIFEST, OutputError, files_under, read_manifest
 
 
@@ -375,7 +376,7 @@ def check_claim(run: RunFiles, claim: Claim, tables: dict[str, pd.DataFrame]) ->
     table = tables[claim.table]
     if claim.kind == "first":
         try:
-            return check_first(run, claim, table)
+            return check_first(claim, table, run.table("ood.csv"))
         except (Unreadable, KeyError, ValueError, TypeError) as exc:
             return [f"paired.csv or ood.csv cannot be read for the claim ({type(exc).__name__}: {exc})"]
     mask = np.ones(len(table), dtype=bool)
@@ -400,36 +401,6 @@ def check_claim(run: RunFiles, claim: Claim, tables: dict[str, pd.DataFrame]) ->
         lines.append("it states a direction that the paired interval of the stated difference does not support")
     if claim.kind == "no_difference" and (lo > 0 or hi < 0):
         lines.append("it says no difference is shown where the paired interval excludes 0")
-    return lines
-
-
-def check_first(run: RunFiles, claim: Claim, paired: pd.DataFrame) -> list[str]:
-    """A ``first`` claim re-derived from ``paired.csv``'s rows on its set and ``ood.csv``'s ranked detectors, on a
-    path of its own: a row's interval above 0 shows ``detector_a`` higher, below 0 ``detector_b``; the detectors
-    that no row shows lower are the ones that can be first, and a lone one's worst rank is ``n`` - the number it is
-    shown higher than."""
-    ood_set = dict(claim.row).get("ood_set", "")
-    ood = run.table("ood.csv")
-    ranked = set(ood.loc[(ood["ood_set"].map(_key_text) == ood_set) & ood["auroc"].notna(), "detector"].map(str))
-    rows = paired[paired["ood_set"].map(_key_text) == ood_set]
-    lower = {d: 0 for d in ranked}
-    higher = dict(lower)
-    for a, b, lo, hi in zip(rows["detector_a"].map(str), rows["detector_b"].map(str), rows["delta_auroc_lo"],
-                            rows["delta_auroc_hi"]):
-        if a in ranked and b in ranked and (float(lo) > 0 or float(hi) < 0):
-            win, lose = (a, b) if float(lo) > 0 else (b, a)
-            higher[win] += 1
-            lower[lose] += 1
-    first = sorted(d for d, k in lower.items() if k == 0)
-    lines = []
-    if list(claim.names) != first:
-        lines.append(f"it names {', '.join(claim.names) or 'none'} as able to be first, the paired rows "
-                     f"{', '.join(first) or 'none'}")
-    if claim.value != len(ranked):
-        lines.append(f"it ranks {claim.value:g} detectors, ood.csv {len(ranked)} on {ood_set}")
-    worst = float(len(ranked) - higher[first[0]]) if len(first) == 1 else math.nan
-    if not _same(claim.hi, worst, 0):
-        lines.append(f"its lone first's worst rank {claim.hi!r} is not the paired rows' {worst!r}")
     return lines
 
 
