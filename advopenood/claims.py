@@ -2,9 +2,10 @@
 is rendered from a :class:`Claim`, a record of the table cells it reads, the numbers it quotes and the test it rests
 on. Plugins put claims among a section's bullets (:class:`advopenood.outputs.Bullets` takes them beside plain
 strings); the core renders each (:attr:`Claim.text`) and writes them all to ``claims.json`` in the run folder, and
-``advopenood verify`` re-reads every one from its table (:func:`advopenood.evaluation.verify.verify_claims`): the
-quoted numbers must be the table's cells (the difference and interval of the order stated), the test must hold,
-and the sentence in ``report.md`` must be the claim's rendering.
+``advopenood verify`` re-reads every one from its table (:func:`advopenood.evaluation.verify.verify_claims`; a
+``first`` claim by :func:`advopenood.evaluation.verify_first.check_first`): the quoted numbers must be the table's
+cells (the difference and interval of the order stated), the test must hold, and the sentence in ``report.md``
+must be the claim's rendering.
 
 Kinds (:data:`KINDS`):
 
@@ -15,6 +16,10 @@ Kinds (:data:`KINDS`):
   interval contains 0, or there is none (a tie: neither is stated higher).
 * ``value``: one table cell with its own interval, as the table holds it ("what: v % (95 % interval lo to hi, m,
   table)").
+* ``first``: who can be first on one set given the paired comparisons of ``paired.csv`` (the headline's ranks):
+  ``names`` the detectors that no paired interval shows lower than another, ``value`` the number of detectors
+  ranked, ``hi`` the worst rank of a lone first (1: it is shown higher than every other; NaN for a group). "On S:
+  X is first; ...", "On S: only X can be first; ...", "On S: k detectors can be first, ...".
 
 For ``difference`` and ``no_difference``, :attr:`Claim.columns` names the table's ``(detector_a, detector_b,
 delta, delta_lo, delta_hi)`` columns; for ``value``, ``(value, lo, hi)``. This module is part of the foundation: it
@@ -31,15 +36,20 @@ from pathlib import Path
 from typing import Any
 
 CLAIMS_FILE = "claims.json"
-#: what marks a report sentence as a stated comparison (a paired interval, or "no difference shown"): each such
-#: sentence of ``report.md`` must be a claim's rendering, word for word
-STATED = re.compile(r"95 % paired interval|no difference shown: ")
+#: what marks a report sentence as a stated comparison, ranking or quoted cell (a paired interval, "no difference
+#: shown", a value's "(95 % interval lo to hi, m, table.csv)", "is first", "can be first", or a superlative such as
+#: "the best", "is the strongest"): each such sentence of ``report.md`` must be a claim's rendering, word for word
+STATED = re.compile(r"95 % paired interval|no difference shown: |\(95 % interval [-\d.]+ to [-\d.]+, [^)]*\.csv\)|"
+                    r"\(no interval, [^)]*\.csv\)|\bcan be first\b|\bis first\b|"
+                    r"\bthe (best|strongest|weakest|highest) |\bis the (best|worst|strongest|weakest)\b")
 FORMAT_VERSION = 1
-KINDS = ("difference", "no_difference", "value")
+KINDS = ("difference", "no_difference", "value", "first")
 #: the test each kind rests on, as claims.json states it
 TESTS = {"difference": "the paired 95 % interval of the stated difference excludes 0 (lo > 0)",
          "no_difference": "the paired 95 % interval contains 0, or there is none",
-         "value": "none: the cell and its own 95 % interval, as the table holds them"}
+         "value": "none: the cell and its own 95 % interval, as the table holds them",
+         "first": "no detector named is shown lower than any other on the set (paired interval excludes 0), every "
+                  "detector not named is; a lone first also shown higher than every other when its worst rank is 1"}
 
 
 def name(text: Any) -> str:
@@ -97,6 +107,8 @@ class Claim:
     def text(self) -> str:
         """The sentence the report and the summary show."""
         interval = not (math.isnan(self.lo) or math.isnan(self.hi))
+        if self.kind == "first":
+            return self._first_text()
         if self.kind == "value":
             span = f"95 % interval {self.lo:.1f} to {self.hi:.1f}, {self.method}, " if interval else "no interval, "
             return f"{self.where}: {self.value:.1f} % ({span}{self.table}){self.note}"
@@ -109,6 +121,19 @@ class Claim:
         reason = "the interval contains 0" if interval else "there is no interval"
         return (f"{a} vs {b} on {self.where}: {a} - {b} = {self.value:+.1f} {self.quantity} points ({span}); "
                 f"no difference shown: {reason}{self.note}.")
+
+    def _first_text(self) -> str:
+        """The sentence of a ``first`` claim."""
+        shown = [name(n) for n in self.names]
+        if len(shown) == 1 and self.hi == 1:
+            return (f"On {self.where}: {shown[0]} is first; the paired intervals show it higher than every other "
+                    f"detector (paired.csv).")
+        if len(shown) == 1:
+            return (f"On {self.where}: only {shown[0]} can be first; every other detector is shown lower than at "
+                    "least one (paired.csv).")
+        listed = ", ".join(shown[:-1]) + " and " + shown[-1]
+        return (f"On {self.where}: {len(shown)} of {int(self.value)} detectors can be first, no paired difference "
+                f"shown among them: {listed} (paired.csv).")
 
     def as_dict(self) -> dict[str, Any]:
         """The claim as claims.json holds it: its fields, the test and the sentence (NaN as null)."""

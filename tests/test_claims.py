@@ -181,3 +181,132 @@ def test_verify_fails_on_an_edited_table_ood_bound(demo_run, tmp_path):
     table.to_csv(run / "table_ood.csv", index=False)
     diffs = verify_run(run).differences
     assert len(diffs) == 1 and "table_ood.csv" in diffs[0] and "digits none AUROC lo" in diffs[0], diffs
+
+
+#: a reading that ranks or compares (any wording the report has used or might): it must be a claim's sentence
+RANKING = re.compile(r"\b(best|worst detector|strongest|weakest|highest|stronger|weaker|is first|can be first|"
+                     r"higher than|lower than|the most|most robust)\b")
+
+
+def _first_from_paired(out: Path, where: str) -> list[str]:
+    """Who can be first on a set (display name), from paired.csv's bounds alone: no interval shows it lower."""
+    paired = pd.read_csv(out / "paired.csv")
+    part = paired[paired["ood_set"].map(name) == where]
+    dets = set(part["detector_a"]) | set(part["detector_b"])
+    lower = {r["detector_b"] if r["delta_auroc_lo"] > 0 else r["detector_a"] for r in part.to_dict("records")
+             if r["delta_auroc_lo"] > 0 or r["delta_auroc_hi"] < 0}
+    return sorted(name(d) for d in dets - lower)
+
+
+def test_no_reading_of_the_report_ranks_without_a_claim_that_supports_it(demo_run):
+    """Every reading (bullet) of report.md that ranks or compares is a claim's sentence, word for word; each
+    ``first`` claim names exactly the detectors paired.csv's intervals leave unbeaten, each ``difference`` rests on
+    an interval above 0, and no superlative is stated at all (issue 40: "X is the best detector", "the best is",
+    "the strongest attack" were printed without a test)."""
+    out, _ = demo_run
+    claims = json.loads((out / "claims.json").read_text())["claims"]
+    texts = {c["text"]: c for c in claims}
+    readings = [line[2:] for line in (out / "report.md").read_text().splitlines() if line.startswith("- ")]
+    ranked = [s for s in readings if RANKING.search(s)]
+    assert ranked and all(s in texts for s in ranked), [s for s in ranked if s not in texts]
+    assert not any(re.search(r"\b(best|strongest|weakest|highest)\b", s) for s in readings)
+    firsts = [c for c in claims if c["kind"] == "first"]
+    assert firsts
+    for c in firsts:
+        assert sorted(name(n) for n in c["names"]) == _first_from_paired(out, c["where"]), c["text"]
+    assert all(c["lo"] > 0 for c in claims if c["kind"] == "difference")
+    asr = pd.read_csv(out / "asr.csv")
+    values = [c for c in claims if c["kind"] == "value" and c["table"] == "asr.csv"]
+    assert len(values) == len(asr) and all(c["text"] in readings for c in values)
+
+
+KIND_EDITS = {
+    "first: names": ("first", lambda c: c.update(names=sorted(set(c["names"]) ^ {"msp", "knn"}) or ["msp"])),
+    "first: worst rank": ("first", lambda c: c.update(hi=2.0 if c["hi"] == 1 else 1.0)),
+    "value (asr): bound": ("value", lambda c: c.update(lo=c["lo"] - 1.0)),
+}
+
+
+@pytest.mark.parametrize("edit", list(KIND_EDITS))
+def test_verify_fails_on_an_edited_claim_of_the_new_kinds(demo_run, tmp_path, edit):
+    out, _ = demo_run
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    kind, change = KIND_EDITS[edit]
+    data = json.loads((run / "claims.json").read_text())
+    claim = next(c for c in data["claims"] if c["kind"] == kind and c["table"] in ("paired.csv", "asr.csv"))
+    text = claim["text"]
+    change(claim)
+    (run / "claims.json").write_text(json.dumps(data))
+    diffs = verify_run(run).differences
+    assert diffs and all(text in line for line in diffs), diffs
+
+
+@pytest.mark.parametrize("old, new", [("is first;", "can be first;"), ("of the correctly classified images: ",
+                                                                         "of the correctly classified images: 1")])
+def test_verify_fails_on_an_edited_ranking_or_rate_in_the_report(demo_run, tmp_path, old, new):
+    out, _ = demo_run
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    report = (run / "report.md").read_text()
+    assert old in report
+    (run / "report.md").write_text(report.replace(old, new, 1))
+    diffs = verify_run(run).differences
+    assert len(diffs) == 1 and "not the sentence of any claim" in diffs[0], diffs
+
+
+def test_a_superlative_typed_into_the_report_is_caught(demo_run, tmp_path):
+    out, _ = demo_run
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    report = (run / "report.md").read_text()
+    (run / "report.md").write_text(report.replace("\n- ", "\n- On TEXTURES, KNN is the best detector.\n- ", 1))
+    diffs = verify_run(run).differences
+    assert len(diffs) == 1 and "KNN is the best detector" in diffs[0], diffs
+
+
+def test_first_claims_follow_the_paired_tests():
+    """One detector shown above all: "is first"; one unbeaten but not above all: "only X can be first"; none
+    separated: a tie of all, named as such."""
+    from advopenood_plugins.evaluators.ood.headline import read_headline
+
+    ood = pd.DataFrame({"detector": ["msp", "mls", "knn"], "ood_set": "tin", "attack": "none", "dataset": "cifar10",
+                        "arch": "resnet20", "backend": "builtin", "auroc": [70.0, 80.0, 90.0]})
+
+    def paired(bounds):
+        return pd.DataFrame([{"ood_set": "tin", "detector_a": a, "detector_b": b, "delta_auroc": (lo + hi) / 2,
+                              "delta_auroc_lo": lo, "delta_auroc_hi": hi, "significant": lo > 0 or hi < 0}
+                             for (a, b), (lo, hi) in bounds.items()])
+
+    cases = [({("knn", "mls"): (2, 9), ("knn", "msp"): (5, 20), ("mls", "msp"): (-1, 8)}, ["knn"], 1.0,
+              "On TIN: KNN is first; the paired intervals show it higher than every other detector"),
+             ({("knn", "mls"): (-1, 9), ("knn", "msp"): (5, 20), ("mls", "msp"): (1, 8)}, ["knn", "mls"], None,
+              "On TIN: 2 of 3 detectors can be first, no paired difference shown among them: KNN and MLS"),
+             ({("knn", "mls"): (-1, 9), ("knn", "msp"): (-5, 20), ("mls", "msp"): (-1, 8)}, ["knn", "mls", "msp"],
+              None, "On TIN: 3 of 3 detectors can be first")]
+    for bounds, first, worst, text in cases:
+        [claim] = [c for c in read_headline(ood, paired(bounds)) if isinstance(c, Claim)]
+        assert claim.kind == "first" and list(claim.names) == first and claim.text.startswith(text)
+        assert claim.hi == worst if worst else math.isnan(claim.hi)
+        assert STATED.search(claim.text)
+
+
+def test_plugin_readings_state_no_winner_without_a_paired_test():
+    """mead, smoothed and gradcam tables hold no paired test of one detector or attack against another: their
+    readings name no best, strongest or "most" (issue 40)."""
+    from advopenood_plugins.analyses.gradcam.report import read_gradcam
+    from advopenood_plugins.evaluators.mead.report import read_mead
+    from advopenood_plugins.evaluators.smoothed.report import read_smoothed
+
+    mead = pd.DataFrame({"setting": "mead", "norm": "linf", "eps": 8 / 255, "detector": ["msp", "knn"],
+                         "auroc": [40.0, 70.0]})
+    smoothed = pd.DataFrame([{"detector": "smoothed_msp", "n": 64, "sigma": 0.1, "statistic": "mean", "eps": 8 / 255,
+                              "direction": "ood->id", "auroc_baseline": math.nan, "baseline": "msp",
+                              "auroc_plain": 60.0, "auroc_eot": 50.0, "eot_samples": 8, "plain_attack": "pgd"}])
+    summary = pd.DataFrame({"attack": ["fgsm", "pgd"], "subset": "all", "n": 40, "pct_changed": [10.0, 80.0],
+                            "pct_moved": [20.0, 10.0], "pct_unchanged": [70.0, 10.0], "l2_median": 0.01,
+                            "ssim_median": 0.9})
+    lines = read_mead(mead) + read_smoothed(smoothed) + read_gradcam(summary)
+    assert len(lines) == 4
+    assert not any(re.search(r"\b(best|strongest|stronger|weakest|most)\b", s) for s in lines), lines
+    assert "EOT - plain = -10.0 points" in lines[1] and "report the lower AUROC" in lines[1]

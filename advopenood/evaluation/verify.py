@@ -33,6 +33,7 @@ from advopenood.config.schema import MAX_RESAMPLES
 from advopenood.claims import STATED, Claim, read_claims
 from advopenood.errors import UsageError
 from advopenood.evaluation import oracle
+from advopenood.evaluation.verify_first import check_first
 from advopenood.io import MANIFEST, OutputError, files_under, read_manifest
 
 
@@ -373,6 +374,11 @@ def check_claim(run: RunFiles, claim: Claim, tables: dict[str, pd.DataFrame]) ->
         except Unreadable as exc:
             return [str(exc)]
     table = tables[claim.table]
+    if claim.kind == "first":
+        try:
+            return check_first(claim, table, run.table("ood.csv"))
+        except (Unreadable, KeyError, ValueError, TypeError) as exc:
+            return [f"paired.csv or ood.csv cannot be read for the claim ({type(exc).__name__}: {exc})"]
     mask = np.ones(len(table), dtype=bool)
     for column, value in claim.row:
         mask &= _key_matches(table[column], value) if column in table else False

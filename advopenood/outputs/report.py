@@ -23,7 +23,7 @@ import pandas as pd
 import yaml
 
 from advopenood import io as aio
-from advopenood.claims import name  # noqa: F401  (display names: one rule for the report and its claims)
+from advopenood.claims import Claim, name  # display names: one rule for the report and its claims
 from advopenood.outputs.plots import PLOT_DIR
 from advopenood.outputs.results import (
     Bullets,
@@ -132,48 +132,38 @@ def pct(value: float) -> str:
 
 # ------------------------------------------------------------------------------------------------- readings
 
-def _ranked(labels: list[str], which: str) -> str:
-    """``"A is the strongest attack"`` or, on a tie, ``"A and B are the strongest attacks"``."""
-    if len(labels) == 1:
-        return f"{labels[0]} is the {which} attack"
-    return f"{join(labels)} are the {which} attacks"
-
-
-def read_asr(asr: pd.DataFrame) -> list[str]:
-    """Clean accuracy, and the strongest and weakest attack by ASR (ties named together), compared only among sets
-    of one budget: with several budgets in the table, one sentence per budget, which it names."""
-    out = []
+def read_asr(asr: pd.DataFrame) -> list[str | Claim]:
+    """Clean accuracy, and per budget each attack's success rate as a ``value`` claim with its Wilson interval as
+    asr.csv holds it. No attack is called the strongest: the rates are not compared by a paired test on the same
+    images, so none is ranked (issue 40)."""
+    out: list[str | Claim] = []
     acc = asr["clean_acc"].dropna()
     if len(acc):
         n = int(asr["n"].iloc[0])
         out.append(f"The classifier's clean accuracy is {pct(float(acc.iloc[0]))} on {n} ID images.")
     rows = asr.dropna(subset=["asr"])
-    budgets = [eps_label(e) or "none" for e in rows["eps"]] if "eps" in rows else ["none"] * len(rows)
-    groups = list(dict.fromkeys(budgets))
-    for budget in groups:
-        part = rows[[b == budget for b in budgets]]
-        labels, values = [name(a) for a in part["attack"]], [float(v) for v in part["asr"]]
-        at = "" if len(groups) == 1 else ("Without a budget (minimal perturbation), " if budget == "none" else
-                                          f"At eps {budget}, ")
-        if len(part) == 1:
-            out.append(_sentence(at, f"{labels[0]} succeeds on {pct(values[0])} of the correctly classified images."))
-            continue
-        hi, lo = max(values), min(values)
-        if hi == lo:
-            out.append(_sentence(at, f"Every attack ({join(labels)}) succeeds on {pct(hi)} of the correctly classified "
-                                     "images."))
-        else:
-            top = [a for a, v in zip(labels, values) if v == hi]
-            bottom = [a for a, v in zip(labels, values) if v == lo]
-            out.append(_sentence(at, f"{_ranked(top, 'strongest')} (ASR {pct(hi)} of correctly classified images) and "
-                                     f"{_ranked(bottom, 'weakest')} ({pct(lo)})."))
+    for r in rows.to_dict("records"):
+        eps = r.get("eps", math.nan)
+        budget = eps_label(eps) if not pd.isna(eps) else ""
+        at = f"at eps {budget}" if budget else "without a budget (minimal perturbation)"
+        key = tuple((k, _key(r[k])) for k in ("attack", "eps") if k in r)
+        out.append(Claim("value", "asr.csv", key, ("asr", "asr_lo", "asr_hi"),
+                         f"{name(r['attack'])}'s success rate {at}, of the correctly classified images",
+                         float(r["asr"]), _float(r.get("asr_lo")), _float(r.get("asr_hi")), _key(r.get("ci"))))
+    if len(rows) > 1:
+        out.append("The attacks are not ranked: their success rates are not compared by a paired test on the same "
+                   "images, and overlapping or separate intervals are no such test.")
     return out
 
 
-def _sentence(lead: str, text: str) -> str:
-    """``text`` after a leading clause (``At eps 8/255, ``); a sentence that opens with ``Every`` is lowered (the
-    others open with an attack's name)."""
-    return lead + ("e" + text[1:] if lead and text.startswith("Every") else text)
+def _key(value: Any) -> str:
+    """A cell as the CSV reads back as text (``""`` for a missing one)."""
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+
+def _float(value: Any) -> float:
+    """A cell as a float (NaN for a missing one)."""
+    return math.nan if value is None or pd.isna(value) else float(value)
 
 
 # ------------------------------------------------------------------------------------------------- sections

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from advopenood.capabilities import Verifiable
 from advopenood.evaluation.context import RunContext
 from advopenood.data.datasets import seeded_prefix, stack
 from advopenood.errors import UsageError
@@ -41,14 +42,14 @@ from advopenood.models.classifier import Classifier
 from advopenood.outputs.results import Results, as_written, guarded
 from advopenood.outputs.plots import pick_examples, safe_name
 from advopenood.registry import register
-from advopenood_plugins.analyses.gradcam.regimes import (DEFAULT_THRESHOLDS, REGIMES, SUBSETS, TARGET_RULES,
-                                                         classify_regime, subset_masks, threshold_origin)
+from advopenood_plugins.analyses.gradcam.regimes import (DEFAULT_THRESHOLDS, TARGET_RULES, classify_regime,
+                                                         threshold_origin)
+from advopenood_plugins.analyses.gradcam.summary import summarize
+from advopenood_plugins.analyses.gradcam.verify import verify as verify_gradcam
 from advopenood_plugins.analyses.gradcam.report import gradcam_section, plot_examples, plot_shift
 
 CSV_COLUMNS = ["index", "attack", "eps", "y", "clean_pred", "adv_pred", "success", "target_rule", "clean_target",
                "adv_target", "l2", "ssim", "regime", "l2_threshold", "ssim_threshold", "threshold_origin", "protocol"]
-#: The columns saying how a row was made, repeated in the summary.
-PROVENANCE = ("target_rule", "l2_threshold", "ssim_threshold", "threshold_origin", "protocol")
 SSIM_MIN_SIDE = 7
 
 
@@ -148,36 +149,20 @@ def _select_rows(n: int, max_samples: int | None, seed: int) -> np.ndarray:
     return seeded_prefix(n, max_samples, seed)
 
 
-def summarize(df: pd.DataFrame) -> pd.DataFrame:
-    """Per attack and subset (all / successful / unsuccessful attacks on clean-correct images / clean-misclassified
-    images, :func:`subset_masks`): n, means, medians, regime shares in %, and how the rows were made (target rule,
-    thresholds and their origin, protocol)."""
-    rows = []
-    for attack, part in df.groupby("attack", sort=False):
-        masks = subset_masks(part)
-        for subset in SUBSETS:
-            sub = part[masks[subset]]
-            row: dict[str, Any] = {"attack": attack, "eps": part["eps"].iloc[0], "subset": subset, "n": len(sub)}
-            for col in ("l2", "ssim"):
-                row[f"{col}_mean"] = float(sub[col].mean()) if len(sub) else float("nan")
-                row[f"{col}_median"] = float(sub[col].median()) if len(sub) else float("nan")
-            for regime in REGIMES:
-                row[f"pct_{regime}"] = float(100.0 * np.mean(sub["regime"] == regime)) if len(sub) else float("nan")
-            row.update({k: part[k].iloc[0] for k in PROVENANCE})
-            rows.append(row)
-    return pd.DataFrame(rows)
-
-
 @register("analyses", "gradcam")
-class GradCamAnalysis:
+class GradCamAnalysis(Verifiable):
     """Grad-CAM attention shift (L2 / SSIM) between clean and adversarial images, with regimes and plots.
 
     Parameters: ``target`` (explained class, :data:`TARGET_RULES`: ``prediction``, the paper's, or ``clean``),
     ``l2_threshold`` (mean-squared-difference cut between low and high L2), ``ssim_threshold`` (cut between
     low and high SSIM; both thresholds are advopenood's, not the paper's), ``max_samples`` (seeded subset of the
     ID rows, ``None`` = all), ``n_examples`` (rows of the example grid, 0 = none), ``batch_size`` (default: the
-    run's), ``progress`` (progress bar; also off when the run is ``--quiet``).
+    run's), ``progress`` (progress bar; also off when the run is ``--quiet``). ``gradcam_summary.csv`` holds a 95 %
+    interval beside every number (:mod:`.summary`); ``advopenood verify`` re-derives it from ``gradcam.csv``
+    (:mod:`.verify`).
     """
+
+    verify = staticmethod(verify_gradcam)
 
     def __init__(self, target: str = "prediction", l2_threshold: float = DEFAULT_THRESHOLDS[0],
                  ssim_threshold: float = DEFAULT_THRESHOLDS[1], max_samples: int | None = None, n_examples: int = 6,

@@ -139,14 +139,15 @@ def read_gradcam(summary: pd.DataFrame) -> list[str]:
             text += (f"; of the {int(miss['n'])} unsuccessful attacks, {pct(miss['pct_unchanged'])} left it "
                      "unchanged")
         out.append(text + ".")
-    full = summary[summary["subset"] == "all"].dropna(subset=["pct_unchanged"])
-    if len(full) > 1:
-        keep = full.loc[full["pct_unchanged"].idxmax()]
-        shift = full.loc[full["pct_changed"].idxmax()]
-        out.append(f"{label(keep['attack'])} preserves attention most ({pct(keep['pct_unchanged'])} unchanged); "
-                   f"{label(shift['attack'])} changes it most ({pct(shift['pct_changed'])} changed).")
     return out
 
+
+
+def _bracketed(value: float, lo: float, hi: float) -> str:
+    """``v [lo, hi]`` (3 significant digits), ``v`` without an interval, ``n/a`` without a value."""
+    if pd.isna(value):
+        return "n/a"
+    return fmt(value) if pd.isna(lo) or pd.isna(hi) else f"{fmt(value)} [{fmt(lo)}, {fmt(hi)}]"
 
 
 def gradcam_section(summary: pd.DataFrame, figures: list[Path]) -> Section:
@@ -156,6 +157,10 @@ def gradcam_section(summary: pd.DataFrame, figures: list[Path]) -> Section:
         table["eps"] = [eps_label(e) for e in table["eps"]]
     keep = [c for c in ("attack", "eps", "subset", "n", "l2_mean", "l2_median", "ssim_mean", "ssim_median",
                         "pct_changed", "pct_moved", "pct_unchanged", "pct_low_l2_low_ssim") if c in table]
+    for col in keep[4:]:
+        if f"{col}_lo" in table and f"{col}_hi" in table:
+            table[col] = [_bracketed(v, lo, hi) for v, lo, hi in zip(table[col], table[f"{col}_lo"],
+                                                                      table[f"{col}_hi"])]
     rules = {"prediction": "each map explains its own image's top prediction (the clean map the clean prediction, "
                            "the adversarial map the adversarial prediction; the paper's rule)",
              "clean": "both maps explain the clean prediction (advopenood's variant, not the paper's rule)"}
@@ -171,7 +176,9 @@ def gradcam_section(summary: pd.DataFrame, figures: list[Path]) -> Section:
         Paragraph("Grad-CAM maps of each clean image and its adversarial counterpart on the last convolutional "
                   f"block{target}. L2 is the mean squared difference of the maps (in [0, 1]), SSIM their structural "
                   "similarity. Regimes (paper, section 4.2): changed = high L2 and low SSIM, moved = high L2 and high "
-                  "SSIM, unchanged = low L2 and high SSIM; shares in percent." + thresholds + protocol + " Per-image values: gradcam.csv."),
+                  "SSIM, unchanged = low L2 and high SSIM; shares in percent. Each number has its 95 % interval in "
+                  "brackets (ci column of gradcam_summary.csv: Wilson's for shares, normal for means, "
+                  "order-statistic for medians)." + thresholds + protocol + " Per-image values: gradcam.csv."),
         Table(table[keep]), Bullets(read_gradcam(summary)),
         *[FigureItem(p, gradcam_caption(Path(p))) for p in figures]])
 

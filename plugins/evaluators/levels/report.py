@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 import numpy as np
@@ -44,14 +45,21 @@ def read_levels(table: pd.DataFrame, clean: dict[str, float] | None = None) -> l
             continue
         reached = int(r["reached"])
         failing = next((k for k in levels if k > reached and not math.isnan(worst[k])), None)
-        head = (f"{det} reaches level {reached} (worst AUROC there {worst[reached]:.1f}, at least {line:.0f})"
-                if reached else f"{det} reaches no level")
-        tail = (f"; at level {failing} its worst AUROC is {worst[failing]:.1f}, below {line:.0f}" if failing else "")
+        head = (f"{det} reaches level {reached} (worst AUROC there {worst[reached]:.1f}{_span(r, reached)}, at least "
+                f"{line:.0f})" if reached else f"{det} reaches no level")
+        tail = (f"; at level {failing} its worst AUROC is {worst[failing]:.1f}{_span(r, failing)}, below {line:.0f}"
+                if failing else "")
         base = clean.get(r["detector"], math.nan)
         weak = (f" Its clean AUROC is only {base:.1f}: it passes the bar of {line:.0f} without detecting much even "
                 "unattacked." if reached and base < line + NEAR_BAR else "")
         out.append(f"{head}{tail}.{weak}{gap}")
     return out
+
+
+def _span(row: dict[str, Any], level: int) -> str:
+    """``, 95 % interval lo to hi`` of a level's worst AUROC as levels.csv holds it; ``""`` without one."""
+    lo, hi = row.get(f"level{level}_lo", math.nan), row.get(f"level{level}_hi", math.nan)
+    return "" if pd.isna(lo) or pd.isna(hi) else f", 95 % interval {float(lo):.1f} to {float(hi):.1f}"
 
 
 def read_conclusive(table: pd.DataFrame) -> list[str]:

@@ -10,7 +10,8 @@ from advopenood.outputs.results import Bullets, Paragraph, Section, Table
 
 
 def read_mead(mead: pd.DataFrame) -> list[str]:
-    """Per (norm, eps) group of MEAD's all-attack worst case: detectors below chance, else the best one."""
+    """Per (norm, eps) group of MEAD's all-attack worst case: detectors below chance, or that none is. No
+    detector is called the best: mead.csv has no paired comparison of detectors."""
     out = []
     worst = mead[mead["setting"] == "mead"] if (mead["setting"] == "mead").any() else mead
     for (norm, eps), part in worst.groupby(["norm", worst["eps"].fillna(-1.0)], sort=False):
@@ -19,13 +20,11 @@ def read_mead(mead: pd.DataFrame) -> list[str]:
             continue
         group = f"{norm}" + (f", eps {eps_label(eps)}" if eps >= 0 else ", unbounded")
         below = [label(d) for d, a in zip(part["detector"], part["auroc"]) if a < CHANCE]
-        best = part.loc[part["auroc"].idxmax()]
-        top = f"the best is {label(best['detector'])} (AUROC {best['auroc']:.1f})"
         if below:
             out.append(f"Under MEAD's worst case over all attacks ({group}), {len(below)} of {len(part)} detectors "
-                       f"fall below chance ({join(below)}); {top}.")
+                       f"fall below chance ({join(below)}).")
         else:
-            out.append(f"Under MEAD's worst case over all attacks ({group}) no detector falls below chance; {top}.")
+            out.append(f"Under MEAD's worst case over all attacks ({group}) no detector falls below chance.")
     return out
 
 

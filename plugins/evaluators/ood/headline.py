@@ -17,10 +17,12 @@ from typing import Any
 
 import pandas as pd
 
+from advopenood.claims import Claim
 from advopenood.outputs.plots import ood_matrix
 from advopenood.outputs.report import CHANCE, join
 from advopenood.outputs.report import name as label
 from advopenood.outputs.results import Bullets, Paragraph, Section, Table
+from advopenood_plugins.kit.paired import PAIRED_CLAIM_COLUMNS
 
 #: a rank of a set without a paired test carries this mark
 UNTESTED = "?"
@@ -85,28 +87,30 @@ def headline_table(ood: pd.DataFrame, paired: pd.DataFrame | None) -> pd.DataFra
     return out
 
 
-def read_headline(ood: pd.DataFrame, paired: pd.DataFrame | None) -> list[str]:
-    """What the intervals support: per set, who can be first; the cells not shown to differ from chance; how many
-    paired comparisons show a difference."""
+def first_claim(ranks: dict[str, tuple[int, int, bool]], ood_set: str) -> Claim:
+    """Who can be first on ``ood_set`` as a ``first`` claim (:mod:`advopenood.claims`): the detectors of rank 1,
+    the number ranked, the worst rank of a lone first (NaN for a group)."""
+    first = sorted(d for d, (best, _, _) in ranks.items() if best == 1)
+    worst = float(ranks[first[0]][1]) if len(first) == 1 else math.nan
+    return Claim("first", "paired.csv", (("ood_set", ood_set),), PAIRED_CLAIM_COLUMNS, label(ood_set),
+                 float(len(ranks)), 1.0, worst, "", tuple(first))
+
+
+def read_headline(ood: pd.DataFrame, paired: pd.DataFrame | None) -> list[str | Claim]:
+    """What the intervals support: per set, who can be first (a ``first`` claim, :func:`first_claim`); the cells
+    not shown to differ from chance; how many paired comparisons show a difference."""
     table = ood_matrix(ood, "auroc")
     if table.empty:
         return []
-    out = []
+    out: list[str | Claim] = []
     for col in table.columns:
         ranks = rank_ranges(table[col], paired, str(col))
-        first = [label(d) for d, (best, _, _) in ranks.items() if best == 1]
         if not ranks:
             continue
         if not any(t for _, _, t in ranks.values()):
             out.append(f"On {label(col)}: no paired test; ranks follow the point estimates only.")
-        elif len(first) == 1 and len(ranks) > 1:
-            alone = [d for d, (best, worst, _) in ranks.items() if best == worst == 1]
-            out.append(f"On {label(col)}: {first[0]} is first; the paired intervals show it higher than every other "
-                       "detector." if alone else f"On {label(col)}: only {first[0]} can be first; every other detector "
-                       "is shown lower than at least one.")
-        else:
-            out.append(f"On {label(col)}: {len(first)} detectors can be first, no paired difference shown among "
-                       f"them: {join(first)}.")
+        elif len(ranks) > 1:
+            out.append(first_claim(ranks, str(col)))
     out += _chance_lines(ood)
     tested = paired[paired["significant"].notna()] if paired is not None and len(paired) else pd.DataFrame()
     if len(tested):

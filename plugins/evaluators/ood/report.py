@@ -21,17 +21,15 @@ from advopenood.outputs.report import CHANCE, join
 from advopenood.outputs.report import name as label
 
 def compare_natural_adversarial(nat: float, adv: float) -> str:
-    """The sentence comparing mean AUROC on natural OOD sets (``nat``) with that under attack (``adv``); its
-    verb and reading follow the sign of the difference (as shown, to one decimal)."""
+    """The sentence comparing mean AUROC on natural OOD sets (``nat``) with that under attack (``adv``); its verb
+    follows the sign of the difference (as shown, to one decimal). It states the two means, no conclusion: they
+    are means of point estimates over detectors and sets, and their difference is not tested."""
     nat_s, adv_s = f"{nat:.1f}", f"{adv:.1f}"
+    untested = "(means of the point estimates over detectors and sets; their difference is not tested)."
     if nat_s == adv_s:
-        return (f"Averaged over detectors, AUROC is {nat_s} both on natural OOD sets and under attack: the attacks "
-                "are as hard to detect as natural OOD.")
-    if adv < nat:
-        return (f"Averaged over detectors, AUROC falls from {nat_s} on natural OOD sets to {adv_s} under attack: "
-                "adversarial examples evade the detectors more than natural OOD does.")
-    return (f"Averaged over detectors, AUROC rises from {nat_s} on natural OOD sets to {adv_s} under attack: here "
-            "the detectors flag adversarial examples more readily than natural OOD.")
+        return f"Averaged over detectors, AUROC is {nat_s} both on natural OOD sets and under attack {untested}"
+    verb = "falls" if adv < nat else "rises"
+    return f"Averaged over detectors, AUROC {verb} from {nat_s} on natural OOD sets to {adv_s} under attack {untested}"
 
 
 def _sizes(ood: pd.DataFrame, sets: list[str]) -> tuple[int, int] | None:
@@ -68,11 +66,11 @@ def _below_chance(scores: pd.Series, sizes: tuple[int, int] | None) -> list[str]
 
 
 def read_ood(ood: pd.DataFrame) -> list[str]:
-    """Natural sets: the best and worst detector by mean AUROC and any below chance; per attack: which
-    detectors fall below chance (AUROC < 50 with the upper end of its 95 % interval below 50 too), or the best and
-    worst; and the mean AUROC from natural OOD sets to adversarial sets (:func:`compare_natural_adversarial`).
-    A set with fewer than :data:`MIN_CONCLUSIVE` images on a side gets its range and "too few to conclude"
-    instead (:func:`_too_few`)."""
+    """Natural sets: a lone detector's mean AUROC, and any below chance; per attack: which detectors fall below
+    chance (AUROC < 50 with the upper end of its 95 % interval below 50 too). No detector is called the best or the
+    worst: the ranks the paired tests support are the headline's (:mod:`.headline`). Last, the mean AUROC from
+    natural OOD sets to adversarial sets (:func:`compare_natural_adversarial`). A set with fewer than
+    :data:`MIN_CONCLUSIVE` images on a side gets its range and "too few to conclude" instead (:func:`_too_few`)."""
     table = ood_matrix(ood, "auroc")
     if table.empty:
         return []
@@ -102,10 +100,6 @@ def _read_natural(ood: pd.DataFrame, natural: pd.DataFrame) -> tuple[list[str], 
         out.append(few)
     elif len(mean) == 1:
         out.append(f"On natural OOD sets ({sets}), {label(mean.index[0])} reaches a mean AUROC of {mean.iloc[0]:.1f}.")
-    elif len(mean):
-        best, worst = mean.idxmax(), mean.idxmin()
-        out.append(f"On natural OOD sets ({sets}), {label(best)} is the best detector (mean AUROC {mean[best]:.1f}) "
-                   f"and {label(worst)} the worst ({mean[worst]:.1f}).")
     below = [] if few else _below_chance(mean, sizes)
     if below:
         verb = "scores" if len(below) == 1 else "score"
@@ -126,17 +120,13 @@ def _read_attack(ood: pd.DataFrame, col: str, scores: pd.Series) -> tuple[list[s
     near = [label(d) for d in scores.index if scores[d] < CHANCE and label(d) not in below]
     within = (f"; {join(near)} {'is' if len(near) == 1 else 'are'} below 50 but within the 95 % interval of "
               "chance") if near else ""
-    best = scores.idxmax()
     if len(below) == len(scores):
         return [f"On {label(col)} every detector falls below chance (AUROC < 50): adversarial examples look "
-                f"more in-distribution than clean images; the best is {label(best)} ({scores[best]:.1f})."], False
+                "more in-distribution than clean images."], False
     if below:
         verb = "falls" if len(below) == 1 else "fall"
-        return [f"{join(below)} {verb} below chance (AUROC < 50) on {label(col)}; the best is {label(best)} "
-                f"(AUROC {scores[best]:.1f}){within}."], False
-    worst = scores.idxmin()
-    return [f"No detector falls below chance on {label(col)}; the best is {label(best)} (AUROC "
-            f"{scores[best]:.1f}) and the worst {label(worst)} ({scores[worst]:.1f}){within}."], False
+        return [f"{join(below)} {verb} below chance (AUROC < 50) on {label(col)}{within}."], False
+    return [f"No detector falls below chance on {label(col)}{within}."], False
 
 
 def read_adaptive(table: pd.DataFrame) -> list[str]:

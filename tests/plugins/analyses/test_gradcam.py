@@ -16,6 +16,10 @@ from advopenood.data.datasets import build_dataset, limit_dataset, stack
 from advopenood.errors import UsageError
 from advopenood.models.classifier import weights_hash
 from advopenood.attacks.store import AdvStore
+from advopenood.capabilities import is_verifiable
+from advopenood.evaluation.intervals import wilson
+from advopenood.evaluation.verify import RunFiles
+from advopenood.outputs.results import as_written
 from advopenood_plugins.analyses.gradcam.plugin import CSV_COLUMNS, CamExtractor, GradCamAnalysis, cam_distance, upsample
 from advopenood_plugins.analyses.gradcam.regimes import REGIMES, classify_regime
 
@@ -215,6 +219,44 @@ def test_unsuccessful_attacks_are_reported_separately(weak_fgsm_run):
     assert rows.loc["unsuccessful", "l2_median"] < rows.loc["successful", "l2_median"]
     assert (rows["target_rule"] == "prediction").all() and (rows["protocol"] == "lorenz2024").all()
     assert (rows["threshold_origin"] == "advopenood default (not from the paper)").all()
+
+
+def _written(result, folder) -> RunFiles:
+    """The analysis's two tables as the run writes them (6 significant digits) in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("gradcam.csv", "gradcam_summary.csv"):
+        as_written(result[name].drop(columns=["row"], errors="ignore")).to_csv(folder / name, index=False,
+                                                                               float_format="%.6g")
+    return RunFiles(folder)
+
+
+def test_summary_has_an_interval_beside_every_number(weak_fgsm_run):
+    """Every mean, median and share of gradcam_summary.csv has its 95 % interval and the ci column names the
+    methods (issue 40): Wilson's on the shares, an interval that holds the estimate for the means and medians."""
+    _, _, result, _ = weak_fgsm_run
+    df, summary = result["gradcam.csv"], result["gradcam_summary.csv"]
+    numbers = [f"{c}_{s}" for c in ("l2", "ssim") for s in ("mean", "median")] + [f"pct_{r}" for r in REGIMES]
+    assert summary["ci"].str.contains("wilson").all() and summary["ci"].str.contains("order-statistic").all()
+    rows = summary.set_index("subset")
+    for col in numbers:
+        full = rows.loc["all"]
+        assert full[f"{col}_lo"] <= full[col] <= full[f"{col}_hi"], col
+        assert full[f"{col}_hi"] > full[f"{col}_lo"] or col.startswith("pct_"), col
+    k = int((df["regime"] == "changed").sum())
+    assert (rows.loc["all", "pct_changed_lo"], rows.loc["all", "pct_changed_hi"]) == wilson(k, len(df))
+
+
+def test_verify_rederives_the_summary_and_catches_an_edit(weak_fgsm_run, tmp_path):
+    _, _, result, _ = weak_fgsm_run
+    assert is_verifiable(GradCamAnalysis)
+    assert GradCamAnalysis.verify(_written(result, tmp_path / "run")) == []
+    for col in ("l2_median_lo", "pct_changed_hi", "ssim_mean"):
+        run = _written(result, tmp_path / col)
+        table = pd.read_csv(run.path / "gradcam_summary.csv")
+        table.loc[0, col] = table.loc[0, col] + 0.01
+        table.to_csv(run.path / "gradcam_summary.csv", index=False)
+        found = GradCamAnalysis.verify(run)
+        assert len(found) == 1 and col in found[0] and "gradcam_summary.csv" in found[0], found
 
 
 def test_plots_are_written_and_render(weak_fgsm_run):

@@ -232,6 +232,12 @@ def test_reached_level_is_the_highest_evaluated_level_with_no_evaluated_level_be
      "KNN: no level is evaluated (the run has no strong, adaptive or OOD->ID set for it)."),
     ({"detector": "msp", "level1_auroc": 80.0, "level2_auroc": 70.0, "level3_auroc": 60.0, "level4_auroc": 55.0,
       "reached": 4.0, "min_auroc": 50.0}, "MSP reaches level 4 (worst AUROC there 55.0, at least 50)."),
+    # levels.csv's interval beside each quoted AUROC (issue 40: a number is stated with its interval)
+    ({"detector": "mds", "level1_auroc": 97.0, "level1_lo": 95.1, "level1_hi": 98.4, "level2_auroc": math.nan,
+      "level3_auroc": 12.0, "level3_lo": 8.0, "level3_hi": 16.5, "level4_auroc": math.nan, "reached": 1.0,
+      "min_auroc": 50.0},
+     "MDS reaches level 1 (worst AUROC there 97.0, 95 % interval 95.1 to 98.4, at least 50); at level 3 its worst "
+     "AUROC is 12.0, 95 % interval 8.0 to 16.5, below 50. Levels 2 and 4 are not evaluated in this run."),
 ])
 def test_readings_name_the_level_reached_and_where_it_falls_short(row, sentence):
     assert read_levels(pd.DataFrame([row])) == [sentence]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -383,9 +384,10 @@ def test_mead_section_and_the_bridge_entry_point_agree_with_the_table(mead_run):
     assert section.title == "MEAD worst case"
     readings = next(i for i in section.items if type(i).__name__ == "Bullets").items
     worst = table[(table.setting == "mead") & (table.norm == "linf")]
-    best = worst.loc[worst.auroc.idxmax()]
-    assert any(f"the best is {best.detector.upper()} (AUROC {best.auroc:.1f})" in line and "linf" in line
-               for line in readings)
+    below = sorted(d.upper() for d, a in zip(worst.detector, worst.auroc) if a < 50)
+    line = next(line for line in readings if "linf" in line)
+    assert ("no detector falls below chance" in line) == (not below) and all(d in line for d in below)
+    assert not any(re.search(r"\bbest\b|\bworst\b detector", r) for r in readings)  # no paired test: no ranking
     # what the OpenOOD bridge calls, through the registry and not by import
     ci = (ctx.plan.ci.method, ctx.plan.ci.resamples, ctx.seed)
     again = registry.create("evaluators", "mead").table(ctx.scores, ctx.id_adv_sets, ctx.backend, ctx.protocol,
