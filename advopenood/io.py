@@ -31,11 +31,10 @@ def _umask_mode() -> int:
 _DEFAULT_MODE = _umask_mode()
 
 
-def atomic_write(path: Path, writer: Callable[[IO[bytes]], None]) -> None:
-    """Call ``writer`` on a temporary file beside ``path`` (``.<name>.<random>.tmp``, :data:`TEMP_NAME`), fsync
-    it, then rename it over ``path``. An OSError without a file name (a ``write`` on a full disk) is raised with
-    ``path`` as its file name, so that the message says where."""
-    path = Path(path)
+def _synced_temp(path: Path, writer: Callable[[IO[bytes]], None]) -> Path:
+    """``writer`` on a temporary file beside ``path`` (``.<name>.<random>.tmp``, :data:`TEMP_NAME`), flushed and
+    synced; its path. It is removed when anything fails, and an OSError without a file name (a ``write`` on a full
+    disk) is raised with ``path`` as its file name, so that the message says where."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -44,7 +43,6 @@ def atomic_write(path: Path, writer: Callable[[IO[bytes]], None]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, _DEFAULT_MODE)
-        os.replace(tmp, path)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
         if exc.errno is not None and exc.filename is None:
@@ -52,6 +50,19 @@ def atomic_write(path: Path, writer: Callable[[IO[bytes]], None]) -> None:
         raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def atomic_write(path: Path, writer: Callable[[IO[bytes]], None]) -> None:
+    """Call ``writer`` on a synced temporary file beside ``path`` (:func:`_synced_temp`), then rename it over
+    ``path``: the file appears whole or not at all."""
+    path = Path(path)
+    tmp = _synced_temp(path, writer)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
         raise
 
 
@@ -443,19 +454,7 @@ def _prepared(path: Path, doc: Any) -> Path:
     """``doc`` as JSON in a synced temporary file beside ``path`` (named as :func:`atomic_write`'s), to be renamed
     over ``path`` later: the write that needs space, done before anything it replaces is removed."""
     data = (json.dumps(doc, indent=2, sort_keys=True, default=_jsonable) + "\n").encode()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, _DEFAULT_MODE)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if exc.errno is not None and exc.filename is None:
-            raise OSError(exc.errno, exc.strerror or os.strerror(exc.errno), str(path)) from exc
-        raise
-    return Path(tmp)
+    return _synced_temp(path, lambda f: f.write(data))
 
 
 def _remove_listed(out: Path, listed: Mapping[str, str], keep: set[Path]) -> None:

@@ -344,3 +344,20 @@ def test_out_through_a_symlink_writes_the_folder_and_shares_its_lock(tmp_path, c
     assert main([*ARGS, "--out", str(link)]) == 0
     assert (real / "ood.csv").is_file() and link.is_symlink() and "ood.csv" in aio.read_manifest(real)
     assert not aio.staging_dirs(real) and not list(tmp_path.glob(".*")) and not list(real.parent.glob(".*"))
+
+
+def test_a_full_disk_outside_a_run_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
+    """eval-ood writes outside the run pipeline (its pickles, OpenOOD's outputs): a full disk there was a
+    traceback; it is the command's failure in one line that names the file, exit 3, as for a run."""
+    import advopenood.cli.eval_ood as bridge
+
+    target = tmp_path / "scores" / "msp.pkl"
+
+    def full_disk(argv):
+        raise OSError(errno.ENOSPC, "No space left on device", str(target))
+
+    monkeypatch.setattr(bridge, "eval_ood_main", full_disk)
+    assert main(["eval-ood", "--root", str(tmp_path)]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the disk is full (ENOSPC)" in err[0] and str(target) in err[0], err
+    assert "eval-ood stopped" in err[0] and "Traceback" not in err[0]

@@ -39,9 +39,10 @@ from advopenood.cli.openood_evaluator import (
 )
 from advopenood.cli.parsing import OneLineParser
 from advopenood.config.schema import SEED_MAX
-from advopenood.data.datasets import file_sha256, limit_dataset
+from advopenood.data.datasets import limit_dataset
 from advopenood.detection.openood_backend import cuda_redirect
 from advopenood.errors import UsageError
+from advopenood.io import sha256_file
 from advopenood.models.classifier import weights_hash
 
 
@@ -171,7 +172,7 @@ def _adv_sets(evaluator, args: argparse.Namespace, net: nn.Module, attacks: dict
     imglist = data_root / DATA_INFO[args.id_data]["id"]["test"]["imglist_path"]
     size = default_preprocessing_dict[args.id_data]["img_size"]
     pixels = OpenOODPixels(evaluator.dataloader_dict["id"]["test"].dataset, mean, std, f"openood_{args.id_data}_test",
-                           f"{file_sha256(imglist)}:resize{default_preprocessing_dict[args.id_data]['pre_size']}"
+                           f"{sha256_file(imglist)}:resize{default_preprocessing_dict[args.id_data]['pre_size']}"
                            f":crop{size}")
     data = limit_dataset(pixels, args.limit, args.seed)
     model = PixelNet(net, mean, std, NUM_CLASSES[args.id_data]).to(device).eval()
@@ -184,7 +185,7 @@ def _adv_sets(evaluator, args: argparse.Namespace, net: nn.Module, attacks: dict
         if is_detector_aware(attack):
             train = DATA_INFO[args.id_data]["id"]["train"]["imglist_path"]
             fit = OpenOODPixels(evaluator.dataloader_dict["id"]["train"].dataset, mean, std,
-                                f"openood_{args.id_data}_train", f"{file_sha256(data_root / train)}:crop{size}")
+                                f"openood_{args.id_data}_train", f"{sha256_file(data_root / train)}:crop{size}")
             bind_attack(attack, model, fit, seed=args.seed, batch_size=args.batch_size, device=device)
         sets[name] = store.generate(data, model, attack, model_hash=weights_hash(model), seed=args.seed, device=device)
         evaluator.add_adv_split(name, DataLoader(AdvSplit(sets[name], mean, std, args.batch_size), batch_size=None),

@@ -14,6 +14,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
+import errno  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
@@ -22,7 +23,7 @@ from typing import Any, Callable, Sequence  # noqa: E402
 from advopenood import __version__, registry  # noqa: E402
 from advopenood.cli.parsing import OneLineParser, positive_int  # noqa: E402
 from advopenood.cli.precheck import precheck  # noqa: E402
-from advopenood.errors import StorageError, UsageError  # noqa: E402
+from advopenood.errors import STORAGE_ERRNOS, StorageError, UsageError, storage_error  # noqa: E402
 
 #: The demo's wall time, the one figure --help, README.md and the docs quote (measured: benchmarks/README.md's demo
 #: row; tests/test_docs.py checks that every page quotes this one)
@@ -297,6 +298,14 @@ def _main(argv: list[str]) -> int:
         return 2
     except StorageError as exc:  # a full, read-only or over-quota file system: the run failed, nothing committed
         print(f"advopenood: error: {exc}", file=sys.stderr)
+        return 3
+    except OSError as exc:  # the same outside a run's pipeline (eval-ood, a cache write): one line, not a traceback
+        failure = storage_error(exc)
+        if failure is None:
+            raise
+        where = f"writing {failure.filename!r}" if failure.filename else "writing (the system named no file)"
+        print(f"advopenood: error: {STORAGE_ERRNOS[failure.errno]} ({errno.errorcode[failure.errno]}) {where}; "
+              f"{argv[0]} stopped; free space (or make it writable) and run the same command again", file=sys.stderr)
         return 3
     except Terminated:
         print("advopenood: terminated (SIGTERM); finished shards are kept, run the same command again to resume",

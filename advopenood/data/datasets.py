@@ -20,20 +20,11 @@ from torch.utils.data import DataLoader, Dataset
 
 from advopenood.data.specs import INTEGER_LABEL, DataSpec, TorchvisionSpec, as_data_spec
 from advopenood.errors import UsageError
-from advopenood.io import os_path
+from advopenood.io import os_path, sha256_file
 
 DATASET_KINDS = ("npz", "idx", "openood", "torchvision", "demo")
 DEMO_SETS = ("digits", "textures", "blobs", "inverted", "noise")
 TORCHVISION_SETS = ("CIFAR10", "CIFAR100", "MNIST", "FashionMNIST", "SVHN")
-
-
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file's bytes, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def to_model_input(x: torch.Tensor, channels: int, size: int) -> torch.Tensor:
@@ -134,7 +125,7 @@ def images_fingerprint(base: Path, rels: list[str], how: str = "stat") -> str:
         path = base / rel
         try:
             if how == "content":
-                part = file_sha256(path)
+                part = sha256_file(path)
             else:
                 st = path.stat()
                 part = f"{st.st_size}:{st.st_mtime_ns}"
@@ -168,7 +159,7 @@ class ImglistDataset(Dataset):
                 label = parts[1].strip() if len(parts) > 1 else "-1"
                 self.items.append((parts[0], int(label) if INTEGER_LABEL.fullmatch(label) else -1))
         self.name, self.channels, self.size, self.pre_size = name, channels, size, pre_size
-        self.fingerprint = file_sha256(list_path)
+        self.fingerprint = sha256_file(list_path)
         self.images_fingerprint = images_fingerprint(self.base, [rel for rel, _ in self.items], image_identity)
         self.image_identity = image_identity
 
@@ -225,7 +216,7 @@ def _load_npz(path: str) -> tuple[np.ndarray, np.ndarray, str]:
             raise UsageError(f"{path!r} has no array 'x'; an .npz dataset holds x (uint8 NHWC or NHW) and y")
         x = d["x"]
         y = d["y"] if "y" in d.files else np.full(len(x), -1, dtype=np.int64)
-    return x, y, file_sha256(Path(path))
+    return x, y, sha256_file(Path(path))
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -318,7 +309,7 @@ def build_dataset(spec: DataSpec | Mapping[str, Any], root: Path | None, channel
         missing = [str(p) for p in paths if not p.is_file()]
         if missing:
             raise UsageError(f"IDX file {missing[0]!r} not found; pass --data-root DIR holding the config's files")
-        fp = hashlib.sha256("".join(file_sha256(p) for p in paths).encode()).hexdigest()
+        fp = hashlib.sha256("".join(sha256_file(p) for p in paths).encode()).hexdigest()
         return ArrayDataset(read_idx(paths[0]), read_idx(paths[1]).astype(np.int64), name, fp, channels, size)
     if spec.kind == "openood":
         if root is None or not root.is_dir():
