@@ -100,6 +100,24 @@ def config(model: str, run: str, args: argparse.Namespace) -> Path:
     return path
 
 
+def ensemble_config(model: str, args: argparse.Namespace) -> Path:
+    """The ``ensemble`` run's config: the robust AUROC with ``ensemble: standard`` (APGD on the score, APGD on the
+    second objective, Square on the score; EOT for a randomised detector: ``--ensemble-draws`` draws per step),
+    ``--ensemble-iters`` APGD iterations, ``--ensemble-queries`` Square queries, at each ``--pixel-eps``, no other
+    attack."""
+    cfg = yaml.safe_load(config(model, "adaptive", args).read_text())
+    cfg.update(name=f"ross_audit_{model}_ensemble", attacks=[], evaluators=["robust_auroc"],
+               attack_params={f: {"n_iter": args.ensemble_iters} for f in
+                              ("robust_apgd_id", "robust_apgd_ood", "robust_apgd_aux_id", "robust_apgd_aux_ood")},
+               evaluator_params={"robust_auroc": {"ensemble": "standard", "randomised_attacks": "eot",
+                                                  "eot": args.ensemble_draws,
+                                                  "square_queries": args.ensemble_queries,
+                                                  "eps": [fraction(e) for e in args.pixel_eps]}})
+    path = args.out / f"{model}_ensemble.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
 def run(model: str, run_name: str, args: argparse.Namespace) -> float:
     """One run and its ``verify``; wall seconds."""
     start = time.perf_counter()
@@ -107,7 +125,8 @@ def run(model: str, run_name: str, args: argparse.Namespace) -> float:
     folder = args.out / f"{model}_{run_name}"
     quiet = [] if args.verbose else ["--quiet"]
     limit = args.limit if run_name == "published" else args.adaptive_limit or args.limit
-    subprocess.run([*cli, "run", "--config", str(config(model, run_name, args)), "--limit", str(limit),
+    path = ensemble_config(model, args) if run_name == "ensemble" else config(model, run_name, args)
+    subprocess.run([*cli, "run", "--config", str(path), "--limit", str(limit),
                     "--out", str(folder), *quiet], check=True)
     if not args.no_verify:
         subprocess.run([*cli, "verify", str(folder)], check=True)
@@ -159,6 +178,32 @@ def audit_table(out: Path, model: str) -> pd.DataFrame:
             "EOT, OOD side": _pick(eot, "ood_attacked_auroc"),
             "robust (both sides)": _pick(eot if len(eot) else plain, "robust_auroc"),
         })
+    return pd.DataFrame(rows)
+
+
+def ensemble_table(out: Path, model: str) -> pd.DataFrame:
+    """The ensemble run's rows for one model: per detector, OOD set and pixel budget, the robust AUROC (both sides)
+    of each member and of the per-image worst case over all of them, each side of the worst case, the masking flag
+    and the attack seconds of each member."""
+    folder = out / f"{model}_ensemble"
+    rob = pd.read_csv(folder / "robust_auroc.csv")
+    attacks = json.loads((folder / "run.json").read_text()).get("attacks") or {}
+    rows = []
+    for (det, ood_set, eps), part in rob.groupby(["detector", "ood_set", "eps"], sort=False):
+        ens = part[part.method == "ensemble"]
+        row = {"model": model, "detector": det, "ood_set": ood_set, "eps_pixel": f"{eps * 255:.3g}/255",
+               "n": f"{part.n_id.iloc[0]} + {part.n_ood.iloc[0]}", "clean": _pick(part, "clean_auroc")}
+        for r in part[part.method != "ensemble"].to_dict("records"):
+            label = r["method"] + (" EOT" if r["attack_family"] == "eot" else "")
+            row[label] = cell(r["robust_auroc"], r["robust_auroc_lo"], r["robust_auroc_hi"])
+            row[f"{label} s"] = sum(float((attacks.get(n) or {}).get("seconds") or 0.0)
+                                    for n in (r["id_attack"], r["ood_attack"]))
+        row["ensemble (worst case)"] = _pick(ens, "robust_auroc")
+        row["ensemble ID side"] = _pick(ens, "id_attacked_auroc")
+        row["ensemble OOD side"] = _pick(ens, "ood_attacked_auroc")
+        row["masking_suspected"] = part.masking_suspected.dropna().astype(str).iloc[0] \
+            if part.masking_suspected.notna().any() else ""
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -229,6 +274,49 @@ def draws_curve(args: argparse.Namespace) -> None:
     print(markdown_table(pd.DataFrame(rows), "{:.1f}"))
     print("SUMMARY ross_gen robust AUROC vs EOT draws: " + "; ".join(
         f"{r['eot draws']} draws: {r['robust AUROC']} in {r['attack seconds']:.0f} s" for r in rows))
+
+
+def strength_curve(args: argparse.Namespace) -> None:
+    """Robust AUROC (both sides, EOT) of ``ross_gen`` on the adversarially trained ResNet-20 against the ensemble
+    members' cost: APGD on the score for each of ``--curve-iters`` x ``--curve-draws`` and Square on the score for
+    each of ``--curve-queries``, at the first ``--pixel-eps``, with the attack stage's wall time; the ensemble run's
+    iterations, draws and queries are read off it by the rule in docs/ross-audit.md."""
+    from advopenood.io import markdown_table
+
+    model, rows = "cifar10_resnet20_at", []
+    settings = [("apgd", {"n_iter": i}, d) for d in args.curve_draws for i in args.curve_iters]
+    settings += [("square", {"queries": q}, None) for q in args.curve_queries]
+    for method, knobs, draws in settings:
+        tag = f"{method}_{'_'.join(f'{k}{v}' for k, v in knobs.items())}" + (f"_eot{draws}" if draws else "")
+        cfg = yaml.safe_load(config(model, "adaptive", args).read_text())
+        robust = {"method": method, "randomised_attacks": "eot", "ood_sets": ["tin"],
+                  "eps": fraction(args.pixel_eps[0]), **({"eot": draws} if draws else {}),
+                  **({"square_queries": knobs["queries"]} if method == "square" else {})}
+        cfg.update(name=f"curve_{tag}", attacks=[], detectors=["ross_gen"], evaluators=["robust_auroc"],
+                   evaluator_params={"robust_auroc": robust},
+                   attack_params={f: {"n_iter": knobs["n_iter"]} for f in ("robust_apgd_id", "robust_apgd_ood")}
+                   if method == "apgd" else {})
+        cfg["data"]["ood"] = [{"kind": "npz", "path": OOD["tin"], "name": "tin"}]
+        path = args.out / f"curve_{tag}.yaml"
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        folder = args.out / f"curve_{tag}"
+        subprocess.run([sys.executable, "-m", "advopenood.cli", "run", "--config", str(path), "--limit",
+                        str(args.limit), "--out", str(folder), "--quiet"], check=True)
+        info = json.loads((folder / "run.json").read_text())
+        for r in pd.read_csv(folder / "robust_auroc.csv").to_dict("records"):
+            rows.append({"attack": method, **{k: knobs.get(k, "") for k in ("n_iter", "queries")},
+                         "eot draws": draws or "", "robust AUROC": cell(r["robust_auroc"], r["robust_auroc_lo"],
+                                                                     r["robust_auroc_hi"]),
+                         "ID side": cell(r["id_attacked_auroc"], r["id_attacked_auroc_lo"], r["id_attacked_auroc_hi"]),
+                         "OOD side": cell(r["ood_attacked_auroc"], r["ood_attacked_auroc_lo"],
+                                          r["ood_attacked_auroc_hi"]),
+                         "attack seconds": sum(float(info["attacks"][n].get("seconds") or 0)
+                                               for n in (r["id_attack"], r["ood_attack"]))})
+        print(markdown_table(pd.DataFrame(rows[-1:]), "{:.1f}"), flush=True)
+    print(markdown_table(pd.DataFrame(rows), "{:.1f}"))
+    print("SUMMARY ross_gen strength curve: " + "; ".join(
+        f"{r['attack']} {r['n_iter'] or r['queries']}{' eot ' + str(r['eot draws']) if r['eot draws'] else ''}: "
+        f"{r['robust AUROC']} in {r['attack seconds']:.0f} s" for r in rows))
 
 
 def cost(args: argparse.Namespace) -> None:
@@ -308,19 +396,41 @@ def main() -> None:
     p.add_argument("--draw-list", type=lambda s: [int(v) for v in s.split(",")], default=[1, 4, 8, 25])
     p.add_argument("--cost-batch", type=lambda s: [int(v) for v in s.split(",")], default=[8, 32])
     p.add_argument("--cost-steps", type=int, default=5)
+    p.add_argument("--runs", type=lambda s: s.split(","), default=["published", "adaptive"],
+                   help="of published, adaptive, ensemble (default the first two)")
+    p.add_argument("--ensemble-iters", type=int, default=100, help="APGD iterations of the ensemble run")
+    p.add_argument("--ensemble-draws", type=int, default=None, help="EOT draws of the ensemble run (default n)")
+    p.add_argument("--ensemble-queries", type=int, default=None, help="Square queries of the ensemble run")
+    p.add_argument("--curve", action="store_true", help="ensemble members' strength against their cost instead")
+    p.add_argument("--curve-iters", type=lambda s: [int(v) for v in s.split(",")], default=[25, 50, 100])
+    p.add_argument("--curve-draws", type=lambda s: [int(v) for v in s.split(",")], default=[4])
+    p.add_argument("--curve-queries", type=lambda s: [int(v) for v in s.split(",")], default=[100, 300])
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.cost:
         return cost(args)
     if args.draws:
         return draws_curve(args)
+    if args.curve:
+        return strength_curve(args)
     models = args.models.split(",")
     spent = {}
     if not args.tables_only:
         for model in models:
-            spent[model] = {r: run(model, r, args) for r in ("published", "adaptive")}
+            spent[model] = {r: run(model, r, args) for r in args.runs}
     lines = []
     for model in models:
+        if (args.out / f"{model}_ensemble" / "robust_auroc.csv").exists():
+            ens = ensemble_table(args.out, model)
+            print(f"\n## {model}: the ensemble\n\n" + markdown_table(ens, "{:.0f}"))
+            lines += [f"{model} {r['detector']} {r['ood_set']} eps {r['eps_pixel']} pixel ({r['n']}): ensemble "
+                      f"robust AUROC {r['ensemble (worst case)']}, masking {r['masking_suspected'] or 'n/a'}"
+                      for r in ens.to_dict("records")]
+            info = json.loads((args.out / f"{model}_ensemble" / "run.json").read_text())
+            print("\n" + markdown_table(pd.DataFrame([{"stage": k, "seconds": v}
+                                                      for k, v in info["timings_s"].items()]), "{:.0f}"))
+        if not (args.out / f"{model}_published").exists() or not (args.out / f"{model}_adaptive").exists():
+            continue
         table = audit_table(args.out, model)
         print(f"\n## {model}\n\n" + markdown_table(table, "{:.1f}"))
         print("\n" + markdown_table(timing(args.out, model), "{:.0f}"))
