@@ -365,14 +365,14 @@ def test_the_plugin_index_notices_an_edit_to_a_module_no_entry_point_names(tmp_p
     point: editing it must change the index's fingerprint, so ``advopenood list`` is never served stale."""
     import os
 
-    from advopenood import registry
+    from advopenood import plugin_index
 
-    sibling = Path(registry._module_files("advopenood_plugins.detectors")[-1]).with_name("smoothed.py")
-    before = registry._fingerprint()
+    sibling = Path(plugin_index._module_files("advopenood_plugins.detectors")[-1]).with_name("smoothed.py")
+    before = plugin_index._fingerprint()
     st = sibling.stat()
     os.utime(sibling, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     try:
-        assert registry._fingerprint() != before
+        assert plugin_index._fingerprint() != before
     finally:
         os.utime(sibling, ns=(st.st_atime_ns, st.st_mtime_ns))
 

@@ -294,25 +294,21 @@ def is_smoothed(obj: Any) -> bool:
     return issubclass(cls, SmoothedDetector) and cls.smoothing
 
 
+def _smoothable(obj: Any) -> bool:
+    """Whether a detector gets a smoothed twin: any that does not draw this module's copies itself (smoothed or
+    ROSS), built-in or third-party."""
+    return not (isinstance(obj, type) and issubclass(obj, SmoothedDetector))
+
+
+@registry.family("detectors", PREFIX, accepts=_smoothable, hint="any detector but a smoothed or ROSS one",
+                 description="A detector smoothed: the median (or mean) of its confidence over n seeded Gaussian-noise "
+                             "copies of the input (randomized smoothing).")
 def smoothed_detector(detector: str) -> type[SmoothedDetector]:
-    """Register ``smoothed_<detector>`` for a registered detector and return the class."""
+    """The class of ``smoothed_<detector>`` for a registered detector (the family's factory: the registry makes it
+    on the name's first look-up)."""
     obj = registry.get("detectors", detector)
     base = DifferentiableSmoothed if is_differentiable(obj) else SmoothedDetector
-    cls = type(PREFIX + detector, (base,), {
+    return type(PREFIX + detector, (base,), {
         "__doc__": f"{detector.upper()} smoothed: the median (or mean) of its confidence over n seeded "
                    f"Gaussian-noise copies of the input (randomized smoothing).",
         "__module__": __name__, "base_name": detector})
-    return registry.register("detectors", PREFIX + detector, family=PREFIX + "<detector>")(cls)
-
-
-@registry.provide("detectors")
-def _smoothed_detectors() -> None:
-    """``smoothed_<det>`` for every registered detector that does not draw this module's copies itself (smoothed or
-    ROSS), built-in or third-party; the twin of a detector unregistered since goes with it."""
-    for name, entry in registry.entries("detectors").items():
-        if is_smoothed(entry.obj):
-            if not registry.registered("detectors", entry.obj.base_name):
-                registry.unregister("detectors", name)
-        elif not (isinstance(entry.obj, type) and issubclass(entry.obj, SmoothedDetector)) \
-                and not registry.generated("detectors", PREFIX + name):
-            smoothed_detector(name)
