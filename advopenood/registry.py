@@ -25,10 +25,9 @@ The registry is an instance (:class:`Registry`, as pluggy's ``PluginManager``): 
 one of the two declares ``overrides = True`` on itself (not inherited); the override is then recorded
 (:func:`overrides`, ``run.json``'s ``plugin_overrides``). A name a family generates (``ross_msp``, ``adaptive_msp``)
 is as reserved: a plugin under it, registered before or after the family's base plugin, is the same error naming
-the generating family. An
-entry point that fails to import is remembered (:func:`failures`): a name that is not registered while one failed is
-refused with "plugin package X failed to load: <reason>". What exists never depends on the order in which entry
-points load.
+the generating family. An entry point that fails to import is remembered (:func:`failures`): a name that is not
+registered while one failed is refused with "plugin package X failed to load: <reason>". What exists never depends
+on the order in which entry points load.
 """
 from __future__ import annotations
 
@@ -39,8 +38,8 @@ from advopenood import plugin_registry as _core
 from advopenood.capabilities import is_derived
 from advopenood.errors import UsageError
 from advopenood.params import check_params, check_types  # re-exported: plugins call registry.check_params
-from advopenood.plugin_registry import (GROUP_PREFIX, KINDS, Entry, Failure, Family, Registry, _singular, default,
-                                        using)
+from advopenood.plugin_registry import (GROUP_PREFIX, KINDS, Entry, Failure, Family, Registry, _check_kind, _singular,
+                                        default, using)
 
 __all__ = ["GROUP_PREFIX", "KINDS", "Entry", "Failure", "Family", "Registry", "check_params", "check_types",
            "create", "default", "discover", "entries", "failure_message", "failures", "families", "family", "generated",

@@ -83,6 +83,7 @@ def test_the_fixtures_registry_is_its_own(fresh_registry, empty_registry):
     assert registry.default() is empty_registry and registry.names("detectors") == []
     registry.register("detectors", "zzonly")(type("Only", (), {"__doc__": "Only.", "__module__": "zz_only"}))
     assert "zzonly" not in fresh_registry.table["detectors"] and "msp" in fresh_registry.table["detectors"]
+    assert registry.registered("detectors", "zzonly") and not registry.registered("detectors", "msp")
 
 
 # ------------------------------------------------------------------------------------------------------- list
