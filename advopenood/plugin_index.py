@@ -83,10 +83,11 @@ def build_index() -> dict[str, Any]:
     shorthand]}}`` and ``commands: {command: help}`` of the analyses that declare one."""
     from advopenood.capabilities import CommandAnalysis
 
-    out: dict[str, Any] = {kind: {n: [e.description, e.source, "" if n in registry.default().table[kind] else e.family]
+    held = registry.default().table
+    out: dict[str, Any] = {kind: {n: [e.description, e.source, "" if n in held[kind] else e.family]
                                   for n, e in registry.entries(kind).items()} for kind in KINDS}
-    out["families"] = {kind: {p: [f.description, f.source, f.hint, f.shorthand] for p, f in registry.families(kind).items()}
-                       for kind in KINDS}
+    out["families"] = {kind: {p: [f.description, f.source, f.hint, f.shorthand]
+                              for p, f in registry.families(kind).items()} for kind in KINDS}
     out["commands"] = {obj.command: obj.command_help for obj in (e.obj for e in registry.entries("analyses").values())
                        if isinstance(obj, type) and issubclass(obj, CommandAnalysis) and obj.command}
     out["failed"] = registry.failure_message()
@@ -95,8 +96,8 @@ def build_index() -> dict[str, Any]:
 
 def index(store: bool = True) -> dict[str, Any]:
     """The plugin index, read from its file when it matches the installed plugins, else built (and stored when
-    ``store`` and every entry point loaded; ``failed``: :func:`advopenood.registry.failure_message`). In a process that has already
-    loaded or registered plugins, it is built from them (no file involved)."""
+    ``store`` and every entry point loaded; ``failed``: :func:`advopenood.registry.failure_message`). In a process
+    that has already loaded or registered plugins, it is built from them (no file involved)."""
     import json
 
     if registry.default().discovered or any(registry.default().table.values()):

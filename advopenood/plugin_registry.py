@@ -158,8 +158,8 @@ class Registry:
         self.discovered: set[str] = set()
         self.providers: dict[str, list[Callable[[], None]]] = {kind: [] for kind in KINDS}
         self._providing: set[str] = set()
-        #: (kind, name) -> (the base plugin it was made from, its entry): each family member made once
-        self.made: dict[tuple[str, str], tuple[Any, Entry]] = {}
+        #: (kind, name) -> (the base plugin and the family it was made from, its entry): each member made once
+        self.made: dict[tuple[str, str], tuple[Any, Family, Entry]] = {}
         self._version = 0  # bumped by every change: the reservation check and the listing follow it
         self._checked = -1
         self._listing: dict[str, tuple[int, dict[str, Entry]]] = {}
@@ -251,16 +251,17 @@ class Registry:
         return None
 
     def _member(self, kind: str, key: str) -> Entry | None:
-        """The family member ``key``, made on its first look-up (and again only if its base plugin changed)."""
+        """The family member ``key``, made on its first look-up (and again only if its base plugin or its family was
+        registered anew)."""
         parsed = self._parse(kind, key)
         if parsed is None:
             return None
         fam, base = parsed
         held = self.made.get((kind, key))
-        if held is None or held[0] is not base.obj:
+        if held is None or held[0] is not base.obj or held[1] is not fam:  # made anew only from another base/family
             obj = fam.make(key[len(fam.prefix):])
-            held = self.made[kind, key] = (base.obj, _registration(kind, key, obj, None, fam.pattern))
-        return held[1]
+            held = self.made[kind, key] = (base.obj, fam, _registration(kind, key, obj, None, fam.pattern))
+        return held[2]
 
     def _resolve(self, kind: str, key: str) -> Entry | None:
         """A registered plugin (it holds its name over a family's), else a family member, else None."""
@@ -342,8 +343,9 @@ class Registry:
                 parsed = self._parse(kind, key) if _declares_override(entry.obj) else None
                 replaced = parsed[0].entry(key) if parsed else self.overridden.get((kind, key))
                 if replaced is not None:
-                    out.append({"kind": kind, "name": key, "plugin": entry.origin, "replaces": (
-                        f"{replaced.origin}, which generates {replaced.family}" if replaced.family else replaced.origin)})
+                    source = f"{replaced.origin}, which generates {replaced.family}" if replaced.family else \
+                        replaced.origin
+                    out.append({"kind": kind, "name": key, "plugin": entry.origin, "replaces": source})
         return sorted(out, key=lambda row: (row["kind"], row["name"]))
 
     def get(self, kind: str, name: str) -> Any:
