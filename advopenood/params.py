@@ -10,7 +10,9 @@ keys and ``run.json`` record.
 """
 from __future__ import annotations
 
+import difflib
 import functools
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,3 +63,44 @@ def typed(owner: str, values: Mapping[str, Any], defaults: Mapping[str, Any],
         first = exc.errors()[0]
         raise UsageError(f"parameter {'.'.join(map(str, first['loc']))} of {owner} is {first.get('input')!r}; "
                          f"{first['msg'].lower()}") from None
+
+
+def check_params(what: str, name: str, params: dict[str, Any], declared: dict[str, Any],
+                 extra: tuple[str, ...] = ()) -> None:
+    """``params`` are among the ``declared`` ones (name -> default; ``extra`` names accepted besides) and each
+    has its default's type (:func:`check_types`), and no number is NaN or infinite; a one-line UsageError names the
+    first bad one otherwise.
+    ``what``: the plugin's kind in the singular (``attack``), ``name`` its registered name."""
+    for key, value in params.items():  # NaN would be written as null in a saved plan, and read back as the default
+        if any(isinstance(v, float) and not math.isfinite(v) for v in (value if isinstance(value, (list, tuple))
+                                                                          else (value,))):
+            raise UsageError(f"parameter {key} of {what} {name!r} is {value!r}; valid choices: a finite number "
+                             "(not NaN or an infinity)")
+    valid = sorted({*declared, *extra})
+    unknown = sorted(set(params) - set(valid))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], valid, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ";"
+        raise UsageError(f"unknown parameter {unknown[0]!r} for {what} {name!r}{hint} valid choices: "
+                         f"{', '.join(valid) or '(none)'}")
+    check_types(f"{what} {name!r}", {k: v for k, v in params.items() if k not in extra}, declared)
+
+
+def check_types(what: str, params: dict[str, Any], defaults: dict[str, Any]) -> None:
+    """Each scalar parameter has the type of its declared default (an int where a float is declared); parameters
+    whose default is None or a sequence are left to the plugin (a sequence parameter often takes one value too).
+    A UsageError names the first mismatch and the expected type."""
+    for key, value in params.items():
+        default = defaults.get(key)
+        if default is None or value is None or isinstance(default, (list, tuple, dict)):
+            continue
+        expected: tuple[type, ...]
+        if isinstance(default, bool):
+            expected = (bool,)
+        elif isinstance(default, (int, float)):
+            expected = (int, float) if isinstance(default, float) else (int,)
+        else:
+            expected = (type(default),)
+        if not isinstance(value, expected) or (isinstance(value, bool) and not isinstance(default, bool)):
+            names = " or ".join(t.__name__ for t in expected)
+            raise UsageError(f"parameter {key} of {what} is {value!r}; valid choices: {names} (default {default!r})")

@@ -44,8 +44,8 @@ from advopenood.io import save_figure
 from advopenood.outputs import Bullets, Figure, Item, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.outputs.report import CHANCE, eps_label, fmt, join, name, pct
 from advopenood.params import Params, typed
-from advopenood.registry import (KINDS, check_params, create, entries, generated, get, names, provide, register,
-                                 registered)
+from advopenood.registry import (KINDS, check_params, create, entries, family, generated, get, names, provide,
+                                 register, registered, resolves)
 
 __all__ = [
     # base classes and the attack factory
@@ -59,7 +59,8 @@ __all__ = [
     "bind_attack", "is_derived", "is_detector_aware", "is_differentiable", "is_family", "is_id_negative",
     "is_randomised", "is_verifiable", "requires_attacks", "twin_of",
     # the registry
-    "KINDS", "check_params", "create", "entries", "generated", "get", "names", "provide", "register", "registered",
+    "KINDS", "check_params", "create", "entries", "family", "generated", "get", "names", "provide", "register",
+    "registered", "resolves",
     # what evaluators and analyses read and return
     "RunContext", "CleanRecord", "Results", "Section", "Item", "Paragraph", "Table", "Bullets", "Figure",
     "as_written", "guarded", "save_figure", "CHANCE", "eps_label", "fmt", "join", "name", "pct",

@@ -110,6 +110,29 @@ def pack_config(folder: Path, data_root: Path, changes: dict | None = None, name
     return str(path)
 
 
+@pytest.fixture()
+def fresh_registry():
+    """A registry of the test's own: the installed plugins and families, discovered, in a copy that is the default
+    registry for the test (what it registers, overrides or makes ends with it)."""
+    from advopenood import registry
+
+    for kind in registry.KINDS:
+        registry.discover(kind)
+    with registry.using(registry.default().copy()) as reg:
+        yield reg
+
+
+@pytest.fixture()
+def empty_registry():
+    """An empty registry, the default for the test: no plugin, no family, no entry point to discover."""
+    from advopenood import registry
+
+    reg = registry.Registry()
+    reg.discovered.update(registry.KINDS)
+    with registry.using(reg):
+        yield reg
+
+
 def registered(plugins: dict):
     """Register ``{(kind, name): class}`` for the duration of a fixture (a generator: ``yield from``)."""
     from advopenood import registry

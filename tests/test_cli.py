@@ -341,8 +341,8 @@ def test_help_and_list_answer_without_importing_torch(argv, tmp_path):
                                         ("attacks", "robust_id_smoothed_msp"), ("attacks", "robust_apgd_ood_eot_smoothed_msp"),
                                         ("attacks", "robust_id_eot"), ("detectors", "smoothed_msp")])
 def test_the_first_look_up_in_a_process_holds_every_generated_plugin(kind, name):
-    """A provider added while the providers run (the adaptive attacks look up the detectors, whose discovery imports
-    smoothed.py and its EOT-attack provider) runs in the same look-up: the first ``names`` of a fresh process equals
+    """A family registered while a listing runs (the adaptive attacks' families take the detectors, whose discovery
+    imports smoothed.py and its families) counts in the same listing: the first ``names`` of a fresh process equals
     the second, and the plugin index built from it is complete (it once lacked all 54 EOT attacks)."""
     import subprocess
     import sys
@@ -365,14 +365,14 @@ def test_the_plugin_index_notices_an_edit_to_a_module_no_entry_point_names(tmp_p
     point: editing it must change the index's fingerprint, so ``advopenood list`` is never served stale."""
     import os
 
-    from advopenood import registry
+    from advopenood import plugin_index
 
-    sibling = Path(registry._module_files("advopenood_plugins.detectors")[-1]).with_name("smoothed.py")
-    before = registry._fingerprint()
+    sibling = Path(plugin_index._module_files("advopenood_plugins.detectors")[-1]).with_name("smoothed.py")
+    before = plugin_index._fingerprint()
     st = sibling.stat()
     os.utime(sibling, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     try:
-        assert registry._fingerprint() != before
+        assert plugin_index._fingerprint() != before
     finally:
         os.utime(sibling, ns=(st.st_atime_ns, st.st_mtime_ns))
 

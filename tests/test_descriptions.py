@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from advopenood.cli.main import main
-from advopenood.registry import _first_line
+from advopenood.plugin_registry import _first_line
 
 
 def _with_doc(doc: str) -> type:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import pack_config
-from advopenood import registry
+from advopenood import plugin_registry, registry
 from advopenood.cli.main import main
 from advopenood.errors import UsageError
 
@@ -26,28 +26,19 @@ EXAMPLE = REPO / "tests" / "thirdparty_plugin" / "advopenood_example"
 
 
 @pytest.fixture()
-def fresh(monkeypatch):
-    """An empty registry for the test (no plugin discovered yet, no entry point, no provider)."""
-    monkeypatch.setattr(registry, "_REGISTRY", {kind: {} for kind in registry.KINDS})
-    monkeypatch.setattr(registry, "_PROVIDERS", {kind: [] for kind in registry.KINDS})
-    monkeypatch.setattr(registry, "_OVERRIDDEN", {})
-    monkeypatch.setattr(registry, "_FAILED", [])
-    monkeypatch.setattr(registry, "_DISTS", {})
-    monkeypatch.setattr(registry, "_DISCOVERED", set(registry.KINDS))
+def fresh(empty_registry, monkeypatch):
+    """An empty registry for the test (no plugin discovered yet, no entry point, no family)."""
+    monkeypatch.setattr(plugin_registry, "_DISTS", {})
+    return empty_registry
 
 
 @pytest.fixture()
-def installed(monkeypatch):
+def installed(fresh_registry, monkeypatch):
     """The registry as the installed plugins made it, copied for the test: changes to it end with the test. The
     entry points load again on the next look-up (modules already imported register nothing new)."""
-    for kind in registry.KINDS:
-        registry.entries(kind)
-    monkeypatch.setattr(registry, "_REGISTRY", {k: dict(v) for k, v in registry._REGISTRY.items()})
-    monkeypatch.setattr(registry, "_PROVIDERS", {k: list(v) for k, v in registry._PROVIDERS.items()})
-    monkeypatch.setattr(registry, "_OVERRIDDEN", dict(registry._OVERRIDDEN))
-    monkeypatch.setattr(registry, "_FAILED", list(registry._FAILED))
-    monkeypatch.setattr(registry, "_DISTS", dict(registry._DISTS))
-    monkeypatch.setattr(registry, "_DISCOVERED", set())
+    monkeypatch.setattr(plugin_registry, "_DISTS", dict(plugin_registry._DISTS))
+    fresh_registry.discovered.clear()
+    return fresh_registry
 
 
 def plugin(module: str, name: str = "Plugin", **attrs) -> type:
@@ -216,18 +207,15 @@ def _load(order: tuple[int, ...], groups: tuple[str, ...], points: list[EntryPoi
     """The registry after loading ``points`` in ``order`` and the groups in the order ``groups``, from nothing."""
     for module in [m for m in sys.modules if m.startswith("zz_")]:
         del sys.modules[module]
-    registry._REGISTRY.update({kind: {} for kind in registry.KINDS})
-    registry._OVERRIDDEN.clear()
-    registry._FAILED.clear()
-    registry._DISCOVERED.clear()
+    reg = registry.Registry()
     ordered = EntryPoints(points[i] for i in order)
     with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        mp.setattr(registry, "entry_points", lambda **group: ordered.select(**group) if group else ordered)
+        mp.setattr(plugin_registry, "entry_points", lambda **group: ordered.select(**group) if group else ordered)
         for kind in groups:
-            registry._discover_group(kind)
-    return ({kind: {name: (e.source, e.obj.__qualname__) for name, e in registry._REGISTRY[kind].items()}
-             for kind in registry.KINDS}, registry.overrides(), [f.package for f in registry.failures()])
+            reg._discover_group(kind)
+    return ({kind: {name: (e.source, e.obj.__qualname__) for name, e in reg.table[kind].items()}
+             for kind in registry.KINDS}, reg.overrides(), [f.package for f in reg.failed])
 
 
 def test_what_exists_does_not_depend_on_the_order_entry_points_load_in(fresh, site):

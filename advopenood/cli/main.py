@@ -20,7 +20,7 @@ import sys  # noqa: E402
 import threading  # noqa: E402
 from typing import Any, Callable, Sequence  # noqa: E402
 
-from advopenood import __version__, registry  # noqa: E402
+from advopenood import __version__, plugin_index, registry  # noqa: E402
 from advopenood.cli.parsing import OneLineParser, positive_int  # noqa: E402
 from advopenood.cli.precheck import precheck  # noqa: E402
 from advopenood.errors import STORAGE_ERRNOS, StorageError, UsageError, storage_error  # noqa: E402
@@ -60,7 +60,7 @@ def commands(store_index: bool = True) -> dict[str, str]:
     """Every subcommand with its help line, in help order (the analyses' from the plugin index: no import). A
     command that runs work passes ``store_index=False``: a run refused by its checks writes nothing."""
     core = list(COMMANDS.items())
-    extra = list(registry.index(store=store_index)["commands"].items())
+    extra = list(plugin_index.index(store=store_index)["commands"].items())
     taken = [name for name, _ in extra if name in COMMANDS]
     if taken:
         raise UsageError(f"an analysis declares subcommand {taken[0]!r}, which is taken; valid choices: a name not in "
@@ -157,6 +157,8 @@ def build_parser(store_index: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == "list":
             p.add_argument("kind", help=" | ".join(registry.KINDS))
+            p.add_argument("--all", action="store_true", dest="every",
+                           help="every name that resolves, one per line (the families' names too)")
         if name == "verify":
             p.add_argument("run", help="a run's output folder (the --out of advopenood run)")
         for add in ANALYSIS_FLAGS if name in analyses else SUBCOMMAND_FLAGS.get(name, []):
@@ -178,18 +180,27 @@ def _plan(args: argparse.Namespace, **forced):
     return apply_overrides(plan, config_dir=folder, **flags)
 
 
-def cmd_list(kind: str) -> int:
-    """One line per registered plugin of ``kind``: name and description (from the plugin index); a UsageError when
-    a plugin package failed to load."""
+def cmd_list(kind: str, every: bool = False) -> int:
+    """One line per registered plugin of ``kind`` and one per family (its pattern, what it does and takes, and its
+    shorthand), or with ``every`` one line per name that resolves: the name first, then its description (from the
+    plugin index); a UsageError when a plugin package failed to load."""
     if kind not in registry.KINDS:
         raise UsageError(f"unknown plugin kind {kind!r}; valid choices: {', '.join(registry.KINDS)}")
-    listing = registry.index()
+    listing = plugin_index.index()
     if listing.get("failed"):  # a list without the failed package's plugins would look complete
         raise UsageError(f"{listing['failed']} (advopenood list {kind} would lack its plugins)")
-    table = listing[kind]
-    width = max((len(n) for n in table), default=0)
+    rows = {name: description for name, (description, _, family) in listing[kind].items() if every or not family}
+    if not every:
+        families = listing["families"][kind]
+        folded = {shorthand for *_, shorthand in families.values() if shorthand}
+        rows = {name: text for name, text in rows.items() if name not in folded}
+        for pattern, (description, _, takes, shorthand) in families.items():
+            rows[pattern] = " ".join([description, f"For {takes}." if takes else "",
+                                      f"'{shorthand}' selects one per selected detector." if shorthand else ""]).strip()
+        rows = dict(sorted(rows.items()))
+    width = max((len(n) for n in rows), default=0)
     try:
-        for name, (description, _) in table.items():
+        for name, description in rows.items():
             print(f"{name:<{width}}  {description}")
         sys.stdout.flush()
     except BrokenPipeError:  # `advopenood list attacks | head -1`: the reader has all it wanted
@@ -279,7 +290,7 @@ def _main(argv: list[str]) -> int:
             return 0
         args = parser.parse_args(argv)
         if args.command == "list":
-            return cmd_list(args.kind)
+            return cmd_list(args.kind, args.every)
         if args.command == "verify":
             return cmd_verify(args.run)
         precheck(args)  # bad flags and names are refused before torch and the plugins load

@@ -1,13 +1,13 @@
 """The checks a run's flags pass before torch or any plugin loads, so that a bad value is refused at once (one line,
 exit 2): the budgets of ``--eps``, the interval flags, and the plugin names of ``--attack``, ``--detectors``,
-``--evaluator`` and ``--analysis`` against the plugin index (:func:`advopenood.registry.index`: names read from its
+``--evaluator`` and ``--analysis`` against the plugin index (:func:`advopenood.plugin_index.index`: names read from its
 stored file, generated families included, no import). Everything else (the config file's own values, plugin
 parameters, files) is checked as before, by the config schema and the preflight, before any work."""
 from __future__ import annotations
 
 import argparse
 
-from advopenood import registry
+from advopenood import plugin_index, registry
 from advopenood.errors import UsageError, choice_message
 from advopenood.flags import CI_METHODS, MAX_RESAMPLES, MIN_RESAMPLES, parse_eps, too_few_resamples
 
@@ -39,7 +39,7 @@ def check_values(args: argparse.Namespace) -> None:
 def check_names(args: argparse.Namespace) -> None:
     """Every name of the plugin flags is in the plugin index (``all`` selects every detector); with a plugin package
     that failed to load the index is incomplete, and the full check after loading names the failure instead."""
-    listing = registry.index(store=False)
+    listing = plugin_index.index(store=False)
     if listing.get("failed"):
         return
     for flag, kind in NAME_FLAGS.items():

@@ -294,7 +294,7 @@ def validate(raw: Any, *, source: str = "config", folder: Path | None = None,
                           ("evaluator_params", "evaluators"), ("analysis_params", "analyses")):
         resolved[section] = {str(k).lower(): v for k, v in getattr(plan, section).items()}
         for name in resolved[section]:
-            if name not in registry.entries(kind):
+            if not registry.resolves(kind, name):
                 where = _where((section, name), source, positions)
                 singular = kind[:-1] if kind != "analyses" else "analysis"
                 message = choice_message(singular, name, registry.names(kind), f"advopenood list {kind}")

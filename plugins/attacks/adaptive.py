@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -333,17 +334,16 @@ def is_eot(attack: Any) -> bool:
 
 
 def adaptive_attack(detector: str, direction: str = "id") -> type[AdaptiveAttack]:
-    """Register ``adaptive_<detector>`` (direction ``"id"``) or ``adaptive_ood_<detector>`` (``"ood"``) for a
-    registered detector that declares a differentiable score (a third party's too) and return the class."""
+    """The class of ``adaptive_<detector>`` (direction ``"id"``) or ``adaptive_ood_<detector>`` (``"ood"``) for a
+    registered detector that declares a differentiable score (a third party's too): the families' factory."""
     if direction not in ("id", "ood"):
         raise UsageError(f"direction {direction!r} for an adaptive attack; valid choices: id, ood")
     name = f"adaptive_{detector}" if direction == "id" else f"adaptive_ood_{detector}"
     what = ("misclassify an ID image while " + detector.upper() + " keeps it in-distribution" if direction == "id"
             else "make a natural OOD image look in-distribution to " + detector.upper())
-    cls = type(name, (AdaptiveAttack,), {
+    return type(name, (AdaptiveAttack,), {
         "__doc__": f"Detector-adaptive Linf PGD against {detector.upper()}: {what} (lambda swept per sample).",
         "__module__": __name__, "detector": detector, "source": direction})
-    return registry.register("attacks", name, family=name.removesuffix(detector) + "<detector>")(cls)
 
 
 class AdaptiveFamily(AttackFamily):
@@ -357,8 +357,7 @@ class AdaptiveFamily(AttackFamily):
 
     @classmethod
     def members(cls, plan: Any) -> list[str]:
-        available = set(registry.names("attacks"))
-        return [cls.prefix + d for d in plan.detectors if cls.prefix + d in available]
+        return [cls.prefix + d for d in plan.detectors if registry.resolves("attacks", cls.prefix + d)]
 
 
 registry.register("attacks", "adaptive")(type("adaptive", (AdaptiveFamily,), {
@@ -369,12 +368,14 @@ registry.register("attacks", "adaptive_ood")(type("adaptive_ood", (AdaptiveFamil
     "__module__": __name__, "prefix": "adaptive_ood_"}))
 
 
-@registry.provide("attacks")
-def _adaptive_attacks() -> None:
-    """``adaptive_<det>`` and ``adaptive_ood_<det>`` for every registered detector that declares a differentiable
-    score (:class:`~advopenood.capabilities.DifferentiableDetector`), built-in or not, registered since or not."""
-    for name, entry in registry.entries("detectors").items():
-        if is_differentiable(entry.obj):
-            for direction, prefix in (("id", "adaptive_"), ("ood", "adaptive_ood_")):
-                if not registry.generated("attacks", prefix + name):
-                    adaptive_attack(name, direction)
+#: what the families of attacks on a detector's score take: ``adaptive_<det>`` and ``adaptive_ood_<det>`` exist for
+#: every detector that declares a differentiable score (:class:`~advopenood.capabilities.DifferentiableDetector`),
+#: built-in or not, registered since or not
+DIFFERENTIABLE = "a detector with a differentiable score"
+registry.family("attacks", "adaptive_", adaptive_attack, accepts=is_differentiable, hint=DIFFERENTIABLE,
+                shorthand="adaptive", description="Detector-adaptive Linf PGD against a detector: misclassify an ID "
+                "image while the detector keeps it in-distribution (lambda swept per sample).")
+registry.family("attacks", "adaptive_ood_", functools.partial(adaptive_attack, direction="ood"),
+                accepts=is_differentiable, hint=DIFFERENTIABLE, source=__name__, shorthand="adaptive_ood",
+                description="Detector-adaptive Linf PGD against a detector: make a natural OOD image look "
+                            "in-distribution to it (lambda swept per sample).")

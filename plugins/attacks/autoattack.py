@@ -50,7 +50,7 @@ from advopenood import registry
 from advopenood.attacks.base import Attack, default_eps
 from advopenood.capabilities import is_differentiable
 from advopenood.errors import UsageError
-from advopenood_plugins.attacks.adaptive import AdaptiveAttack, AdaptiveFamily, margin_loss
+from advopenood_plugins.attacks.adaptive import DIFFERENTIABLE, AdaptiveAttack, AdaptiveFamily, margin_loss
 from advopenood_plugins.kit.attacks import Best, run_foolbox
 
 #: our norm names -> AutoAttack's
@@ -312,23 +312,20 @@ class AdaptiveAPGD(AdaptiveAttack):
 
 
 def adaptive_apgd_attack(detector: str) -> type[AdaptiveAPGD]:
-    """Register ``adaptive_apgd_<detector>`` for a detector with a differentiable ``grad_score``."""
+    """The class of ``adaptive_apgd_<detector>`` for a detector with a differentiable ``grad_score`` (the family's
+    factory)."""
     name = f"adaptive_apgd_{detector}"
-    cls = type(name, (AdaptiveAPGD,), {
+    return type(name, (AdaptiveAPGD,), {
         "__doc__": f"Detector-adaptive APGD-Linf against {detector.upper()}: misclassify an ID image while "
                    f"{detector.upper()} keeps it in-distribution (lambda swept per sample).",
         "__module__": __name__, "detector": detector})
-    return registry.register("attacks", name, family="adaptive_apgd_<detector>")(cls)
 
 
 registry.register("attacks", "adaptive_apgd")(type("adaptive_apgd", (AdaptiveFamily,), {
     "__doc__": "One adaptive_apgd_<det> per selected detector: --attack apgd_ce,adaptive_apgd --detectors mds,knn.",
     "__module__": __name__, "prefix": "adaptive_apgd_"}))
 
-@registry.provide("attacks")
-def _adaptive_apgd_attacks() -> None:
-    """``adaptive_apgd_<det>`` for every registered detector that declares a differentiable score
-    (:class:`~advopenood.capabilities.DifferentiableDetector`), built-in or third-party."""
-    for name, entry in registry.entries("detectors").items():
-        if is_differentiable(entry.obj) and not registry.generated("attacks", f"adaptive_apgd_{name}"):
-            adaptive_apgd_attack(name)
+registry.family("attacks", "adaptive_apgd_", adaptive_apgd_attack, accepts=is_differentiable,
+                hint=DIFFERENTIABLE, shorthand="adaptive_apgd",
+                description="Detector-adaptive APGD-Linf against a detector: misclassify an ID image while the detector "
+                            "keeps it in-distribution (lambda swept per sample).")

@@ -5,14 +5,20 @@ whose docstring describes the plain and the EOT attack).
 """
 from __future__ import annotations
 
+import functools
+
 from advopenood import registry
 from advopenood.capabilities import is_differentiable, is_randomised
 from advopenood_plugins.attacks.adaptive import AdaptiveAttack, AdaptiveFamily, EOTAttack
 from advopenood_plugins.attacks.autoattack import AdaptiveAPGD
 
-#: EOT attack name prefix -> the plain attack's prefix (the adaptive providers' names)
+#: EOT attack name prefix -> the plain attack's prefix (the adaptive families' prefixes)
 EOT_PREFIXES = {"adaptive_eot_": "adaptive_", "adaptive_ood_eot_": "adaptive_ood_",
                 "adaptive_apgd_eot_": "adaptive_apgd_"}
+#: what each EOT attack does, in its description
+WHAT = {"adaptive_eot_": "Linf PGD, misclassify an ID image while it keeps it in-distribution",
+        "adaptive_ood_eot_": "Linf PGD, make a natural OOD image look in-distribution to it",
+        "adaptive_apgd_eot_": "APGD-Linf, misclassify an ID image while it keeps it in-distribution"}
 
 
 def eot_name(plain_attack: str) -> str:
@@ -25,39 +31,33 @@ def eot_name(plain_attack: str) -> str:
 
 
 def eot_attack(detector: str, prefix: str) -> type:
-    """Register the EOT attack ``<prefix><detector>`` (``prefix`` in :data:`EOT_PREFIXES`) for a randomised detector
-    with a differentiable score, and return the class."""
+    """The class of the EOT attack ``<prefix><detector>`` (``prefix`` in :data:`EOT_PREFIXES`) for a randomised
+    detector with a differentiable score: the families' factory."""
     base = AdaptiveAPGD if prefix == "adaptive_apgd_eot_" else AdaptiveAttack
     source = "ood" if prefix == "adaptive_ood_eot_" else "id"
-    what = {"adaptive_eot_": "Linf PGD, misclassify an ID image while it keeps it in-distribution",
-            "adaptive_ood_eot_": "Linf PGD, make a natural OOD image look in-distribution to it",
-            "adaptive_apgd_eot_": "APGD-Linf, misclassify an ID image while it keeps it in-distribution"}[prefix]
     name = prefix + detector
-    cls = type(name, (EOTAttack, base), {
-        "__doc__": f"EOT detector-adaptive attack against {detector.upper()}: {what}, its gradient averaged over "
-                   "the detector's noise draws (lambda swept per sample).",
+    return type(name, (EOTAttack, base), {
+        "__doc__": f"EOT detector-adaptive attack against {detector.upper()}: {WHAT[prefix]}, its gradient averaged "
+                   "over the detector's noise draws (lambda swept per sample).",
         "__module__": __name__, "detector": detector, "source": source,
         "plain_attack": EOT_PREFIXES[prefix] + detector})
-    return registry.register("attacks", name, family=prefix + "<detector>")(cls)
 
 
-@registry.provide("attacks")
-def _eot_attacks() -> None:
-    """The EOT attacks of every randomised detector with a differentiable score (and no others), and their families
-    (``adaptive_eot``, ``adaptive_ood_eot``, ``adaptive_apgd_eot``: one per selected detector, as ``adaptive``)."""
-    for prefix in EOT_PREFIXES:
-        family = prefix.rstrip("_")
-        if not registry.generated("attacks", family):
-            registry.register("attacks", family, family=family)(type(family, (AdaptiveFamily,), {
-                "__doc__": f"One {prefix}<det> per selected smoothed detector: --attack adaptive,{family} "
-                           "--detectors smoothed_msp runs the plain and the EOT attack.",
-                "__module__": __name__, "prefix": prefix}))
-    for name, entry in registry.entries("detectors").items():
-        if is_randomised(entry.obj) and is_differentiable(entry.obj):
-            for prefix in EOT_PREFIXES:
-                if not registry.generated("attacks", prefix + name):
-                    eot_attack(name, prefix)
-    for name, entry in registry.entries("attacks").items():  # the EOT attacks of smoothed detectors gone since
-        if isinstance(entry.obj, type) and issubclass(entry.obj, EOTAttack) \
-                and not registry.registered("detectors", entry.obj.detector):
-            registry.unregister("attacks", name)
+def randomised_differentiable(obj: object) -> bool:
+    """Whether a detector has EOT attacks: randomised, with a differentiable score."""
+    return is_randomised(obj) and is_differentiable(obj)
+
+
+# the EOT attacks of every randomised detector with a differentiable score (and no others), and their shorthands
+# (``adaptive_eot``, ``adaptive_ood_eot``, ``adaptive_apgd_eot``: one per selected detector, as ``adaptive``)
+for _prefix in EOT_PREFIXES:
+    _family = _prefix.rstrip("_")
+    registry.register("attacks", _family, family=_family)(type(_family, (AdaptiveFamily,), {
+        "__doc__": f"One {_prefix}<det> per selected smoothed detector: --attack adaptive,{_family} "
+                   "--detectors smoothed_msp runs the plain and the EOT attack.",
+        "__module__": __name__, "prefix": _prefix}))
+    registry.family("attacks", _prefix, functools.partial(eot_attack, prefix=_prefix), source=__name__,
+                    accepts=randomised_differentiable, shorthand=_family,
+                    hint="a randomised detector with a differentiable score",
+                    description=f"EOT detector-adaptive attack against a detector: {WHAT[_prefix]}, its gradient "
+                                "averaged over the detector's noise draws (lambda swept per sample).")

@@ -33,6 +33,7 @@ accepting the OOD image at its 95 %-TPR threshold on the fit set (the detector i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Callable, ClassVar
 
@@ -46,7 +47,8 @@ from advopenood import registry
 from advopenood.attacks.base import Attack, default_eps
 from advopenood.capabilities import IdNegatives, is_composite, is_differentiable
 from advopenood.errors import UsageError
-from advopenood_plugins.attacks.adaptive import AdaptiveAttack, AdaptiveFamily, DetectorTarget, SharedTarget
+from advopenood_plugins.attacks.adaptive import (DIFFERENTIABLE, AdaptiveAttack, AdaptiveFamily, DetectorTarget,
+                                                 SharedTarget)
 from advopenood_plugins.kit.networks import normalisation
 
 PROTOCOL = "hekal2026"
@@ -163,16 +165,16 @@ class HekalAttack(SharedTarget, AdaptiveAttack):
 
 
 def hekal_attack(detector: str, side: str) -> type[HekalAttack]:
-    """Register ``hekal_min_<detector>`` (``side`` ``min``) or ``hekal_max_<detector>`` (``max``) and return it."""
+    """The class of ``hekal_min_<detector>`` (``side`` ``min``) or ``hekal_max_<detector>`` (``max``): the families'
+    factory."""
     if side not in PREFIXES:
         raise UsageError(f"hekal attack side {side!r}; valid choices: {', '.join(PREFIXES)}")
     name = PREFIXES[side] + detector
     what = (f"lower {detector.upper()}'s confidence of an ID image (PGD-Min)" if side == "min"
             else f"raise {detector.upper()}'s confidence of a natural OOD image (PGD-Max)")
-    cls = type(name, (HekalAttack,) + ((IdNegatives,) if side == "min" else ()), {
+    return type(name, (HekalAttack,) + ((IdNegatives,) if side == "min" else ()), {
         "__doc__": f"ROSS's Linf PGD (Hekal et al. 2026, last iterate): {what}.", "__module__": __name__,
         "detector": detector, "side": side, "source": "id" if side == "min" else "ood"})
-    return registry.register("attacks", name, family=PREFIXES[side] + "<detector>")(cls)
 
 
 def hekal_class(name: str) -> type[HekalAttack] | None:
@@ -186,14 +188,8 @@ for _side, _prefix in PREFIXES.items():
         "__doc__": f"One {_prefix}<det> per selected detector (Hekal et al. 2026, PGD-{_side.capitalize()}).",
         "__module__": __name__, "prefix": _prefix,
         "hint": "one hekal attack per selected detector with a differentiable score"}))
-
-
-@registry.provide("attacks")
-def _hekal_attacks() -> None:
-    """``hekal_min_<det>`` and ``hekal_max_<det>`` of every registered detector that declares a differentiable score
-    (:class:`~advopenood.capabilities.DifferentiableDetector`), built-in or third-party."""
-    for name, entry in registry.entries("detectors").items():
-        if is_differentiable(entry.obj):
-            for side, prefix in PREFIXES.items():
-                if not registry.generated("attacks", prefix + name):
-                    hekal_attack(name, side)
+    registry.family("attacks", _prefix, functools.partial(hekal_attack, side=_side), accepts=is_differentiable,
+                    hint=DIFFERENTIABLE, source=__name__, shorthand=_prefix.rstrip("_"),
+                    description=f"ROSS's Linf PGD (Hekal et al. 2026, last iterate): "
+                                f"{'lower a detector' if _side == 'min' else 'raise a detector'}'s confidence of "
+                                f"{'an ID' if _side == 'min' else 'a natural OOD'} image (PGD-{_side.capitalize()}).")

@@ -38,6 +38,7 @@ regular test, ``-1`` in the inverted one. A weakened optimiser or a broken detec
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any, Callable, ClassVar
 
 import torch
@@ -52,8 +53,8 @@ from advopenood.data.datasets import make_loader
 from advopenood.detection.bank import fit_subset
 from advopenood.capabilities import DetectorTestForms, IdNegatives, is_differentiable, is_randomised
 from advopenood.errors import UsageError
-from advopenood_plugins.attacks.adaptive import (AdaptiveAttack, AdaptiveFamily, DetectorTarget, EOTAttack,
-                                                 JointLinfPGD, SharedTarget, margin_loss)
+from advopenood_plugins.attacks.adaptive import (DIFFERENTIABLE, AdaptiveAttack, AdaptiveFamily, DetectorTarget,
+                                                 EOTAttack, JointLinfPGD, SharedTarget, margin_loss)
 from advopenood_plugins.attacks.autoattack import VERSION, ObjectiveHead, aa_seed
 from advopenood_plugins.kit.attacks import Best, rel_stepsize
 
@@ -307,22 +308,30 @@ class RobustSquare(RobustScoreAttack):
 
 
 def robust_attack(detector: str, side: str, method: str = "pgd", eot: bool = False) -> type[RobustScoreAttack]:
-    """Register the robust-AUROC attack on ``detector`` for ``side`` (``id``, ``ood``) and ``method`` (``pgd``,
-    ``apgd``), its EOT twin when ``eot``, and return the class (e.g. ``robust_id_mds``, ``robust_apgd_ood_knn``,
-    ``robust_id_eot_smoothed_msp``)."""
+    """The class of the robust-AUROC attack on ``detector`` for ``side`` (``id``, ``ood``) and ``method`` (``pgd``,
+    ``apgd``, ...), its EOT twin when ``eot`` (e.g. ``robust_id_mds``, ``robust_apgd_ood_knn``,
+    ``robust_id_eot_smoothed_msp``): the families' factory."""
     if (side, method) not in (EOT_PREFIXES if eot else PREFIXES):
         raise UsageError(f"robust attack side {side!r}, method {method!r}, eot {eot!r}; valid choices: side id or "
                          f"ood, method {', '.join(GRADIENT_METHODS)} or (without eot) square")
     name = (EOT_PREFIXES if eot else PREFIXES)[side, method] + detector
-    what = (f"lower {detector.upper()}'s confidence of an ID image (ID looks OOD)" if side == "id"
-            else f"raise {detector.upper()}'s confidence of a natural OOD image (OOD looks ID)")
     optimiser = {"pgd": RobustPGD, "apgd": RobustAPGD, "apgd_aux": RobustAuxAPGD, "square": RobustSquare}[method]
     bases = ((EOTAttack,) if eot else ()) + (optimiser,) + ((IdNegatives,) if side == "id" else ())
-    cls = type(name, bases, {
-        "__doc__": f"Robust-AUROC attack, Linf {method.upper()}{', EOT gradient' if eot else ''}: {what}.",
+    return type(name, bases, {
+        "__doc__": f"Robust-AUROC attack, Linf {method.upper()}{', EOT gradient' if eot else ''}: "
+                   f"{_what(detector.upper(), side)}.",
         "__module__": __name__, "detector": detector, "side": side, "source": side,
         **({"plain_attack": PREFIXES[side, method] + detector} if eot else {})})
-    return registry.register("attacks", name, family=name.removesuffix(detector) + "<detector>")(cls)
+
+
+def _what(detector: str, side: str) -> str:
+    """What the attack on ``detector`` does on ``side``, in its description."""
+    return (f"lower {detector}'s confidence of an ID image (ID looks OOD)" if side == "id"
+            else f"raise {detector}'s confidence of a natural OOD image (OOD looks ID)")
+
+
+def _randomised_differentiable(obj: Any) -> bool:
+    return is_randomised(obj) and is_differentiable(obj)
 
 
 def robust_class(name: str) -> type[RobustScoreAttack] | None:
@@ -331,6 +340,9 @@ def robust_class(name: str) -> type[RobustScoreAttack] | None:
     return cls if isinstance(cls, type) and issubclass(cls, RobustScoreAttack) else None
 
 
+# the four robust-AUROC attacks of every registered detector that declares a differentiable score
+# (:class:`~advopenood.capabilities.DifferentiableDetector`), built-in or third-party, and their EOT twins when it is
+# randomised too (:class:`~advopenood.capabilities.Randomised`), with their shorthands (one per selected detector)
 for (_side, _method), _prefix in PREFIXES.items():
     _twins = (("", "with a differentiable score"), ("eot_", "that is randomised, with a differentiable score"))
     for _eot, _hint in _twins if _method in GRADIENT_METHODS else _twins[:1]:
@@ -339,16 +351,9 @@ for (_side, _method), _prefix in PREFIXES.items():
             "__doc__": f"One {_prefix}{_eot}<det> per selected detector (robust AUROC, {_side.upper()} side, "
                        f"{_method.upper()}{', EOT' if _eot else ''}).", "__module__": __name__,
             "prefix": _prefix + _eot, "hint": f"one robust-AUROC attack per selected detector {_hint}"}))
-
-
-@registry.provide("attacks")
-def _robust_attacks() -> None:
-    """The four robust-AUROC attacks of every registered detector that declares a differentiable score
-    (:class:`~advopenood.capabilities.DifferentiableDetector`), built-in or third-party, and their four EOT twins
-    when it is randomised too (:class:`~advopenood.capabilities.Randomised`)."""
-    for name, entry in registry.entries("detectors").items():
-        if is_differentiable(entry.obj):
-            for (side, method), prefix in PREFIXES.items():
-                for eot in (False, True) if is_randomised(entry.obj) and method in GRADIENT_METHODS else (False,):
-                    if not registry.generated("attacks", (EOT_PREFIXES if eot else PREFIXES)[side, method] + name):
-                        robust_attack(name, side, method, eot)
+        registry.family(
+            "attacks", _prefix + _eot, functools.partial(robust_attack, side=_side, method=_method, eot=bool(_eot)),
+            accepts=_randomised_differentiable if _eot else is_differentiable, source=__name__, shorthand=_family,
+            hint="a randomised detector with a differentiable score" if _eot else DIFFERENTIABLE,
+            description=f"Robust-AUROC attack, Linf {_method.upper()}{', EOT gradient' if _eot else ''}: "
+                        f"{_what('a detector', _side)}.")

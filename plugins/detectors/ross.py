@@ -302,24 +302,15 @@ def is_ross(obj: Any) -> bool:
     return issubclass(cls, RossDetector)
 
 
+@registry.family("detectors", PREFIX, accepts=lambda obj: not is_ross(obj) and not is_smoothed(obj),
+                 hint="any detector that is not randomised itself (smoothed or ROSS)",
+                 description="ROSS over a detector (Hekal et al. 2026): the median of its confidence over n Gaussian "
+                             "copies, gated by their mean absolute deviation above the ID quantile q.")
 def ross_detector(detector: str) -> type[RossDetector]:
-    """Register ``ross_<detector>`` for a registered detector and return the class."""
+    """The class of ``ross_<detector>`` for a registered detector (the family's factory)."""
     obj = registry.get("detectors", detector)
     base = DifferentiableRoss if is_differentiable(obj) else RossDetector
-    cls = type(PREFIX + detector, (base,), {
+    return type(PREFIX + detector, (base,), {
         "__doc__": f"ROSS over {detector.upper()} (Hekal et al. 2026): the median of its confidence over n Gaussian "
                    "copies, gated by their mean absolute deviation above the ID quantile q.",
         "__module__": __name__, "base_name": detector})
-    return registry.register("detectors", PREFIX + detector, family=PREFIX + "<detector>")(cls)
-
-
-@registry.provide("detectors")
-def _ross_detectors() -> None:
-    """``ross_<det>`` for every registered detector that is not randomised itself (smoothed or ROSS), built-in or
-    third-party; the twin of a detector unregistered since goes with it."""
-    for name, entry in registry.entries("detectors").items():
-        if is_ross(entry.obj):
-            if not registry.registered("detectors", entry.obj.base_name):
-                registry.unregister("detectors", name)
-        elif not is_smoothed(entry.obj) and not registry.generated("detectors", PREFIX + name):
-            ross_detector(name)

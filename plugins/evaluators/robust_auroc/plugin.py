@@ -305,7 +305,6 @@ class RobustAUROC(RequiresAttacks, Verifiable):
         eps = params.get("eps")
         eps = (list(eps) if isinstance(eps, (list, tuple)) else [eps]) if eps is not None else run_budgets(plan)
         budget = {} if not eps else {"eps": eps if len(eps) > 1 else eps[0]}
-        available = set(registry.names("attacks"))
         out: list[tuple[dict[str, Any], str | None]] = []
         for method in methods:
             for det in plan.detectors:
@@ -314,7 +313,7 @@ class RobustAUROC(RequiresAttacks, Verifiable):
                     prefixes, extra = (EOT_PREFIXES, draws) if eot else (PREFIXES, {})
                     extra = {"n_queries": queries} if method == "square" else extra
                     id_name, ood_name = prefixes["id", method] + det, prefixes["ood", method] + det
-                    if id_name not in available or ood_name not in available:
+                    if not (registry.resolves("attacks", id_name) and registry.resolves("attacks", ood_name)):
                         continue
                     # the plain attacks' family: an EOT attack takes their attack_params (steps, eps, ...)
                     id_family, ood_family = PREFIXES["id", method].rstrip("_"), PREFIXES["ood", method].rstrip("_")

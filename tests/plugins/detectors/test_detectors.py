@@ -230,17 +230,13 @@ def test_openood_backend_without_openood_says_how_to_install():
 
 
 @pytest.fixture()
-def plugin():
-    """Register test detectors under temporary names; removed afterwards."""
-    added = []
+def plugin(fresh_registry):
+    """Register test detectors in the test's own registry."""
 
     def add(name, obj):
         registry.register("detectors", name)(obj)
-        added.append(name)
 
-    yield add
-    for name in added:
-        registry.unregister("detectors", name)
+    return add
 
 
 class _Broken(Postprocessor):
