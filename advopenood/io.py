@@ -19,6 +19,7 @@ from typing import IO, Any, Callable
 import numpy as np
 import pandas as pd
 
+from advopenood import deprecated
 from advopenood.errors import UsageError
 
 
@@ -376,8 +377,8 @@ def staging_dir(out: Path) -> Path:
     """Deprecated: a run no longer has one staging folder (each process stages in its own, see
     :func:`begin_output`). Returns ``.<out>.partial`` beside ``out``, the prefix of every staging folder's path;
     use :func:`staging_dirs` for the folders that exist."""
-    warnings.warn("advopenood.io.staging_dir is deprecated: each run stages in its own folder; use "
-                  "advopenood.io.staging_dirs(out)", DeprecationWarning, stacklevel=2)
+    warnings.warn(deprecated.message("advopenood.io.staging_dir", "advopenood.io.staging_dirs(out)"),
+                  DeprecationWarning, stacklevel=2)
     return Path(out).parent / staging_prefix(out)
 
 

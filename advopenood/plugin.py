@@ -3,9 +3,10 @@
 It re-exports the base classes (:class:`Attack`, :class:`Postprocessor`), the declared capabilities, the registry
 (:func:`register`, :func:`provide`, :func:`create`, ...), what evaluators and analyses read and return
 (:class:`RunContext`, :class:`Results` and the report's items, the report's formatting helpers, the metrics), the
-evaluation protocols, the verify hook's helpers and :class:`UsageError`. These names stay here across versions;
-the modules they are defined in may move (an old module path keeps working, with a ``DeprecationWarning``, see
-:mod:`advopenood.deprecated`).
+evaluation protocols, the verify hook's helpers and :class:`UsageError`. It is the only import path supported for
+plugin authors: these names stay here across versions, while the modules they are defined in may move (an old
+module path keeps working until the version that :data:`advopenood.deprecated.TABLE` names, with one
+``DeprecationWarning`` pointing here).
 """
 from advopenood.attacks import Attack, build_attack, default_eps, foolbox_model, frozen
 from advopenood.capabilities import (

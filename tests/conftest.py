@@ -72,6 +72,28 @@ def demo_net(session_cache: Path):
     return demo_model(session_cache, seed=0, progress=False)
 
 
+#: the small demo run that the tests which only read a run's outputs share (60 images a set, FGSM and PGD, five
+#: detectors, the ood evaluator, no analysis); a test that runs it again (``--latex all``) reads it from the store
+SMALL_DEMO = ["run", "--config", "demo", "--limit", "60", "--attack", "fgsm,pgd", "--detectors", "msp,mls,ebo,knn,ash",
+              "--analysis", "", "--quiet"]
+
+
+@pytest.fixture(scope="session")
+def small_demo_run(tmp_path_factory: pytest.TempPathFactory, session_cache: Path) -> tuple[Path, str]:
+    """:data:`SMALL_DEMO` run once per session: its output folder and its stdout. Read only: a test that changes a
+    file works on a copy (``shutil.copytree``, :func:`edited_copy`)."""
+    import contextlib
+    import io
+
+    from advopenood.cli.main import main
+
+    out = tmp_path_factory.mktemp("small_demo") / "run"
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        assert main([*SMALL_DEMO, "--out", str(out)]) == 0
+    return out, stdout.getvalue()
+
+
 def make_plan(**settings):
     """A run plan for tests that build a :class:`~advopenood.evaluation.context.RunContext` by hand: a CIFAR-size
     model section and a demo ID set unless ``settings`` say otherwise, no attacks, detectors or plugins."""

@@ -22,19 +22,11 @@ DIRECTION = re.compile(r"On (?P<set>[^,]+), (?P<a>\S+?)'s (?P<what>[\w ]+?) is h
                        r"(?P<d>-?[\d.]+) points \([^\[]*\[(?P<lo>[-+\d.]+), (?P<hi>[-+\d.]+)\]")
 
 
-@pytest.fixture(scope="module")
-def demo_run(tmp_path_factory, session_cache):
-    """A small demo run (60 images a set, two attacks, five detectors, the ood evaluator) and its stdout."""
-    out = tmp_path_factory.mktemp("claims") / "run"
-    import contextlib
-    import io
-
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
-        rc = main(["run", "--config", "demo", "--out", str(out), "--quiet", "--limit", "60", "--attack", "fgsm,pgd",
-                   "--detectors", "msp,mls,ebo,knn,ash", "--analysis", ""])
-    assert rc == 0
-    return out, stdout.getvalue()
+@pytest.fixture()
+def demo_run(small_demo_run):
+    """The session's small demo run (conftest.SMALL_DEMO: 60 images a set, two attacks, five detectors, the ood
+    evaluator) and its stdout."""
+    return small_demo_run
 
 
 def _pairs(out: Path) -> dict[tuple[str, str, str], tuple[float, float, float]]:

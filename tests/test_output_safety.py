@@ -253,7 +253,7 @@ def test_two_runs_at_once_on_one_out_lose_nothing(tmp_path, session_cache):
             assert "in use by another advopenood run" in err and "Traceback" not in err
     manifest = json.loads((out / "manifest.json").read_text())["files"]
     assert "asr.csv" in manifest and "ood.csv" in manifest
-    assert all((out / rel).is_file() for rel in manifest)
+    assert {rel: aio.sha256_file(out / rel) for rel in manifest} == manifest  # one run's files, each as it wrote it
     assert not aio.staging_dirs(out)
 
 

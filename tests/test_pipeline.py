@@ -4,8 +4,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import matplotlib.image as mpimg
+import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
 
 from advopenood.models.specs import as_model_spec
 from advopenood import registry
@@ -28,9 +31,8 @@ def demo_run(tmp_path_factory, session_cache) -> Path:
 
 
 def test_demo_writes_every_output(demo_run):
-    for name in ("asr.csv", "ood.csv", "table_ood.md", "table_ood.csv", "gradcam.csv", "report.md", "report.html",
-                 "run.json"):
-        assert (demo_run / name).is_file(), name
+    """Every output holds what it must: asr.csv and ood.csv their rows, table_ood.csv/.md ood.csv's cells per
+    detector, gradcam.csv every attack, run.json the clean accuracy, the reports their title and sections."""
     asr = pd.read_csv(demo_run / "asr.csv")
     assert list(asr.columns) == ["dataset", "arch", "attack", "eps", "n", "clean_acc", "clean_acc_lo", "clean_acc_hi",
                                  "asr", "asr_lo", "asr_hi",
@@ -45,6 +47,21 @@ def test_demo_writes_every_output(demo_run):
     ood = pd.read_csv(demo_run / "ood.csv")
     assert set(ood.ood_set) >= {"textures", "blobs", "inverted", "fgsm", "pgd", "df", "mpgd"}
     assert set(ood.detector) == set(registry.parse_names("detectors", "all"))  # the 16 built-ins, any plugin's
+    table = pd.read_csv(demo_run / "table_ood.csv").set_index("detector")
+    pgd = ood[ood.ood_set == "pgd"].set_index("detector")
+    assert sorted(table.index) == sorted(set(ood.detector))
+    assert list(table[f"{ood.dataset.iloc[0]} pgd AUROC"]) == pytest.approx(list(pgd.loc[table.index, "auroc"]),
+                                                                           abs=1e-3)
+    markdown = (demo_run / "table_ood.md").read_text().splitlines()
+    assert markdown[0].startswith("| detector | ") and [r.split(" | ")[0] for r in markdown[2:]] == [
+        f"| {det}" for det in table.index]
+    cams = pd.read_csv(demo_run / "gradcam.csv")
+    assert set(cams.attack) == set(asr.attack) and cams.l2.ge(0).all() and cams.ssim.between(-1, 1).all()
+    info = json.loads((demo_run / "run.json").read_text())
+    assert info["clean_acc"] == pytest.approx(asr.clean_acc.iloc[0], abs=0.01) and info["sample"]["n_id"] == 150
+    for report in ("report.md", "report.html"):
+        text = (demo_run / report).read_text()
+        assert all(t in text for t in ("advopenood report: demo", "Attack success rates", "OOD detection")), report
 
 
 @pytest.mark.parametrize("ood_set", ["textures", "blobs", "inverted"])
@@ -73,7 +90,8 @@ def test_example_grid_rows_are_clean_correct(demo_run):
         picks = pick_examples(frame, 6)
         assert len(picks) == 6 and (picks.clean_pred == picks.y).all() and picks.success.all(), attack
         assert not set(picks["index"]) & set(wrong["index"])
-        assert (demo_run / "plots" / f"gradcam_examples_{attack}.png").is_file()
+        grid = mpimg.imread(demo_run / "plots" / f"gradcam_examples_{attack}.png")  # a drawn grid, not an empty file
+        assert grid.ndim == 3 and min(grid.shape[:2]) > 100 and grid.std() > 0, attack
     assert pick_examples(wrong, 6).empty
 
 
@@ -124,7 +142,10 @@ def test_png_export_writes_openood_lists_and_rechecks(tmp_path, session_cache, c
     imglist = out / "openood" / "benchmark_imglist" / "digits" / "test_adv_pgd.txt"
     entries = imglist.read_text().splitlines()
     assert len(entries) == 40
-    assert (out / "openood" / "images_classic" / entries[0].split()[0]).is_file()
+    for entry in entries:  # each listed image is the 8-bit PNG of a digit at the demo's size, labelled 0-9
+        path, label = entry.split()
+        image = np.asarray(Image.open(out / "openood" / "images_classic" / path))
+        assert image.dtype == np.uint8 and image.shape[:2] == (16, 16) and image.std() > 0 and 0 <= int(label) <= 9
 
 
 # ------------------------------------------------------------------------------- a report that fits a reader

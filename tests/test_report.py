@@ -17,7 +17,7 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from conftest import make_plan
+from conftest import SMALL_DEMO, make_plan
 from advopenood import io as aio
 from advopenood import registry
 from advopenood import outputs
@@ -164,8 +164,9 @@ def test_report_has_every_section_and_readings_match_the_numbers(tiny_run):
     pgd = summary[(summary["attack"] == "pgd") & (summary["subset"] == "successful")].iloc[0]
     assert f"Under PGD, Grad-CAM attention changed (high L2, low SSIM) for {pgd['pct_changed']:.1f} %" in md
     assert "8/255" in md and "weights sha256" in md
-    for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md):
-        assert (out / link).is_file()
+    for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md):  # each figure the report shows is a drawn image
+        image = mpimg.imread(out / link)
+        assert image.ndim == 3 and min(image.shape[:2]) > 100 and image.std() > 0, link
     assert not list(out.glob(".*.tmp"))
 
 
@@ -341,7 +342,8 @@ def test_a_missing_figure_costs_one_section_not_the_report(tmp_path):
     with pytest.warns(UserWarning, match="Broken"):
         md = write_report(tmp_path).read_text()
     assert "## Mine\n\nkept" in md and "## Broken" in md and "could not be rendered" in md
-    assert (tmp_path / "report.html").is_file()
+    html = (tmp_path / "report.html").read_text()  # the HTML report says the same
+    assert all(text in html for text in (">Mine<", "kept", ">Broken<", "could not be rendered")), html
 
 
 def test_sections_round_trip_through_json(tmp_path):
@@ -500,20 +502,11 @@ def test_the_tiny_run_report_explains_its_empty_leaderboard_columns(tiny_run):
     assert "- near_fpr95 and near_auroc: the run has no near-OOD set" in md_path.read_text()
 
 
-@pytest.fixture(scope="module")
-def demo_run(tmp_path_factory, session_cache):
-    """A real demo run through the CLI (40 images, FGSM and PGD, MSP and KNN): its folder and its stdout."""
-    import contextlib
-    import io
-
-    from advopenood.cli.main import main
-
-    out = tmp_path_factory.mktemp("demo") / "run"
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        assert main(["demo", "--limit", "40", "--attack", "fgsm,pgd", "--detectors", "msp,knn", "--analysis", "",
-                     "--out", str(out), "--quiet"]) == 0
-    return out, buffer.getvalue().splitlines()
+@pytest.fixture()
+def demo_run(small_demo_run):
+    """The session's small demo run through the CLI (conftest.SMALL_DEMO): its folder and its stdout's lines."""
+    out, stdout = small_demo_run
+    return out, stdout.splitlines()
 
 
 def _interval(line: str) -> tuple[float, float, float]:
@@ -556,14 +549,22 @@ def test_the_run_ends_with_a_summary_of_headline_numbers_and_their_intervals(dem
     assert "most robust" not in "\n".join(lines)
 
 
+def _cells(row: str) -> list[str]:
+    """The cells of one LaTeX table row, unescaped."""
+    return [c.strip().replace("\\_", "_") for c in re.split(r"(?<!\\)&", row.rstrip().removesuffix("\\\\"))]
+
+
 def _latex_tables(tex: str) -> dict[str, list[list[str]]]:
-    """``caption -> rows of cells`` (header first) of every ``table`` of a tables.tex."""
+    """``caption -> rows of cells`` (header first) of every ``table`` and ``longtable`` (a long CSV's: header
+    repeated on each page, rows after ``\\endlastfoot``) of a tables.tex."""
     out = {}
     for caption, body in re.findall(r"\\begin\{table\}.*?\\caption\{(.*?)\}.*?\\toprule\n(.*?)\\bottomrule",
                                     tex, re.S):
-        rows = [r.rstrip().removesuffix("\\\\") for r in body.replace("\\midrule\n", "").splitlines()]
-        out[caption.replace("\\_", "_")] = [[c.strip().replace("\\_", "_") for c in re.split(r"(?<!\\)&", r)]
-                                             for r in rows]
+        out[caption.replace("\\_", "_")] = [_cells(r) for r in body.replace("\\midrule\n", "").splitlines()]
+    for caption, header, body in re.findall(r"\\begin\{longtable\}.*?\\caption\{(.*?)\}.*?\\toprule\n(.*?)\n"
+                                            r"\\midrule\n\\endfirsthead.*?\\endlastfoot\n(.*?)\\end\{longtable\}",
+                                            tex, re.S):
+        out[caption.replace("\\_", "_")] = [_cells(header)] + [_cells(r) for r in body.splitlines()]
     return out
 
 
@@ -579,13 +580,13 @@ def test_tables_tex_holds_every_csv_as_one_latex_table_with_its_numbers(demo_run
     assert list(default)[-1] == "asr.csv" and all(c.startswith("AUROC per detector and set") for c in
                                                    list(default)[:-1]) and len(default) == 1 + -(-n_sets // 4)
     full = tmp_path / "all"
-    assert main(["demo", "--limit", "40", "--attack", "fgsm,pgd", "--detectors", "msp,knn", "--analysis", "",
-                 "--out", str(full), "--quiet", "--latex", "all"]) == 0
+    assert main([*SMALL_DEMO, "--out", str(full), "--latex", "all"]) == 0
     capsys.readouterr()
     tex = (full / "tables.tex").read_text()
     tables = {k: v for k, v in _latex_tables(tex).items() if k.endswith(".csv")}
     csvs = sorted(p.relative_to(full).as_posix() for p in full.rglob("*.csv"))
-    assert sorted(tables) == csvs and tex.count("\\begin{table}") == len(csvs) + len(default) - 1 and len(csvs) >= 4
+    floats = tex.count("\\begin{table}") + tex.count("\\begin{longtable}")
+    assert sorted(tables) == csvs and floats == len(csvs) + len(default) - 1 and len(csvs) >= 4
     assert "tables.tex" in json.loads((full / "manifest.json").read_text())["files"]
     for name in csvs:
         csv = pd.read_csv(full / name)

@@ -10,7 +10,7 @@ import itertools
 import json
 import sys
 import warnings
-from importlib.metadata import EntryPoint, EntryPoints
+from importlib.metadata import EntryPoint, EntryPoints, version
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +23,8 @@ from advopenood.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "tests" / "thirdparty_plugin" / "advopenood_example"
+#: how a message names the installed advopenood distribution (its version is the release's, advopenood/VERSION)
+DIST = f"advopenood=={version('advopenood')}"
 
 
 @pytest.fixture()
@@ -253,11 +255,11 @@ def test_an_override_is_named_in_run_json_and_the_report(installed, tmp_path, da
     assert main(["run", "--config", pack_config(tmp_path / "cfg", data_root), "--out", str(out), "--quiet"]) == 0
     info = json.loads((out / "run.json").read_text())
     assert info["plugin_overrides"] == [{"kind": "detectors", "name": "msp", "plugin": __name__,
-                                         "replaces": "advopenood_plugins.detectors.logits (advopenood==0.1.0)"}]
+                                         "replaces": f"advopenood_plugins.detectors.logits ({DIST})"}]
     with np.load(out / "scores" / "msp.npz") as scores:
         assert scores["id"].max() > 1.0  # a logit, not a softmax probability: the override scored
     report = (out / "report.md").read_text()
-    assert f"- detectors msp: {__name__} replaces advopenood_plugins.detectors.logits (advopenood==0.1.0)" in report
+    assert f"- detectors msp: {__name__} replaces advopenood_plugins.detectors.logits ({DIST})" in report
 
 
 # ------------------------------------------------------------------------------- generated names (issue 39, 3)
@@ -276,13 +278,13 @@ IMPOSTOR = '''class Impostor:
 '''
 
 #: a generated name of each kind, and what the message names as its generator
-GENERATED = {("detectors", "ross_msp"): "advopenood_plugins.detectors.ross (advopenood==0.1.0) generates "
+GENERATED = {("detectors", "ross_msp"): f"advopenood_plugins.detectors.ross ({DIST}) generates "
                                         "(ross_<detector>)",
-             ("detectors", "smoothed_msp"): "advopenood_plugins.detectors.smoothed (advopenood==0.1.0) generates "
+             ("detectors", "smoothed_msp"): f"advopenood_plugins.detectors.smoothed ({DIST}) generates "
                                             "(smoothed_<detector>)",
-             ("attacks", "adaptive_msp"): "advopenood_plugins.attacks.adaptive (advopenood==0.1.0) generates "
+             ("attacks", "adaptive_msp"): f"advopenood_plugins.attacks.adaptive ({DIST}) generates "
                                           "(adaptive_<detector>)",
-             ("attacks", "robust_id_eot_ross_msp"): "advopenood_plugins.attacks.robust (advopenood==0.1.0) "
+             ("attacks", "robust_id_eot_ross_msp"): f"advopenood_plugins.attacks.robust ({DIST}) "
                                                     "generates (robust_id_eot_<detector>)"}
 
 
@@ -323,9 +325,9 @@ def test_a_declared_override_of_a_generated_name_holds_it_in_either_order(instal
     assert table["smoothed_msp"].obj is late and table["ross_msp"].obj is early
     assert registry.overrides() == [
         {"kind": "detectors", "name": "ross_msp", "plugin": "zz_early.detectors",
-         "replaces": "advopenood_plugins.detectors.ross (advopenood==0.1.0), which generates ross_<detector>"},
+         "replaces": f"advopenood_plugins.detectors.ross ({DIST}), which generates ross_<detector>"},
         {"kind": "detectors", "name": "smoothed_msp", "plugin": "zz_late.detectors",
-         "replaces": "advopenood_plugins.detectors.smoothed (advopenood==0.1.0), which generates smoothed_<detector>"}]
+         "replaces": f"advopenood_plugins.detectors.smoothed ({DIST}), which generates smoothed_<detector>"}]
 
 
 def test_a_declared_override_of_a_generated_name_is_named_in_run_json_and_the_report(installed, site, tmp_path,
@@ -335,7 +337,7 @@ def test_a_declared_override_of_a_generated_name_is_named_in_run_json_and_the_re
     out = tmp_path / "out"
     config = pack_config(tmp_path / "cfg", data_root, {"detectors": "ross_msp", "attacks": []})
     assert main(["run", "--config", config, "--out", str(out), "--quiet"]) == 0
-    replaced = "advopenood_plugins.detectors.ross (advopenood==0.1.0), which generates ross_<detector>"
+    replaced = f"advopenood_plugins.detectors.ross ({DIST}), which generates ross_<detector>"
     info = json.loads((out / "run.json").read_text())
     assert info["plugin_overrides"] == [{"kind": "detectors", "name": "ross_msp",
                                          "plugin": "zz_impostor (zz-impostor==1.0)", "replaces": replaced}]
@@ -393,14 +395,14 @@ def test_a_module_path_of_an_earlier_version_imports_with_a_deprecation_warning(
     package held warns when it is read."""
     from advopenood import deprecated
 
-    if module in deprecated.MOVED:
+    if deprecated.TABLE[module].kind == "module":
         sys.modules.pop(module, None)
     with pytest.warns(DeprecationWarning, match=rf"{module}\S* is deprecated, use advopenood\.") as caught:
         imported = __import__(module, fromlist=names)  # as ``from <module> import <names>`` does
         found = {name: getattr(imported, name) for name in names}
     assert all(w.filename == __file__ for w in caught)  # the warning points at the importer
     for name, obj in found.items():
-        targets = deprecated.MOVED.get(module) or deprecated.FORMER[module]
+        targets = deprecated.TABLE[module].new
         assert any(getattr(importlib.import_module(t), name, None) is obj for t in targets), name
 
 
