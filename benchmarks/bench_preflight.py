@@ -1,8 +1,9 @@
 """Preflight time: from a fresh interpreter to the end of every check, per pack config (target: under 3 s).
 
 Run: ``python benchmarks/bench_preflight.py``. Each config is checked in a new process (imports included, as a
-user's failing command would pay them): load and validate the YAML, then :func:`advopenood.run.preflight.preflight`
-(folders, data headers, checkpoint, backend, every plugin constructed). The median of three runs is reported.
+user's failing command would pay them): load the YAML and validate it with the flags, then resolve the run
+(:func:`advopenood.run.resolved.resolve`: :func:`advopenood.run.preflight.preflight` (folders, data headers,
+checkpoint, backend) and every plugin constructed). The median of three runs is reported.
 """
 from __future__ import annotations
 
@@ -17,11 +18,9 @@ CONFIGS = ("cifar10_resnet20", "cifar10_resnet18", "mead_cifar10", "sweep_linf",
 CODE = """
 import time
 t0 = time.perf_counter()
-from advopenood.config.loading import apply_overrides, load_config
-from advopenood.run.preflight import preflight
-cfg, folder = load_config({name!r})
-cfg = apply_overrides(cfg, data_root={root!r}, out={out!r}, cache_dir={cache!r})
-preflight(cfg)
+from advopenood.config.loading import load_plan
+from advopenood.run.resolved import resolve
+resolve(load_plan({name!r}, data_root={root!r}, out={out!r}, cache_dir={cache!r}))
 print(time.perf_counter() - t0)
 """
 

@@ -18,12 +18,15 @@ import errno  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
-from typing import Any, Callable, Sequence  # noqa: E402
+from typing import TYPE_CHECKING, Any, Callable, Sequence  # noqa: E402
 
 from advopenood import __version__, plugin_index, registry  # noqa: E402
 from advopenood.cli.parsing import OneLineParser, positive_int  # noqa: E402
 from advopenood.cli.precheck import precheck  # noqa: E402
 from advopenood.errors import STORAGE_ERRNOS, StorageError, UsageError, storage_error  # noqa: E402
+
+if TYPE_CHECKING:
+    from advopenood.config.plan import RunPlan
 
 #: The demo's wall time, the one figure --help, README.md and the docs quote (measured: benchmarks/README.md's demo
 #: row; tests/test_docs.py checks that every page quotes this one)
@@ -166,18 +169,18 @@ def build_parser(store_index: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
-def _plan(args: argparse.Namespace, **forced):
-    """The run plan of a subcommand's config and flags (``forced`` values replace flags)."""
-    from advopenood.config.loading import apply_overrides, load_config
+def _plan(args: argparse.Namespace, **forced: Any) -> RunPlan:
+    """The run plan of a subcommand's config and flags (``forced`` values replace flags), validated once
+    (:func:`advopenood.config.loading.load_plan`)."""
+    from advopenood.config.loading import load_plan
 
-    plan, folder = load_config(args.config or "demo")
     names = ("data_root", "out", "protocol", "attack", "eps", "detectors", "detector_backend", "evaluator", "analysis",
              "limit", "device", "seed", "cache_dir", "shard_size", "num_workers", "amp", "recompute", "ci",
              "ci_resamples")
     flags = {k: getattr(args, k, None) for k in names}
     flags["channels_last"] = flags["amp"]
     flags.update({k: v for k, v in forced.items() if v is not None})
-    return apply_overrides(plan, config_dir=folder, **flags)
+    return load_plan(args.config or "demo", **flags)
 
 
 def cmd_list(kind: str, every: bool = False) -> int:
@@ -295,13 +298,13 @@ def _main(argv: list[str]) -> int:
             return cmd_verify(args.run)
         precheck(args)  # bad flags and names are refused before torch and the plugins load
         from advopenood.run import pipeline
+        from advopenood.run.resolved import resolve
 
         analyses = analysis_commands()
         forced = dict(analyses[args.command].command_settings) if args.command in analyses else \
             FORCED.get(args.command, {})
-        plan = _plan(args, **forced)
-        ctx = pipeline.run(plan, attack_only=args.command == "attack", progress=not args.quiet,
-                           overwrite=args.overwrite, export_png=args.export_png,
+        run = resolve(_plan(args, **forced), attack_only=args.command == "attack", overwrite=args.overwrite)
+        ctx = pipeline.run(run, progress=not args.quiet, export_png=args.export_png,
                            latex=getattr(args, "latex", "headline"))
         return _finished(ctx, args)
     except UsageError as exc:

@@ -2,9 +2,11 @@
 
 Every key at every level is declared in :class:`RunConfig`; an unknown key, a wrong type or an out-of-range
 value is refused with one line naming its full path, the closest valid key or the valid choices, and its
-YAML line and column. The validated config is a read-only mapping (:class:`Config`): the rest of the code
-reads it and never mutates it, and ``run.json`` records it in full. Plugin parameters
-(``attack_params.<name>`` and the like) are checked by constructing the plugins (:mod:`advopenood.run.preflight`).
+YAML line and column. A command's config and flags are validated once (:func:`load_plan`: the flags applied to
+the raw YAML, the data root resolved once by :func:`resolve_data_root`, then :func:`validate`). The validated
+config is a read-only :class:`RunPlan`: the rest of the code reads it and never mutates it, and ``run.json`` records
+it in full. Plugin parameters (``attack_params.<name>`` and the like) are checked by constructing the plugins
+(the attacks as the plan's specs are resolved; the rest by :mod:`advopenood.run.resolved`).
 """
 from __future__ import annotations
 
@@ -133,11 +135,9 @@ def _read_yaml(text: str, label: str) -> tuple[dict[str, Any], dict[tuple, tuple
     return raw, positions
 
 
-def load_config(spec: str) -> tuple[RunPlan, Path | None]:
-    """Read and validate a YAML config from a path or a packaged name (``demo``, ``cifar10_resnet20``).
-
-    A relative ``data.root`` is taken relative to the config file's folder. Returns (config, its folder).
-    """
+def read_config(spec: str) -> tuple[dict[str, Any], Path, str, dict[tuple, tuple[int, int]]]:
+    """The raw mapping of a YAML config from a path or a packaged name (``demo``, ``cifar10_resnet20``), not yet
+    validated: ``(raw, the file's folder, its label for messages, the position of each key)``."""
     path = Path(spec).expanduser()
     if path.is_file():
         try:
@@ -153,10 +153,40 @@ def load_config(spec: str) -> tuple[RunPlan, Path | None]:
                              f"{', '.join(packaged_configs())}")
         text, folder, label = packaged.read_text(encoding="utf-8"), Path(str(packaged)).parent, f"{name}.yaml"
     raw, positions = _read_yaml(text, label)
-    root = (raw.get("data") or {}).get("root") if isinstance(raw.get("data"), dict) else None
-    if isinstance(root, str) and not Path(root).expanduser().is_absolute():
-        raw["data"]["root"] = str((folder / root).resolve())
+    return raw, folder, label, positions
+
+
+def resolve_data_root(raw: dict[str, Any], folder: Path | None, flag: str | None = None) -> None:
+    """Set ``data.root`` of a raw config, in place, to the folder a run reads: ``--data-root`` (``flag``) when
+    given, else the config's own root with ``~`` expanded, a relative one taken relative to the config file's
+    ``folder`` (when there is one). The one place a data root is resolved; a ``data`` that is not a mapping is left
+    for the validator to refuse."""
+    data = raw.get("data")
+    if not isinstance(data, dict):
+        return
+    root = data.get("root")
+    if flag is not None:
+        data["root"] = str(Path(flag).expanduser().resolve())
+    elif isinstance(root, str) and root:
+        path = Path(root).expanduser()
+        data["root"] = str((folder / path).resolve() if folder is not None and not path.is_absolute() else path)
+
+
+def load_config(spec: str) -> tuple[RunPlan, Path | None]:
+    """Read and validate a YAML config from a path or a packaged name (``demo``, ``cifar10_resnet20``).
+
+    A relative ``data.root`` is taken relative to the config file's folder. Returns (config, its folder).
+    """
+    raw, folder, label, positions = read_config(spec)
+    resolve_data_root(raw, folder)
     return validate(raw, source=label, folder=folder, positions=positions), folder
+
+
+def load_plan(spec: str, **flags: Any) -> RunPlan:
+    """The run plan of a YAML config (:func:`read_config`) with CLI ``flags`` (:func:`apply_overrides`'
+    keywords) applied to the raw config, validated once: what ``advopenood run`` and the other commands run."""
+    raw, folder, label, positions = read_config(spec)
+    return _overridden(raw, folder, label, positions, **flags)
 
 
 # --- validation --------------------------------------------------------------------------------------------------
@@ -274,7 +304,7 @@ def _error_line(err: dict[str, Any], raw: dict[str, Any], source: str,
 def validate(raw: Any, *, source: str = "config", folder: Path | None = None,
              positions: Mapping[tuple, tuple[int, int]] | None = None) -> RunPlan:
     """Validate a raw config (a mapping, or a plan to re-check) into the :class:`RunPlan` (plugin names checked
-    against the registry, ``all`` expanded).
+    against the registry, ``all`` expanded): one validation, the resolved names put in by a copy.
 
     The first problem raises a UsageError of one line: its key path, what is wrong, the valid keys or
     choices, and the YAML line and column when the key came from a file.
@@ -299,52 +329,70 @@ def validate(raw: Any, *, source: str = "config", folder: Path | None = None,
                 singular = kind[:-1] if kind != "analyses" else "analysis"
                 message = choice_message(singular, name, registry.names(kind), f"advopenood list {kind}")
                 raise UsageError(f"{section}.{name}{where}: {message}")
-    plan = RunPlan.model_validate({**plan.dump(), **resolved})
+    # the resolved names and keys are already-validated values: a copy, not a second validation
+    plan = plan.model_copy(update={**{kind: tuple(resolved[kind]) for kind in ("detectors", "evaluators", "analyses")},
+                                   **{k: v for k, v in resolved.items() if k.endswith("_params")}})
     plan._source, plan._folder, plan._positions = source, folder, positions
     return plan
 
 
-def apply_overrides(plan: RunPlan | Mapping[str, Any], *, data_root: str | None = None, out: str | None = None,
-                    protocol: str | None = None, attack: str | None = None, eps: str | None = None,
-                    detectors: str | None = None, detector_backend: str | None = None, evaluator: str | None = None,
-                    analysis: str | None = None, limit: int | None = None, device: str | None = None,
-                    seed: int | None = None, cache_dir: str | None = None, shard_size: int | None = None,
-                    num_workers: int | None = None, config_dir: Path | None = None, amp: bool | None = None,
-                    channels_last: bool | None = None, recompute: str | None = None, ci: str | None = None,
-                    ci_resamples: int | None = None) -> RunPlan:
-    """Apply CLI flags to a plan (or a raw config mapping) and validate the result (a new :class:`RunPlan`;
-    ``plan`` is not changed)."""
-    raw = plan.dump() if isinstance(plan, RunPlan) else thaw(plan)
-    if data_root is not None:
-        raw["data"]["root"] = str(Path(data_root).expanduser().resolve())
-    elif raw["data"].get("root") and config_dir is not None and not Path(raw["data"]["root"]).is_absolute():
-        raw["data"]["root"] = str((config_dir / raw["data"]["root"]).resolve())
-    if attack is not None:
-        raw["attacks"] = [a.strip().lower() for a in attack.split(",") if a.strip()]
-    if eps is not None:
-        values = [parse_eps(e) for e in str(eps).split(",") if e.strip()]
-        if not values:
-            raise UsageError(f"--eps {eps!r} names no budget; valid choices: a float in (0, 1] or a fraction like "
-                             "8/255, comma-separated for a sweep")
-        if attack is not None:
-            _check_eps_applies(raw["attacks"], eps)
-        raw["attacks"] = [_with_eps(a, values) for a in raw["attacks"]]
+def apply_overrides(plan: RunPlan | Mapping[str, Any], *, config_dir: Path | None = None, **flags: Any) -> RunPlan:
+    """Apply CLI flags (:func:`_overridden`'s keywords) to a plan (or a raw config mapping) and validate the result
+    once (a new :class:`RunPlan`; ``plan`` is not changed). A relative ``data.root`` is taken relative to
+    ``config_dir`` when given."""
+    if isinstance(plan, RunPlan):
+        return _overridden(plan.dump(), config_dir, plan.source, plan.positions, plan.folder, **flags)
+    return _overridden(thaw(plan), config_dir, **flags)
+
+
+def _overridden(raw: dict[str, Any], config_dir: Path | None, source: str = "config",
+                positions: Mapping[tuple, tuple[int, int]] | None = None, folder: Path | None = None, *,
+                data_root: str | None = None, out: str | None = None, protocol: str | None = None,
+                attack: str | None = None, eps: str | None = None, detectors: str | None = None,
+                detector_backend: str | None = None, evaluator: str | None = None, analysis: str | None = None,
+                limit: int | None = None, device: str | None = None, seed: int | None = None,
+                cache_dir: str | None = None, shard_size: int | None = None, num_workers: int | None = None,
+                amp: bool | None = None, channels_last: bool | None = None, recompute: str | None = None,
+                ci: str | None = None, ci_resamples: int | None = None) -> RunPlan:
+    """A raw config (changed in place) with the CLI's flags applied, its data root resolved once
+    (:func:`resolve_data_root`) and the whole validated once (:func:`validate`, ``source``, ``positions`` and
+    ``folder`` for its messages); with ``eps``, one threat model per budget (:func:`check_one_threat`)."""
+    resolve_data_root(raw, config_dir, data_root)
+    _override_attacks(raw, attack, eps)
     for key, value in (("protocol", protocol), ("detectors", detectors), ("detector_backend", detector_backend),
                        ("limit", limit), ("device", device), ("seed", seed), ("cache_dir", cache_dir), ("out", out),
                        ("shard_size", shard_size), ("num_workers", num_workers), ("evaluators", evaluator),
-                       ("analyses", analysis), ("amp", amp), ("channels_last", channels_last)):
+                       ("analyses", analysis), ("amp", amp), ("channels_last", channels_last),
+                       ("recompute", recompute)):
         if value is not None:
             raw[key] = value
-    if recompute is not None:
-        raw["recompute"] = recompute
-    if ci is not None or ci_resamples is not None:
-        raw["ci"] = {**(raw.get("ci") or {}), **{k: v for k, v in (("method", ci), ("resamples", ci_resamples))
-                                                 if v is not None}}
-    result = validate(raw, source=plan.source, folder=plan.folder, positions=plan.positions) \
-        if isinstance(plan, RunPlan) else validate(raw)
+    given = raw.get("ci")
+    if (ci is not None or ci_resamples is not None) and (given is None or isinstance(given, Mapping)):
+        raw["ci"] = {**(given or {}), **{k: v for k, v in (("method", ci), ("resamples", ci_resamples))
+                                         if v is not None}}  # any other ci is the validator's to refuse
+    result = validate(raw, source=source, folder=folder, positions=positions)
     if eps is not None:
         check_one_threat(list(result.attack_specs), f"--eps {eps}")
     return result
+
+
+def _override_attacks(raw: dict[str, Any], attack: str | None, eps: str | None) -> None:
+    """``--attack`` replaces the raw config's ``attacks``; ``--eps`` gives each bounded entry its budget(s). An
+    entry of a shape no attack has is left for the validator to refuse."""
+    if attack is not None:
+        raw["attacks"] = [a.strip().lower() for a in attack.split(",") if a.strip()]
+    if eps is None:
+        return
+    values = [parse_eps(e) for e in str(eps).split(",") if e.strip()]
+    if not values:
+        raise UsageError(f"--eps {eps!r} names no budget; valid choices: a float in (0, 1] or a fraction like "
+                         "8/255, comma-separated for a sweep")
+    if attack is not None:
+        _check_eps_applies(raw["attacks"], eps)
+    entries = raw.get("attacks", RunConfig.model_fields["attacks"].default)
+    if isinstance(entries, (list, tuple)):
+        raw["attacks"] = [_with_eps(a, values) if isinstance(a, str) or isinstance(a, dict)
+                          and isinstance(a.get("name"), str) else a for a in entries]
 
 
 def _check_eps_applies(attacks: list[str], eps: str) -> None:

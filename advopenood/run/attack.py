@@ -14,7 +14,6 @@ import torch
 from tqdm.auto import tqdm
 
 from advopenood import io as aio
-from advopenood.attacks.base import build_attack
 from advopenood.attacks.store import AdvSet, AdvStore
 from advopenood.capabilities import bind_attack
 from advopenood.config.plan import AttackSpec, RunPlan, source_set
@@ -95,10 +94,9 @@ class Bound:
     data: Any
 
 
-def _bind(plan: RunPlan, spec: AttackSpec, model: Classifier, id_set, fit_set, ood_sets: dict[str, Any],
-          device: torch.device) -> Bound:
-    """The attack of one spec, built and bound to the fit set, and its source set."""
-    attack = build_attack(spec.attack, spec.params)
+def _bind(plan: RunPlan, spec: AttackSpec, attack: Any, model: Classifier, id_set, fit_set,
+          ood_sets: dict[str, Any], device: torch.device) -> Bound:
+    """The attack of one spec (constructed when the run was resolved), bound to the fit set, and its source set."""
     source, data = source_set(spec, id_set, ood_sets)
     bind_attack(attack, model, fit_set, seed=plan.seed, batch_size=plan.batch_size, device=device,
                 detector_params=plan.param_section("detector_params"))
@@ -177,11 +175,12 @@ def _guard(errors: dict[str, str] | None, traces: dict[str, str] | None, world_s
         return None
 
 
-def generate_sets(plan: RunPlan, model: Classifier, id_set, device: torch.device, *, fit_set,
-                  ood_sets: dict[str, Any], rank: int = 0, world_size: int = 1,
-                  progress: bool = True, errors: dict[str, str] | None = None,
+def generate_sets(plan: RunPlan, model: Classifier, id_set, device: torch.device, *,
+                  attacks: tuple[tuple[AttackSpec, Any], ...], fit_set, ood_sets: dict[str, Any], rank: int = 0,
+                  world_size: int = 1, progress: bool = True, errors: dict[str, str] | None = None,
                   traces: dict[str, str] | None = None) -> dict[str, AdvSet]:
-    """One adversarial set per spec, from the store when it is already there.
+    """One adversarial set per spec of ``attacks`` (each with its attack, constructed once when the run was
+    resolved), from the store when it is already there.
 
     Detector-aware attacks are bound to the fit set (:func:`advopenood.capabilities.bind_attack`) first; then, with
     ``progress`` on rank 0, the plan of the stage goes to stderr (:func:`plan_lines`). Under torchrun each rank
@@ -195,8 +194,9 @@ def generate_sets(plan: RunPlan, model: Classifier, id_set, device: torch.device
     store = AdvStore(plan.cache / "adv", shard_size=plan.shard_size)
     model_hash = weights_hash(model)
     bound = [b for b in (_guard(errors, traces, world_size, f"attack:{spec.set_name}",
-                                lambda spec=spec: _bind(plan, spec, model, id_set, fit_set, ood_sets, device))
-                         for spec in plan.attack_specs) if b is not None]
+                                lambda spec=spec, made=made: _bind(plan, spec, made, model, id_set, fit_set,
+                                                                   ood_sets, device))
+                         for spec, made in attacks) if b is not None]
     if progress and rank == 0:
         for line in plan_lines(plan, bound, store, model_hash, device):
             print(f"advopenood: {line}", file=sys.stderr, flush=True)
@@ -228,8 +228,9 @@ def attack(setup: Setup, inputs: Inputs) -> Attacked:
     clean = clean_predictions(model, id_set, bs, device, setup.progress, plan.num_workers)
     errors: dict[str, str] = {}
     traces: dict[str, str] = {}
-    adv_sets = generate_sets(plan, model, id_set, device, fit_set=inputs.fit_set, ood_sets=inputs.ood_sets, rank=rank,
-                             world_size=setup.world_size, progress=setup.progress, errors=errors, traces=traces)
+    adv_sets = generate_sets(plan, model, id_set, device, attacks=setup.attacks, fit_set=inputs.fit_set,
+                             ood_sets=inputs.ood_sets, rank=rank, world_size=setup.world_size,
+                             progress=setup.progress, errors=errors, traces=traces)
     seconds = time.perf_counter() - t
     dataset, arch = plan.data.dataset or id_set.name, model.arch
     ctx = RunContext(plan, setup.out, model, device, seed, dataset, arch, id_set, inputs.fit_set, inputs.ood_sets,

@@ -3,9 +3,9 @@ attribute and handing a typed result to the next.
 
 prepare (:mod:`advopenood.run.prepare`) -> attack (:mod:`advopenood.run.attack`) -> detect
 (:mod:`advopenood.run.detect`) -> evaluate (:mod:`advopenood.run.evaluate`) -> report
-(:mod:`advopenood.run.report`). Every name and value is validated before any work starts; every output file is
-written atomically, so a failed or interrupted run leaves no partial CSV and resumes from the attack store on the
-next start.
+(:mod:`advopenood.run.report`), each taking the run resolved once (:mod:`advopenood.run.resolved`). Every name and
+value is validated before any work starts; every output file is written atomically, so a failed or interrupted run
+leaves no partial CSV and resumes from the attack store on the next start.
 """
 from __future__ import annotations
 
@@ -18,24 +18,25 @@ from pathlib import Path
 from typing import Any
 
 from advopenood import io as aio
-from advopenood.config.loading import validate
 from advopenood.config.plan import RunPlan
 from advopenood.errors import STORAGE_ERRNOS, StorageError, storage_error
 from advopenood.evaluation.context import RunContext
 from advopenood.run.attack import attack
 from advopenood.run.detect import detect
 from advopenood.run.evaluate import evaluate
-from advopenood.run.prepare import Inputs, Setup, distributed, prepare, rank_device, seed_everything
-from advopenood.run.preflight import build_plugins, preflight
+from advopenood.run.prepare import Inputs, Setup, distributed, prepare, seed_everything
 from advopenood.run.report import report
+from advopenood.run.resolved import ResolvedRun, resolve
 
 
-def run(plan: RunPlan | Mapping[str, Any], *, attack_only: bool = False, progress: bool = True, overwrite: bool = False,
-        export_png: bool = False, latex: str = "headline") -> RunContext:
+def run(plan: RunPlan | Mapping[str, Any] | ResolvedRun, *, attack_only: bool = False, progress: bool = True,
+        overwrite: bool = False, export_png: bool = False, latex: str = "headline") -> RunContext:
     """Run the whole pipeline (or only the attack stage) and write every output under the output folder.
 
-    The preflight (:func:`advopenood.run.preflight.preflight`) runs first; nothing is written when it fails. Outputs
-    go to a staging folder beside the output folder and replace the previous run's files (those its
+    ``plan``: a run resolved by :func:`advopenood.run.resolved.resolve` (what the CLI passes; it carries its own
+    ``attack_only`` and ``overwrite``), or a plan or raw config mapping, resolved here with those two switches.
+    The resolution runs the preflight (:func:`advopenood.run.preflight.preflight`) first; nothing is written when it
+    fails. Outputs go to a staging folder beside the output folder and replace the previous run's files (those its
     ``manifest.json`` lists) at the end, so the folder only ever shows one run's files. The output folder is its
     real path (:func:`advopenood.io.resolve_output`: a symbolic link to a folder is followed). A full, read-only
     or over-quota file system anywhere in the run raises :class:`~advopenood.errors.StorageError` (one line) and
@@ -44,18 +45,14 @@ def run(plan: RunPlan | Mapping[str, Any], *, attack_only: bool = False, progres
     Under ``torchrun`` every rank shares the attack stage and the detector stage (fit pass and scoring, sharded
     by batch through the store); rank 0 alone merges the scores, evaluates and writes outputs.
     """
-    t0 = time.perf_counter()
-    plan = plan if isinstance(plan, RunPlan) else validate(plan)
-    preflight(plan, overwrite=overwrite, attack_only=attack_only)
-    final = aio.resolve_output(plan.output)
+    resolved = plan if isinstance(plan, ResolvedRun) else resolve(plan, attack_only=attack_only, overwrite=overwrite)
     try:
-        return _locked(plan, final, t0, attack_only=attack_only, progress=progress, export_png=export_png,
-                       latex=latex)
+        return _locked(resolved, progress=progress, export_png=export_png, latex=latex)
     except Exception as exc:
         failure = storage_error(exc)
         if failure is None:
             raise
-        raise StorageError(storage_message(failure, final, plan.cache)) from exc
+        raise StorageError(storage_message(failure, resolved.output, resolved.plan.cache)) from exc
 
 
 def storage_message(exc: OSError, final: Path, cache: Path) -> str:
@@ -68,10 +65,10 @@ def storage_message(exc: OSError, final: Path, cache: Path) -> str:
             "shard; free space (or make it writable) and run the same command again")
 
 
-def _locked(plan: RunPlan, final: Path, t0: float, *, attack_only: bool, progress: bool,
-            export_png: bool, latex: str) -> RunContext:
+def _locked(resolved: ResolvedRun, *, progress: bool, export_png: bool, latex: str) -> RunContext:
     """The run under the output folder's lock (rank 0), into a staging folder that is committed at the end or
     removed."""
+    plan, final, t0 = resolved.plan, resolved.output, resolved.started
     rank, world_size = distributed()
     for note in plan.notes() if rank == 0 else []:  # after the preflight: a refusal stays one line
         print(f"advopenood: note: {note}", file=sys.stderr)
@@ -79,17 +76,15 @@ def _locked(plan: RunPlan, final: Path, t0: float, *, attack_only: bool, progres
         if rank == 0:
             aio.check_output_folder(final)
         seed_everything(plan.seed)
-        plan = plan.replace(device=str(rank_device(plan.device, rank)))
         progress = progress and rank == 0
         inputs = prepare(plan, progress)
         for line in inputs.warnings if rank == 0 else ():
             print(f"advopenood: warning: {line}", file=sys.stderr)
-        plugins = [] if attack_only else build_plugins(plan)
-        setup = Setup(plan, aio.begin_output(final) if rank == 0 else final, final, rank, world_size, progress,
-                      attack_only, export_png, latex)
+        setup = Setup(plan, resolved.attacks, aio.begin_output(final) if rank == 0 else final, final, rank,
+                      world_size, progress, resolved.attack_only, export_png, latex)
         timings = {"setup": time.perf_counter() - t0}
         try:
-            return _stages(setup, inputs, plugins, timings, t0)
+            return _stages(setup, inputs, list(resolved.plugins), timings, t0)
         except BaseException:
             if rank == 0:  # nothing half-written stays behind; finished shards and scores are in the store
                 aio.discard_output(setup.out)

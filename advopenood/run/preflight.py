@@ -6,8 +6,9 @@ the set names (safe as file names and keys, unique: :func:`check_names`), the de
 the output and cache folders, every data file (present, readable, the right dtype and layout from the file
 headers; ``.npz`` CRCs, finite float pixels, every listed image's header, at least one image per set), the
 checkpoint (loadable with ``weights_only=True``, matching the architecture, finite weights), and every
-plugin name and parameter (by constructing the plugins). Cheap checks come first, so most bad inputs fail before
-torch is imported.
+attack's and detector's name and parameters (by constructing them). Cheap checks come first, so most bad inputs
+fail before torch is imported. :func:`advopenood.run.resolved.resolve` runs it on the validated plan, then
+constructs the evaluators and analyses (:func:`build_plugins`).
 """
 from __future__ import annotations
 
@@ -53,12 +54,12 @@ def check_folder(path: Path, what: str) -> None:
                          "valid choices: a writable folder")
 
 
-def check_output(path: Path, overwrite: bool) -> None:
+def check_output(path: Path, overwrite: bool) -> Path:
     """The output folder is ours to write: new, empty, a previous run's (it has our manifest), or ``overwrite``;
     in every case a real folder or a link to one (:func:`advopenood.io.resolve_output`), without a symbolic link
     inside and without a manifest we did not write (:func:`advopenood.io.check_output_folder`), since a run
     deletes the files a previous run's manifest lists; a listed file changed since that run needs ``overwrite``
-    (the run then keeps it, :func:`advopenood.io.commit_output`)."""
+    (the run then keeps it, :func:`advopenood.io.commit_output`). Returns the folder's real path."""
     try:
         path = resolve_output(path)
     except OutputError as exc:
@@ -76,11 +77,12 @@ def check_output(path: Path, overwrite: bool) -> None:
                          "SHA-256 differs from manifest.json's), and a new run replaces that run's files; valid "
                          "choices: another --out, move the file away, or --overwrite (the changed file is kept)")
     if not path.is_dir() or overwrite or (path / MANIFEST).is_file():
-        return
+        return path
     foreign = sorted(p.name for p in path.iterdir() if not p.name.startswith("."))
     if foreign:
         raise UsageError(f"output folder {str(path)!r} holds files advopenood did not write (e.g. {foreign[0]!r}); "
                          "valid choices: a new or empty folder, a previous run's folder, or --overwrite")
+    return path
 
 
 def _npy_header(f: IO[bytes], name: str) -> tuple[tuple[int, ...], np.dtype]:
@@ -331,8 +333,10 @@ def check_runtime(plan: RunPlan) -> None:
         resolve_backend("openood")
 
 
-def check_plugins(plan: RunPlan, attack_only: bool = False) -> None:
-    """Every attack, detector, evaluator and analysis builds with its parameters; OOD->ID attacks have a source."""
+def check_plugins(plan: RunPlan) -> None:
+    """Every attack and detector builds with its parameters (the attacks as the plan's specs are resolved); OOD->ID
+    attacks have a source; ``recompute`` names a set or detector of the run. (The evaluators and analyses are
+    constructed, once, by :func:`advopenood.run.resolved.resolve` after these checks: :func:`build_plugins`.)"""
     from advopenood.config.plan import check_sources
     from advopenood.data.datasets import dataset_name
     from advopenood.detection.bank import check_detectors
@@ -345,8 +349,6 @@ def check_plugins(plan: RunPlan, attack_only: bool = False) -> None:
         if name != "all" and name not in known:
             raise UsageError(f"recompute: {name!r} is neither an attack set nor a detector of this run; valid choices: "
                              f"all, {', '.join(known) or 'none'}")
-    if not attack_only:
-        build_plugins(plan)
 
 
 def build_plugins(plan: RunPlan) -> list[tuple[str, Any]]:
@@ -399,14 +401,16 @@ def check_names(plan: RunPlan) -> None:
                              f"the ID, OOD and attack sets (give it a 'name' or 'label'; taken: {listed})")
 
 
-def preflight(plan: RunPlan, *, overwrite: bool = False, attack_only: bool = False) -> None:
-    """All checks, cheapest first; the first failure raises a one-line UsageError and nothing is written."""
+def preflight(plan: RunPlan, *, overwrite: bool = False) -> Path:
+    """All checks, cheapest first; the first failure raises a one-line UsageError and nothing is written. Returns
+    the output folder's real path (:func:`advopenood.io.resolve_output`)."""
     check_names(plan)
-    check_output(plan.output, overwrite)
+    output = check_output(plan.output, overwrite)
     check_folder(plan.cache, "cache folder")
     for sub, what in (("adv", "attack store"), ("scores", "score cache"), ("models", "model cache")):
         check_folder(plan.cache / sub, what)
     check_data(plan)
     check_runtime(plan)
     check_model(plan)
-    check_plugins(plan, attack_only)
+    check_plugins(plan)
+    return output

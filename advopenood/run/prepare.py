@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from advopenood.config.plan import RunPlan
+from advopenood.config.plan import AttackSpec, RunPlan
 from advopenood.data.datasets import build_dataset, limit_dataset, range_warning
 from advopenood.models.classifier import Classifier, build_from_config, set_precision
 from advopenood.models.training import trained_model
@@ -37,7 +37,7 @@ def distributed() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def rank_device(device: str, rank: int) -> torch.device:
+def rank_device(device: str) -> torch.device:
     """``cuda`` becomes ``cuda:<LOCAL_RANK>`` under torchrun; other devices are kept."""
     if device == "cuda" and "LOCAL_RANK" in os.environ:
         return torch.device(f"cuda:{os.environ['LOCAL_RANK']}")
@@ -56,9 +56,11 @@ def load_model(plan: RunPlan, fit_set, device: torch.device, progress: bool = Tr
 @dataclass(frozen=True)
 class Setup:
     """How this process runs the plan: where it writes (``out``: the staging folder on rank 0; ``final``: the
-    output folder), its rank and world size under torchrun, and the run's switches."""
+    output folder), its rank and world size under torchrun, and the run's switches; ``attacks``: each attack spec
+    with its attack, constructed once (:class:`advopenood.run.resolved.ResolvedRun`)."""
 
     plan: RunPlan
+    attacks: tuple[tuple[AttackSpec, Any], ...]
     out: Path
     final: Path
     rank: int
