@@ -76,6 +76,7 @@ def test_too_few_images_leave_the_interval_empty_with_the_reason(n_id, n_ood):
 
     class Ctx:
         plan, seed = make_plan(), 0
+        intervals = iv.IntervalPolicy.of(plan.ci, seed)
 
     rng = np.random.default_rng(1)
     row = metric_row(rng.normal(size=n_id), rng.normal(size=n_ood), Ctx(), "ood|msp|x")

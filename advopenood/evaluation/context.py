@@ -21,6 +21,8 @@ from advopenood.attacks.store import AdvSet
 from advopenood import registry
 from advopenood.capabilities import is_id_negative
 from advopenood.config import protocols
+from advopenood.evaluation.intervals import IntervalPolicy
+from advopenood.evaluation.intervalstore import FOLDER, IntervalStore
 from advopenood.models.classifier import Classifier
 
 
@@ -86,6 +88,19 @@ class RunContext:
         """The plan as plain dicts (``plan.dump()``), for plugins written against the earlier mapping API; read
         ``ctx.plan`` instead."""
         return self.plan.dump()
+
+    @property
+    def intervals(self) -> IntervalPolicy:
+        """The run's interval policy (:class:`~advopenood.evaluation.intervals.IntervalPolicy`): the plan's ``ci``
+        and the run seed, its bootstrap replicates stored under ``<cache>/intervals``; built once per plan and seed
+        (another plan or seed set on this context gets its own)."""
+        memo = self.__dict__.get("_intervals")
+        if memo is None or memo[0] is not self.plan or memo[1] != self.seed:
+            cache = getattr(self.plan, "cache", None)
+            policy = IntervalPolicy.of(getattr(self.plan, "ci", None), self.seed,
+                                       IntervalStore(cache / FOLDER) if cache is not None else None)
+            memo = self.__dict__["_intervals"] = (self.plan, self.seed, policy)
+        return memo[2]
 
     @property
     def positive_sets(self) -> dict[str, AdvSet]:

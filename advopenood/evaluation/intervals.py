@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Iterable, Iterator, NamedTuple
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from advopenood.evaluation.metrics import TPR_LEVEL, Z95, auroc_interval
+from advopenood.evaluation.intervalstore import IntervalStore
+from advopenood.evaluation.metrics import TPR_LEVEL, Z95, auroc_difference_interval, auroc_interval
 
 METHODS = ("bootstrap", "delong", "none")
 DEFAULT_RESAMPLES = 2000
@@ -266,29 +268,9 @@ def empty_bounds(metrics: Iterable[str] = METRICS) -> dict[str, float]:
 
 def metric_intervals(conf_id: np.ndarray, conf_ood: np.ndarray, method: str, seed: int, key: str,
                      resamples: int = DEFAULT_RESAMPLES) -> tuple[dict[str, float], dict[str, np.ndarray], str]:
-    """``(bounds, replicates, reason)`` of one cell: ``<m>_lo`` / ``<m>_hi`` in percent for the four metrics, the
-    bootstrap replicates (empty unless ``method`` is ``bootstrap``; a group mean averages them, see
-    :func:`mean_interval`) and why the bounds are empty ("" when they are not, or when ``method`` is ``none``).
-
-    ``bootstrap``: :func:`paired_replicates` of the one cell (:func:`draws` of ``(seed, key)``), :func:`percentile`.
-    ``delong``: AUROC only (:func:`~advopenood.evaluation.metrics.auroc_interval`); the other bounds stay empty.
-    """
-    conf_id = np.asarray(conf_id, dtype=np.float64).ravel()
-    conf_ood = np.asarray(conf_ood, dtype=np.float64).ravel()
-    bounds = empty_bounds()
-    if method == "none":
-        return bounds, {}, ""
-    reason = too_few(len(conf_id), len(conf_ood))
-    if reason or np.isnan(conf_id).any() or np.isnan(conf_ood).any():
-        return bounds, {}, reason
-    if method == "delong":
-        lo, hi = auroc_interval(conf_id, conf_ood)
-        bounds.update(auroc_lo=100.0 * lo, auroc_hi=100.0 * hi)
-        return bounds, {}, ""
-    reps = paired_replicates([(conf_id, conf_ood)], seed, key, resamples)[0]
-    for m, values in reps.items():
-        bounds[f"{m}_lo"], bounds[f"{m}_hi"] = percentile(values)
-    return bounds, reps, ""
+    """:meth:`IntervalPolicy.cell` of a policy of ``(method, resamples, seed)`` without a store, for plugins written
+    against it: ``(bounds, replicates, reason)`` of one cell."""
+    return IntervalPolicy(method, resamples, seed).cell(key, conf_id, conf_ood)
 
 
 def mean_interval(parts: list[np.ndarray]) -> tuple[float, float]:
@@ -308,3 +290,112 @@ def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return 100.0 * max(0.0, centre - half), 100.0 * min(1.0, centre + half)
+
+
+Cell = tuple[np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True)
+class IntervalPolicy:
+    """The run's one interval policy (``ctx.intervals``): every "interval of this cell" request of the writers.
+
+    Built from the plan's ``ci`` section and the run seed by :meth:`of`; it owns the bootstrap recipe (the cell's
+    seeded :func:`draws`, :func:`replicates` on them, :func:`percentile`), once: :meth:`cell` (one cell's four
+    metrics: bootstrap, DeLong or none), :meth:`paired` (cells resampled with the same draws), :meth:`interval`,
+    :meth:`mean` (a group mean's), :meth:`difference` (a paired AUROC difference: bootstrap or DeLong) and
+    :meth:`wilson` (a share's). With a ``store`` (:class:`~advopenood.evaluation.intervalstore.IntervalStore`), the
+    replicates of every bootstrap request are stored under their cell key and score digests and read back instead of
+    resampled; the numbers are the same either way."""
+
+    method: str = "none"
+    resamples: int = DEFAULT_RESAMPLES
+    seed: int = 0
+    store: IntervalStore | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, ci: Any, seed: int, store: IntervalStore | None = None) -> "IntervalPolicy":
+        """The policy of a plan's ``ci`` section (``method``, ``resamples``) and the run seed; ``ci`` None: none."""
+        if ci is None:
+            return cls(store=store)
+        return cls(str(ci.method), int(ci.resamples), int(seed), store)
+
+    @property
+    def label(self) -> str:
+        """The ``ci`` column (:func:`ci_label`)."""
+        return ci_label(self.method, self.resamples)
+
+    @property
+    def bootstrap(self) -> bool:
+        return self.method == "bootstrap"
+
+    def paired(self, key: str, cells: Sequence[Cell], metrics: Iterable[str] = METRICS) -> list[dict[str, np.ndarray]]:
+        """:func:`paired_replicates` of ``cells`` on the draws of ``(seed, key)`` (one cell: the unpaired bootstrap),
+        read from the store when it holds them, else resampled and stored."""
+        wanted, cells = tuple(metrics), list(cells)
+        if self.store is None or not cells:
+            return paired_replicates(cells, self.seed, key, self.resamples, wanted)
+        entry = self.store.key(key, "bootstrap", self.resamples, self.seed, wanted, cells)
+        got = self.store.load(entry, len(cells), wanted, self.resamples)
+        if got is None:
+            got = paired_replicates(cells, self.seed, key, self.resamples, wanted)
+            self.store.save(entry, got)
+        return got
+
+    def cell(self, key: str, conf_id: np.ndarray, conf_ood: np.ndarray
+             ) -> tuple[dict[str, float], dict[str, np.ndarray], str]:
+        """``(bounds, replicates, reason)`` of one cell: ``<m>_lo`` / ``<m>_hi`` in percent for the four metrics,
+        the bootstrap replicates (empty unless the method is ``bootstrap``; a group mean averages them,
+        :meth:`mean`) and why the bounds are empty ("" when they are not, or under ``none``).
+
+        ``bootstrap``: :meth:`paired` of the one cell, :func:`percentile`. ``delong``: AUROC only
+        (:func:`~advopenood.evaluation.metrics.auroc_interval`); the other bounds stay empty."""
+        conf_id = np.asarray(conf_id, dtype=np.float64).ravel()
+        conf_ood = np.asarray(conf_ood, dtype=np.float64).ravel()
+        bounds = empty_bounds()
+        if self.method == "none":
+            return bounds, {}, ""
+        reason = too_few(len(conf_id), len(conf_ood))
+        if reason or np.isnan(conf_id).any() or np.isnan(conf_ood).any():
+            return bounds, {}, reason
+        if self.method == "delong":
+            lo, hi = auroc_interval(conf_id, conf_ood)
+            bounds.update(auroc_lo=100.0 * lo, auroc_hi=100.0 * hi)
+            return bounds, {}, ""
+        reps = self.paired(key, [(conf_id, conf_ood)])[0]
+        for m, values in reps.items():
+            bounds[f"{m}_lo"], bounds[f"{m}_hi"] = percentile(values)
+        return bounds, reps, ""
+
+    def interval(self, values: np.ndarray) -> tuple[float, float]:
+        """The percentile interval of replicates (:func:`percentile`)."""
+        return percentile(values)
+
+    def mean(self, parts: list[np.ndarray]) -> tuple[float, float]:
+        """A group mean's interval from its sets' replicates (:func:`mean_interval`)."""
+        return mean_interval(parts)
+
+    def difference(self, cell_a: Cell, cell_b: Cell, reps_a: np.ndarray | None, reps_b: np.ndarray | None
+                   ) -> tuple[float, float, str]:
+        """``(lo, hi, reason)`` of ``AUROC_a - AUROC_b`` in points for two detectors on the same images: the
+        percentile interval of the paired replicates' differences (``reps_a - reps_b``, from :meth:`paired`) or
+        DeLong's paired test (:func:`~advopenood.evaluation.metrics.auroc_difference_interval`); NaN bounds and the
+        reason when there is none (no reason under ``none``)."""
+        nan = math.nan
+        if self.method == "none":
+            return nan, nan, ""
+        if len(cell_a[0]) != len(cell_b[0]) or len(cell_a[1]) != len(cell_b[1]):
+            return nan, nan, "no interval: the two detectors did not score the same images"
+        reason = too_few(len(cell_a[0]), len(cell_a[1]))
+        if reason:
+            return nan, nan, reason
+        if any(np.isnan(np.concatenate(c)).any() for c in (cell_a, cell_b)):
+            return nan, nan, "no interval: NaN scores"
+        if self.method == "delong":
+            lo, hi = auroc_difference_interval(*cell_a, *cell_b)
+            return 100.0 * lo, 100.0 * hi, ""
+        lo, hi = percentile(reps_a - reps_b)
+        return lo, hi, ""
+
+    def wilson(self, successes: int, n: int) -> tuple[float, float]:
+        """:func:`wilson`'s interval on a share in percent; NaN under ``none``."""
+        return (math.nan, math.nan) if self.method == "none" else wilson(successes, n)

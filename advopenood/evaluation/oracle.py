@@ -21,13 +21,18 @@ decision score is ``-conf``; every metric is in percent.
 * **DeLong**: DeLong, DeLong and Clarke-Pearson (1988) from the pairwise comparison matrix ``psi`` (one row per
   OOD image, one column per ID image), for one AUROC and for the difference of two on the same images.
 * **Wilson**: the 95 % score interval on a share as the roots of its quadratic (Wilson 1927).
+
+Every verify hook asks :class:`IntervalPlan` (built from ``run.json`` by :meth:`IntervalPlan.of`) for a cell's
+interval; it holds the checker's recipe (draws, replicates, percentiles) once, apart from the writers' policy
+(:class:`advopenood.evaluation.intervals.IntervalPolicy`) so that one bug cannot hide in both.
 """
 from __future__ import annotations
 
 import hashlib
 import math
 import struct
-from typing import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -233,3 +238,63 @@ def wilson(successes: int, n: int) -> tuple[float, float]:
     z2, share = _z() ** 2, successes / n
     roots = np.sort(np.real(np.roots([1 + z2 / n, -(2 * share + z2 / n), share * share])))
     return 100.0 * float(np.clip(roots[0], 0, 1)), 100.0 * float(np.clip(roots[-1], 0, 1))
+
+
+Cell = tuple[np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True)
+class IntervalPlan:
+    """The run's intervals as the checker re-derives them: ``ci.method``, ``ci.resamples`` and the seed of
+    ``run.json``'s config (:meth:`of`); every verify hook's "interval of this cell" goes here."""
+
+    method: str = "none"
+    resamples: int = 0
+    seed: int = 0
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> "IntervalPlan":
+        """The plan of a run's saved config (``none`` for a run written before intervals)."""
+        ci = config.get("ci") or {}
+        return cls(str(ci.get("method", "none")), int(ci.get("resamples", 0)), int(config.get("seed", 0)))
+
+    @property
+    def label(self) -> str:
+        """The ``ci`` column: ``bootstrap-<resamples>``, ``delong`` or ``none``."""
+        return f"bootstrap-{self.resamples}" if self.method == "bootstrap" else self.method
+
+    @property
+    def bootstrap(self) -> bool:
+        return self.method == "bootstrap"
+
+    def paired(self, key: str, cells: Sequence[Cell], wanted: Iterable[str] = METRICS) -> list[dict[str, np.ndarray]]:
+        """:func:`seeded_replicates` of ``cells`` on the draws of ``(seed, key)``."""
+        return seeded_replicates(list(cells), self.seed, key, self.resamples, wanted)
+
+    def interval(self, values: np.ndarray) -> tuple[float, float]:
+        """:func:`percentile_interval` of replicates."""
+        return percentile_interval(values)
+
+    def cell(self, key: str, conf_id: np.ndarray, conf_ood: np.ndarray
+             ) -> tuple[dict[str, tuple[float, float]], dict[str, np.ndarray]]:
+        """``({metric: (lo, hi)}, replicates)`` of one usable cell (at least 2 per side, no NaN): the bootstrap's
+        four metrics (:func:`bootstrap_interval`), DeLong's AUROC only, nothing under ``none``."""
+        if self.method == "delong":
+            return {"auroc": delong_interval(conf_id, conf_ood)}, {}
+        if self.method != "bootstrap":
+            return {}, {}
+        return bootstrap_interval(conf_id, conf_ood, self.seed, key, self.resamples)
+
+    def difference(self, cell_a: Cell, cell_b: Cell, reps_a: np.ndarray | None = None,
+                   reps_b: np.ndarray | None = None) -> tuple[float, float]:
+        """The interval of ``AUROC_a - AUROC_b`` in points: the percentiles of the paired replicates' differences,
+        or :func:`delong_difference`; NaN under ``none``."""
+        if self.method == "bootstrap":
+            return percentile_interval(np.asarray(reps_a) - np.asarray(reps_b))
+        if self.method == "delong":
+            return delong_difference(cell_a, cell_b)
+        return math.nan, math.nan
+
+    def wilson(self, successes: int, n: int) -> tuple[float, float]:
+        """:func:`wilson`'s interval in percent; NaN under ``none``."""
+        return (math.nan, math.nan) if self.method == "none" else wilson(successes, n)

@@ -256,9 +256,10 @@ def _asr_row(run: RunFiles, name: str, entry: dict[str, Any], shards: list[Path]
     success = rec["success"].astype(bool)
     source = entry.get("source", "id")
     correct = rec["clean_pred"] == rec["y"] if source == "id" else np.ones(len(success), dtype=bool)
-    wilson = str((run.config.get("ci") or {}).get("method", "none")) != "none"
-    asr_lo, asr_hi = oracle.wilson(int(success[correct].sum()), int(correct.sum())) if wilson else (math.nan,) * 2
-    all_lo, all_hi = oracle.wilson(int(success.sum()), len(success)) if wilson else (math.nan,) * 2
+    plan = oracle.IntervalPlan.of(run.config)
+    wilson = plan.method != "none"
+    asr_lo, asr_hi = plan.wilson(int(success[correct].sum()), int(correct.sum()))
+    all_lo, all_hi = plan.wilson(int(success.sum()), len(success))
     return {"attack": name, "n": len(success), "asr_lo": asr_lo, "asr_hi": asr_hi, "asr_all_lo": all_lo,
             "asr_all_hi": all_hi, "ci": "wilson" if wilson else "none",
             "asr": 100.0 * success[correct].sum() / correct.sum() if correct.any() else math.nan,
@@ -304,9 +305,9 @@ def clean_interval(run: RunFiles) -> tuple[float, float]:
     """Wilson's interval on the clean accuracy from run.json (``clean_acc`` of ``data.id.n`` images), NaN under
     ``ci: none``."""
     n = int(((run.info.get("data") or {}).get("id") or {}).get("n") or 0)
-    if str((run.config.get("ci") or {}).get("method", "none")) == "none" or not n:
+    if not n:
         return math.nan, math.nan
-    return oracle.wilson(round(float(run.info["clean_acc"]) * n / 100.0), n)
+    return oracle.IntervalPlan.of(run.config).wilson(round(float(run.info["clean_acc"]) * n / 100.0), n)
 
 
 #: the columns of ``asr.csv`` that verify re-derives

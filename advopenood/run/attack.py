@@ -20,7 +20,7 @@ from advopenood.config.plan import AttackSpec, RunPlan, source_set
 from advopenood.data.datasets import make_loader
 from advopenood.errors import UsageError, reraise_storage_error
 from advopenood.evaluation.context import CleanRecord, RunContext
-from advopenood.evaluation.intervals import wilson
+from advopenood.evaluation.intervals import IntervalPolicy
 from advopenood.models.classifier import Classifier, weights_hash
 from advopenood.run.prepare import Inputs, Setup
 
@@ -50,22 +50,22 @@ def clean_predictions(model: Classifier, ds, batch_size: int, device: torch.devi
 
 
 def asr_row(adv: AdvSet, dataset: str, arch: str, seed: int, clean_acc: float, protocol: str,
-            ci: str = "none") -> dict[str, Any]:
+            policy: IntervalPolicy = IntervalPolicy()) -> dict[str, Any]:
     """One row of asr.csv. ``asr``: share of clean-correct samples whose attack succeeded (adv_pred != y);
     ``asr_all``: share of all samples misclassified after the attack (the paper's Table 3 convention).
     Norms are means over successful adversarial examples. Percentages. For an OOD->ID set (``source`` not
-    ``"id"``) both are the share of OOD images the attack made the detector accept. Unless ``ci`` (the plan's
-    ``ci.method``) is ``none``, ``asr_lo`` / ``asr_hi`` and ``asr_all_lo`` / ``asr_all_hi`` hold Wilson's 95 %
-    interval (:func:`advopenood.evaluation.intervals.wilson`; empty for a share of no images) and ``ci`` says
-    ``wilson``."""
+    ``"id"``) both are the share of OOD images the attack made the detector accept. Unless the interval ``policy``'s
+    method (the plan's ``ci.method``) is ``none``, ``asr_lo`` / ``asr_hi`` and ``asr_all_lo`` / ``asr_all_hi`` hold
+    Wilson's 95 % interval (:meth:`advopenood.evaluation.intervals.IntervalPolicy.wilson`; empty for a share of no
+    images) and ``ci`` says ``wilson``."""
     r = adv.records
     correct = (r.clean_pred == r.y).to_numpy() if adv.source == "id" else np.ones(len(r), dtype=bool)
     success = r.success.to_numpy().astype(bool)
     hit = r[success]
     nan = float("nan")
-    wanted = ci != "none"
-    asr_lo, asr_hi = wilson(int(success[correct].sum()), int(correct.sum())) if wanted else (nan, nan)
-    all_lo, all_hi = wilson(int(success.sum()), len(success)) if wanted else (nan, nan)
+    wanted = policy.method != "none"
+    asr_lo, asr_hi = policy.wilson(int(success[correct].sum()), int(correct.sum()))
+    all_lo, all_hi = policy.wilson(int(success.sum()), len(success))
     return {"dataset": dataset, "arch": arch, "attack": adv.set_name, "eps": adv.eps, "n": len(r),
             "clean_acc": clean_acc, "asr": 100.0 * success[correct].mean() if correct.any() else nan,
             "asr_lo": asr_lo, "asr_hi": asr_hi, "asr_all": 100.0 * success.mean() if len(success) else nan,
@@ -75,13 +75,13 @@ def asr_row(adv: AdvSet, dataset: str, arch: str, seed: int, clean_acc: float, p
             "protocol": protocol}
 
 
-def clean_interval(clean: CleanRecord, ci: str) -> tuple[float, float]:
+def clean_interval(clean: CleanRecord, policy: IntervalPolicy) -> tuple[float, float]:
     """Wilson's 95 % interval on the clean accuracy (asr.csv's ``clean_acc_lo`` / ``clean_acc_hi``; NaN under
     ``ci: none`` or without images): the one interval the report and the summary quote for it."""
     n = len(clean.y)
-    if ci == "none" or not n:
+    if not n:
         return float("nan"), float("nan")
-    return wilson(int((clean.pred == clean.y).sum()), n)
+    return policy.wilson(int((clean.pred == clean.y).sum()), n)
 
 
 @dataclass(frozen=True)
@@ -240,8 +240,8 @@ def attack(setup: Setup, inputs: Inputs) -> Attacked:
     ctx.warnings.extend(inputs.warnings)
     if rank != 0:
         return Attacked(ctx, None, seconds)
-    rows = [asr_row(a, dataset, arch, seed, clean.accuracy, ctx.protocol, plan.ci.method) for a in adv_sets.values()]
-    clean_lo, clean_hi = clean_interval(clean, plan.ci.method)
+    rows = [asr_row(a, dataset, arch, seed, clean.accuracy, ctx.protocol, ctx.intervals) for a in adv_sets.values()]
+    clean_lo, clean_hi = clean_interval(clean, ctx.intervals)
     asr = pd.DataFrame([{**r, "clean_acc_lo": clean_lo, "clean_acc_hi": clean_hi} for r in rows], columns=ASR_COLUMNS)
     aio.write_csv(setup.out / "asr.csv", asr)
     return Attacked(ctx, asr, seconds)

@@ -407,7 +407,8 @@ def preflight(plan: RunPlan, *, overwrite: bool = False) -> Path:
     check_names(plan)
     output = check_output(plan.output, overwrite)
     check_folder(plan.cache, "cache folder")
-    for sub, what in (("adv", "attack store"), ("scores", "score cache"), ("models", "model cache")):
+    for sub, what in (("adv", "attack store"), ("scores", "score cache"), ("models", "model cache"),
+                      ("intervals", "interval store")):
         check_folder(plan.cache / sub, what)
     check_data(plan)
     check_runtime(plan)

@@ -58,6 +58,7 @@ def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
         "attack_work": {"shards_generated": sum(a.stats.get("generated", 0) for a in adv),
                         "shards_reused": sum(a.stats.get("reused", 0) for a in adv)},
         "detector_work": ctx.extras.get("detector_work", {}),
+        "interval_work": ctx.intervals.store.work if ctx.intervals.store is not None else {},
         "detector_backend": ctx.backend,
         "detector_backends": ctx.backends,
         "detector_errors": ctx.detector_errors,

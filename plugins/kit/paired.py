@@ -9,9 +9,9 @@ same images, so their AUROCs are compared paired: with at most :data:`MAX_ALL_PA
 
 **Intervals** on ``delta_auroc = auroc_a - auroc_b`` (percent points), by the run's ``ci`` plan: ``bootstrap``:
 the percentile interval of the replicates' differences, both detectors resampled with the same ID and OOD draws
-(one draw per set, :func:`advopenood.evaluation.intervals.paired_replicates` of the run seed and ``paired|<set>``);
+(one draw per set, :meth:`advopenood.evaluation.intervals.IntervalPolicy.paired` of the cell key ``paired|<set>``);
 ``delong``: DeLong's paired test for correlated AUROCs
-(:func:`advopenood.evaluation.metrics.auroc_difference_interval`); ``none``: empty bounds. ``significant`` is
+(:meth:`~advopenood.evaluation.intervals.IntervalPolicy.difference`); ``none``: empty bounds. ``significant`` is
 True when the interval excludes 0, empty when there is no interval.
 
 **Ranks with ties** (:func:`tie_ranks`): the leaderboard's ``<metric>_rank`` orders the detectors best first (higher
@@ -34,8 +34,7 @@ from advopenood.capabilities import twin_of
 from advopenood.claims import Claim, pair_claim
 from advopenood.errors import UsageError
 from advopenood.evaluation.context import RunContext
-from advopenood.evaluation.intervals import cell_key, ci_label, paired_replicates, percentile, too_few
-from advopenood.evaluation.metrics import auroc_difference_interval
+from advopenood.evaluation.intervals import cell_key, too_few
 from advopenood.outputs.report import join
 from advopenood.outputs.report import name as label
 from advopenood.outputs.results import Bullets, Paragraph, Section, Table
@@ -83,7 +82,7 @@ def significant(lo: float, hi: float) -> Any:
 def paired_table(ctx: RunContext, ood: pd.DataFrame, masks: dict[str, np.ndarray | None]) -> pd.DataFrame:
     """``paired.csv``: the AUROC difference of each pair of detectors (:func:`detector_pairs`) on each set of ``ood``
     with its paired interval. ``masks``: each set's positive rows (None = every row), as ``ood.csv`` used them."""
-    method, resamples = ctx.plan.ci.method, ctx.plan.ci.resamples
+    policy = ctx.intervals
     rows: list[dict[str, Any]] = []
     scored = ood[ood["detector"].isin(list(ctx.scores))]
     for ood_set, part in scored.groupby("ood_set", sort=False):
@@ -95,43 +94,21 @@ def paired_table(ctx: RunContext, ood: pd.DataFrame, masks: dict[str, np.ndarray
         cells = {d: (ctx.scores[d]["id"], ctx.scores[d][ood_set] if mask is None else ctx.scores[d][ood_set][mask])
                  for d in aurocs}
         reps: dict[str, np.ndarray] = {}
-        if method == "bootstrap":
+        if policy.bootstrap:
             sizes = {(len(i), len(o)) for i, o in cells.values()}
             if len(sizes) == 1 and not too_few(*next(iter(sizes))):
                 kept = [d for d in cells if not math.isnan(aurocs[d])]
-                got = paired_replicates([cells[d] for d in kept], ctx.seed, cell_key("paired", ood_set), resamples,
-                                        ("auroc",))
+                got = policy.paired(cell_key("paired", ood_set), [cells[d] for d in kept], ("auroc",))
                 reps = {d: r["auroc"] for d, r in zip(kept, got)}
         for a, b, twin in detector_pairs(aurocs, aurocs):
             row = {"detector_a": a, "detector_b": b, "ood_set": ood_set, "group": group, "twin": twin,
                    "auroc_a": aurocs[a], "auroc_b": aurocs[b], "delta_auroc": aurocs[a] - aurocs[b],
-                   "ci": ci_label(method, resamples), "n_id": len(cells[a][0]), "n_ood": len(cells[a][1]),
+                   "ci": policy.label, "n_id": len(cells[a][0]), "n_ood": len(cells[a][1]),
                    "protocol": ctx.protocol}
-            lo, hi, error = difference_bounds(method, cells[a], cells[b], reps.get(a), reps.get(b))
+            lo, hi, error = policy.difference(cells[a], cells[b], reps.get(a), reps.get(b))
             rows.append({**row, "delta_auroc_lo": lo, "delta_auroc_hi": hi, "significant": significant(lo, hi),
                          "error": error})
     return pd.DataFrame(rows, columns=PAIRED_COLUMNS).astype({"significant": "boolean", "twin": bool})
-
-
-def difference_bounds(method: str, cell_a: tuple[np.ndarray, np.ndarray], cell_b: tuple[np.ndarray, np.ndarray],
-            reps_a: np.ndarray | None, reps_b: np.ndarray | None) -> tuple[float, float, str]:
-    """``(lo, hi, reason)`` of one pair's difference interval in points; NaN bounds and the reason when there is
-    none (no reason under ``none``)."""
-    nan = math.nan
-    if method == "none":
-        return nan, nan, ""
-    if len(cell_a[0]) != len(cell_b[0]) or len(cell_a[1]) != len(cell_b[1]):
-        return nan, nan, "no interval: the two detectors did not score the same images"
-    reason = too_few(len(cell_a[0]), len(cell_a[1]))
-    if reason:
-        return nan, nan, reason
-    if any(np.isnan(np.concatenate(c)).any() for c in (cell_a, cell_b)):
-        return nan, nan, "no interval: NaN scores"
-    if method == "delong":
-        lo, hi = auroc_difference_interval(*cell_a, *cell_b)
-        return 100.0 * lo, 100.0 * hi, ""
-    lo, hi = percentile(reps_a - reps_b)
-    return lo, hi, ""
 
 
 def tie_ranks(values: Iterable[float], lo: Iterable[float], hi: Iterable[float], higher_better: bool) -> list[Any]:

@@ -21,30 +21,27 @@ BOUNDS = [f"{m}_{end}" for m in METRICS for end in ("lo", "hi")]
 Draws = dict[str, dict[str, np.ndarray]]
 
 
-def ci_plan(run: Any) -> tuple[str, int, int]:
-    """``(method, resamples, seed)`` of the run's intervals from ``run.json`` (``none`` for a run written before)."""
-    ci = run.config.get("ci") or {}
-    return str(ci.get("method", "none")), int(ci.get("resamples", 0)), int(run.config.get("seed", 0))
+def ci_plan(run: Any) -> oracle.IntervalPlan:
+    """The run's intervals as the checker re-derives them (:class:`advopenood.evaluation.oracle.IntervalPlan` of
+    ``run.json``; ``none`` for a run written before)."""
+    return oracle.IntervalPlan.of(run.config)
 
 
 def rederive_bounds(conf_id: np.ndarray, conf_ood: np.ndarray, run: Any, key: str,
                     draws: Draws | None = None) -> dict[str, Any]:
     """A cell's ``<m>_lo`` / ``<m>_hi`` and ``ci`` by the run's ``ci`` plan; the bootstrap replicates go into
     ``draws[key]``. NaN bounds when a side has fewer than 2 images or holds NaN."""
-    method, resamples, seed = ci_plan(run)
+    plan = ci_plan(run)
     out: dict[str, Any] = {c: math.nan for c in BOUNDS}
-    out["ci"] = f"bootstrap-{resamples}" if method == "bootstrap" else method
+    out["ci"] = plan.label
     conf_id, conf_ood = np.asarray(conf_id, float).ravel(), np.asarray(conf_ood, float).ravel()
     n, m = len(conf_id), len(conf_ood)
-    if method == "none" or n < 2 or m < 2 or np.isnan(conf_id).any() or np.isnan(conf_ood).any():
+    if plan.method == "none" or n < 2 or m < 2 or np.isnan(conf_id).any() or np.isnan(conf_ood).any():
         return out
-    if method == "delong":
-        out["auroc_lo"], out["auroc_hi"] = oracle.delong_interval(conf_id, conf_ood)
-        return out
-    bounds, reps = oracle.bootstrap_interval(conf_id, conf_ood, seed, key, resamples)
-    for metric in METRICS:
-        out[f"{metric}_lo"], out[f"{metric}_hi"] = bounds[metric]
-    if draws is not None:
+    bounds, reps = plan.cell(key, conf_id, conf_ood)
+    for metric, (lo, hi) in bounds.items():
+        out[f"{metric}_lo"], out[f"{metric}_hi"] = lo, hi
+    if draws is not None and reps:
         draws[key] = reps
     return out
 

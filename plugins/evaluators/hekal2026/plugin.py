@@ -36,7 +36,7 @@ from advopenood.attacks.store import AdvSet
 from advopenood.capabilities import Verifiable, is_composite
 from advopenood.config import protocols
 from advopenood.evaluation.context import RunContext
-from advopenood.evaluation.intervals import cell_key, ci_label, metric_intervals
+from advopenood.evaluation.intervals import cell_key
 from advopenood.evaluation.metrics import auroc, fpr_at_tpr95
 from advopenood.outputs.report import eps_label
 from advopenood.outputs.results import Bullets, Paragraph, Results, Section, Table, guarded
@@ -71,8 +71,8 @@ def pixel_std(ctx: RunContext) -> float:
 
 def _row(ctx: RunContext, det: str, ood_set: str, objective: str, conf_id: np.ndarray, conf_ood: np.ndarray,
          key: str, adv: AdvSet | None) -> dict[str, Any]:
-    ci = ctx.plan.ci
-    bounds, _, _ = metric_intervals(conf_id, conf_ood, ci.method, ctx.seed, key, ci.resamples)
+    ci = ctx.intervals
+    bounds, _, _ = ci.cell(key, conf_id, conf_ood)
     row: dict[str, Any] = {"detector": det, "ood_set": ood_set, "eps": math.nan, "eps_units": "", "eps_pixel": math.nan,
                            "objective": OBJECTIVES[objective], "attack": "none", "through": "", "clip": "",
                            "left_range": math.nan}
@@ -86,7 +86,7 @@ def _row(ctx: RunContext, det: str, ood_set: str, objective: str, conf_id: np.nd
     row.update(n_id=len(conf_id), n_ood=len(conf_ood),
                auroc=100.0 * auroc(conf_id, conf_ood) if both else math.nan, auroc_lo=bounds["auroc_lo"],
                auroc_hi=bounds["auroc_hi"], fpr95=100.0 * fpr_at_tpr95(conf_id, conf_ood) if both else math.nan,
-               fpr95_lo=bounds["fpr95_lo"], fpr95_hi=bounds["fpr95_hi"], ci=ci_label(ci.method, ci.resamples),
+               fpr95_lo=bounds["fpr95_lo"], fpr95_hi=bounds["fpr95_hi"], ci=ci.label,
                protocol=ctx.protocol)
     return row
 

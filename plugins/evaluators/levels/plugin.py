@@ -75,7 +75,7 @@ from advopenood.attacks.base import attack_params
 from advopenood.capabilities import Verifiable, is_detector_aware
 from advopenood.evaluation.context import RunContext
 from advopenood.errors import UsageError
-from advopenood.evaluation.intervals import cell_key, ci_label, metric_intervals
+from advopenood.evaluation.intervals import cell_key
 from advopenood.evaluation.metrics import auroc
 from advopenood.outputs.results import Results, as_written, guarded
 from advopenood.registry import register
@@ -154,8 +154,7 @@ def set_bounds(ctx: RunContext, det: str, name: str) -> tuple[float, float]:
     """The 95 % interval of :func:`set_auroc` by the run's ``ci`` plan: ``ood.csv``'s cell of the set (same key
     ``ood|<det>|<set>``, same resamples, so the same interval)."""
     conf = ctx.scores[det][name][ctx.ood_positives(name)]
-    bounds, _, _ = metric_intervals(ctx.scores[det]["id"], conf, ctx.plan.ci.method, ctx.seed,
-                                    cell_key("ood", det, name), ctx.plan.ci.resamples)
+    bounds, _, _ = ctx.intervals.cell(cell_key("ood", det, name), ctx.scores[det]["id"], conf)
     return bounds["auroc_lo"], bounds["auroc_hi"]
 
 
@@ -274,7 +273,7 @@ def levels_table(ctx: RunContext, min_auroc: float = 50.0,
     where the run has none), whether it passes ``min_auroc``, the detector's level reached and the sets used."""
     own = beyond_baseline(ctx.arch, ctx.dataset)
     bounds: Bounds = {}
-    ci = ci_label(ctx.plan.ci.method, ctx.plan.ci.resamples)
+    ci = ctx.intervals.label
     rows = []
     for det, sets in level_sets(ctx, bounds).items():
         sets["other_model_data"] = level2(det, runs or [], sets["strong"] if own else {}, bounds.setdefault(det, {}))

@@ -61,8 +61,7 @@ def rederive_levels(run: Any, levels: pd.DataFrame) -> pd.DataFrame:
     size, protocol = int(saved["model"]["input_size"]), run.protocol
     attacks = {n: e for n, e in (run.info.get("attacks") or {}).items() if not _id_negative(e)}
     robust = rederive_robust(run)
-    method, resamples, _ = ci_plan(run)
-    ci = f"bootstrap-{resamples}" if method == "bootstrap" else method
+    ci = ci_plan(run).label
     own = _beyond_baseline(str(run.info.get("model", {}).get("arch", "")), _dataset(saved))
     given = ((saved.get("evaluator_params") or {}).get("levels") or {}).get("min_auroc")
     rows = []

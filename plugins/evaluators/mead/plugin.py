@@ -53,7 +53,7 @@ from advopenood import registry
 from advopenood.capabilities import Verifiable
 from advopenood.evaluation.context import RunContext
 from advopenood.errors import UsageError
-from advopenood.evaluation.intervals import DEFAULT_RESAMPLES, bound_columns, cell_key, ci_label, metric_intervals
+from advopenood.evaluation.intervals import IntervalPolicy, bound_columns, cell_key
 from advopenood.evaluation.metrics import NaNScoreError, ood_metrics
 from advopenood.outputs.results import Results, as_written, guarded
 from advopenood.attacks.store import AdvSet
@@ -67,9 +67,9 @@ OBJECTIVES = SETTINGS[1:]
 MEAD_COLUMNS = ["detector", "backend", "norm", "eps", "setting", *bound_columns(["auroc", "fpr95"]), "ci", "n_pos",
                 "n_neg", "mean_successes", "protocol", "error"]
 SUMMARY_COLUMNS = ["detector", "backend", "norm", "setting", "auroc", "fpr95", "n_groups", "protocol"]
-#: a run's interval plan: (method, resamples, seed), from ``ctx.plan.ci`` and the run seed
-CIPlan = tuple[str, int, int]
-NO_CI: CIPlan = ("none", DEFAULT_RESAMPLES, 0)
+#: a run's interval policy (``ctx.intervals``: the plan's ``ci`` and the run seed); the default draws none
+CIPlan = IntervalPolicy
+NO_CI: CIPlan = IntervalPolicy()
 #: MEAD's Lp groups (Sec. 5.1.2), in report order; other groups (``patch``) follow.
 NORM_ORDER = ("l1", "l2", "linf")
 #: The group of patch attacks (perturbation unbounded inside a patch, zero outside).
@@ -155,7 +155,7 @@ def worst_case_metrics(conf_id: np.ndarray, conf: np.ndarray, success: np.ndarra
                        key: str = "") -> dict[str, Any]:
     """MEAD's AUROC and FPR95 (percent) of clean ``conf_id`` against the per-sample worst cases, with
     ``n_pos``, ``n_neg`` and ``mean_successes`` (successful attacks per clean sample). Metrics are NaN
-    without positives or with NaN scores. Their 95 % intervals by ``ci`` (method, resamples, seed): the worst-case
+    without positives or with NaN scores. Their 95 % intervals by the interval policy ``ci``: the worst-case
     scores are a score vector like any set's, resampled stratified against the clean ones (cell ``key``); ``error``
     says why they are empty."""
     worst, positive = worst_case_scores(conf, success)
@@ -163,10 +163,8 @@ def worst_case_metrics(conf_id: np.ndarray, conf: np.ndarray, success: np.ndarra
     row: dict[str, Any] = {"auroc": float("nan"), "fpr95": float("nan"), "n_pos": int(positive.sum()),
                            "n_neg": int(len(conf_id)),
                            "mean_successes": float(success.sum(1).mean()) if len(success) else float("nan")}
-    method, resamples, seed = ci
-    bounds, _, reason = metric_intervals(conf_id, worst[positive], method, seed, key, resamples)
-    row.update({k: v for k, v in bounds.items() if k.startswith(("auroc", "fpr95"))}, ci=ci_label(method, resamples),
-               error=reason)
+    bounds, _, reason = ci.cell(key, conf_id, worst[positive])
+    row.update({k: v for k, v in bounds.items() if k.startswith(("auroc", "fpr95"))}, ci=ci.label, error=reason)
     if positive.any() and len(conf_id):
         try:
             m = ood_metrics(conf_id, worst[positive])
@@ -310,7 +308,7 @@ class MeadEvaluator(Verifiable):
         scores = {d: s for d, s in ctx.scores.items() if self.detectors is None or d in self.detectors}
         success = {name: ctx.success(name) for name in ctx.id_adv_sets}
         table = self.table(scores, ctx.id_adv_sets, {d: ctx.backend_of(d) for d in scores}, ctx.protocol, success,
-                           (ctx.plan.ci.method, ctx.plan.ci.resamples, ctx.seed))
+                           ctx.intervals)
         sections = guarded("MEAD worst case", lambda: [mead_section(as_written(table, ctx.protocol))]) if len(table) else []
         return Results(tables={"mead.csv": table, "mead_summary.csv": mead_summary(table)}, sections=sections)
 
@@ -320,7 +318,7 @@ class MeadEvaluator(Verifiable):
         """``mead.csv`` of ``scores[detector][set]`` (``"id"`` the clean confidences, one entry per set of
         ``adv_sets``, same row order) with this evaluator's settings; what the OpenOOD bridge calls through the
         registry. ``success[set]``: success of the images the detectors scored (default ``AdvSet.seen_success``);
-        ``ci``: (method, resamples, seed) of the intervals (default none)."""
+        ``ci``: the interval policy (:class:`~advopenood.evaluation.intervals.IntervalPolicy`; default none)."""
         success = success or {}
         infos = [set_info(name, adv, success.get(name)) for name, adv in adv_sets.items()]
         return mead_table(scores, infos, backend, self.settings, protocol, ci)

@@ -334,7 +334,7 @@ class MultiAttackEvaluator(Verifiable):
         sets = [set_info(name, adv, ctx.ood_positives(name)) for name, adv in ctx.id_adv_sets.items()]
         scores = {d: s for d, s in ctx.scores.items() if self.detectors is None or d in self.detectors}
         backends = {d: ctx.backend_of(d) for d in scores}
-        ci = (ctx.plan.ci.method, ctx.plan.ci.resamples, ctx.seed)
+        ci = ctx.intervals
         curves = sweep_curves(scores, sets, backends, ctx.protocol, ctx.positives_rule, ci)
         table = multiattack_table(scores, sets, backends, self.reference, self.alpha, curves, ctx.protocol,
                                   ctx.positives_rule, ci)

@@ -50,7 +50,7 @@ from advopenood.capabilities import Verifiable, is_detector_aware
 from advopenood import registry
 from advopenood.evaluation.context import RunContext
 from advopenood.data.datasets import dataset_name, make_loader
-from advopenood.evaluation.intervals import bound_columns, cell_key, ci_label, mean_interval, metric_intervals
+from advopenood.evaluation.intervals import IntervalPolicy, bound_columns, cell_key, mean_interval
 from advopenood.evaluation.metrics import ood_metrics
 from advopenood.data.benchmarks import ADVERSARIAL, natural_group
 from advopenood.outputs.results import Results, as_written, guarded
@@ -88,15 +88,13 @@ def metric_row(conf_id: np.ndarray, conf_ood: np.ndarray, ctx: RunContext | None
     the run seed and ``key``; none without ``ctx``), ``ci``, ``n_id``, ``n_ood`` and ``error`` (NaN metrics and the
     reason when undefined; empty bounds and the reason when a side has fewer than 2 images). The cell's bootstrap
     replicates go into ``replicates[key]`` when given."""
-    method = ctx.plan.ci.method if ctx is not None else "none"
-    resamples = ctx.plan.ci.resamples if ctx is not None else 0
-    base = {"n_id": len(conf_id), "n_ood": len(conf_ood), "error": "", "ci": ci_label(method, resamples)}
+    policy = ctx.intervals if ctx is not None else IntervalPolicy()
+    base = {"n_id": len(conf_id), "n_ood": len(conf_ood), "error": "", "ci": policy.label}
     try:
         values = ood_metrics(conf_id, conf_ood)
     except ValueError as exc:  # NaN scores or an empty side: reported in the row, never averaged away
         values, base["error"] = NAN_METRICS, str(exc)
-    bounds, reps, reason = metric_intervals(conf_id, conf_ood, method, ctx.seed if ctx is not None else 0, key,
-                                            resamples)
+    bounds, reps, reason = policy.cell(key, conf_id, conf_ood)
     if replicates is not None:
         replicates[key] = reps
     base["error"] = base["error"] or reason

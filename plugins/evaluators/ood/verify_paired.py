@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from advopenood.evaluation import oracle
-from advopenood_plugins.kit.verify import pairs_of
+from advopenood_plugins.kit.verify import ci_plan, pairs_of
 
 COLUMNS = ["group", "twin", "auroc_a", "auroc_b", "delta_auroc", "delta_auroc_lo", "delta_auroc_hi", "ci",
            "significant", "n_id", "n_ood"]
@@ -26,9 +26,7 @@ KEYS = ["detector_a", "detector_b", "ood_set"]
 def rederive_paired(run: Any, ood: pd.DataFrame) -> pd.DataFrame:
     """``paired.csv`` re-computed from ``scores/*.npz`` and the re-derived ``ood.csv`` rows (every row the run must
     have, with the positives of the run's rule)."""
-    ci = run.config.get("ci") or {}
-    method, resamples, seed = str(ci.get("method", "none")), int(ci.get("resamples", 0)), int(run.config.get("seed", 0))
-    label = f"bootstrap-{resamples}" if method == "bootstrap" else method
+    plan = ci_plan(run)
     rows = []
     scored = ood[ood["detector"].isin(run.detectors)]
     for ood_set, part in scored.groupby("ood_set", sort=False):
@@ -42,21 +40,19 @@ def rederive_paired(run: Any, ood: pd.DataFrame) -> pd.DataFrame:
         aurocs = {d: oracle.auroc(*c) for d, c in cells.items()}
         n, m = len(next(iter(cells.values()))[0]), len(next(iter(cells.values()))[1])
         boot: dict[str, np.ndarray] = {}
-        if method == "bootstrap" and n >= 2 and m >= 2:
+        if plan.bootstrap and n >= 2 and m >= 2:
             kept = [d for d in cells if not math.isnan(aurocs[d])]
-            got = oracle.seeded_replicates([cells[d] for d in kept], seed, f"paired|{ood_set}", resamples, ("auroc",))
+            got = plan.paired(f"paired|{ood_set}", [cells[d] for d in kept], ("auroc",))
             boot = {d: r["auroc"] for d, r in zip(kept, got)}
         for a, b, twin in pairs_of(aurocs):
             lo = hi = math.nan
             usable = min(n, m) >= 2 and not math.isnan(aurocs[a]) and not math.isnan(aurocs[b])
-            if usable and method == "bootstrap":
-                lo, hi = oracle.percentile_interval(boot[a] - boot[b])
-            elif usable and method == "delong":
-                lo, hi = oracle.delong_difference(cells[a], cells[b])
+            if usable:
+                lo, hi = plan.difference(cells[a], cells[b], boot.get(a), boot.get(b))
             sig = math.nan if math.isnan(lo) else bool(lo > 0 or hi < 0)
             rows.append({"detector_a": a, "detector_b": b, "ood_set": ood_set, "group": part["group"].iloc[0],
                          "twin": twin, "auroc_a": aurocs[a], "auroc_b": aurocs[b], "delta_auroc": aurocs[a] - aurocs[b],
-                         "delta_auroc_lo": lo, "delta_auroc_hi": hi, "ci": label, "significant": sig, "n_id": n,
+                         "delta_auroc_lo": lo, "delta_auroc_hi": hi, "ci": plan.label, "significant": sig, "n_id": n,
                          "n_ood": m})
     return pd.DataFrame(rows, columns=KEYS + COLUMNS)
 

@@ -42,10 +42,9 @@ import numpy as np
 import pandas as pd
 
 from advopenood.evaluation.context import RunContext
-from advopenood.evaluation.intervals import ci_label, draw, generator, replicates, too_few
+from advopenood.evaluation.intervals import too_few
 from advopenood.outputs.results import Section
 from advopenood_plugins.attacks.robust import robust_class
-from advopenood_plugins.kit.paired import difference_bounds
 
 #: the order attacks join the ensemble: ``(method, attack family)``
 ORDER = [("apgd", "plain"), ("apgd", "eot"), ("apgd_aux", "plain"), ("apgd_aux", "eot"), ("pgd", "plain"),
@@ -141,27 +140,27 @@ def ensemble_cell(ctx: RunContext, det: str, ood_set: str, eps: float,
     """The ensemble row of one cell and its rows of ``robust_ensemble.csv`` (module docstring)."""
     from advopenood_plugins.evaluators.robust_auroc.plugin import robust_intervals, robust_metrics
 
-    ci, scores = ctx.plan.ci, ctx.scores[det]
+    policy, scores = ctx.intervals, ctx.scores[det]
     clean_id, clean_ood = np.asarray(scores["id"], float), np.asarray(scores[ood_set], float)
     id_sets, ood_sets = [n for s in steps for n in s[1]], [n for s in steps for n in s[2]]
     sizes = {len(scores[n]) for n in id_sets} | {len(clean_id)}, {len(scores[n]) for n in ood_sets} | {len(clean_ood)}
     if len(sizes[0]) > 1 or len(sizes[1]) > 1:
         raise ValueError(f"robust_auroc ensemble of {det}: its attacked sets are not the clean sets' size")
-    common = {"detector": det, "ood_set": ood_set, "eps": eps, "ci": ci_label(ci.method, ci.resamples),
+    common = {"detector": det, "ood_set": ood_set, "eps": eps, "ci": policy.label,
               "n_id": len(clean_id), "n_ood": len(clean_ood), "protocol": ctx.protocol}
     rows, w_id, w_ood = [], clean_id, clean_ood
     for step, (label, ids, oods) in enumerate([("none", [], []), *steps]):
         new_id, new_ood = worst_case(w_id, scores, ids, True), worst_case(w_ood, scores, oods, False)
         set_id, set_ood = int((new_id < w_id).sum()), int((new_ood > w_ood).sum())
         w_id, w_ood = new_id, new_ood
-        bounds, reason = robust_intervals(clean_id, clean_ood, w_id, w_ood, ci.method, ctx.seed,
-                                          f"robust_ensemble|{det}|{ood_set}|{float(eps):.6g}", ci.resamples)
+        bounds, reason = robust_intervals(clean_id, clean_ood, w_id, w_ood, policy,
+                                          f"robust_ensemble|{det}|{ood_set}|{float(eps):.6g}")
         rows.append({**common, "step": step, "attack": label, "id_attack": "+".join(ids), "ood_attack": "+".join(oods),
                      "robust_auroc": robust_metrics(clean_id, clean_ood, w_id, w_ood)["robust_auroc"],
                      "robust_auroc_lo": bounds["robust_auroc_lo"], "robust_auroc_hi": bounds["robust_auroc_hi"],
                      "id_images_set": set_id, "ood_images_set": set_ood, "error": reason})
-    bounds, reason = robust_intervals(clean_id, clean_ood, w_id, w_ood, ci.method, ctx.seed,
-                                      f"robust|{det}|ensemble|{ood_set}|{float(eps):.6g}", ci.resamples)
+    bounds, reason = robust_intervals(clean_id, clean_ood, w_id, w_ood, policy,
+                                      f"robust|{det}|ensemble|{ood_set}|{float(eps):.6g}")
     row = {**common, "method": "ensemble", "attack_family": "all", **robust_metrics(clean_id, clean_ood, w_id, w_ood),
            **bounds, "id_attack": "+".join(id_sets), "ood_attack": "+".join(ood_sets), "error": reason}
     return row, rows
@@ -195,26 +194,25 @@ def ensemble_results(ctx: RunContext, table: pd.DataFrame) -> Ensemble:
 
 def masking_flags(ctx: RunContext, table: pd.DataFrame) -> dict[tuple[str, str, float], Any]:
     """``(detector, OOD set, eps) -> True / False / pd.NA`` by the rule of the module docstring."""
-    method, resamples = ctx.plan.ci.method, ctx.plan.ci.resamples
+    policy = ctx.intervals
     flags: dict[tuple[str, str, float], Any] = {}
     for (det, ood_set, eps), part in table.groupby(["detector", "ood_set", "eps"], sort=False):
         square = part[part["method"] == "square"]
         gradient = part[part["method"].isin(SCORE_GRADIENT_METHODS)]
         flags[det, ood_set, eps] = pd.NA
-        if not len(square) or not len(gradient) or method == "none":
+        if not len(square) or not len(gradient) or policy.method == "none":
             continue
         cell = lambda r: (np.asarray(ctx.scores[det][r["id_attack"]], float),
                           np.asarray(ctx.scores[det][r["ood_attack"]], float))
-        sq = cell(square.iloc[0])
-        n_id, n_ood = len(sq[0]), len(sq[1])
-        idx = None if too_few(n_id, n_ood) or method != "bootstrap" else \
-            draw(generator(ctx.seed, f"robust_masking|{det}|{ood_set}|{float(eps):.6g}"), n_id, n_ood, resamples)
-        reps = (lambda c: replicates(*c, *idx, ("auroc",))["auroc"]) if idx is not None else (lambda c: None)
+        sq, grads = cell(square.iloc[0]), [cell(r) for r in gradient.to_dict("records")]
+        same = [g for g in grads if (len(g[0]), len(g[1])) == (len(sq[0]), len(sq[1]))]
+        reps: list[Any] = [None] * (len(same) + 1)
+        if policy.bootstrap and not too_few(len(sq[0]), len(sq[1])):  # the square row and the rows paired with it
+            key = f"robust_masking|{det}|{ood_set}|{float(eps):.6g}"
+            reps = [r["auroc"] for r in policy.paired(key, [sq, *same], ("auroc",))]
         verdicts = []
-        for r in gradient.to_dict("records"):
-            g = cell(r)
-            lo, _, error = difference_bounds(method, g, sq, reps(g) if len(g[0]) == n_id and len(g[1]) == n_ood
-                                             else None, reps(sq))
+        for g in grads:
+            lo, _, error = policy.difference(g, sq, next((r for s, r in zip(same, reps[1:]) if s is g), None), reps[0])
             verdicts.append(pd.NA if error or math.isnan(lo) else bool(lo > 0))
         flags[det, ood_set, eps] = pd.NA if any(v is pd.NA for v in verdicts) else all(verdicts)
     return flags

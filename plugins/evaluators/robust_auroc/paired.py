@@ -9,7 +9,7 @@ else each against the best; a declared twin (``smoothed_<det>`` and ``<det>``) a
 
 **Interval** on ``delta_robust_auroc = robust_auroc_a - robust_auroc_b`` (points), by the run's ``ci`` plan:
 ``bootstrap``: one draw of ID and one of OOD indices per (set, eps, method), seeded by the run seed and
-``robust_paired|<set>|<eps>|<method>`` (:func:`advopenood.evaluation.intervals.paired_replicates`), applied to both
+``robust_paired|<set>|<eps>|<method>`` (:meth:`advopenood.evaluation.intervals.IntervalPolicy.paired`), applied to both
 detectors' attacked arrays (a paired, stratified bootstrap; Efron & Tibshirani 1993, ch. 13), percentile interval
 of the replicates' differences; ``delong``: DeLong's test for correlated AUROCs
 (:func:`advopenood.evaluation.metrics.auroc_difference_interval`: two detectors on the same images); ``none``: empty.
@@ -24,10 +24,10 @@ import pandas as pd
 
 from advopenood.claims import Claim, pair_claim
 from advopenood.evaluation.context import RunContext
-from advopenood.evaluation.intervals import ci_label, paired_replicates, too_few
+from advopenood.evaluation.intervals import too_few
 from advopenood.outputs.report import eps_label
 from advopenood.outputs.report import name as label
-from advopenood_plugins.kit.paired import detector_pairs, difference_bounds, significant
+from advopenood_plugins.kit.paired import detector_pairs, significant
 
 ROBUST_PAIRED_COLUMNS = ["ood_set", "eps", "method", "detector_a", "family_a", "detector_b", "family_b", "twin",
                          "robust_auroc_a", "robust_auroc_b", "delta_robust_auroc", "delta_robust_auroc_lo",
@@ -47,7 +47,7 @@ def chosen_rows(group: pd.DataFrame) -> pd.DataFrame:
 
 def robust_paired_table(ctx: RunContext, table: pd.DataFrame) -> pd.DataFrame:
     """``robust_paired.csv`` from ``robust_auroc.csv``'s rows (``table``) and the run's scores (module docstring)."""
-    method, resamples = ctx.plan.ci.method, ctx.plan.ci.resamples
+    policy = ctx.intervals
     rows: list[dict[str, Any]] = []
     for (ood_set, eps, attack), group in table.groupby(["ood_set", "eps", "method"], sort=False):
         chosen = chosen_rows(group).set_index("detector")
@@ -56,19 +56,18 @@ def robust_paired_table(ctx: RunContext, table: pd.DataFrame) -> pd.DataFrame:
         aurocs = dict(zip(chosen.index, chosen["robust_auroc"].astype(float)))
         reps: dict[str, np.ndarray] = {}
         sizes = {(len(i), len(o)) for i, o in cells.values()}
-        if method == "bootstrap" and len(sizes) == 1 and not too_few(*next(iter(sizes))):
+        if policy.bootstrap and len(sizes) == 1 and not too_few(*next(iter(sizes))):
             kept = [d for d in cells if not np.isnan(aurocs[d])]
-            got = paired_replicates([cells[d] for d in kept], ctx.seed, paired_key(ood_set, eps, attack), resamples,
-                                    ("auroc",))
+            got = policy.paired(paired_key(ood_set, eps, attack), [cells[d] for d in kept], ("auroc",))
             reps = {d: r["auroc"] for d, r in zip(kept, got)}
         for a, b, twin in detector_pairs(aurocs, aurocs):
-            lo, hi, error = difference_bounds(method, cells[a], cells[b], reps.get(a), reps.get(b))
+            lo, hi, error = policy.difference(cells[a], cells[b], reps.get(a), reps.get(b))
             rows.append({"ood_set": ood_set, "eps": eps, "method": attack, "detector_a": a,
                          "family_a": chosen.loc[a, "attack_family"], "detector_b": b,
                          "family_b": chosen.loc[b, "attack_family"], "twin": twin, "robust_auroc_a": aurocs[a],
                          "robust_auroc_b": aurocs[b], "delta_robust_auroc": aurocs[a] - aurocs[b],
                          "delta_robust_auroc_lo": lo, "delta_robust_auroc_hi": hi,
-                         "ci": ci_label(method, resamples), "significant": significant(lo, hi),
+                         "ci": policy.label, "significant": significant(lo, hi),
                          "n_id": len(cells[a][0]), "n_ood": len(cells[a][1]), "error": error,
                          "protocol": ctx.protocol})
     return pd.DataFrame(rows, columns=ROBUST_PAIRED_COLUMNS).astype({"significant": "boolean", "twin": bool})

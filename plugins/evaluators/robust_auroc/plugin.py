@@ -63,8 +63,7 @@ from advopenood.capabilities import RequiresAttacks, Verifiable, is_family, is_r
 from advopenood.evaluation.context import RunContext
 from advopenood.data.datasets import dataset_name
 from advopenood.errors import UsageError
-from advopenood.evaluation.intervals import (bound_columns, cell_key, ci_label, empty_bounds, paired_replicates,
-                                            percentile, too_few)
+from advopenood.evaluation.intervals import IntervalPolicy, bound_columns, cell_key, empty_bounds, too_few
 from advopenood.evaluation.metrics import auroc, auroc_interval, fpr_at_tpr95
 from advopenood.outputs.results import Results, as_written, guarded
 from advopenood.registry import register
@@ -98,22 +97,22 @@ def robust_metrics(clean_id: Any, clean_ood: Any, adv_id: Any, adv_ood: Any) -> 
             "robust_fpr95": 100.0 * fpr_at_tpr95(adv_id, adv_ood)}
 
 
-def robust_intervals(clean_id: Any, clean_ood: Any, adv_id: Any, adv_ood: Any, method: str, seed: int, key: str,
-                     resamples: int, own_keys: dict[str, str] | None = None) -> tuple[dict[str, float], str]:
+def robust_intervals(clean_id: Any, clean_ood: Any, adv_id: Any, adv_ood: Any, policy: IntervalPolicy, key: str,
+                     own_keys: dict[str, str] | None = None) -> tuple[dict[str, float], str]:
     """``(bounds, reason)``: ``<m>_lo`` / ``<m>_hi`` in percent of the five metrics of :func:`robust_metrics` and why
     they are empty ("" when they are not, or under ``none``).
 
-    ``bootstrap``: paired and stratified: one draw of ID indices and one of OOD indices
-    (:func:`~advopenood.evaluation.intervals.paired_replicates` of the cell's ``key``), each applied to both arrays
-    of its side, so an attacked image moves with its clean twin (image ``i`` of ``robust_id_<det>`` is image ``i`` of
-    the ID test set, likewise on the OOD side); percentile interval of each metric over the same resamples.
+    By the run's interval ``policy``: ``bootstrap``: paired and stratified: one draw of ID indices and one of OOD
+    indices (:meth:`~advopenood.evaluation.intervals.IntervalPolicy.paired` of the cell's ``key``), each applied to
+    both arrays of its side, so an attacked image moves with its clean twin (image ``i`` of ``robust_id_<det>`` is
+    image ``i`` of the ID test set, likewise on the OOD side); percentile interval of each metric over the same resamples.
     ``own_keys``: the cells that are also another table's cell take that cell's key and draws instead, so that one
     number has one interval in every file: ``clean_auroc`` is ``ood.csv``'s cell of the natural set
     (``ood|<det>|<set>``), ``ood_attacked_auroc`` its cell of the attacked OOD set (``ood|<det>|<OOD set>``).
     ``delong``: each AUROC's analytic interval; FPR95's stays empty."""
     arrays = [np.asarray(a, dtype=np.float64).ravel() for a in (clean_id, clean_ood, adv_id, adv_ood)]
     bounds = empty_bounds(ROBUST_METRICS)
-    if method == "none":
+    if policy.method == "none":
         return bounds, ""
     n_id, n_ood = len(arrays[2]), len(arrays[3])
     if len(arrays[0]) != n_id or len(arrays[1]) != n_ood:
@@ -123,20 +122,19 @@ def robust_intervals(clean_id: Any, clean_ood: Any, adv_id: Any, adv_ood: Any, m
     if reason or any(np.isnan(a).any() for a in arrays):
         return bounds, reason or "no interval: NaN scores"
     cells = {"clean_auroc": (0, 1), "id_attacked_auroc": (2, 1), "ood_attacked_auroc": (0, 3), "robust_auroc": (2, 3)}
-    if method == "delong":
+    if policy.method == "delong":
         for m, (i, j) in cells.items():
             lo, hi = auroc_interval(arrays[i], arrays[j])
             bounds.update({f"{m}_lo": 100.0 * lo, f"{m}_hi": 100.0 * hi})
         return bounds, ""
     own = own_keys or {}
     shared = [m for m in cells if m not in own]
-    every = dict(zip(shared, paired_replicates([cells_of(arrays, cells[m]) for m in shared], seed, key, resamples,
-                                               ("auroc", "fpr95"))))
+    every = dict(zip(shared, policy.paired(key, [cells_of(arrays, cells[m]) for m in shared], ("auroc", "fpr95"))))
     for m, own_key in own.items():  # ood.csv's cells: their own keys and draws, as ood.csv resamples them
-        every[m] = paired_replicates([cells_of(arrays, cells[m])], seed, own_key, resamples, ("auroc",))[0]
+        every[m] = policy.paired(own_key, [cells_of(arrays, cells[m])], ("auroc",))[0]
     for m, reps in every.items():
-        bounds[f"{m}_lo"], bounds[f"{m}_hi"] = percentile(reps["auroc"])
-    bounds["robust_fpr95_lo"], bounds["robust_fpr95_hi"] = percentile(every["robust_auroc"]["fpr95"])
+        bounds[f"{m}_lo"], bounds[f"{m}_hi"] = policy.interval(reps["auroc"])
+    bounds["robust_fpr95_lo"], bounds["robust_fpr95_hi"] = policy.interval(every["robust_auroc"]["fpr95"])
     return bounds, ""
 
 
@@ -196,7 +194,6 @@ def shared_cells(det: str, ood_set: str, ood_attack: str) -> dict[str, str]:
 
 
 def _robust_table(ctx: RunContext) -> pd.DataFrame:
-    ci = ctx.plan.ci
     rows = []
     for det, id_set, ood_set_attack, method, family, eps in robust_pairs(ctx):
         scores = ctx.scores.get(det)
@@ -204,11 +201,10 @@ def _robust_table(ctx: RunContext) -> pd.DataFrame:
             continue
         source = ctx.adv_sets[ood_set_attack].source
         arrays = (scores["id"], scores[source], scores[id_set], scores[ood_set_attack])
-        bounds, reason = robust_intervals(*arrays, ci.method, ctx.seed,
-                                          cell_key("robust", det, id_set, ood_set_attack), ci.resamples,
+        bounds, reason = robust_intervals(*arrays, ctx.intervals, cell_key("robust", det, id_set, ood_set_attack),
                                           own_keys=shared_cells(det, source, ood_set_attack))
         rows.append({"detector": det, "ood_set": source, "eps": eps, "method": method, "attack_family": family,
-                     **robust_metrics(*arrays), **bounds, "ci": ci_label(ci.method, ci.resamples),
+                     **robust_metrics(*arrays), **bounds, "ci": ctx.intervals.label,
                      "n_id": len(scores[id_set]), "n_ood": len(scores[ood_set_attack]), "id_attack": id_set,
                      "ood_attack": ood_set_attack, "protocol": ctx.protocol, "error": reason})
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -33,12 +33,12 @@ def robust_bounds(arrays: tuple[np.ndarray, ...], run: Any, key: str, own_keys: 
     ``ood.csv``'s."""
     from advopenood_plugins.kit.verify import ci_plan, rederive_bounds
 
-    method, resamples, seed = ci_plan(run)
+    plan = ci_plan(run)
     out: dict[str, Any] = {c: math.nan for c in ROBUST_BOUNDS}
-    out.update(ci=f"bootstrap-{resamples}" if method == "bootstrap" else method, error=math.nan)  # empty = NaN
+    out.update(ci=plan.label, error=math.nan)  # empty = NaN
     clean_id, clean_ood, adv_id, adv_ood = (np.asarray(a, float).ravel() for a in arrays)
     n, m = len(adv_id), len(adv_ood)
-    if method == "none":
+    if plan.method == "none":
         return out
     if (len(clean_id), len(clean_ood)) != (n, m):
         out["error"] = (f"no interval: the attacked sets ({n} ID, {m} OOD images) are not paired with the clean "
@@ -51,22 +51,21 @@ def robust_bounds(arrays: tuple[np.ndarray, ...], run: Any, key: str, own_keys: 
         out["error"] = "no interval: NaN scores"
         return out
     sides = (clean_id, clean_ood, adv_id, adv_ood)
-    if method == "delong":
+    if plan.method == "delong":
         for metric, (i, j) in _PAIRS.items():
             got = rederive_bounds(sides[i], sides[j], run, key)
             out[f"{metric}_lo"], out[f"{metric}_hi"] = got["auroc_lo"], got["auroc_hi"]
         return out
     own = own_keys or {}
     shared = [metric for metric in _PAIRS if metric not in own]
-    every = oracle.seeded_replicates([(sides[_PAIRS[metric][0]], sides[_PAIRS[metric][1]]) for metric in shared], seed,
-                                     key, resamples, ("auroc",))
+    every = plan.paired(key, [(sides[_PAIRS[metric][0]], sides[_PAIRS[metric][1]]) for metric in shared], ("auroc",))
     reps = {metric: r["auroc"] for metric, r in zip(shared, every)}
     for metric, own_key in own.items():  # ood.csv's cells, resampled with ood.csv's keys
         a, b = _PAIRS[metric]
-        reps[metric] = oracle.seeded_replicates([(sides[a], sides[b])], seed, own_key, resamples, ("auroc",))[0]["auroc"]
-    reps["robust_fpr95"] = oracle.seeded_replicates([(adv_id, adv_ood)], seed, key, resamples, ("fpr95",))[0]["fpr95"]
+        reps[metric] = plan.paired(own_key, [(sides[a], sides[b])], ("auroc",))[0]["auroc"]
+    reps["robust_fpr95"] = plan.paired(key, [(adv_id, adv_ood)], ("fpr95",))[0]["fpr95"]
     for metric, values in reps.items():
-        out[f"{metric}_lo"], out[f"{metric}_hi"] = oracle.percentile_interval(values)
+        out[f"{metric}_lo"], out[f"{metric}_hi"] = plan.interval(values)
     return out
 
 

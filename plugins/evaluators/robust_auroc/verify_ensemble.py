@@ -99,27 +99,24 @@ def masking(run: Any, single: pd.DataFrame) -> dict[tuple[str, str, str], Any]:
     interval (``ensemble.py``'s rule), from the re-derived single-attack rows ``single``."""
     from advopenood_plugins.kit.verify import ci_plan
 
-    method, resamples, seed = ci_plan(run)
+    plan = ci_plan(run)
     out: dict[tuple[str, str, str], Any] = {}
     for (det, ood_set, eps), part in single.groupby(["detector", "ood_set", "eps"], sort=False):
         key = (det, ood_set, f"{float(eps):.6g}")
         out[key] = math.nan
         square = part[part["method"] == "square"].to_dict("records")
         gradient = part[part["method"].isin(["pgd", "apgd"])].to_dict("records")
-        if not square or not gradient or method == "none":
+        if not square or not gradient or plan.method == "none":
             continue
         cell = lambda r: (run.scores(det)[r["id_attack"]].astype(float), run.scores(det)[r["ood_attack"]].astype(float))
         sq = cell(square[0])
         n, m = len(sq[0]), len(sq[1])
         if min(n, m) < 2:
             continue
-        if method == "bootstrap":
-            idx_id, idx_ood = oracle.resample_indices(seed, f"robust_masking|{det}|{ood_set}|{float(eps):.6g}", n, m,
-                                                      resamples)
-            reps = lambda c: oracle.replicates(c[0], c[1], idx_id, idx_ood, ("auroc",))["auroc"]
-            lows = [oracle.percentile_interval(reps(cell(g)) - reps(sq))[0] for g in gradient]
-        else:
-            lows = [oracle.delong_difference(cell(g), sq)[0] for g in gradient]
+        grads = [cell(g) for g in gradient]
+        reps = [r["auroc"] for r in plan.paired(f"robust_masking|{det}|{ood_set}|{float(eps):.6g}", [sq, *grads],
+                                                ("auroc",))] if plan.bootstrap else [None] * (len(grads) + 1)
+        lows = [plan.difference(g, sq, r, reps[0])[0] for g, r in zip(grads, reps[1:])]
         out[key] = math.nan if any(math.isnan(lo) for lo in lows) else all(lo > 0 for lo in lows)
     return out
 

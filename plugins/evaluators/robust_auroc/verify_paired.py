@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood.evaluation import oracle
-from advopenood_plugins.kit.verify import pairs_of
+from advopenood_plugins.kit.verify import ci_plan, pairs_of
 
 KEYS = ["ood_set", "eps", "method", "detector_a", "detector_b"]
 COLUMNS = ["family_a", "family_b", "twin", "robust_auroc_a", "robust_auroc_b", "delta_robust_auroc",
@@ -25,9 +24,7 @@ COLUMNS = ["family_a", "family_b", "twin", "robust_auroc_a", "robust_auroc_b", "
 
 def rederive_robust_paired(run: Any, robust: pd.DataFrame) -> pd.DataFrame:
     """``robust_paired.csv`` re-computed from the re-derived robust rows ``robust`` and the saved scores."""
-    ci = run.config.get("ci") or {}
-    method, resamples, seed = str(ci.get("method", "none")), int(ci.get("resamples", 0)), int(run.config.get("seed", 0))
-    label = f"bootstrap-{resamples}" if method == "bootstrap" else method
+    plan = ci_plan(run)
     rows = []
     for (ood_set, eps, attack), part in robust.groupby(["ood_set", "eps", "method"], sort=False):
         chosen: dict[str, dict[str, Any]] = {}
@@ -39,22 +36,21 @@ def rederive_robust_paired(run: Any, robust: pd.DataFrame) -> pd.DataFrame:
         aurocs = {d: float(r["robust_auroc"]) for d, r in chosen.items()}
         n, m = len(next(iter(cells.values()))[0]), len(next(iter(cells.values()))[1])
         boot: dict[str, np.ndarray] = {}
-        if method == "bootstrap" and min(n, m) >= 2:
+        if plan.bootstrap and min(n, m) >= 2:
             kept = [d for d in cells if not math.isnan(aurocs[d])]
-            got = oracle.seeded_replicates([cells[d] for d in kept], seed,
-                                           f"robust_paired|{ood_set}|{float(eps):.6g}|{attack}", resamples, ("auroc",))
+            got = plan.paired(f"robust_paired|{ood_set}|{float(eps):.6g}|{attack}", [cells[d] for d in kept],
+                              ("auroc",))
             boot = {d: r["auroc"] for d, r in zip(kept, got)}
         for a, b, twin in pairs_of(aurocs):
             lo = hi = math.nan
-            if min(n, m) >= 2 and a in boot and b in boot:
-                lo, hi = oracle.percentile_interval(boot[a] - boot[b])
-            elif min(n, m) >= 2 and method == "delong" and not math.isnan(aurocs[a] - aurocs[b]):
-                lo, hi = oracle.delong_difference(cells[a], cells[b])
+            if min(n, m) >= 2 and (a in boot and b in boot or plan.method == "delong"
+                                   and not math.isnan(aurocs[a] - aurocs[b])):
+                lo, hi = plan.difference(cells[a], cells[b], boot.get(a), boot.get(b))
             rows.append({"ood_set": ood_set, "eps": f"{float(eps):.6g}", "method": attack, "detector_a": a,
                          "detector_b": b, "family_a": chosen[a]["attack_family"],
                          "family_b": chosen[b]["attack_family"], "twin": twin, "robust_auroc_a": aurocs[a],
                          "robust_auroc_b": aurocs[b], "delta_robust_auroc": aurocs[a] - aurocs[b],
-                         "delta_robust_auroc_lo": lo, "delta_robust_auroc_hi": hi, "ci": label,
+                         "delta_robust_auroc_lo": lo, "delta_robust_auroc_hi": hi, "ci": plan.label,
                          "significant": math.nan if math.isnan(lo) else bool(lo > 0 or hi < 0), "n_id": n,
                          "n_ood": m})
     return pd.DataFrame(rows, columns=KEYS + COLUMNS)

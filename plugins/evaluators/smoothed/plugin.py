@@ -16,7 +16,7 @@ import pandas as pd
 from advopenood import registry
 from advopenood.capabilities import Verifiable, is_detector_aware
 from advopenood.evaluation.context import RunContext
-from advopenood.evaluation.intervals import bound_columns, cell_key, ci_label
+from advopenood.evaluation.intervals import bound_columns, cell_key
 from advopenood.outputs.results import Results, as_written, guarded
 from advopenood_plugins.attacks.adaptive import EOTAttack
 from advopenood_plugins.attacks.eot import EOT_PREFIXES
@@ -94,7 +94,7 @@ def smoothed_table(ctx: RunContext) -> pd.DataFrame:
         row["eot_samples"] = (ctx.adv_sets[eot_set].params.get("eot") or settings["n"]) if eot_set else pd.NA
         row["delta_auroc"] = row["auroc_eot"] - row["auroc_plain"]
         row["positives"] = "successful" if source == "id" and ctx.positives_rule == "successful" else "all"
-        row["ci"] = ci_label(ctx.plan.ci.method, ctx.plan.ci.resamples)
+        row["ci"] = ctx.intervals.label
         rows.append(row)
     table = pd.DataFrame(rows, columns=COLUMNS)
     for col in ("n_ood_plain", "n_ood_eot", "eot_samples"):

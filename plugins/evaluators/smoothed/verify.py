@@ -78,8 +78,7 @@ def _ci(run: Any) -> str:
     """The ``ci`` label of the run's interval method."""
     from advopenood_plugins.kit.verify import ci_plan
 
-    method, resamples, _ = ci_plan(run)
-    return f"bootstrap-{resamples}" if method == "bootstrap" else method
+    return ci_plan(run).label
 
 
 def smoothed(detector: Any) -> bool:

@@ -24,6 +24,7 @@ from conftest import make_plan
 from advopenood import io as aio
 from advopenood import registry
 from advopenood.evaluation.context import CleanRecord, RunContext
+from advopenood.evaluation.intervals import IntervalPolicy
 from advopenood.data.datasets import limit_dataset, make_loader
 from advopenood.errors import UsageError
 from advopenood.models.classifier import weights_hash
@@ -642,7 +643,7 @@ def test_each_row_has_the_bootstrap_interval_of_its_worst_case_scores(df_run):
 @pytest.mark.parametrize("successes, reason", [([1, 0, 0, 0], "at least 2"), ([1, 1, 0, 0], "")])
 def test_a_row_with_fewer_than_two_positives_has_no_interval_and_says_why(successes, reason):
     conf_id, conf = np.array([0.9, 0.8, 0.7, 0.6]), np.array([0.1, 0.2, 0.3, 0.4])
-    row = worst_case_metrics(conf_id, conf, np.array(successes, bool), ("bootstrap", 200, 0), "k")
+    row = worst_case_metrics(conf_id, conf, np.array(successes, bool), IntervalPolicy("bootstrap", 200, 0), "k")
     assert (reason in row["error"]) if reason else row["error"] == ""
     assert np.isnan(row["auroc_lo"]) == bool(reason) and row["ci"] == "bootstrap-200"
 

@@ -38,9 +38,10 @@ def msp_mls(cifar_model, pack_set) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 
 def fake_ctx(scores: dict[str, tuple[np.ndarray, np.ndarray]], method: str = "bootstrap", resamples: int = 2000):
-    """The parts of a RunContext that :func:`paired_table` reads: the plan's ci, the seed, scores on one set."""
+    """The parts of a RunContext that :func:`paired_table` reads: the interval policy of the plan's ci and the seed,
+    scores on one set."""
     plan = SimpleNamespace(ci=SimpleNamespace(method=method, resamples=resamples))
-    return SimpleNamespace(plan=plan, seed=0, protocol="strong",
+    return SimpleNamespace(plan=plan, seed=0, protocol="strong", intervals=iv.IntervalPolicy.of(plan.ci, 0),
                            scores={d: {"id": i, "texture": o} for d, (i, o) in scores.items()})
 
 

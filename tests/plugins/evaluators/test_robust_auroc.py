@@ -26,7 +26,7 @@ from advopenood.evaluation.verify import RunFiles
 from advopenood_plugins.analyses.bintest import binarization as bt
 from advopenood_plugins.evaluators.ood.report import with_positives
 from advopenood.evaluation import oracle
-from advopenood.evaluation.intervals import metric_intervals
+from advopenood.evaluation.intervals import IntervalPolicy, metric_intervals
 from advopenood.evaluation.metrics import auroc_interval
 from advopenood_plugins.evaluators.robust_auroc.plugin import COLUMNS, ROBUST_METRICS, robust_intervals, robust_metrics
 from advopenood_plugins.evaluators.robust_auroc.verify import verify_robust
@@ -173,7 +173,8 @@ def test_an_attacked_image_moves_with_its_clean_twin():
     resampled independently (a generator each, as unpaired cells of ood.csv are) give other intervals."""
     rng = np.random.default_rng(0)
     clean_id, clean_ood = rng.normal(1, 1, 16), rng.normal(0, 1, 16)
-    paired, reason = robust_intervals(clean_id, clean_ood, clean_id, clean_ood, "bootstrap", 0, "k", 2000)
+    policy = IntervalPolicy("bootstrap", 2000, 0)
+    paired, reason = robust_intervals(clean_id, clean_ood, clean_id, clean_ood, policy, "k")
     assert reason == ""
     unpaired = {m: metric_intervals(clean_id, clean_ood, "bootstrap", 0, f"k|{m}", 2000)[0]
                 for m in ("clean_auroc", "id_attacked_auroc", "ood_attacked_auroc", "robust_auroc")}
@@ -185,7 +186,7 @@ def test_an_attacked_image_moves_with_its_clean_twin():
 @pytest.mark.parametrize("sizes, reason", [((16, 16, 15, 16), "not paired"), ((1, 16, 1, 16), "at least 2")])
 def test_a_row_without_an_interval_says_why(sizes, reason):
     arrays = [np.linspace(0, 1, n) for n in sizes]
-    bounds, why = robust_intervals(*arrays, "bootstrap", 0, "k", 200)
+    bounds, why = robust_intervals(*arrays, IntervalPolicy("bootstrap", 200, 0), "k")
     assert reason in why and all(np.isnan(v) for v in bounds.values())
 
 
