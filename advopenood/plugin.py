@@ -2,7 +2,8 @@
 
 It re-exports the base classes (:class:`Attack`, :class:`Postprocessor`), the declared capabilities, the registry
 (:func:`register`, :func:`provide`, :func:`create`, ...), what evaluators and analyses read and return
-(:class:`RunContext`, :class:`Results` and the report's items, the report's formatting helpers, the metrics), the
+(:class:`RunContext`, the shared tables they declare, :class:`Product` and :class:`Supplied`, :class:`Results` and
+the report's items, the report's formatting helpers, the metrics), the
 evaluation protocols, the verify hook's helpers and :class:`UsageError`. These names stay here across versions;
 the modules they are defined in may move (an old module path keeps working, with a ``DeprecationWarning``, see
 :mod:`advopenood.deprecated`).
@@ -39,6 +40,7 @@ from advopenood.detectors import Batches, Outputs, Postprocessor, Taps, fc_layer
 from advopenood.claims import Claim, pair_claim
 from advopenood.errors import UsageError
 from advopenood.evaluation.metrics import NaNScoreError, id_threshold, ood_metrics
+from advopenood.evaluation.products import Product, Supplied
 from advopenood.evaluation.verify import RunFiles, compare
 from advopenood.io import save_figure
 from advopenood.outputs import Bullets, Figure, Item, Paragraph, Results, Section, Table, as_written, guarded
@@ -63,7 +65,7 @@ __all__ = [
     # what evaluators and analyses read and return
     "RunContext", "CleanRecord", "Results", "Section", "Item", "Paragraph", "Table", "Bullets", "Figure",
     "as_written", "guarded", "save_figure", "CHANCE", "eps_label", "fmt", "join", "name", "pct",
-    "NaNScoreError", "id_threshold", "ood_metrics",
+    "NaNScoreError", "id_threshold", "ood_metrics", "Product", "Supplied",
     # protocols
     "PROTOCOLS", "Protocol", "get_protocol",
     # verify hooks
