@@ -2,11 +2,11 @@
 
 It re-exports the base classes (:class:`Attack`, :class:`Postprocessor`), the declared capabilities, the registry
 (:func:`register`, :func:`provide`, :func:`create`, ...), what evaluators and analyses read and return
-(:class:`RunContext`, :class:`Results` and the report's items, the report's formatting helpers, the metrics), the
-evaluation protocols, the verify hook's helpers and :class:`UsageError`. It is the only import path supported for
-plugin authors: these names stay here across versions, while the modules they are defined in may move (an old
-module path keeps working until the version that :data:`advopenood.deprecated.TABLE` names, with one
-``DeprecationWarning`` pointing here).
+(:class:`RunContext`, the shared tables they declare, :class:`Product` and :class:`Supplied`, :class:`Results` and
+the report's items, the report's formatting helpers, the metrics), the evaluation protocols, the verify hook's
+helpers and :class:`UsageError`. It is the only import path supported for plugin authors: these names stay here
+across versions, while the modules they are defined in may move (an old module path keeps working until the version
+that :data:`advopenood.deprecated.TABLE` names, with one ``DeprecationWarning`` pointing here).
 """
 from advopenood.attacks import Attack, build_attack, default_eps, foolbox_model, frozen
 from advopenood.capabilities import (
@@ -40,6 +40,7 @@ from advopenood.detectors import Batches, Outputs, Postprocessor, Taps, fc_layer
 from advopenood.claims import Claim, pair_claim
 from advopenood.errors import UsageError
 from advopenood.evaluation.metrics import NaNScoreError, id_threshold, ood_metrics
+from advopenood.evaluation.products import Product, Supplied
 from advopenood.evaluation.verify import RunFiles, compare
 from advopenood.io import save_figure
 from advopenood.outputs import Bullets, Figure, Item, Paragraph, Results, Section, Table, as_written, guarded
@@ -65,7 +66,7 @@ __all__ = [
     # what evaluators and analyses read and return
     "RunContext", "CleanRecord", "Results", "Section", "Item", "Paragraph", "Table", "Bullets", "Figure",
     "as_written", "guarded", "save_figure", "CHANCE", "eps_label", "fmt", "join", "name", "pct",
-    "NaNScoreError", "id_threshold", "ood_metrics",
+    "NaNScoreError", "id_threshold", "ood_metrics", "Product", "Supplied",
     # protocols
     "PROTOCOLS", "Protocol", "get_protocol",
     # verify hooks

@@ -79,7 +79,7 @@ def tiny_run(cifar_model, data_root, tmp_path_factory):
     ctx = RunContext(plan=plan, out=out, model=cifar_model, device=CPU, seed=0, dataset="cifar10", arch="resnet20",
                      id_set=id_set, fit_set=id_set, ood_sets={"texture": ood_set}, adv_sets=adv_sets,
                      clean=CleanRecord(y.numpy(), pred), batch_size=N, backend="builtin", scores=scores,
-                     extras={"progress": False})
+                     progress=False)
     plugins = [registry.get("evaluators", "ood")(), registry.get("evaluators", "mead")(),
                registry.get("analyses", "gradcam")(n_examples=2),
                registry.get("analyses", "bintest")(n_inner=40, n_random=20, limit=2, attacks=["pgd"], progress=False)]

@@ -253,9 +253,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _finished(ctx: Any, args: argparse.Namespace) -> int:
     """Print what a finished run did (summary, notes, failures); its exit code: 3 when a plugin failed, else 0."""
-    for line in ctx.extras.get("export", []):
+    for line in ctx.outcome.export:
         print(line)
-    for rel, aside in ctx.extras.get("kept", {}).items():
+    for rel, aside in ctx.outcome.kept.items():
         print(f"advopenood: note: {rel!r} in {str(ctx.out)!r} was not the previous run's (changed since, or not "
               f"written by advopenood); kept as {aside!r}", file=sys.stderr)
     if ctx.rank != 0:

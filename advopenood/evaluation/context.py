@@ -2,7 +2,8 @@
 
 Evaluators and analyses are registered classes (``advopenood.evaluators`` / ``advopenood.analyses``)
 constructed with their config section (``evaluator_params.<name>`` / ``analysis_params.<name>``) as keyword
-arguments and called as ``plugin(ctx) -> advopenood.outputs.results.Results``: its ``tables`` (file name under
+arguments and called as ``plugin(ctx) -> advopenood.outputs.results.Results`` (``plugin(ctx, products)`` when it
+declares shared tables it reads, ``needs``: :mod:`advopenood.evaluation.products`): its ``tables`` (file name under
 ``ctx.out`` -> DataFrame, e.g. ``"ood.csv"``) are written atomically by the pipeline, its ``figures`` are the
 plots it saved under ``ctx.plot_dir`` (through :func:`advopenood.io.save_figure`), and its ``sections`` are its
 part of the report. A plain ``dict[str, pandas.DataFrame]`` is read as tables only.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import torch
@@ -24,6 +25,10 @@ from advopenood.config import protocols
 from advopenood.evaluation.intervals import IntervalPolicy
 from advopenood.evaluation.intervalstore import FOLDER, IntervalStore
 from advopenood.models.classifier import Classifier
+
+if TYPE_CHECKING:
+    from advopenood.config.plan import RunPlan
+    from advopenood.detection.bank import DetectorBank
 
 
 @dataclass
@@ -39,6 +44,17 @@ class CleanRecord:
         return float(100.0 * np.mean(self.pred == self.y)) if len(self.y) else float("nan")
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What a finished run tells its caller beside its files (the command line prints it): the summary's lines
+    (the report stage's :class:`advopenood.run.report.Reported`), one line per set the OpenOOD export wrote
+    (``--export-png``) and the files the commit kept aside (path -> kept path, :func:`advopenood.io.commit_output`)."""
+
+    summary: tuple[str, ...] = ()
+    export: tuple[str, ...] = ()
+    kept: Mapping[str, str] = field(default_factory=dict)
+
+
 @dataclass
 class RunContext:
     """Everything a plugin may read. ``scores[detector][set_name]`` holds per-sample detector confidences
@@ -46,7 +62,7 @@ class RunContext:
     names and the attack names (``adv_sets`` keys). ``scores`` is empty when no detector was selected."""
 
     #: the run plan (:class:`advopenood.config.plan.RunPlan`): every setting, typed, read by attribute
-    plan: Any
+    plan: RunPlan
     out: Path
     model: Classifier
     device: torch.device
@@ -80,8 +96,9 @@ class RunContext:
     #: the traceback of each failure (``detector:<name>`` or the plugin's label), for ``errors.log``
     traces: dict[str, str] = field(default_factory=dict)
     #: the fitted detectors (:class:`advopenood.detectors.DetectorBank`); ``bank.score(sets)`` scores new sets
-    bank: Any = None
-    extras: dict[str, Any] = field(default_factory=dict)
+    bank: DetectorBank | None = None
+    #: set on the context a finished run returns (:func:`advopenood.run.pipeline.run`); empty before
+    outcome: Outcome = field(default_factory=Outcome)
 
     @property
     def config(self) -> dict[str, Any]:

@@ -1,27 +1,58 @@
 """Stage 3 of a run, detect: every detector's confidences on ID, natural OOD and every adversarial set (one shared
-network pass per set, through the score store), and ``scores/<detector>.npz``."""
+network pass per set, through the score store), and ``scores/<detector>.npz``; it returns :class:`Detected`."""
 from __future__ import annotations
 
+import dataclasses
 import time
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from advopenood import io as aio
 from advopenood.data.datasets import make_loader
 from advopenood.detection.scorecache import ScoreCache
+from advopenood.detection.bank import ScoreResult
 from advopenood.detection.scoring import score_all
 from advopenood.evaluation.context import RunContext
 from advopenood.models.classifier import weights_hash
 
 
-def score(ctx: RunContext, progress: bool, world_size: int = 1) -> None:
+@dataclass(frozen=True)
+class Detected:
+    """What the detect stage hands on: the context the evaluators read (the attack stage's, with every
+    detector's confidences, its failures, the backends and the fitted bank), ``run.json``'s ``detector_work`` and
+    the stage's seconds."""
+
+    ctx: RunContext
+    work: Mapping[str, int]
+    seconds: float
+
+    @property
+    def scores(self) -> dict[str, dict[str, np.ndarray]]:
+        """``scores[detector][set]``: per-sample confidences (higher = more ID)."""
+        return self.ctx.scores
+
+    @property
+    def errors(self) -> dict[str, str]:
+        """The detectors that failed, one line each."""
+        return self.ctx.detector_errors
+
+
+def with_scores(ctx: RunContext, result: ScoreResult) -> RunContext:
+    """A new context: ``ctx`` with the detectors' scores, failures (their tracebacks added), backends and bank."""
+    traces = {**ctx.traces, **{f"detector:{k}": v for k, v in result.traces.items()}}
+    return dataclasses.replace(ctx, scores=result.scores, detector_errors=result.errors, backend=result.backend,
+                               backends=dict(result.backends), bank=result.bank, traces=traces)
+
+
+def score(ctx: RunContext, progress: bool, world_size: int = 1) -> ScoreResult | None:
     """Detector confidences for ID, natural OOD and every adversarial set (one shared pass per set); score
-    vectors already in the store (``<cache>/scores``) are read back instead of computed. Under torchrun every
-    rank calls it and scores its share (:func:`advopenood.detectors.score_all`)."""
+    vectors already in the store (``<cache>/scores``) are read back instead of computed; None without detectors.
+    Under torchrun every rank calls it and scores its share (:func:`advopenood.detectors.score_all`)."""
     plan = ctx.plan
     if not plan.detectors:
-        return
+        return None
     bs, workers = ctx.batch_size, plan.num_workers
     sets: dict[str, Callable[[], Any]] = {"id": lambda: make_loader(ctx.id_set, bs, workers)}
     identities: dict[str, dict[str, Any]] = {"id": ctx.id_set.identity()}
@@ -31,15 +62,11 @@ def score(ctx: RunContext, progress: bool, world_size: int = 1) -> None:
     for name, adv in ctx.adv_sets.items():
         sets[name] = lambda adv=adv: adv.iter_batches(bs)
         identities[name] = {"adv": adv.key, "quantize": adv.quantize}
-    result = score_all(list(plan.detectors), plan.detector_backend, ctx.model, ctx.fit_set, sets,
-                       batch_size=bs, device=ctx.device, seed=ctx.seed, params=plan.param_section("detector_params"),
-                       progress=progress, cache=ScoreCache(plan.cache / "scores"), identities=identities,
-                       model_hash=weights_hash(ctx.model), rank=ctx.rank, world_size=world_size,
-                       recompute={d for d in plan.detectors if plan.recomputes(d)})
-    ctx.scores, ctx.detector_errors, ctx.backend, ctx.bank = result.scores, result.errors, result.backend, result.bank
-    ctx.traces.update({f"detector:{k}": v for k, v in result.traces.items()})
-    ctx.backends = dict(result.backends)
-    ctx.extras["detector_work"] = result.work
+    return score_all(list(plan.detectors), plan.detector_backend, ctx.model, ctx.fit_set, sets,
+                     batch_size=bs, device=ctx.device, seed=ctx.seed, params=plan.param_section("detector_params"),
+                     progress=progress, cache=ScoreCache(plan.cache / "scores"), identities=identities,
+                     model_hash=weights_hash(ctx.model), rank=ctx.rank, world_size=world_size,
+                     recompute={d for d in plan.detectors if plan.recomputes(d)})
 
 
 def write_scores(ctx: RunContext) -> None:
@@ -56,10 +83,11 @@ def write_scores(ctx: RunContext) -> None:
         aio.write_npz(ctx.out / "scores" / f"{det}.npz", {**arrays, **masks})
 
 
-def detect(ctx: RunContext, world_size: int) -> float:
-    """The stage: scores into ``ctx`` (every rank scores its share) and, on rank 0, the score files; its seconds."""
+def detect(ctx: RunContext, world_size: int) -> Detected:
+    """The stage: the scores (every rank scores its share) in a new context and, on rank 0, the score files."""
     t = time.perf_counter()
-    score(ctx, ctx.progress, world_size)
+    result = score(ctx, ctx.progress, world_size)
+    scored = ctx if result is None else with_scores(ctx, result)
     if ctx.rank == 0:
-        write_scores(ctx)
-    return time.perf_counter() - t
+        write_scores(scored)
+    return Detected(scored, dict(result.work) if result is not None else {}, time.perf_counter() - t)

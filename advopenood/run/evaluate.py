@@ -1,22 +1,45 @@
 """Stage 4 of a run, evaluate: every evaluator, then every analysis, on the run's context; each plugin's tables and
-figures written, their report sections saved to ``report_sections.json``."""
+figures written, their report sections saved to ``report_sections.json``; it returns :class:`Evaluated`. The shared
+tables plugins declare (``needs``) are computed once per run (:class:`advopenood.evaluation.products.Products`)."""
 from __future__ import annotations
 
 import time
 import traceback
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import pandas as pd
 
 from advopenood import io as aio
+from advopenood.claims import Claim
 from advopenood.errors import reraise_storage_error
 from advopenood.evaluation.context import RunContext
+from advopenood.evaluation.products import Products, needs_of
 from advopenood.outputs import results as outputs
 from advopenood.outputs.report import asr_section
 
 
-def run_plugin(ctx: RunContext, label: str, plugin: Callable[[RunContext], Any]) -> list[outputs.Section]:
-    """Run one evaluator or analysis and write its outputs; its sections for the report.
+@dataclass(frozen=True)
+class Evaluated:
+    """What the evaluate stage hands on: the claims of the report's sections (for ``claims.json``) and the seconds
+    of each plugin by label."""
+
+    claims: tuple[Claim, ...]
+    seconds: dict[str, float]
+
+
+def call_plugin(ctx: RunContext, plugin: Callable[..., Any], products: Products | None) -> Any:
+    """``plugin(ctx, supplied)`` for a plugin that declares products (``needs``), each computed once per run by
+    ``products``; ``plugin(ctx)`` for one that declares none."""
+    needs = needs_of(plugin)
+    if not needs:
+        return plugin(ctx)
+    return plugin(ctx, (products or Products(ctx)).supply(needs))
+
+
+def run_plugin(ctx: RunContext, label: str, plugin: Callable[..., Any],
+               products: Products | None = None) -> list[outputs.Section]:
+    """Run one evaluator or analysis (:func:`call_plugin`) and write its outputs; its sections for the report.
 
     A plugin that raises costs only its own outputs: the files it wrote are removed, its failure is recorded in
     ``ctx.plugin_errors`` (one line; the traceback goes to ``errors.log``) and the run goes on, unless a full,
@@ -25,7 +48,7 @@ def run_plugin(ctx: RunContext, label: str, plugin: Callable[[RunContext], Any])
     so; so is each part it names in :attr:`Results.skipped` (as ``<label>:<part>``)."""
     before = set(aio.files_under(ctx.out))
     try:
-        result = outputs.as_results(plugin(ctx))
+        result = outputs.as_results(call_plugin(ctx, plugin, products))
         if result.empty:
             reason = result.empty_reason or "it returned no table, figure or report section"
             ctx.nothing_computed[label] = reason
@@ -46,15 +69,16 @@ def run_plugin(ctx: RunContext, label: str, plugin: Callable[[RunContext], Any])
         return []
 
 
-def evaluate(ctx: RunContext, plugins: list[tuple[str, Any]], asr: pd.DataFrame) -> dict[str, float]:
-    """The stage: the ASR section, then each plugin in order (:func:`run_plugin`), their sections written; the
-    seconds of each plugin by label."""
+def evaluate(ctx: RunContext, plugins: list[tuple[str, Any]], asr: pd.DataFrame) -> Evaluated:
+    """The stage: the ASR section, then each plugin in order (:func:`run_plugin`, the run's products shared),
+    their sections written; their claims and each plugin's seconds (a product counts in the first plugin that
+    needs it)."""
     sections = [asr_section(outputs.as_written(asr))] if len(asr) else []
     timings: dict[str, float] = {}
+    products = Products(ctx)
     for label, plugin in plugins:
         t = time.perf_counter()
-        sections += run_plugin(ctx, label, plugin)
+        sections += run_plugin(ctx, label, plugin, products)
         timings[label] = time.perf_counter() - t
     outputs.write_sections(ctx.out, sections)
-    ctx.extras["claims"] = [c for s in sections for c in s.claims]  # claims.json, with the summary's (report stage)
-    return timings
+    return Evaluated(tuple(c for s in sections for c in s.claims), timings)

@@ -10,6 +10,7 @@ leaves no partial CSV and resumes from the attack store on the next start.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import sys
 import time
@@ -20,7 +21,7 @@ from typing import Any
 from advopenood import io as aio
 from advopenood.config.plan import RunPlan
 from advopenood.errors import STORAGE_ERRNOS, StorageError, storage_error
-from advopenood.evaluation.context import RunContext
+from advopenood.evaluation.context import Outcome, RunContext
 from advopenood.run.attack import attack
 from advopenood.run.detect import detect
 from advopenood.run.evaluate import evaluate
@@ -93,17 +94,20 @@ def _locked(resolved: ResolvedRun, *, progress: bool, export_png: bool, latex: s
 
 def _stages(setup: Setup, inputs: Inputs, plugins: list[tuple[str, Any]], timings: dict[str, float],
             t0: float) -> RunContext:
-    """attack -> detect -> evaluate -> report into the staging folder, then the commit (rank 0)."""
+    """attack -> detect -> evaluate -> report into the staging folder, then the commit (rank 0); each stage takes
+    the one before's result and returns its own. The context returned carries the run's :class:`Outcome`."""
     attacked = attack(setup, inputs)
     ctx = attacked.ctx
     timings["attacks"] = attacked.seconds
-    if not setup.attack_only:
-        timings["detectors"] = detect(ctx, setup.world_size)
+    detected = None if setup.attack_only else detect(ctx, setup.world_size)
+    if detected is not None:
+        ctx = detected.ctx
+        timings["detectors"] = detected.seconds
     if setup.rank != 0:
         return ctx
-    if not setup.attack_only:
-        timings.update(evaluate(ctx, plugins, attacked.asr))
-    report(setup, ctx, timings, t0)
-    aio.commit_output(setup.out, setup.final, kept=ctx.extras.setdefault("kept", {}))
-    ctx.out = setup.final
-    return ctx
+    evaluated = None if setup.attack_only else evaluate(ctx, plugins, attacked.asr)
+    timings.update(evaluated.seconds if evaluated is not None else {})
+    reported = report(setup, ctx, timings, t0, detected, evaluated)
+    kept: dict[str, str] = {}
+    aio.commit_output(setup.out, setup.final, kept=kept)
+    return dataclasses.replace(ctx, out=setup.final, outcome=Outcome(reported.summary, reported.export, kept))

@@ -1,11 +1,12 @@
 """Stage 5 of a run, report: the OpenOOD export (``--export-png``), ``tables.tex``, ``run.json``, the readable
-report and ``errors.log``, all into the staging folder the driver then commits."""
+report and ``errors.log``, all into the staging folder the driver then commits; it returns :class:`Reported`."""
 from __future__ import annotations
 
 import platform
 import sys
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 from advopenood import io as aio
 from advopenood import registry
@@ -18,8 +19,19 @@ from advopenood.models.classifier import weights_hash
 from advopenood.outputs.latex import write_latex
 from advopenood.outputs.report import write_report
 from advopenood.provenance import library_versions
+from advopenood.run.detect import Detected
+from advopenood.run.evaluate import Evaluated
 from advopenood.run.prepare import Setup
 from advopenood.run.summary import summary_claims
+
+
+@dataclass(frozen=True)
+class Reported:
+    """What the report stage hands on: the summary's lines (its claims rendered, :mod:`advopenood.run.summary`) and
+    one line per exported set (``--export-png``)."""
+
+    summary: tuple[str, ...]
+    export: tuple[str, ...]
 
 
 def log_failures(ctx: RunContext) -> None:
@@ -37,9 +49,11 @@ def _sample(ctx: RunContext) -> Any:
     return sample_note(len(ctx.id_set), min(sizes, default=len(ctx.id_set)))
 
 
-def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
-    """run.json: config, seed, versions, cache keys, whether attacks were generated or reused, timings, and the
-    plan's notes (:meth:`~advopenood.config.plan.RunPlan.notes`)."""
+def run_info(ctx: RunContext, timings: dict[str, float], detector_work: Mapping[str, int] | None = None
+             ) -> dict[str, Any]:
+    """run.json: config, seed, versions, cache keys, whether attacks were generated or reused (``detector_work``:
+    the detect stage's, :class:`Detected`), timings, and the plan's notes
+    (:meth:`~advopenood.config.plan.RunPlan.notes`)."""
     adv = ctx.adv_sets.values()
     return {
         "config": ctx.plan.dump(),
@@ -57,7 +71,7 @@ def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
                     for name, a in ctx.adv_sets.items()},
         "attack_work": {"shards_generated": sum(a.stats.get("generated", 0) for a in adv),
                         "shards_reused": sum(a.stats.get("reused", 0) for a in adv)},
-        "detector_work": ctx.extras.get("detector_work", {}),
+        "detector_work": dict(detector_work or {}),
         "interval_work": ctx.intervals.store.work if ctx.intervals.store is not None else {},
         "detector_backend": ctx.backend,
         "detector_backends": ctx.backends,
@@ -73,20 +87,23 @@ def run_info(ctx: RunContext, timings: dict[str, float]) -> dict[str, Any]:
     }
 
 
-def report(setup: Setup, ctx: RunContext, timings: dict[str, float], t0: float) -> None:
+def report(setup: Setup, ctx: RunContext, timings: dict[str, float], t0: float, detected: Detected | None = None,
+           evaluated: Evaluated | None = None) -> Reported:
     """The stage (rank 0): export, ``tables.tex`` (the headline tables, or with ``--latex all`` every CSV),
-    ``claims.json`` (the report's claims and the summary's, :mod:`advopenood.claims`),
-    ``run.json`` (with the total time since ``t0``), the report (not for an attack-only run) and ``errors.log``."""
+    ``claims.json`` (the evaluate stage's claims and the summary's, :mod:`advopenood.claims`),
+    ``run.json`` (with the detect stage's work and the total time since ``t0``), the report (not for an attack-only
+    run; ``detected`` and ``evaluated`` are None there) and ``errors.log``."""
+    export: list[str] = []
     if setup.export_png:
         from advopenood.run.export import export_openood
 
-        ctx.extras["export"] = export_openood(ctx)
+        export = export_openood(ctx)
     write_latex(setup.out, setup.latex)
     headline = summary_claims(setup.out)
-    write_claims(setup.out, ctx.extras.get("claims", []), headline)
-    ctx.extras["summary"] = [c.text for c in headline]
+    write_claims(setup.out, list(evaluated.claims) if evaluated is not None else [], headline)
     timings["total"] = time.perf_counter() - t0
-    aio.write_json(setup.out / "run.json", run_info(ctx, timings))
+    aio.write_json(setup.out / "run.json", run_info(ctx, timings, detected.work if detected is not None else None))
     if not setup.attack_only:
         write_report(setup.out)
     log_failures(ctx)
+    return Reported(tuple(c.text for c in headline), tuple(export))

@@ -75,7 +75,8 @@ def summary_claims(out: Path) -> list[Claim]:
 
 
 def summary(ctx: RunContext) -> list[str]:
-    """The run's closing lines: the report's path and the summary's claims (:func:`summary_claims`, rendered)."""
+    """The run's closing lines: the report's path and the summary's claims (:func:`summary_claims`, rendered by the
+    report stage: ``ctx.outcome.summary``)."""
     report = ctx.out / "report.html"
     lines = [f"report: {report}" if report.is_file() else f"outputs: {ctx.out}"]
-    return lines + list(ctx.extras.get("summary", []))
+    return lines + list(ctx.outcome.summary)

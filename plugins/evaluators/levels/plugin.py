@@ -77,10 +77,11 @@ from advopenood.evaluation.context import RunContext
 from advopenood.errors import UsageError
 from advopenood.evaluation.intervals import cell_key
 from advopenood.evaluation.metrics import auroc
+from advopenood.evaluation.products import Supplied, supplied
 from advopenood.outputs.results import Results, as_written, guarded
 from advopenood.registry import register
-from advopenood_plugins.evaluators.ood.plugin import set_groups
-from advopenood_plugins.evaluators.robust_auroc.plugin import robust_table
+from advopenood_plugins.kit.ood import SET_GROUPS, set_groups
+from advopenood_plugins.kit.robust import ROBUST_TABLE, robust_table
 from advopenood_plugins.evaluators.levels.report import levels_section, plot_levels
 from advopenood_plugins.evaluators.levels.verify import verify_levels
 
@@ -169,10 +170,12 @@ def conclusive(lo: float, hi: float, min_auroc: float) -> float:
     return math.nan if math.isnan(lo) or math.isnan(hi) else float(not lo <= min_auroc <= hi)
 
 
-def level_sets(ctx: RunContext, bounds: Bounds | None = None) -> dict[str, dict[str, dict[str, float]]]:
+def level_sets(ctx: RunContext, bounds: Bounds | None = None, robust: pd.DataFrame | None = None
+               ) -> dict[str, dict[str, dict[str, float]]]:
     """``{detector: {criterion: {set label: AUROC}}}`` for every criterion but level 2's, of the run's scored
     detectors; each label's interval goes into ``bounds[detector]`` when given (a robust pair's is its paired
-    interval from ``robust_auroc.csv``'s computation)."""
+    interval from ``robust_auroc.csv``'s computation: ``robust``, the run's robust table, computed here when
+    None)."""
     bounds = {} if bounds is None else bounds
     out: dict[str, dict[str, dict[str, float]]] = {det: {c.name: {} for c in CRITERIA if c.level != 2}
                                                    for det in ctx.scores}
@@ -193,7 +196,7 @@ def level_sets(ctx: RunContext, bounds: Bounds | None = None) -> dict[str, dict[
                 for kind in kinds:
                     out[det][kind][name] = value
                 bounds.setdefault(det, {})[name] = set_bounds(ctx, det, name)
-    robust = robust_table(ctx)
+    robust = robust_table(ctx) if robust is None else robust
     for r in robust.to_dict("records"):
         if not math.isnan(r["robust_auroc"]):
             pair = f"{r['id_attack']}+{r['ood_attack']}"
@@ -267,15 +270,16 @@ def reached_level(worst: dict[int, float], min_auroc: float) -> float:
     return float(reached) if evaluated else math.nan
 
 
-def levels_table(ctx: RunContext, min_auroc: float = 50.0,
-                 runs: list[tuple[str, pd.DataFrame]] | None = None) -> pd.DataFrame:
+def levels_table(ctx: RunContext, min_auroc: float = 50.0, runs: list[tuple[str, pd.DataFrame]] | None = None,
+                 robust: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per scored detector and criterion (:data:`CRITERIA`): the worst AUROC of the criterion's sets (NaN
-    where the run has none), whether it passes ``min_auroc``, the detector's level reached and the sets used."""
+    where the run has none), whether it passes ``min_auroc``, the detector's level reached and the sets used
+    (``robust``: the run's robust table, :func:`level_sets`)."""
     own = beyond_baseline(ctx.arch, ctx.dataset)
     bounds: Bounds = {}
     ci = ctx.intervals.label
     rows = []
-    for det, sets in level_sets(ctx, bounds).items():
+    for det, sets in level_sets(ctx, bounds, robust).items():
         sets["other_model_data"] = level2(det, runs or [], sets["strong"] if own else {}, bounds.setdefault(det, {}))
         worst = {c.name: min(sets[c.name].values()) if sets[c.name] else math.nan for c in CRITERIA}
         by_level = {k: min((worst[c.name] for c in CRITERIA if c.level == k and not math.isnan(worst[c.name])),
@@ -318,10 +322,12 @@ def criteria_table() -> pd.DataFrame:
                          for c in CRITERIA])
 
 
-def clean_aurocs(ctx: RunContext) -> dict[str, float]:
+def clean_aurocs(ctx: RunContext, groups: dict[str, str] | None = None) -> dict[str, float]:
     """Each scored detector's clean AUROC (%): the mean over the run's natural OOD sets (csid sets, covariate-shifted
-    ID, left out as in ``table_ood``); NaN when it has none."""
-    natural = [name for name, group in set_groups(ctx).items() if group != "csid"]
+    ID, left out as in ``table_ood``; ``groups``: the run's set groups, computed here when None); NaN when it has
+    none."""
+    groups = set_groups(ctx) if groups is None else groups
+    natural = [name for name, group in groups.items() if group != "csid"]
     out = {}
     for det, scores in ctx.scores.items():
         values = []
@@ -339,6 +345,8 @@ class Levels(Verifiable):
     """The worst AUROC of every detector at each of Lorenz et al.'s four levels of adversarial robustness."""
 
     verify = staticmethod(verify_levels)
+    #: the shared tables it reads, computed once per run: the robust table (the robust level) and the set groups
+    needs = (ROBUST_TABLE, SET_GROUPS)
 
     def __init__(self, min_auroc: float = 50.0, runs: list[str] | None = None):
         """``min_auroc``: the worst AUROC a level needs to count as reached (default 50, chance; our bar, the paper
@@ -349,8 +357,9 @@ class Levels(Verifiable):
         self.min_auroc = float(min_auroc)
         self.runs = other_runs([runs] if isinstance(runs, str) else list(runs or []))
 
-    def __call__(self, ctx: RunContext) -> Results:
-        table = levels_table(ctx, self.min_auroc, self.runs)
+    def __call__(self, ctx: RunContext, products: Supplied | None = None) -> Results:
+        products = supplied(ctx, self, products)
+        table = levels_table(ctx, self.min_auroc, self.runs, products[ROBUST_TABLE])
         if not len(table):
             return Results(tables={"levels.csv": table})
         figure = plot_levels(worst_levels(table), ctx.plot_dir / "levels.png", self.min_auroc)
@@ -358,4 +367,4 @@ class Levels(Verifiable):
         return Results(tables={"levels.csv": table}, figures=[figure],
                        sections=guarded("Levels of adversarial robustness",
                                         lambda: [levels_section(written, worst_levels(written), criteria_table(),
-                                                                figure, clean_aurocs(ctx))]))
+                                                                figure, clean_aurocs(ctx, products[SET_GROUPS]))]))

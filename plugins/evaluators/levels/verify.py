@@ -1,5 +1,5 @@
 """Re-derivation of ``levels.csv`` from ``scores/*.npz``, ``run.json`` and the re-derived robust AUROCs
-(:mod:`advopenood_plugins.evaluators.robust_auroc.verify`), written apart from ``plugins/evaluators/levels/`` and
+(:mod:`advopenood_plugins.kit.verify_robust`), written apart from ``plugins/evaluators/levels/`` and
 :mod:`advopenood.evaluation.metrics`: every AUROC and interval from the independent checker
 :mod:`advopenood.evaluation.oracle`; which sets a level uses is re-derived from ``run.json`` and the registered attack
 classes.
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from advopenood.evaluation import oracle
-from advopenood_plugins.evaluators.robust_auroc.verify import attack_class, rederive_robust
+from advopenood_plugins.kit.verify_robust import attack_class, rederive_robust
 
 
 def _strong(entry: dict[str, Any], size: int, protocol: str) -> bool:

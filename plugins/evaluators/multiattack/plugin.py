@@ -11,7 +11,7 @@ percent. Per detector ``h``:
 * ``avg``: mean over the sets; ``worst``: the worst set (lowest AUROC, highest FPR95), named in ``worst_set``;
 * ``union``: the per-sample worst case over every set (MultiRobustBench's "union" accuracy, App. B: "an image
   incorrectly classified if any of the attacks in the attack set succeed"; the MEAD worst case over all attack
-  types and strengths, :func:`advopenood_plugins.evaluators.mead.plugin.worst_case_scores`).
+  types and strengths, :func:`advopenood_plugins.kit.worstcase.worst_case_scores`).
 
 Competitiveness ratio. The paper (Definition 3.5): "For a single P in K, let acc*(P) := 1 - min_{h in H}
 err(h; P) and acc(h, P) := 1 - err(h; P). Then, CR_ind-avg(h; K) := 100 x E_{P ~ P(K)} [acc(h, P) / acc*(P)]
@@ -76,8 +76,8 @@ from advopenood.evaluation.context import RunContext
 from advopenood.errors import UsageError
 from advopenood.outputs.results import Results
 from advopenood.evaluation.intervals import cell_key
-from advopenood_plugins.evaluators.mead.plugin import (NO_CI, CIPlan, SetInfo, backend_for, detector_groups, set_info,
-                                                      worst_case_metrics)
+from advopenood_plugins.kit.worstcase import (NO_CI, CIPlan, SetInfo, backend_for, detector_groups, set_info,
+                                              worst_case_metrics)
 from advopenood_plugins.evaluators.multiattack.report import plot_sweeps
 from advopenood_plugins.evaluators.multiattack.verify import verify_multiattack
 
@@ -90,7 +90,7 @@ MULTI_COLUMNS = ["detector", "backend", "metric", "avg", "worst", "worst_lo", "w
                  "ci", "deviations"]
 CURVE_COLUMNS = ["detector", "backend", "attack", "norm", "eps", "set", "auroc", "auroc_lo", "auroc_hi", "fpr95",
                  "fpr95_lo", "fpr95_hi", "ci", "n_pos", "n_neg", "positives", "protocol", "error"]
-#: a curve row's metrics and interval columns, as :func:`~advopenood_plugins.evaluators.mead.plugin.worst_case_metrics`
+#: a curve row's metrics and interval columns, as :func:`~advopenood_plugins.kit.worstcase.worst_case_metrics`
 #: names them
 CURVE_CELLS = ("auroc", "auroc_lo", "auroc_hi", "fpr95", "fpr95_lo", "fpr95_hi", "ci", "n_pos", "n_neg", "error")
 UNION = "union"

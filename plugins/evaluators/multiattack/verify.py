@@ -4,11 +4,11 @@ Inputs: ``scores/<det>.npz`` (clean confidences, each adversarial set's confiden
 the protocol's OOD positives) and ``run.json`` (sets, protocol, backend, the evaluator's parameters). Separate from
 :mod:`advopenood_plugins.evaluators.multiattack.plugin` and :mod:`advopenood_plugins.evaluators.mead.plugin` (nothing imported from either): metrics
 come from the independent checker :mod:`advopenood.evaluation.oracle`, worst cases from
-:mod:`advopenood_plugins.evaluators.mead.verify`'s :func:`~advopenood_plugins.evaluators.mead.verify.worst_case`, and the competitiveness
-ratios (MultiRobustBench Definition 3.5, Eqs. 2-3) and stability constants (Definition 3.7, Eq. 4) are written
-again as loops over dictionaries. Intervals are re-derived as ``mead.csv``'s
-(:func:`advopenood_plugins.evaluators.mead.verify.row_bounds`: a loop over each cell's seeded resamples; a set's key is its
-``ood.csv`` cell's, a union's ``union|<det>|<group>|<eps>`` or ``union|<det>|all``).
+:func:`advopenood_plugins.kit.verify_worstcase.worst_case`, and the competitiveness ratios (MultiRobustBench
+Definition 3.5, Eqs. 2-3) and stability constants (Definition 3.7, Eq. 4) are written again as loops over
+dictionaries. Intervals are re-derived as ``mead.csv``'s
+(:func:`advopenood_plugins.kit.verify_worstcase.row_bounds`: a loop over each cell's seeded resamples; a set's key
+is its ``ood.csv`` cell's, a union's ``union|<det>|<group>|<eps>`` or ``union|<det>|all``).
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import pandas as pd
 
 from advopenood.evaluation import oracle
 from advopenood.evaluation.verify import RunFiles, compare
-from advopenood_plugins.evaluators.mead.verify import (BOUNDS, backend_of, chosen_detectors, csv_eps, eps_groups, eps_text,
-                                            row_bounds, run_params, run_sets, worst_case)
+from advopenood_plugins.kit.verify_worstcase import (BOUNDS, backend_of, chosen_detectors, csv_eps, eps_groups,
+                                                     eps_text, row_bounds, run_params, run_sets, worst_case)
 
 #: MultiRobustBench's alpha = 3 % (Sec. 4.1), the evaluator's default, and the slack on ``|ds| <= alpha``.
 PAPER_ALPHA, SLACK = 0.03, 1e-12

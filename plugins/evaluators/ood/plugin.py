@@ -49,23 +49,24 @@ import torch
 from advopenood.capabilities import Verifiable, is_detector_aware
 from advopenood import registry
 from advopenood.evaluation.context import RunContext
-from advopenood.data.datasets import dataset_name, make_loader
-from advopenood.evaluation.intervals import IntervalPolicy, bound_columns, cell_key, mean_interval
-from advopenood.evaluation.metrics import ood_metrics
-from advopenood.data.benchmarks import ADVERSARIAL, natural_group
+from advopenood.data.datasets import make_loader
+from advopenood.evaluation.intervals import bound_columns, cell_key, mean_interval
+from advopenood.evaluation.products import Supplied, supplied
+from advopenood.data.benchmarks import ADVERSARIAL
 from advopenood.outputs.results import Results, as_written, guarded
 from advopenood.registry import register
 from advopenood_plugins.evaluators.ood.headline import headline_section
 from advopenood_plugins.evaluators.ood.leaderboard import openood_entries
 from advopenood_plugins.evaluators.ood.report import (adaptive_section, leaderboard_section, ood_plots, ood_section,
                                                       with_positives)
-from advopenood_plugins.evaluators.robust_auroc.plugin import robust_table
+from advopenood_plugins.kit.ood import (METRICS, NAN_METRICS, SET_GROUPS, Replicates, metric_row,  # noqa: F401
+                                        set_groups)
+from advopenood_plugins.kit.robust import ROBUST_TABLE
 from advopenood_plugins.kit.paired import FSOOD_RANKED, RANKED, add_ranks, paired_section, paired_table
 from advopenood_plugins.evaluators.ood.verify import verify as verify_ood
 
 ADAPTIVE_COLUMNS = ["detector", "attack", "eps", "baseline", "auroc_baseline", "auroc_adaptive", "delta_auroc",
                     "fpr95_baseline", "fpr95_adaptive", "n_ood"]
-METRICS = ("fpr95", "auroc", "aupr_in", "aupr_out")
 #: each metric followed by its 95 % interval (``<m>_lo``, ``<m>_hi``), then the interval's method
 METRIC_COLUMNS = [*bound_columns(METRICS), "ci"]
 COLUMNS = ["dataset", "arch", "attack", "eps", "detector", "backend", "ood_set", "group", *METRIC_COLUMNS,
@@ -77,28 +78,6 @@ LEADERBOARD_COLUMNS = ["dataset", "arch", "detector", "backend", "id_acc",
                        "n_near", "n_far", "n_adv", "ci", *[f"{m}_rank" for m in RANKED]]
 FSOOD_LEADERBOARD_COLUMNS = ["csid_acc", *bound_columns(["fsood_near_fpr95", "fsood_near_auroc", "fsood_far_fpr95",
                                                          "fsood_far_auroc"]), *[f"{m}_rank" for m in FSOOD_RANKED]]
-NAN_METRICS = {m: math.nan for m in METRICS}
-#: bootstrap replicates per cell key (:func:`advopenood.evaluation.intervals.cell_key`), for the group means
-Replicates = dict[str, dict[str, np.ndarray]]
-
-
-def metric_row(conf_id: np.ndarray, conf_ood: np.ndarray, ctx: RunContext | None = None, key: str = "",
-               replicates: Replicates | None = None) -> dict[str, Any]:
-    """Metrics in percent, each with its 95 % interval (``<m>_lo``, ``<m>_hi``: the run's ``ci`` plan, seeded by
-    the run seed and ``key``; none without ``ctx``), ``ci``, ``n_id``, ``n_ood`` and ``error`` (NaN metrics and the
-    reason when undefined; empty bounds and the reason when a side has fewer than 2 images). The cell's bootstrap
-    replicates go into ``replicates[key]`` when given."""
-    policy = ctx.intervals if ctx is not None else IntervalPolicy()
-    base = {"n_id": len(conf_id), "n_ood": len(conf_ood), "error": "", "ci": policy.label}
-    try:
-        values = ood_metrics(conf_id, conf_ood)
-    except ValueError as exc:  # NaN scores or an empty side: reported in the row, never averaged away
-        values, base["error"] = NAN_METRICS, str(exc)
-    bounds, reps, reason = policy.cell(key, conf_id, conf_ood)
-    if replicates is not None:
-        replicates[key] = reps
-    base["error"] = base["error"] or reason
-    return {**values, **bounds, **base}
 
 
 def pivot_table(df: pd.DataFrame, replicates: Replicates | None = None) -> pd.DataFrame:
@@ -134,14 +113,6 @@ def _cell_bounds(rows: pd.DataFrame, det: str, metric: str, replicates: Replicat
         return math.nan, math.nan
     return mean_interval([replicates.get(cell_key("ood", det, s), {}).get(metric, np.empty(0))
                           for s in rows["ood_set"]])
-
-
-def set_groups(ctx: RunContext) -> dict[str, str]:
-    """Group of every natural set of the run: the data entry's ``group``, else OpenOOD v1.5's for
-    ``data.dataset`` (:func:`advopenood.data.benchmarks.natural_group`)."""
-    data = ctx.plan.data
-    declared = {dataset_name(spec): spec.group for spec in data.ood}
-    return {name: declared.get(name) or natural_group(data.dataset or ctx.dataset, name) for name in ctx.ood_sets}
 
 
 def _group_mean(part: pd.DataFrame, metric: str) -> float:
@@ -240,6 +211,9 @@ class OODEvaluator(Verifiable):
     """OOD metrics (FPR95, AUROC, AUPR-In/Out) of every detector vs natural OOD and adversarial sets."""
 
     verify = staticmethod(verify_ood)
+    #: the shared tables it reads, computed once per run: the natural sets' groups and the robust table (the
+    #: leaderboard's robust fields)
+    needs = (SET_GROUPS, ROBUST_TABLE)
 
     def __init__(self, success_only: bool | None = None):
         """``success_only``: True = successful adversarial examples are the positives, False = all attacked
@@ -255,23 +229,24 @@ class OODEvaluator(Verifiable):
             return None
         return ctx.ood_positives(attack) if self.success_only is None else ctx.success(attack)
 
-    def __call__(self, ctx: RunContext) -> Results:
+    def __call__(self, ctx: RunContext, products: Supplied | None = None) -> Results:
+        products = supplied(ctx, self, products)
+        groups = products[SET_GROUPS]
         rows: list[dict[str, Any]] = []
         replicates: Replicates = {}
         detectors = list(ctx.scores) + [d for d in ctx.detector_errors if d not in ctx.scores]
         for det in detectors:
-            rows += self._rows(ctx, det, replicates)
+            rows += self._rows(ctx, det, replicates, groups)
         df = pd.DataFrame(rows, columns=COLUMNS)
         df["n_id"] = df["n_id"].astype("Int64")
         df["n_ood"] = df["n_ood"].astype("Int64")
         table = pivot_table(df[df["group"] != "csid"], replicates)  # "none": the natural OOD sets' mean, not csid
         out = Results(tables={"ood.csv": df, "table_ood.csv": table, "table_ood.md": table})
-        groups = set_groups(ctx)
         csid = [name for name, group in groups.items() if group == "csid"]
         fsood = self._fsood(ctx, groups, csid, replicates) if csid else None
         board = leaderboard(df, ctx.clean.accuracy, fsood, accuracy_with(ctx, csid) if csid else math.nan, replicates)
         out.tables.update({"leaderboard.csv": board, "leaderboard.md": board,
-                           "leaderboard_openood.json": openood_entries(board, ctx, groups, robust_table(ctx))})
+                           "leaderboard_openood.json": openood_entries(board, ctx, groups, products[ROBUST_TABLE])})
         if fsood is not None:
             out.tables["fsood.csv"] = fsood
         paired = paired_table(ctx, df, {ood_set: mask for _, _, ood_set, mask in self._targets(ctx)})
@@ -314,10 +289,10 @@ class OODEvaluator(Verifiable):
             out.append((attack, math.nan if adv.eps is None else float(adv.eps), attack, mask))
         return out
 
-    def _rows(self, ctx: RunContext, det: str, replicates: Replicates) -> list[dict[str, Any]]:
+    def _rows(self, ctx: RunContext, det: str, replicates: Replicates, groups: dict[str, str]
+              ) -> list[dict[str, Any]]:
         head = {"dataset": ctx.dataset, "arch": ctx.arch, "detector": det, "backend": ctx.backend_of(det)}
         scores = ctx.scores.get(det)
-        groups = set_groups(ctx)
         rows = []
         for attack, eps, ood_set, mask in self._targets(ctx):
             positives = "natural" if attack == "none" else ("all" if mask is None else "successful")

@@ -78,7 +78,7 @@ def attack_label(method: str, family: str) -> str:
 
 def _robust_sets(ctx: RunContext) -> list[tuple[str, str, str, float, str, str]]:
     """``(detector, side, source, eps, attack label, set)`` of every robust set of a detector the run scored."""
-    from advopenood_plugins.evaluators.robust_auroc.plugin import attack_family
+    from advopenood_plugins.kit.robust import attack_family
 
     out = []
     for name, adv in ctx.adv_sets.items():
@@ -138,7 +138,7 @@ def worst_case(start: np.ndarray, scores: dict[str, np.ndarray], sets: list[str]
 def ensemble_cell(ctx: RunContext, det: str, ood_set: str, eps: float,
                   steps: list[Step]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The ensemble row of one cell and its rows of ``robust_ensemble.csv`` (module docstring)."""
-    from advopenood_plugins.evaluators.robust_auroc.plugin import robust_intervals, robust_metrics
+    from advopenood_plugins.kit.robust import robust_intervals, robust_metrics
 
     policy, scores = ctx.intervals, ctx.scores[det]
     clean_id, clean_ood = np.asarray(scores["id"], float), np.asarray(scores[ood_set], float)

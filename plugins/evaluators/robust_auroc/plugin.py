@@ -51,10 +51,8 @@ the clean sets' size).
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from advopenood import registry
@@ -63,22 +61,17 @@ from advopenood.capabilities import RequiresAttacks, Verifiable, is_family, is_r
 from advopenood.evaluation.context import RunContext
 from advopenood.data.datasets import dataset_name
 from advopenood.errors import UsageError
-from advopenood.evaluation.intervals import IntervalPolicy, bound_columns, cell_key, empty_bounds, too_few
-from advopenood.evaluation.metrics import auroc, auroc_interval, fpr_at_tpr95
+from advopenood.evaluation.products import Supplied, supplied
 from advopenood.outputs.results import Results, as_written, guarded
 from advopenood.registry import register
-from advopenood_plugins.attacks.adaptive import is_eot
-from advopenood_plugins.attacks.robust import EOT_PREFIXES, GRADIENT_METHODS, PREFIXES, SQUARE_QUERIES, robust_class
+from advopenood_plugins.attacks.robust import EOT_PREFIXES, GRADIENT_METHODS, PREFIXES, SQUARE_QUERIES
+from advopenood_plugins.kit.robust import (COLUMNS, ROBUST_METRICS, ROBUST_TABLE, attack_family,  # noqa: F401
+                                           close_eps, robust_intervals, robust_metrics, robust_pairs, robust_table)
 from advopenood_plugins.evaluators.robust_auroc.ensemble import ensemble_results, with_masking
 from advopenood_plugins.evaluators.robust_auroc.paired import robust_paired_table
 from advopenood_plugins.evaluators.robust_auroc.report import robust_section
 from advopenood_plugins.evaluators.robust_auroc.verify import verify_robust
 
-ROBUST_METRICS = ("clean_auroc", "id_attacked_auroc", "ood_attacked_auroc", "robust_auroc", "robust_fpr95")
-#: each metric followed by its 95 % interval (``<m>_lo``, ``<m>_hi``), then the interval's method; ``error``: why a
-#: row's intervals are empty
-COLUMNS = ["detector", "ood_set", "eps", "method", "attack_family", *bound_columns(ROBUST_METRICS), "ci", "n_id",
-           "n_ood", "id_attack", "ood_attack", "masking_suspected", "protocol", "error"]
 METHODS = ("pgd", "apgd", "apgd_aux", "square")
 #: ``ensemble: standard``: the fixed ensemble's methods (AutoAttack's rule for a score: APGD on it, APGD on a second
 #: objective, Square), with the EOT twins of the gradient members for a randomised detector
@@ -87,127 +80,6 @@ ENSEMBLES = {"none": (), "standard": ("apgd", "apgd_aux", "square")}
 CPU_SQUARE_QUERIES = 500
 #: which attacks a randomised detector gets: EOT (default), plain, or both
 RANDOMISED_ATTACKS = ("eot", "plain", "both")
-
-
-def robust_metrics(clean_id: Any, clean_ood: Any, adv_id: Any, adv_ood: Any) -> dict[str, float]:
-    """The four AUROCs and the robust FPR95 in percent (OOD positive, score ``-conf``, OpenOOD's
-    ``roc_curve`` / ``auc``): clean, ID side attacked, OOD side attacked, both attacked (ATD's three cases)."""
-    return {"clean_auroc": 100.0 * auroc(clean_id, clean_ood), "id_attacked_auroc": 100.0 * auroc(adv_id, clean_ood),
-            "ood_attacked_auroc": 100.0 * auroc(clean_id, adv_ood), "robust_auroc": 100.0 * auroc(adv_id, adv_ood),
-            "robust_fpr95": 100.0 * fpr_at_tpr95(adv_id, adv_ood)}
-
-
-def robust_intervals(clean_id: Any, clean_ood: Any, adv_id: Any, adv_ood: Any, policy: IntervalPolicy, key: str,
-                     own_keys: dict[str, str] | None = None) -> tuple[dict[str, float], str]:
-    """``(bounds, reason)``: ``<m>_lo`` / ``<m>_hi`` in percent of the five metrics of :func:`robust_metrics` and why
-    they are empty ("" when they are not, or under ``none``).
-
-    By the run's interval ``policy``: ``bootstrap``: paired and stratified: one draw of ID indices and one of OOD
-    indices (:meth:`~advopenood.evaluation.intervals.IntervalPolicy.paired` of the cell's ``key``), each applied to
-    both arrays of its side, so an attacked image moves with its clean twin (image ``i`` of ``robust_id_<det>`` is
-    image ``i`` of the ID test set, likewise on the OOD side); percentile interval of each metric over the same resamples.
-    ``own_keys``: the cells that are also another table's cell take that cell's key and draws instead, so that one
-    number has one interval in every file: ``clean_auroc`` is ``ood.csv``'s cell of the natural set
-    (``ood|<det>|<set>``), ``ood_attacked_auroc`` its cell of the attacked OOD set (``ood|<det>|<OOD set>``).
-    ``delong``: each AUROC's analytic interval; FPR95's stays empty."""
-    arrays = [np.asarray(a, dtype=np.float64).ravel() for a in (clean_id, clean_ood, adv_id, adv_ood)]
-    bounds = empty_bounds(ROBUST_METRICS)
-    if policy.method == "none":
-        return bounds, ""
-    n_id, n_ood = len(arrays[2]), len(arrays[3])
-    if len(arrays[0]) != n_id or len(arrays[1]) != n_ood:
-        return bounds, (f"no interval: the attacked sets ({n_id} ID, {n_ood} OOD images) are not paired with the clean "
-                        f"ones ({len(arrays[0])}, {len(arrays[1])})")
-    reason = too_few(n_id, n_ood)
-    if reason or any(np.isnan(a).any() for a in arrays):
-        return bounds, reason or "no interval: NaN scores"
-    cells = {"clean_auroc": (0, 1), "id_attacked_auroc": (2, 1), "ood_attacked_auroc": (0, 3), "robust_auroc": (2, 3)}
-    if policy.method == "delong":
-        for m, (i, j) in cells.items():
-            lo, hi = auroc_interval(arrays[i], arrays[j])
-            bounds.update({f"{m}_lo": 100.0 * lo, f"{m}_hi": 100.0 * hi})
-        return bounds, ""
-    own = own_keys or {}
-    shared = [m for m in cells if m not in own]
-    every = dict(zip(shared, policy.paired(key, [cells_of(arrays, cells[m]) for m in shared], ("auroc", "fpr95"))))
-    for m, own_key in own.items():  # ood.csv's cells: their own keys and draws, as ood.csv resamples them
-        every[m] = policy.paired(own_key, [cells_of(arrays, cells[m])], ("auroc",))[0]
-    for m, reps in every.items():
-        bounds[f"{m}_lo"], bounds[f"{m}_hi"] = policy.interval(reps["auroc"])
-    bounds["robust_fpr95_lo"], bounds["robust_fpr95_hi"] = policy.interval(every["robust_auroc"]["fpr95"])
-    return bounds, ""
-
-
-def cells_of(arrays: list[np.ndarray], pair: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """The (ID side, OOD side) arrays of one cell of :func:`robust_intervals`."""
-    return arrays[pair[0]], arrays[pair[1]]
-
-
-def _close(a: float | None, b: float | None) -> bool:
-    return a is not None and b is not None and math.isclose(float(a), float(b), rel_tol=1e-6)
-
-
-def attack_family(cls: type) -> str:
-    """``"eot"`` for an EOT robust attack, ``"plain"`` for the others."""
-    return "eot" if is_eot(cls) else "plain"
-
-
-def robust_pairs(ctx: RunContext) -> list[tuple[str, str, str, str, str, float]]:
-    """``(detector, ID-side set, OOD-side set, method, attack family, eps)`` for every pair of robust-AUROC sets of
-    the run on the same detector with the same method, family and eps."""
-    sides: dict[str, list[tuple[str, Any, type]]] = {"id": [], "ood": []}
-    for name, adv in ctx.adv_sets.items():
-        cls = robust_class(adv.attack)
-        if cls is not None:
-            sides[cls.side].append((name, adv, cls))
-    return [(cls.detector, i_name, o_name, cls.method, attack_family(cls), float(i_adv.eps))
-            for i_name, i_adv, cls in sides["id"] for o_name, o_adv, o_cls in sides["ood"]
-            if o_cls.detector == cls.detector and o_cls.method == cls.method
-            and attack_family(o_cls) == attack_family(cls) and _close(i_adv.eps, o_adv.eps)]
-
-
-def robust_table(ctx: RunContext) -> pd.DataFrame:
-    """One row per detector with scores and pair of robust sets (:func:`robust_pairs`), each metric with its
-    interval by the run's ``ci`` plan (:func:`robust_intervals`, cell key ``robust|<det>|<ID set>|<OOD set>``).
-
-    Computed once per run state: the ``ood``, ``levels`` and ``robust_auroc`` evaluators all read it, so it is kept
-    in ``ctx.extras`` with what it was computed from (the plan, the seed, the very set and score objects, every score
-    array) and served again only while each of them is the same object; a copy is returned."""
-    arrays = [(d, n, a) for d, s in ctx.scores.items() for n, a in s.items()]
-    state = (ctx.plan, ctx.seed, ctx.adv_sets, ctx.scores, arrays, list(ctx.adv_sets.items()))
-    memo = ctx.extras.get("robust_table")
-    if memo is None or not _same_objects(memo[0], state):
-        memo = ctx.extras["robust_table"] = (state, _robust_table(ctx))
-    return memo[1].copy()
-
-
-def _same_objects(a: Any, b: Any) -> bool:
-    """Whether two states hold the same objects (``is``) in the same places, names compared by value."""
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return len(a) == len(b) and all(_same_objects(x, y) for x, y in zip(a, b))
-    return a == b if isinstance(a, (str, int, float)) else a is b
-
-
-def shared_cells(det: str, ood_set: str, ood_attack: str) -> dict[str, str]:
-    """The robust row's cells that are ``ood.csv``'s too, with ``ood.csv``'s cell keys (:func:`robust_intervals`)."""
-    return {"clean_auroc": cell_key("ood", det, ood_set), "ood_attacked_auroc": cell_key("ood", det, ood_attack)}
-
-
-def _robust_table(ctx: RunContext) -> pd.DataFrame:
-    rows = []
-    for det, id_set, ood_set_attack, method, family, eps in robust_pairs(ctx):
-        scores = ctx.scores.get(det)
-        if scores is None:
-            continue
-        source = ctx.adv_sets[ood_set_attack].source
-        arrays = (scores["id"], scores[source], scores[id_set], scores[ood_set_attack])
-        bounds, reason = robust_intervals(*arrays, ctx.intervals, cell_key("robust", det, id_set, ood_set_attack),
-                                          own_keys=shared_cells(det, source, ood_set_attack))
-        rows.append({"detector": det, "ood_set": source, "eps": eps, "method": method, "attack_family": family,
-                     **robust_metrics(*arrays), **bounds, "ci": ctx.intervals.label,
-                     "n_id": len(scores[id_set]), "n_ood": len(scores[ood_set_attack]), "id_attack": id_set,
-                     "ood_attack": ood_set_attack, "protocol": ctx.protocol, "error": reason})
-    return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def run_budgets(plan: Any) -> list[float]:
@@ -221,7 +93,7 @@ def run_budgets(plan: Any) -> list[float]:
         linf = is_family(cls) or (cls.bounded and str((entry.get("params") or {}).get("norm", cls.norm)) == "linf")
         if linf and cls.bounded:
             values = entry["eps"] if isinstance(entry["eps"], (list, tuple)) else [entry["eps"]]
-            found += [float(v) for v in values if not any(_close(v, f) for f in found)]
+            found += [float(v) for v in values if not any(close_eps(v, f) for f in found)]
     return found
 
 
@@ -231,6 +103,8 @@ class RobustAUROC(RequiresAttacks, Verifiable):
     look ID (ATD, AROS), next to the clean and one-sided AUROCs."""
 
     verify = staticmethod(verify_robust)
+    #: the shared table it writes (:func:`advopenood_plugins.kit.robust.robust_table`), computed once per run
+    needs = (ROBUST_TABLE,)
 
     def __init__(self, method: str | list[str] | tuple[str, ...] = ("pgd",), eps: float | list[float] | None = None,
                  ood_sets: list[str] | None = None, randomised_attacks: str = "eot", eot: int | None = None,
@@ -318,8 +192,8 @@ class RobustAUROC(RequiresAttacks, Verifiable):
                               "label": f"{ood_name}-{s}"}, ood_family) for s in chosen]
         return out
 
-    def __call__(self, ctx: RunContext) -> Results:
-        table = robust_table(ctx)
+    def __call__(self, ctx: RunContext, products: Supplied | None = None) -> Results:
+        table = supplied(ctx, self, products)[ROBUST_TABLE]
         if not len(table):
             return Results(tables={"robust_auroc.csv": table}, skipped=ensemble_results(ctx, table).skipped)
         paired = robust_paired_table(ctx, table)

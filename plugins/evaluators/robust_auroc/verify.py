@@ -1,126 +1,18 @@
 """Re-derivation of ``robust_auroc.csv`` from ``scores/*.npz`` and ``run.json`` (``levels.csv``:
 ``plugins/evaluators/levels/verify.py``), written apart from ``plugins/evaluators/robust_auroc/`` and
-:mod:`advopenood.evaluation.metrics`.
-
-Every AUROC, FPR95 and interval comes from the independent checker :mod:`advopenood.evaluation.oracle` (AUROC as the
-Mann-Whitney statistic, FPR95 as OpenOOD's, the bootstrap as a plain loop over the cell's seeded resamples). Which
-sets a row or a level uses is re-derived from ``run.json`` (each set's attack, parameters and source) and the
-registered attack classes.
+:mod:`advopenood.evaluation.metrics`. The single-attack rows are re-derived by the kit's shared checker
+(:mod:`advopenood_plugins.kit.verify_robust`, from :mod:`advopenood.evaluation.oracle`); the ensemble rows, the
+paired table and the leaderboard's robust fields here.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from advopenood.evaluation import oracle
-
-ROBUST_METRICS = ("clean_auroc", "id_attacked_auroc", "ood_attacked_auroc", "robust_auroc", "robust_fpr95")
-ROBUST_BOUNDS = [f"{m}_{end}" for m in ROBUST_METRICS for end in ("lo", "hi")]
-#: the AUROCs of a robust row: (ID array, OOD array) among (clean ID, clean OOD, attacked ID, attacked OOD)
-_PAIRS = {"clean_auroc": (0, 1), "id_attacked_auroc": (2, 1), "ood_attacked_auroc": (0, 3), "robust_auroc": (2, 3)}
-
-
-def robust_bounds(arrays: tuple[np.ndarray, ...], run: Any, key: str, own_keys: dict[str, str] | None = None
-                  ) -> dict[str, Any]:
-    """A robust row's ``<m>_lo`` / ``<m>_hi``, ``ci`` and ``error`` re-derived by the run's ``ci`` plan from
-    ``arrays`` = (clean ID, clean OOD, attacked ID, attacked OOD): the bootstrap as a loop over the cell's seeded
-    resamples (the same ID indices for both ID arrays, the same OOD indices for both OOD arrays), each resample's
-    AUROCs and FPR95 from :mod:`advopenood.evaluation.oracle`; DeLong's interval per AUROC as ``ood.csv``'s. A cell
-    of ``own_keys`` (the clean and the attacked-OOD AUROC, ``ood.csv``'s cells too) is resampled with its own key, as
-    ``ood.csv``'s."""
-    from advopenood_plugins.kit.verify import ci_plan, rederive_bounds
-
-    plan = ci_plan(run)
-    out: dict[str, Any] = {c: math.nan for c in ROBUST_BOUNDS}
-    out.update(ci=plan.label, error=math.nan)  # empty = NaN
-    clean_id, clean_ood, adv_id, adv_ood = (np.asarray(a, float).ravel() for a in arrays)
-    n, m = len(adv_id), len(adv_ood)
-    if plan.method == "none":
-        return out
-    if (len(clean_id), len(clean_ood)) != (n, m):
-        out["error"] = (f"no interval: the attacked sets ({n} ID, {m} OOD images) are not paired with the clean "
-                        f"ones ({len(clean_id)}, {len(clean_ood)})")
-        return out
-    if min(n, m) < 2:
-        out["error"] = f"no interval: {n} ID and {m} OOD images (an interval needs at least 2 per side)"
-        return out
-    if any(np.isnan(a).any() for a in (clean_id, clean_ood, adv_id, adv_ood)):
-        out["error"] = "no interval: NaN scores"
-        return out
-    sides = (clean_id, clean_ood, adv_id, adv_ood)
-    if plan.method == "delong":
-        for metric, (i, j) in _PAIRS.items():
-            got = rederive_bounds(sides[i], sides[j], run, key)
-            out[f"{metric}_lo"], out[f"{metric}_hi"] = got["auroc_lo"], got["auroc_hi"]
-        return out
-    own = own_keys or {}
-    shared = [metric for metric in _PAIRS if metric not in own]
-    every = plan.paired(key, [(sides[_PAIRS[metric][0]], sides[_PAIRS[metric][1]]) for metric in shared], ("auroc",))
-    reps = {metric: r["auroc"] for metric, r in zip(shared, every)}
-    for metric, own_key in own.items():  # ood.csv's cells, resampled with ood.csv's keys
-        a, b = _PAIRS[metric]
-        reps[metric] = plan.paired(own_key, [(sides[a], sides[b])], ("auroc",))[0]["auroc"]
-    reps["robust_fpr95"] = plan.paired(key, [(adv_id, adv_ood)], ("fpr95",))[0]["fpr95"]
-    for metric, values in reps.items():
-        out[f"{metric}_lo"], out[f"{metric}_hi"] = plan.interval(values)
-    return out
-
-
-def attack_class(name: str) -> Any:
-    """The registered class of attack ``name``."""
-    from advopenood import registry
-
-    return registry.get("attacks", name)
-
-
-def robust_sets(run: Any) -> list[dict[str, Any]]:
-    """Every robust-AUROC set of the run (attack class with ``objective == "robust"``): name, detector, method, attack
-    family (``eot`` for a class that names the plain attack it averages the gradient of, ``plain`` otherwise), side,
-    eps and the OOD set it perturbed."""
-    out = []
-    for name, entry in (run.info.get("attacks") or {}).items():
-        cls = attack_class(entry["attack"])
-        if getattr(cls, "objective", "") != "robust":
-            continue
-        side = "id" if entry.get("source", "id") == "id" else "ood"
-        family = "plain" if getattr(cls, "plain_attack", entry["attack"]) in ("", entry["attack"]) else "eot"
-        out.append({"set": name, "detector": cls.detector, "method": cls.method, "family": family, "side": side,
-                    "eps": float(entry["params"]["eps"]), "source": entry.get("source", "id")})
-    return out
-
-
-def rederive_robust(run: Any) -> pd.DataFrame:
-    """robust_auroc.csv re-computed: one row per ID-side and OOD-side set of a detector with saved scores, with the
-    same method, attack family and eps (relative tolerance 1e-6)."""
-    sets = robust_sets(run)
-    rows = []
-    for a in (s for s in sets if s["side"] == "id"):
-        if a["detector"] not in run.detectors:
-            continue
-        arrays = run.scores(a["detector"])
-        for b in sets:
-            if b["side"] != "ood" or b["detector"] != a["detector"] or b["method"] != a["method"] \
-                    or b["family"] != a["family"] or not math.isclose(a["eps"], b["eps"], rel_tol=1e-6):
-                continue
-            clean_id, clean_ood = arrays["id"], arrays[b["source"]]
-            adv_id, adv_ood = arrays[a["set"]], arrays[b["set"]]
-            key = f"robust|{a['detector']}|{a['set']}|{b['set']}"
-            own = {"clean_auroc": f"ood|{a['detector']}|{b['source']}",  # ood.csv's cells: their keys
-                   "ood_attacked_auroc": f"ood|{a['detector']}|{b['set']}"}
-            rows.append({"detector": a["detector"], "id_attack": a["set"], "ood_attack": b["set"],
-                         "ood_set": b["source"], "eps": a["eps"], "method": a["method"], "attack_family": a["family"],
-                         "clean_auroc": oracle.auroc(clean_id, clean_ood),
-                         "id_attacked_auroc": oracle.auroc(adv_id, clean_ood),
-                         "ood_attacked_auroc": oracle.auroc(clean_id, adv_ood),
-                         "robust_auroc": oracle.auroc(adv_id, adv_ood), "robust_fpr95": oracle.fpr95(adv_id, adv_ood),
-                         "n_id": len(adv_id), "n_ood": len(adv_ood),
-                         **robust_bounds((clean_id, clean_ood, adv_id, adv_ood), run, key, own)})
-    return pd.DataFrame(rows, columns=["detector", "id_attack", "ood_attack", "ood_set", "eps", "method",
-                                       "attack_family", *ROBUST_METRICS, *ROBUST_BOUNDS, "ci", "error", "n_id",
-                                       "n_ood"])
+from advopenood_plugins.kit.verify_robust import (ROBUST_BOUNDS, ROBUST_METRICS, attack_class,  # noqa: F401
+                                                  rederive_robust, robust_bounds, robust_sets)
 
 
 def verify_robust(run: Any) -> list[str]:

@@ -21,7 +21,7 @@ from advopenood.outputs.results import Results, as_written, guarded
 from advopenood_plugins.attacks.adaptive import EOTAttack
 from advopenood_plugins.attacks.eot import EOT_PREFIXES
 from advopenood_plugins.detectors.smoothed import PREFIX, SMOOTHING_DEFAULTS, is_smoothed
-from advopenood_plugins.evaluators.ood.plugin import metric_row
+from advopenood_plugins.kit.ood import metric_row
 from advopenood_plugins.evaluators.smoothed.report import smoothed_section
 from advopenood_plugins.evaluators.smoothed.verify import verify as verify_smoothed
 

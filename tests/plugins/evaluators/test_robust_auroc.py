@@ -374,24 +374,34 @@ def test_robust_paired_holds_each_pair_with_the_difference_of_its_rows(robust_ru
         assert r["significant"] == (r["delta_robust_auroc_lo"] > 0 or r["delta_robust_auroc_hi"] < 0)
 
 
-def test_the_robust_table_is_computed_once_and_never_served_for_other_scores_or_plans(robust_run):
+def test_the_robust_table_is_a_product_computed_once_per_run_for_its_own_scores_and_plan(robust_run, monkeypatch):
+    """The run's :class:`Products` computes the table once, each reader gets a copy of its own; another context
+    (other scores, another plan) is another run's product."""
     import dataclasses
 
     from advopenood.config.schema import CISection
+    from advopenood.evaluation.products import Products
     from advopenood_plugins.evaluators.robust_auroc.plugin import robust_table
+    from advopenood_plugins.kit import robust as kit_robust
+    from advopenood_plugins.kit.robust import ROBUST_TABLE
 
-    ctx, _ = robust_run
-    first = robust_table(ctx)
-    assert ctx.extras["robust_table"][1] is not first and robust_table(ctx).equals(first)
-    kept = ctx.extras["robust_table"]
-    robust_table(ctx)
-    assert ctx.extras["robust_table"] is kept  # the same state: not computed again
+    ctx, out = robust_run
+    calls = []
+    real = kit_robust.robust_pairs
+    monkeypatch.setattr(kit_robust, "robust_pairs", lambda c: calls.append(c) or real(c))
+    products = Products(ctx)
+    first, again = (products.supply([ROBUST_TABLE])[ROBUST_TABLE] for _ in range(2))
+    assert len(calls) == 1 and first is not again and first.equals(again)
+    written = pd.read_csv(out / "robust_auroc.csv")
+    assert np.allclose(first["robust_auroc"], written[written["method"] != "ensemble"]["robust_auroc"], atol=1e-4)
+    first["robust_auroc"] = -1.0  # one reader's change never reaches the next
+    assert products.supply([ROBUST_TABLE])[ROBUST_TABLE].equals(again) and len(calls) == 1
     flipped = {d: {n: -a for n, a in s.items()} for d, s in ctx.scores.items()}
-    other = robust_table(dataclasses.replace(ctx, scores=flipped))
-    assert np.allclose(other["robust_auroc"], 100 - first["robust_auroc"])
+    other = Products(dataclasses.replace(ctx, scores=flipped)).get(ROBUST_TABLE)
+    assert np.allclose(other["robust_auroc"], 100 - again["robust_auroc"])
     plan = ctx.plan.model_copy(update={"ci": CISection(method="none")})
-    assert robust_table(dataclasses.replace(ctx, plan=plan))["robust_auroc_lo"].isna().all()
-    assert robust_table(ctx).equals(first)
+    assert Products(dataclasses.replace(ctx, plan=plan)).get(ROBUST_TABLE)["robust_auroc_lo"].isna().all()
+    assert robust_table(ctx).equals(again)  # called directly: computed for the context given
 
 
 def test_the_paired_bootstrap_resamples_both_detectors_on_the_same_images(robust_run):
