@@ -37,9 +37,15 @@ def clean_correct(model, x, y) -> torch.Tensor:
 
 
 def test_cli_lists_the_new_attacks(capsys):
+    """``list attacks`` shows the attacks and the APGD family (``adaptive_apgd_<detector>``); ``--all`` every name
+    that resolves, the family's members among them."""
     assert main(["list", "attacks"]) == 0
-    listed = {line.split()[0] for line in capsys.readouterr().out.splitlines() if line.strip()}
-    assert set(NEW) | {"adaptive_apgd", "adaptive_apgd_mds"} <= listed
+    out = capsys.readouterr().out
+    listed = {line.split()[0] for line in out.splitlines() if line.strip()}
+    assert set(NEW) | {"adaptive_apgd_<detector>"} <= listed and "'adaptive_apgd' selects one" in out
+    assert main(["list", "attacks", "--all"]) == 0
+    every = {line.split()[0] for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert set(NEW) | {"adaptive_apgd", "adaptive_apgd_mds"} <= every
 
 
 CASES = [("apgd_ce", "linf", 8 / 255), ("apgd_ce", "l2", 0.5), ("apgd_dlr", "linf", 8 / 255), ("fab", "linf", 8 / 255),
