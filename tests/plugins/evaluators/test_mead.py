@@ -390,7 +390,7 @@ def test_mead_section_and_the_bridge_entry_point_agree_with_the_table(mead_run):
     assert ("no detector falls below chance" in line) == (not below) and all(d in line for d in below)
     assert not any(re.search(r"\bbest\b|\bworst\b detector", r) for r in readings)  # no paired test: no ranking
     # what the OpenOOD bridge calls, through the registry and not by import
-    ci = (ctx.plan.ci.method, ctx.plan.ci.resamples, ctx.seed)
+    ci = ctx.intervals  # the run's interval policy (plan.ci and the seed)
     again = registry.create("evaluators", "mead").table(ctx.scores, ctx.id_adv_sets, ctx.backend, ctx.protocol,
                                                         None, ci)
     pd.testing.assert_frame_equal(again, table)
