@@ -9,22 +9,11 @@ run's wall time, with no attack, detector or bootstrap work (``run.json``'s ``at
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
-import time
 from pathlib import Path
 
-from _common import DATA, REPO
-from advopenood.config.loading import apply_overrides, load_config
-from advopenood.config.schema import thaw
-from advopenood.run.pipeline import run
-
-
-def _run(cfg, out: Path) -> tuple[float, dict]:
-    t = time.perf_counter()
-    run(apply_overrides(cfg, out=str(out)), progress=False)
-    wall = time.perf_counter() - t
-    return wall, json.loads((out / "run.json").read_text())
+from _common import DATA, pack_config, timed_run
+from advopenood.config.loading import apply_overrides
 
 
 def main() -> None:
@@ -34,11 +23,10 @@ def main() -> None:
     parser.add_argument("--fit-limit", type=int, default=None, help="fit-set images (default: all 10k)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        raw = thaw(load_config(str(REPO / "configs" / "cifar10_resnet20.yaml"))[0])
-        raw["data"]["fit_limit"] = args.fit_limit
+        raw = pack_config(args.fit_limit)
         cfg = apply_overrides(raw, data_root=str(DATA), attack=args.attack, limit=args.limit, cache_dir=tmp)
-        first, info1 = _run(cfg, Path(tmp) / "first")
-        second, info2 = _run(cfg, Path(tmp) / "second")
+        first, info1 = timed_run(cfg, Path(tmp) / "first")
+        second, info2 = timed_run(cfg, Path(tmp) / "second")
         same = all((Path(tmp) / "first" / p.name).read_bytes() == p.read_bytes()
                    for p in sorted((Path(tmp) / "second").glob("*.csv")))
     for label, wall, info in (("first run", first, info1), ("re-run", second, info2)):
