@@ -251,31 +251,36 @@ def seed_spread(out: Path, model: str, seeds: int, args: argparse.Namespace) -> 
     return frame.groupby(["detector", "ood_set"])["auroc"].agg(["mean", "std", "min", "max"]).reset_index()
 
 
+def curve_point(args: argparse.Namespace, tag: str, robust: dict, attack_params: dict | None) -> list[dict]:
+    """One point of a strength curve: ``ross_gen`` alone on the adversarially trained ResNet-20 against
+    Tiny-ImageNet, robust-AUROC attacks only (``evaluator_params.robust_auroc`` = ``robust``; ``attack_params``
+    replaces the adaptive run's, None keeps them), run and read back as rows: the robust AUROC and each side with
+    their intervals, and the attack seconds of the row's two sets."""
+    cfg = yaml.safe_load(config("cifar10_resnet20_at", "adaptive", args).read_text())
+    cfg.update(name=tag, attacks=[], detectors=["ross_gen"], evaluators=["robust_auroc"],
+               evaluator_params={"robust_auroc": {"randomised_attacks": "eot", "ood_sets": ["tin"], **robust}})
+    if attack_params is not None:
+        cfg["attack_params"] = attack_params
+    cfg["data"]["ood"] = [{"kind": "npz", "path": OOD["tin"], "name": "tin"}]
+    path = args.out / f"{tag}.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    folder = args.out / tag
+    subprocess.run([sys.executable, "-m", "advopenood.cli", "run", "--config", str(path), "--limit",
+                    str(args.limit), "--out", str(folder), "--quiet"], check=True)
+    attacks = json.loads((folder / "run.json").read_text())["attacks"]
+    return [{"robust AUROC": cell(r["robust_auroc"], r["robust_auroc_lo"], r["robust_auroc_hi"]),
+             "ID side": cell(r["id_attacked_auroc"], r["id_attacked_auroc_lo"], r["id_attacked_auroc_hi"]),
+             "OOD side": cell(r["ood_attacked_auroc"], r["ood_attacked_auroc_lo"], r["ood_attacked_auroc_hi"]),
+             "attack seconds": sum(float(attacks[n].get("seconds") or 0) for n in (r["id_attack"], r["ood_attack"]))}
+            for r in pd.read_csv(folder / "robust_auroc.csv").to_dict("records")]
+
+
 def draws_curve(args: argparse.Namespace) -> None:
     """Robust AUROC (PGD, both sides, EOT) of ``ross_gen`` against the number of EOT draws, with attack seconds."""
     from advopenood.io import markdown_table
 
-    model, rows = "cifar10_resnet20_at", []
-    for draws in args.draw_list:
-        cfg = yaml.safe_load(config(model, "adaptive", args).read_text())
-        cfg.update(name=f"draws_{draws}", attacks=[], detectors=["ross_gen"], evaluators=["robust_auroc"],
-                   evaluator_params={"robust_auroc": {"method": "pgd", "randomised_attacks": "eot", "eot": draws,
-                                                      "ood_sets": ["tin"], "eps": 8 / 255}})
-        cfg["data"]["ood"] = [{"kind": "npz", "path": OOD["tin"], "name": "tin"}]
-        path = args.out / f"draws_{draws}.yaml"
-        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-        folder = args.out / f"draws_{draws}"
-        subprocess.run([sys.executable, "-m", "advopenood.cli", "run", "--config", str(path), "--limit",
-                        str(args.limit), "--out", str(folder), "--quiet"], check=True)
-        info = json.loads((folder / "run.json").read_text())
-        for r in pd.read_csv(folder / "robust_auroc.csv").to_dict("records"):
-            rows.append({"eot draws": draws, "robust AUROC": cell(r["robust_auroc"], r["robust_auroc_lo"],
-                                                                 r["robust_auroc_hi"]),
-                         "ID side": cell(r["id_attacked_auroc"], r["id_attacked_auroc_lo"], r["id_attacked_auroc_hi"]),
-                         "OOD side": cell(r["ood_attacked_auroc"], r["ood_attacked_auroc_lo"],
-                                          r["ood_attacked_auroc_hi"]),
-                         "attack seconds": sum(float(info["attacks"][n].get("seconds") or 0)
-                                               for n in (r["id_attack"], r["ood_attack"]))})
+    rows = [{"eot draws": draws, **row} for draws in args.draw_list
+            for row in curve_point(args, f"draws_{draws}", {"method": "pgd", "eot": draws, "eps": 8 / 255}, None)]
     print(markdown_table(pd.DataFrame(rows), "{:.1f}"))
     print("SUMMARY ross_gen robust AUROC vs EOT draws: " + "; ".join(
         f"{r['eot draws']} draws: {r['robust AUROC']} in {r['attack seconds']:.0f} s" for r in rows))
@@ -288,36 +293,19 @@ def strength_curve(args: argparse.Namespace) -> None:
     iterations, draws and queries are read off it by the rule in docs/ross-audit.md."""
     from advopenood.io import markdown_table
 
-    model, rows = "cifar10_resnet20_at", []
+    rows = []
     settings = [("apgd", {"n_iter": i}, d) for d in args.curve_draws for i in args.curve_iters]
     settings += [("square", {"queries": q}, None) for q in args.curve_queries]
     for method, knobs, draws in settings:
         tag = f"{method}_{'_'.join(f'{k}{v}' for k, v in knobs.items())}" + (f"_eot{draws}" if draws else "")
-        cfg = yaml.safe_load(config(model, "adaptive", args).read_text())
-        robust = {"method": method, "randomised_attacks": "eot", "ood_sets": ["tin"],
-                  "eps": fraction(args.pixel_eps[0]), **({"eot": draws} if draws else {}),
+        robust = {"method": method, "eps": fraction(args.pixel_eps[0]), **({"eot": draws} if draws else {}),
                   **({"square_queries": knobs["queries"]} if method == "square" else {})}
-        cfg.update(name=f"curve_{tag}", attacks=[], detectors=["ross_gen"], evaluators=["robust_auroc"],
-                   evaluator_params={"robust_auroc": robust},
-                   attack_params={f: {"n_iter": knobs["n_iter"]} for f in ("robust_apgd_id", "robust_apgd_ood")}
-                   if method == "apgd" else {})
-        cfg["data"]["ood"] = [{"kind": "npz", "path": OOD["tin"], "name": "tin"}]
-        path = args.out / f"curve_{tag}.yaml"
-        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-        folder = args.out / f"curve_{tag}"
-        subprocess.run([sys.executable, "-m", "advopenood.cli", "run", "--config", str(path), "--limit",
-                        str(args.limit), "--out", str(folder), "--quiet"], check=True)
-        info = json.loads((folder / "run.json").read_text())
-        for r in pd.read_csv(folder / "robust_auroc.csv").to_dict("records"):
+        attack_params = ({f: {"n_iter": knobs["n_iter"]} for f in ("robust_apgd_id", "robust_apgd_ood")}
+                         if method == "apgd" else {})
+        for row in curve_point(args, f"curve_{tag}", robust, attack_params):
             rows.append({"attack": method, **{k: knobs.get(k, "") for k in ("n_iter", "queries")},
-                         "eot draws": draws or "", "robust AUROC": cell(r["robust_auroc"], r["robust_auroc_lo"],
-                                                                     r["robust_auroc_hi"]),
-                         "ID side": cell(r["id_attacked_auroc"], r["id_attacked_auroc_lo"], r["id_attacked_auroc_hi"]),
-                         "OOD side": cell(r["ood_attacked_auroc"], r["ood_attacked_auroc_lo"],
-                                          r["ood_attacked_auroc_hi"]),
-                         "attack seconds": sum(float(info["attacks"][n].get("seconds") or 0)
-                                               for n in (r["id_attack"], r["ood_attack"]))})
-        print(markdown_table(pd.DataFrame(rows[-1:]), "{:.1f}"), flush=True)
+                         "eot draws": draws or "", **row})
+            print(markdown_table(pd.DataFrame(rows[-1:]), "{:.1f}"), flush=True)
     print(markdown_table(pd.DataFrame(rows), "{:.1f}"))
     print("SUMMARY ross_gen strength curve: " + "; ".join(
         f"{r['attack']} {r['n_iter'] or r['queries']}{' eot ' + str(r['eot draws']) if r['eot draws'] else ''}: "
