@@ -7,15 +7,18 @@ set and eps, each ID test image takes the lowest confidence over its clean self 
 detector in the run (every method and attack family: PGD, APGD, APGD on the second objective, Square, plain and
 EOT), each OOD image the highest over its clean self and every OOD-side set on that OOD set. The row's metrics are
 :func:`~advopenood_plugins.evaluators.robust_auroc.plugin.robust_metrics` of (clean ID, clean OOD, worst ID, worst
-OOD) with the paired interval of every other row, cell key ``robust|<det>|ensemble|<OOD set>|<eps as %.6g>``;
-``id_attack`` / ``ood_attack`` list the sets joined by ``+`` in :data:`ORDER`.
+OOD) with the paired interval of every other row, cell key ``robust|<det>|ensemble|<OOD set>|<eps as %.6g>``
+(:func:`ensemble_key`), except ``clean_auroc``, which is ``ood.csv``'s cell and carries its interval (key
+``ood|<det>|<OOD set>``), as every single-attack row's does; ``id_attack`` / ``ood_attack`` list the sets joined by
+``+`` in :data:`ORDER`.
 
 **Steps** (``robust_ensemble.csv``, as AutoAttack prints robust accuracy after each attack): step 0 is the clean
 AUROC, then one step per attack in the fixed order :data:`ORDER` (``apgd``, ``apgd_aux``, ``pgd``, each plain before
 its EOT twin, ``square`` last), each adding its ID-side and OOD-side set; after each step the robust AUROC of the
-worst case so far with its interval (bootstrap draws of the cell key ``robust_ensemble|<det>|<OOD set>|<eps>``, the
-same for every step) and how many ID and OOD images that attack set the worst case of (strictly lower, resp.
-higher, than before). The last step is the ensemble row.
+worst case so far with its interval (bootstrap draws of the ensemble row's key, the same for every step) and how
+many ID and OOD images that attack set the worst case of (strictly lower, resp. higher, than before). The last step
+is the ensemble row, with its interval; step 0 is the clean cell, with ``ood.csv``'s interval: one number, one
+interval in every file.
 
 **Masking** (Carlini et al. 2019, "On Evaluating Adversarial Robustness": a gradient-free attack that beats
 the gradient attacks says the gradients are unreliable): per detector, OOD set and eps, ``masking_suspected`` is
@@ -42,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from advopenood.evaluation.context import RunContext
-from advopenood.evaluation.intervals import too_few
+from advopenood.evaluation.intervals import cell_key, too_few
 from advopenood.outputs.results import Section
 from advopenood_plugins.attacks.robust import robust_class
 
@@ -135,6 +138,11 @@ def worst_case(start: np.ndarray, scores: dict[str, np.ndarray], sets: list[str]
 
 
 
+def ensemble_key(det: str, ood_set: str, eps: float) -> str:
+    """The cell key of a detector's ensemble row, whose draws every step of its ``robust_ensemble.csv`` shares."""
+    return f"robust|{det}|ensemble|{ood_set}|{float(eps):.6g}"
+
+
 def ensemble_cell(ctx: RunContext, det: str, ood_set: str, eps: float,
                   steps: list[Step]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The ensemble row of one cell and its rows of ``robust_ensemble.csv`` (module docstring)."""
@@ -148,19 +156,18 @@ def ensemble_cell(ctx: RunContext, det: str, ood_set: str, eps: float,
         raise ValueError(f"robust_auroc ensemble of {det}: its attacked sets are not the clean sets' size")
     common = {"detector": det, "ood_set": ood_set, "eps": eps, "ci": policy.label,
               "n_id": len(clean_id), "n_ood": len(clean_ood), "protocol": ctx.protocol}
+    key, own = ensemble_key(det, ood_set, eps), {"clean_auroc": cell_key("ood", det, ood_set)}
     rows, w_id, w_ood = [], clean_id, clean_ood
     for step, (label, ids, oods) in enumerate([("none", [], []), *steps]):
         new_id, new_ood = worst_case(w_id, scores, ids, True), worst_case(w_ood, scores, oods, False)
         set_id, set_ood = int((new_id < w_id).sum()), int((new_ood > w_ood).sum())
         w_id, w_ood = new_id, new_ood
-        bounds, reason = robust_intervals(clean_id, clean_ood, w_id, w_ood, policy,
-                                          f"robust_ensemble|{det}|{ood_set}|{float(eps):.6g}")
+        bounds, reason = robust_intervals(clean_id, clean_ood, w_id, w_ood, policy, key, own_keys=own)
+        shown = "clean_auroc" if step == 0 else "robust_auroc"  # step 0 is the clean cell: ood.csv's interval
         rows.append({**common, "step": step, "attack": label, "id_attack": "+".join(ids), "ood_attack": "+".join(oods),
                      "robust_auroc": robust_metrics(clean_id, clean_ood, w_id, w_ood)["robust_auroc"],
-                     "robust_auroc_lo": bounds["robust_auroc_lo"], "robust_auroc_hi": bounds["robust_auroc_hi"],
+                     "robust_auroc_lo": bounds[f"{shown}_lo"], "robust_auroc_hi": bounds[f"{shown}_hi"],
                      "id_images_set": set_id, "ood_images_set": set_ood, "error": reason})
-    bounds, reason = robust_intervals(clean_id, clean_ood, w_id, w_ood, policy,
-                                      f"robust|{det}|ensemble|{ood_set}|{float(eps):.6g}")
     row = {**common, "method": "ensemble", "attack_family": "all", **robust_metrics(clean_id, clean_ood, w_id, w_ood),
            **bounds, "id_attack": "+".join(id_sets), "ood_attack": "+".join(ood_sets), "error": reason}
     return row, rows

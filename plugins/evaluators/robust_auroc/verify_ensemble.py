@@ -68,15 +68,17 @@ def rederive_ensemble(run: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
         arrays = run.scores(det)
         clean_id, clean_ood = arrays["id"].astype(float), arrays[ood_set].astype(float)
         worst_id, worst_ood = clean_id, clean_ood
+        # one number, one interval: the steps share the ensemble row's draws; the clean cell is ood.csv's
+        key, own = f"robust|{det}|ensemble|{ood_set}|{eps:.6g}", {"clean_auroc": f"ood|{det}|{ood_set}"}
         for k, (lab, ids, oods) in enumerate([("none", [], []), *members]):
             new_id = _worst(worst_id, [arrays[n].astype(float) for n in ids], True)
             new_ood = _worst(worst_ood, [arrays[n].astype(float) for n in oods], False)
-            got = robust_bounds((clean_id, clean_ood, new_id, new_ood), run,
-                                f"robust_ensemble|{det}|{ood_set}|{eps:.6g}")
+            got = robust_bounds((clean_id, clean_ood, new_id, new_ood), run, key, own)
+            shown = "clean_auroc" if k == 0 else "robust_auroc"
             steps.append({"detector": det, "ood_set": ood_set, "eps": f"{eps:.6g}", "step": k, "attack": lab,
                           "id_attack": "+".join(ids), "ood_attack": "+".join(oods),
-                          "robust_auroc": oracle.auroc(new_id, new_ood), "robust_auroc_lo": got["robust_auroc_lo"],
-                          "robust_auroc_hi": got["robust_auroc_hi"], "ci": got["ci"],
+                          "robust_auroc": oracle.auroc(new_id, new_ood), "robust_auroc_lo": got[f"{shown}_lo"],
+                          "robust_auroc_hi": got[f"{shown}_hi"], "ci": got["ci"],
                           "id_images_set": int(np.sum(new_id != worst_id)),
                           "ood_images_set": int(np.sum(new_ood != worst_ood)), "n_id": len(new_id),
                           "n_ood": len(new_ood)})
@@ -89,8 +91,7 @@ def rederive_ensemble(run: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "robust_auroc": oracle.auroc(worst_id, worst_ood),
                      "robust_fpr95": oracle.fpr95(worst_id, worst_ood),
                      "n_id": len(worst_id), "n_ood": len(worst_ood),
-                     **robust_bounds((clean_id, clean_ood, worst_id, worst_ood), run,
-                                     f"robust|{det}|ensemble|{ood_set}|{eps:.6g}")})
+                     **robust_bounds((clean_id, clean_ood, worst_id, worst_ood), run, key, own)})
     return pd.DataFrame(rows), pd.DataFrame(steps, columns=STEP_KEYS + STEP_VALUES)
 
 

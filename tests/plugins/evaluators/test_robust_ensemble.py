@@ -90,6 +90,23 @@ def test_the_ensemble_is_at_most_every_single_attack_row_and_the_last_step(ensem
         assert path["id_images_set"].iloc[1:].sum() > 0
 
 
+def test_one_number_has_one_interval_across_the_ensemble_row_its_steps_and_the_single_rows(ensemble_run):
+    """The clean AUROC carries ood.csv's interval in every row (single attacks, ensemble, step 0), and the last step
+    is the ensemble row with the ensemble row's interval (0.2.0 gave each of them its own draws)."""
+    table = pd.read_csv(ensemble_run / "robust_auroc.csv")
+    steps = pd.read_csv(ensemble_run / "robust_ensemble.csv")
+    for det in ("msp", "zzmasked"):
+        mine = table[table["detector"] == det]
+        assert mine[["clean_auroc_lo", "clean_auroc_hi"]].drop_duplicates().shape[0] == 1
+        ens = mine[mine["method"] == "ensemble"].iloc[0]
+        path = steps[steps["detector"] == det].sort_values("step")
+        first, last = path.iloc[0], path.iloc[-1]
+        assert (first["robust_auroc_lo"], first["robust_auroc_hi"]) == pytest.approx(
+            (ens["clean_auroc_lo"], ens["clean_auroc_hi"]), abs=1e-6)
+        assert (last["robust_auroc_lo"], last["robust_auroc_hi"]) == pytest.approx(
+            (ens["robust_auroc_lo"], ens["robust_auroc_hi"]), abs=1e-6)
+
+
 def test_masking_is_flagged_on_the_masked_detector_and_not_on_msp(ensemble_run):
     table = pd.read_csv(ensemble_run / "robust_auroc.csv")
     flags = table.groupby("detector")["masking_suspected"].agg(set)
