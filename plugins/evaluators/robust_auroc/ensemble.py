@@ -62,12 +62,15 @@ STEP_COLUMNS = ["detector", "ood_set", "eps", "step", "attack", "id_attack", "oo
 @dataclass
 class Ensemble:
     """What :func:`ensemble_results` hands the evaluator: the ensemble rows (``tables["rows"]``) and
-    ``robust_ensemble.csv``, the report section, the figure and the skipped cells with their reasons."""
+    ``robust_ensemble.csv``, the report section, the figure, the skipped cells with their reasons and each cell's
+    worst-case arrays."""
 
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     sections: list[Section] = field(default_factory=list)
     figures: list[Path] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    #: per (detector, OOD set, eps): the per-image worst case (ID side, OOD side), for ``robust_paired.csv``
+    worst: dict[tuple[str, str, float], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
 
 #: one step of an ensemble: (attack label, its ID-side sets, its OOD-side sets)
@@ -143,9 +146,10 @@ def ensemble_key(det: str, ood_set: str, eps: float) -> str:
     return f"robust|{det}|ensemble|{ood_set}|{float(eps):.6g}"
 
 
-def ensemble_cell(ctx: RunContext, det: str, ood_set: str, eps: float,
-                  steps: list[Step]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The ensemble row of one cell and its rows of ``robust_ensemble.csv`` (module docstring)."""
+def ensemble_cell(ctx: RunContext, det: str, ood_set: str, eps: float, steps: list[Step]
+                  ) -> tuple[dict[str, Any], list[dict[str, Any]], tuple[np.ndarray, np.ndarray]]:
+    """The ensemble row of one cell, its rows of ``robust_ensemble.csv`` (module docstring) and its worst case
+    (ID side, OOD side)."""
     from advopenood_plugins.kit.robust import robust_intervals, robust_metrics
 
     policy, scores = ctx.intervals, ctx.scores[det]
@@ -170,7 +174,7 @@ def ensemble_cell(ctx: RunContext, det: str, ood_set: str, eps: float,
                      "id_images_set": set_id, "ood_images_set": set_ood, "error": reason})
     row = {**common, "method": "ensemble", "attack_family": "all", **robust_metrics(clean_id, clean_ood, w_id, w_ood),
            **bounds, "id_attack": "+".join(id_sets), "ood_attack": "+".join(ood_sets), "error": reason}
-    return row, rows
+    return row, rows, (w_id, w_ood)
 
 
 def ensemble_results(ctx: RunContext, table: pd.DataFrame) -> Ensemble:
@@ -184,7 +188,7 @@ def ensemble_results(ctx: RunContext, table: pd.DataFrame) -> Ensemble:
         if reason:
             empty.setdefault(reason, []).append(f"{det} ({ood_set}, eps {float(eps):.6g})")
             continue
-        row, cell_steps = ensemble_cell(ctx, det, ood_set, eps, cell)
+        row, cell_steps, out.worst[det, ood_set, eps] = ensemble_cell(ctx, det, ood_set, eps, cell)
         rows.append(row)
         steps += cell_steps
     out.skipped = {"ensemble": skipped_reason(empty)} if empty else {}

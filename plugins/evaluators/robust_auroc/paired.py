@@ -6,6 +6,8 @@ the same clean images: image ``i`` of ``robust_id_<a>`` and of ``robust_id_<b>``
 ``robust_auroc.csv``: its EOT row when it has one (a randomised detector's default), else its plain row. Pairs as
 in ``paired.csv`` (:func:`~advopenood_plugins.kit.paired.detector_pairs`): every pair with at most 20 detectors,
 else each against the best; a declared twin (``smoothed_<det>`` and ``<det>``) always, the derived one as ``detector_a``.
+The ensemble (``method`` ``ensemble``) is compared the same way, each detector by its per-image worst case over its
+own attacks: does a defence still beat its base when every attack of the run is taken into account?
 
 **Interval** on ``delta_robust_auroc = robust_auroc_a - robust_auroc_b`` (points), by the run's ``ci`` plan:
 ``bootstrap``: one draw of ID and one of OOD indices per (set, eps, method), seeded by the run seed and
@@ -45,14 +47,22 @@ def chosen_rows(group: pd.DataFrame) -> pd.DataFrame:
     return ordered.drop_duplicates("detector").drop(columns="_eot")
 
 
-def robust_paired_table(ctx: RunContext, table: pd.DataFrame) -> pd.DataFrame:
-    """``robust_paired.csv`` from ``robust_auroc.csv``'s rows (``table``) and the run's scores (module docstring)."""
-    policy = ctx.intervals
+def robust_paired_table(ctx: RunContext, table: pd.DataFrame,
+                        worst: dict[tuple[str, str, float], tuple[np.ndarray, np.ndarray]] | None = None
+                        ) -> pd.DataFrame:
+    """``robust_paired.csv`` from ``robust_auroc.csv``'s rows (``table``) and the run's scores (module docstring);
+    an ensemble row's arrays are its per-image worst case, ``worst[(detector, OOD set, eps)]``."""
+    policy, worst = ctx.intervals, worst or {}
+
+    def arrays(det: str, r: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+        if r["method"] == "ensemble":
+            return worst[det, r["ood_set"], r["eps"]]
+        return np.asarray(ctx.scores[det][r["id_attack"]], float), np.asarray(ctx.scores[det][r["ood_attack"]], float)
+
     rows: list[dict[str, Any]] = []
     for (ood_set, eps, attack), group in table.groupby(["ood_set", "eps", "method"], sort=False):
         chosen = chosen_rows(group).set_index("detector")
-        cells = {d: (np.asarray(ctx.scores[d][r["id_attack"]], float), np.asarray(ctx.scores[d][r["ood_attack"]], float))
-                 for d, r in chosen.iterrows()}
+        cells = {d: arrays(d, r) for d, r in chosen.iterrows()}
         aurocs = dict(zip(chosen.index, chosen["robust_auroc"].astype(float)))
         reps: dict[str, np.ndarray] = {}
         sizes = {(len(i), len(o)) for i, o in cells.values()}

@@ -196,10 +196,10 @@ class RobustAUROC(RequiresAttacks, Verifiable):
         table = supplied(ctx, self, products)[ROBUST_TABLE]
         if not len(table):
             return Results(tables={"robust_auroc.csv": table}, skipped=ensemble_results(ctx, table).skipped)
-        paired = robust_paired_table(ctx, table)
         ensemble = ensemble_results(ctx, table)
         rows = ensemble.tables.pop("rows")  # concatenating an empty frame would turn every column into objects
         table = with_masking(ctx, pd.concat([table, rows], ignore_index=True).infer_objects() if len(rows) else table)
+        paired = robust_paired_table(ctx, table, ensemble.worst)
         sections = guarded("Robust AUROC (ID and OOD attacked)",
                            lambda: [robust_section(as_written(table, ctx.protocol), paired)])
         return Results(tables={"robust_auroc.csv": table, "robust_paired.csv": paired, **ensemble.tables},

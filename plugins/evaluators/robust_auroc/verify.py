@@ -21,17 +21,19 @@ def verify_robust(run: Any) -> list[str]:
 
     if not run.has("robust_auroc.csv"):
         return ["robust_auroc.csv: the evaluator ran but the table is missing"]
-    from advopenood_plugins.evaluators.robust_auroc.verify_ensemble import verify_ensemble
+    from advopenood_plugins.evaluators.robust_auroc.verify_ensemble import rederive_ensemble, verify_ensemble
     from advopenood_plugins.evaluators.robust_auroc.verify_paired import verify_robust_paired
 
     written = run.table("robust_auroc.csv")
     if "method" in written.columns:
         written = written[written["method"] != "ensemble"]
     rederived = rederive_robust(run)
-    return verify_ensemble(run, rederived) + compare(rederived, written, ["detector", "id_attack", "ood_attack"],
-                   ["ood_set", "eps", "method", "attack_family", *ROBUST_METRICS, *ROBUST_BOUNDS, "ci", "error",
-                    "n_id", "n_ood"], atol=1e-6,
-                   table="robust_auroc.csv") + verify_entries(run, rederived) + verify_robust_paired(run, rederived)
+    rows, steps, worst = rederive_ensemble(run)
+    every = pd.concat([rederived, rows], ignore_index=True) if len(rows) else rederived
+    return verify_ensemble(run, rederived, rows, steps) + compare(
+        rederived, written, ["detector", "id_attack", "ood_attack"],
+        ["ood_set", "eps", "method", "attack_family", *ROBUST_METRICS, *ROBUST_BOUNDS, "ci", "error", "n_id", "n_ood"],
+        atol=1e-6, table="robust_auroc.csv") + verify_entries(run, rederived) + verify_robust_paired(run, every, worst)
 
 
 def verify_entries(run: Any, robust: pd.DataFrame) -> list[str]:

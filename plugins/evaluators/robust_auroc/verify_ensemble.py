@@ -61,9 +61,14 @@ def _worst(values: np.ndarray, others: list[np.ndarray], lowest: bool) -> np.nda
     return out
 
 
-def rederive_ensemble(run: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The ensemble rows of ``robust_auroc.csv`` and ``robust_ensemble.csv``, re-computed."""
-    rows, steps = [], []
+#: per (detector, OOD set, eps as %.6g): the re-derived per-image worst case (ID side, OOD side)
+Worst = dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]]
+
+
+def rederive_ensemble(run: Any) -> tuple[pd.DataFrame, pd.DataFrame, Worst]:
+    """The ensemble rows of ``robust_auroc.csv`` and ``robust_ensemble.csv``, re-computed, and each cell's worst
+    case (for ``robust_paired.csv``)."""
+    rows, steps, worst = [], [], {}
     for det, ood_set, eps, members in cells(run):
         arrays = run.scores(det)
         clean_id, clean_ood = arrays["id"].astype(float), arrays[ood_set].astype(float)
@@ -83,6 +88,7 @@ def rederive_ensemble(run: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
                           "ood_images_set": int(np.sum(new_ood != worst_ood)), "n_id": len(new_id),
                           "n_ood": len(new_ood)})
             worst_id, worst_ood = new_id, new_ood
+        worst[det, ood_set, f"{eps:.6g}"] = (worst_id, worst_ood)
         rows.append({"detector": det, "id_attack": "+".join(n for m in members for n in m[1]),
                      "ood_attack": "+".join(n for m in members for n in m[2]), "ood_set": ood_set, "eps": eps,
                      "method": "ensemble", "attack_family": "all", "clean_auroc": oracle.auroc(clean_id, clean_ood),
@@ -92,7 +98,7 @@ def rederive_ensemble(run: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "robust_fpr95": oracle.fpr95(worst_id, worst_ood),
                      "n_id": len(worst_id), "n_ood": len(worst_ood),
                      **robust_bounds((clean_id, clean_ood, worst_id, worst_ood), run, key, own)})
-    return pd.DataFrame(rows), pd.DataFrame(steps, columns=STEP_KEYS + STEP_VALUES)
+    return pd.DataFrame(rows), pd.DataFrame(steps, columns=STEP_KEYS + STEP_VALUES), worst
 
 
 def masking(run: Any, single: pd.DataFrame) -> dict[tuple[str, str, str], Any]:
@@ -122,13 +128,13 @@ def masking(run: Any, single: pd.DataFrame) -> dict[tuple[str, str, str], Any]:
     return out
 
 
-def verify_ensemble(run: Any, single: pd.DataFrame) -> list[str]:
+def verify_ensemble(run: Any, single: pd.DataFrame, rows: pd.DataFrame, steps: pd.DataFrame) -> list[str]:
     """Differences between the written ensemble rows, ``robust_ensemble.csv`` and ``masking_suspected`` and their
-    re-derivation from the scores (``single``: the re-derived single-attack rows)."""
+    re-derivation from the scores (``single``: the re-derived single-attack rows; ``rows``, ``steps``: the first two
+    of :func:`rederive_ensemble`)."""
     from advopenood.evaluation.verify import compare
 
     written = run.table("robust_auroc.csv")
-    rows, steps = rederive_ensemble(run)
     mine = written[written["method"] == "ensemble"] if "method" in written.columns else written.iloc[:0]
     lines = compare(rows.reindex(columns=["detector", "id_attack", "ood_attack", "ood_set", "eps", *ROBUST_METRICS,
                                           *ROBUST_BOUNDS, "ci", "n_id", "n_ood"]), mine,

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from advopenood_plugins.evaluators.robust_auroc.verify_ensemble import Worst
 from advopenood_plugins.kit.verify import ci_plan, pairs_of
 
 KEYS = ["ood_set", "eps", "method", "detector_a", "detector_b"]
@@ -22,17 +23,23 @@ COLUMNS = ["family_a", "family_b", "twin", "robust_auroc_a", "robust_auroc_b", "
            "delta_robust_auroc_lo", "delta_robust_auroc_hi", "ci", "significant", "n_id", "n_ood"]
 
 
-def rederive_robust_paired(run: Any, robust: pd.DataFrame) -> pd.DataFrame:
-    """``robust_paired.csv`` re-computed from the re-derived robust rows ``robust`` and the saved scores."""
-    plan = ci_plan(run)
+def rederive_robust_paired(run: Any, robust: pd.DataFrame, worst: Worst | None = None) -> pd.DataFrame:
+    """``robust_paired.csv`` re-computed from the re-derived robust rows ``robust`` and the saved scores; an
+    ensemble row's arrays are its re-derived worst case ``worst[(detector, OOD set, eps as %.6g)]``."""
+    plan, worst = ci_plan(run), worst or {}
+
+    def arrays(det: str, r: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        if r["method"] == "ensemble":
+            return worst[det, r["ood_set"], f"{float(r['eps']):.6g}"]
+        return run.scores(det)[r["id_attack"]].astype(float), run.scores(det)[r["ood_attack"]].astype(float)
+
     rows = []
     for (ood_set, eps, attack), part in robust.groupby(["ood_set", "eps", "method"], sort=False):
         chosen: dict[str, dict[str, Any]] = {}
         for r in part.to_dict("records"):
             if r["detector"] not in chosen or r["attack_family"] == "eot":
                 chosen[r["detector"]] = r
-        cells = {d: (run.scores(d)[r["id_attack"]].astype(float), run.scores(d)[r["ood_attack"]].astype(float))
-                 for d, r in chosen.items()}
+        cells = {d: arrays(d, r) for d, r in chosen.items()}
         aurocs = {d: float(r["robust_auroc"]) for d, r in chosen.items()}
         n, m = len(next(iter(cells.values()))[0]), len(next(iter(cells.values()))[1])
         boot: dict[str, np.ndarray] = {}
@@ -56,12 +63,14 @@ def rederive_robust_paired(run: Any, robust: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=KEYS + COLUMNS)
 
 
-def verify_robust_paired(run: Any, robust: pd.DataFrame) -> list[str]:
-    """Differences between ``robust_paired.csv`` and its re-derivation; none when the run wrote no such table."""
+def verify_robust_paired(run: Any, robust: pd.DataFrame, worst: Worst | None = None) -> list[str]:
+    """Differences between ``robust_paired.csv`` and its re-derivation (:func:`rederive_robust_paired`); none when
+    the run wrote no such table."""
     from advopenood.evaluation.verify import compare
 
     if not run.has("robust_paired.csv"):
         return ["robust_paired.csv: the robust_auroc evaluator ran but the table is missing"] if len(robust) else []
     written = run.table("robust_paired.csv")
     written = written.assign(eps=[f"{float(e):.6g}" for e in written["eps"]])
-    return compare(rederive_robust_paired(run, robust), written, KEYS, COLUMNS, atol=1e-6, table="robust_paired.csv")
+    return compare(rederive_robust_paired(run, robust, worst), written, KEYS, COLUMNS, atol=1e-6,
+                   table="robust_paired.csv")

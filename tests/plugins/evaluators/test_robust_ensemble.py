@@ -256,3 +256,23 @@ def test_standard_ensemble_of_a_randomised_detector_has_eot_gradients_and_a_plai
     assert specs["robust_square_id_msp"].params["n_queries"] == 500
     gpu = {s.set_name: s for s in expand_attacks(cfg.replace(device="cuda"), 32)}
     assert gpu["robust_square_ood_msp-tin"].params["n_queries"] == 5000
+
+
+def test_robust_paired_compares_the_detectors_ensembles_and_verify_rederives_them(ensemble_run, tmp_path, capsys):
+    """The ensemble rows enter robust_paired.csv (each detector by its own per-image worst case), with the
+    difference of the two ensemble rows' robust AUROCs, and an edit of such a row is one verify difference."""
+    table = pd.read_csv(ensemble_run / "robust_auroc.csv")
+    paired = pd.read_csv(ensemble_run / "robust_paired.csv")
+    ens = paired[paired["method"] == "ensemble"]
+    assert len(ens) == 1
+    row = ens.iloc[0]
+    robust = table[table["method"] == "ensemble"].set_index("detector")["robust_auroc"]
+    assert row["robust_auroc_a"] == pytest.approx(robust[row["detector_a"]], abs=1e-6)
+    assert row["robust_auroc_b"] == pytest.approx(robust[row["detector_b"]], abs=1e-6)
+    assert row["delta_robust_auroc_lo"] <= row["delta_robust_auroc"] <= row["delta_robust_auroc_hi"]
+    copy = edited_copy(ensemble_run, tmp_path / "paired", "robust_paired.csv", "delta_robust_auroc_lo", -99.0,
+                       int(ens.index[0]))
+    capsys.readouterr()
+    assert main(["verify", str(copy)]) == 1
+    said = capsys.readouterr()
+    assert "1 difference(s)" in said.out + said.err and "robust_paired.csv" in said.out + said.err
