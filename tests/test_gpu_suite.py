@@ -61,3 +61,19 @@ def test_the_tables_hold_each_runs_ensemble_numbers(suite):
     for run in ("ross_audit/cifar10_resnet20_adaptive", "robust_study/cifar10_resnet20"):
         ens = pd.read_csv(out / run / "robust_auroc.csv").query("method == 'ensemble'").iloc[0]
         assert f"{ens['robust_auroc']:.1f} [{ens['robust_auroc_lo']:.1f}, {ens['robust_auroc_hi']:.1f}]" in text
+
+
+def test_the_device_pack_gives_a_run_the_full_packs_images_at_its_limit_only(data_root, tmp_path):
+    """``benchmarks/device_pack.py``: the cut sets hold the rows a run of that --limit selects, in order, so the run
+    sees the full pack's images; used at another --limit they are other images (the pack is for one limit)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import device_pack
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    out = device_pack.write_pack(tmp_path / "pack", 16, source=data_root)
+    assert sorted(p.name for p in out.iterdir()) == sorted([*device_pack.CUT, *device_pack.WHOLE])
+    with np.load(out / "cifar10_test.npz") as z:
+        assert len(z["y"]) == 16
+    assert device_pack.same_images(out, 16, source=data_root)
+    assert not device_pack.same_images(out, 8, source=data_root)
