@@ -283,3 +283,30 @@ def test_one_edited_number_of_any_table_fails_verify(every_run, tmp_path, table,
     lines = [line for line in out.splitlines() if "DIFFERENCE" in line]
     assert code == 1, out
     assert len(lines) >= 1 and all(table in line for line in lines), lines
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_oracle_agrees_with_sklearn_on_tied_resampled_scores(seed):
+    """The checker's metrics and bootstrap replicates against sklearn's roc_curve / precision_recall_curve, on scores
+    with many ties, drawn with repeats as a bootstrap draws them (values a resample does not hold left out)."""
+    from sklearn.metrics import auc, precision_recall_curve, roc_auc_score, roc_curve
+
+    def sk(conf_id, conf_ood):
+        y, score = np.r_[np.zeros(len(conf_id)), np.ones(len(conf_ood))], -np.r_[conf_id, conf_ood]
+        fpr, tpr, _ = roc_curve(y, score)
+        p_out, r_out, _ = precision_recall_curve(y, score)
+        p_in, r_in, _ = precision_recall_curve(1 - y, -score)
+        return {"auroc": 100 * roc_auc_score(y, score), "fpr95": 100 * fpr[np.argmax(tpr >= 0.95)],
+                "aupr_out": 100 * auc(r_out, p_out), "aupr_in": 100 * auc(r_in, p_in)}
+
+    rng = np.random.default_rng(seed)
+    for _ in range(40):
+        n, m = rng.integers(2, 50, 2)
+        grid = rng.choice([2, 4, 50])
+        conf_id, conf_ood = np.round(rng.normal(0.4, 1, n) * grid) / grid, np.round(rng.normal(0, 1, m) * grid) / grid
+        assert oracle.ood_metrics(conf_id, conf_ood) == pytest.approx(sk(conf_id, conf_ood), abs=1e-9)
+        idx_id, idx_ood = rng.integers(0, n, (3, n)), rng.integers(0, m, (3, m))
+        reps = oracle.replicates(conf_id, conf_ood, idx_id, idx_ood)
+        for b in range(3):
+            want = sk(conf_id[idx_id[b]], conf_ood[idx_ood[b]])
+            assert {k: v[b] for k, v in reps.items()} == pytest.approx(want, abs=1e-9)

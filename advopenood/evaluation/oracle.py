@@ -6,7 +6,7 @@ cannot hide in a table and in its check. The definitions are OpenOOD v1.5's (``o
 a detector's confidence ``conf`` is higher for more in-distribution inputs, OOD is the positive class and the
 decision score is ``-conf``; every metric is in percent.
 
-* **AUROC**: the Mann-Whitney statistic on average ranks (``scipy.stats.rankdata``; Hanley and McNeil 1982),
+* **AUROC**: the Mann-Whitney statistic on average ranks (Hanley and McNeil 1982),
   ``(R_id - n_id (n_id + 1) / 2) / (n_id n_ood)``: ties count one half, which equals the trapezoidal ROC area.
 * **FPR95**: the false positive rate at the first ROC point whose true positive rate reaches 95 %, on the points
   ``sklearn.metrics.roc_curve`` keeps (``drop_intermediate``: a point whose step in false and true positives equals
@@ -17,7 +17,7 @@ decision score is ``-conf``; every metric is in percent.
   cell's seed is the first 8 bytes, little-endian, of SHA-256 of ``"<run seed>\\0<cell key>"``; a PCG64 generator
   seeded with it draws the ``(resamples, n_id)`` ID indices, then the ``(resamples, n_ood)`` OOD indices, uniform
   with replacement, drawn and used a block at a time (:func:`resample_blocks`). Each resample's metrics are computed
-  one resample at a time (:func:`replicates`).
+  one resample at a time (:func:`replicates`), from how many copies of each distinct value it draws.
 * **DeLong**: DeLong, DeLong and Clarke-Pearson (1988) from the pairwise comparison matrix ``psi`` (one row per
   OOD image, one column per ID image), for one AUROC and for the difference of two on the same images.
 * **Wilson**: the 95 % score interval on a share as the roots of its quadratic (Wilson 1927).
@@ -59,47 +59,65 @@ def _arrays(conf_id: np.ndarray, conf_ood: np.ndarray) -> tuple[np.ndarray, np.n
     return np.asarray(conf_id, dtype=np.float64).ravel(), np.asarray(conf_ood, dtype=np.float64).ravel()
 
 
-def _steps(positive: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Cumulative (false, true) positives at each distinct ``score``, from the highest down."""
-    order = np.argsort(-score, kind="mergesort")
-    ranked, pos = score[order], positive[order]
-    ends = np.r_[np.flatnonzero(ranked[1:] != ranked[:-1]), len(ranked) - 1]
-    tp = np.cumsum(pos)[ends].astype(np.float64)
-    return ends + 1.0 - tp, tp
+def _distinct(conf_id: np.ndarray, conf_ood: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """The index of each ID and each OOD confidence among the pooled confidences' distinct values (ascending), and
+    how many distinct values there are."""
+    _, where = np.unique(np.concatenate([conf_id, conf_ood]), return_inverse=True)
+    where = where.ravel()
+    return where[:len(conf_id)], where[len(conf_id):], int(where.max()) + 1
 
 
 def _pr_area(fp: np.ndarray, tp: np.ndarray) -> float:
-    """Trapezoidal area under the precision-recall points, with the end point (recall 0, precision 1)."""
-    recall, precision = np.r_[0.0, tp / tp[-1]], np.r_[1.0, tp / (tp + fp)]
+    """Trapezoidal area under the precision-recall points, with the end point (recall 0, precision 1); ``fp``,
+    ``tp``: cumulative counts at each distinct score from the highest down."""
+    recall = np.concatenate([[0.0], tp / tp[-1]])
+    precision = np.concatenate([[1.0], tp / (tp + fp)])
     return float(np.sum(np.diff(recall) * (precision[1:] + precision[:-1])) / 2.0)
 
 
-def _metrics(conf_id: np.ndarray, conf_ood: np.ndarray, wanted: Iterable[str]) -> dict[str, float]:
-    """The ``wanted`` metrics in percent of usable float arrays."""
-    from scipy.stats import rankdata
+def _fpr95(fp: np.ndarray, tp: np.ndarray, n_id: int, n_ood: int) -> float:
+    """FPR at the first ROC point with TPR >= 95 % (OOD positive), on the points sklearn's ``roc_curve`` keeps."""
+    if len(fp) > 2:  # sklearn's drop_intermediate
+        keep = np.concatenate([[True], (np.diff(fp, 2) != 0) | (np.diff(tp, 2) != 0), [True]])
+        fp, tp = fp[keep], tp[keep]
+    fpr, tpr = np.concatenate([[0.0], fp]) / n_id, np.concatenate([[0.0], tp]) / n_ood
+    return float(fpr[np.flatnonzero(tpr >= TPR)[0]])
 
-    n_id, n_ood = len(conf_id), len(conf_ood)
-    pooled = np.concatenate([conf_id, conf_ood])
-    is_ood = np.r_[np.zeros(n_id), np.ones(n_ood)]
+
+def _counted(id_in: np.ndarray, ood_in: np.ndarray, wanted: Iterable[str]) -> dict[str, float]:
+    """The ``wanted`` metrics in percent from how many ID and OOD confidences take each distinct value, ascending
+    (values no confidence takes left out): a value shared by several images is one ROC / PR point, as in sklearn.
+
+    AUROC: the ID images' average ranks (a value's copies at sorted positions ``a..b``, 1-based, each rank
+    ``(a + b) / 2``), ``R_id - n_id (n_id + 1) / 2`` over ``n_id n_ood``. With OOD positive and score ``-conf`` the
+    points run from the lowest confidence up: true positives the OOD count up to each value, false the ID count;
+    with ID positive and score ``conf`` they run from the highest down."""
+    id_upto, ood_upto = np.cumsum(id_in, dtype=np.float64), np.cumsum(ood_in, dtype=np.float64)
+    n_id, n_ood = id_upto[-1], ood_upto[-1]
     out: dict[str, float] = {}
     for metric in wanted:
         if metric == "auroc":
-            u_id = rankdata(pooled)[:n_id].sum() - n_id * (n_id + 1) / 2.0
-            out[metric] = 100.0 * u_id / (n_id * n_ood)
+            last = id_upto + ood_upto  # 1-based position of each value's last copy
+            first = last - id_in - ood_in + 1
+            rank_sum = float(np.sum(id_in * (first + last) / 2.0))
+            out[metric] = 100.0 * (rank_sum - n_id * (n_id + 1) / 2.0) / (n_id * n_ood)
         elif metric == "fpr95":
-            fp, tp = _steps(is_ood, -pooled)
-            if len(fp) > 2:  # sklearn's drop_intermediate
-                keep = np.r_[True, (np.diff(fp, 2) != 0) | (np.diff(tp, 2) != 0), True]
-                fp, tp = fp[keep], tp[keep]
-            fpr, tpr = np.r_[0.0, fp] / n_id, np.r_[0.0, tp] / n_ood
-            out[metric] = 100.0 * float(fpr[np.flatnonzero(tpr >= TPR)[0]])
+            out[metric] = 100.0 * _fpr95(id_upto, ood_upto, n_id, n_ood)
         elif metric == "aupr_out":
-            out[metric] = 100.0 * _pr_area(*_steps(is_ood, -pooled))
+            out[metric] = 100.0 * _pr_area(id_upto, ood_upto)
         elif metric == "aupr_in":
-            out[metric] = 100.0 * _pr_area(*_steps(1.0 - is_ood, pooled))
+            id_down = np.cumsum(id_in[::-1], dtype=np.float64)
+            ood_down = np.cumsum(ood_in[::-1], dtype=np.float64)
+            out[metric] = 100.0 * _pr_area(ood_down, id_down)
         else:
             raise ValueError(f"unknown metric {metric!r}; valid: {', '.join(METRICS)}")
     return out
+
+
+def _metrics(conf_id: np.ndarray, conf_ood: np.ndarray, wanted: Iterable[str]) -> dict[str, float]:
+    """The ``wanted`` metrics in percent of usable float arrays (:func:`_counted` of their distinct values)."""
+    id_at, ood_at, size = _distinct(conf_id, conf_ood)
+    return _counted(np.bincount(id_at, minlength=size), np.bincount(ood_at, minlength=size), wanted)
 
 
 def ood_metrics(conf_id: np.ndarray, conf_ood: np.ndarray, wanted: Iterable[str] = METRICS) -> dict[str, float]:
@@ -157,12 +175,16 @@ def resample_indices(seed: int, key: str, n_id: int, n_ood: int, resamples: int)
 def replicates(conf_id: np.ndarray, conf_ood: np.ndarray, idx_id: np.ndarray, idx_ood: np.ndarray,
                wanted: Iterable[str] = METRICS) -> dict[str, np.ndarray]:
     """The ``wanted`` metrics (percent) of every resample, one resample at a time: row ``b`` scores
-    ``conf_id[idx_id[b]]`` against ``conf_ood[idx_ood[b]]`` (usable arrays: no NaN)."""
+    ``conf_id[idx_id[b]]`` against ``conf_ood[idx_ood[b]]`` (usable arrays: no NaN), from how many copies of each
+    distinct value it draws (:func:`_counted`)."""
     conf_id, conf_ood = _arrays(conf_id, conf_ood)
     wanted = tuple(wanted)
     out = {m: np.empty(len(idx_id)) for m in wanted}
+    id_at, ood_at, size = _distinct(conf_id, conf_ood)
     for b, (i, j) in enumerate(zip(idx_id, idx_ood)):
-        for m, value in _metrics(conf_id[i], conf_ood[j], wanted).items():
+        id_in, ood_in = np.bincount(id_at[i], minlength=size), np.bincount(ood_at[j], minlength=size)
+        taken = (id_in + ood_in) > 0  # the values this resample holds
+        for m, value in _counted(id_in[taken], ood_in[taken], wanted).items():
             out[m][b] = value
     return out
 
