@@ -319,39 +319,56 @@ FAST_COMMANDS = [["--help"], ["run", "--help"], ["verify", "--help"], ["bintest"
                  ["list", "analyses"], ["list", "attacks"]]
 
 
-@pytest.mark.parametrize("argv", FAST_COMMANDS, ids=" ".join)
-def test_help_and_list_answer_without_importing_torch(argv, tmp_path):
-    """The CLI shell reads the plugin index; torch is imported only to build it (once per change of plugins)."""
+#: a CLI call in a fresh process that says whether it imported torch (on stderr)
+TORCH_PROBE = ("import sys, json; from advopenood.cli.main import main\n"
+               "try:\n    main(json.loads(sys.argv[1]))\nexcept SystemExit:\n    pass\n"
+               "print('TORCH=' + str('torch' in sys.modules), file=sys.stderr)")
+
+
+def _probe(argv: list[str], cache: Path) -> subprocess.CompletedProcess:
     import json
-    import os
-    import subprocess
-    import sys
 
-    env = {**os.environ, "ADVOPENOOD_CACHE": str(tmp_path)}
-    probe = ("import sys, json; from advopenood.cli.main import main\n"
-             "try:\n    main(json.loads(sys.argv[1]))\nexcept SystemExit:\n    pass\n"
-             "print('TORCH=' + str('torch' in sys.modules), file=sys.stderr)")
-    first = subprocess.run([sys.executable, "-c", probe, json.dumps(argv)], env=env, capture_output=True, text=True)
-    assert first.returncode == 0 and (tmp_path / "registry-index.json").is_file()
-    second = subprocess.run([sys.executable, "-c", probe, json.dumps(argv)], env=env, capture_output=True, text=True)
-    assert second.stdout == first.stdout and "TORCH=False" in second.stderr
+    return subprocess.run([sys.executable, "-c", TORCH_PROBE, json.dumps(argv)], capture_output=True, text=True,
+                          env={**os.environ, "ADVOPENOOD_CACHE": str(cache)})
 
 
-@pytest.mark.parametrize("kind, name", [("attacks", "adaptive_eot_smoothed_msp"), ("attacks", "adaptive_apgd_eot"),
-                                        ("attacks", "robust_id_smoothed_msp"), ("attacks", "robust_apgd_ood_eot_smoothed_msp"),
-                                        ("attacks", "robust_id_eot"), ("detectors", "smoothed_msp")])
-def test_the_first_look_up_in_a_process_holds_every_generated_plugin(kind, name):
+@pytest.fixture(scope="module")
+def indexed_cache(tmp_path_factory) -> Path:
+    """A cache that holds the plugin index, stored by one ``list detectors`` as any install does once."""
+    cache = tmp_path_factory.mktemp("indexed")
+    assert run_cli("list", "detectors", env={"ADVOPENOOD_CACHE": str(cache)}).returncode == 0
+    assert (cache / "registry-index.json").is_file()
+    return cache
+
+
+def test_the_first_call_builds_the_plugin_index_and_answers_as_every_later_call(tmp_path, indexed_cache):
+    """torch is imported only to build the index (once per change of plugins): a fresh cache's first call builds
+    it and prints what a call on a built index prints."""
+    first = _probe(["list", "attacks"], tmp_path)
+    assert first.returncode == 0 and (tmp_path / "registry-index.json").is_file() and "TORCH=True" in first.stderr
+    assert _probe(["list", "attacks"], indexed_cache).stdout == first.stdout
+
+
+@pytest.mark.parametrize("argv", FAST_COMMANDS, ids=" ".join)
+def test_help_and_list_answer_without_importing_torch(argv, indexed_cache):
+    """The CLI shell reads the plugin index: help and listings never import torch once it is built."""
+    done = _probe(argv, indexed_cache)
+    assert done.returncode == 0 and done.stdout and "TORCH=False" in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("kind, names", [
+    ("attacks", ["adaptive_eot_smoothed_msp", "adaptive_apgd_eot", "robust_id_smoothed_msp",
+                 "robust_apgd_ood_eot_smoothed_msp", "robust_id_eot"]),
+    ("detectors", ["smoothed_msp"])])
+def test_the_first_look_up_in_a_process_holds_every_generated_plugin(kind, names):
     """A family registered while a listing runs (the adaptive attacks' families take the detectors, whose discovery
     imports smoothed.py and its families) counts in the same listing: the first ``names`` of a fresh process equals
     the second, and the plugin index built from it is complete (it once lacked all 54 EOT attacks)."""
-    import subprocess
-    import sys
-
     probe = ("from advopenood import registry\n"
              f"first = registry.names({kind!r}); second = registry.names({kind!r})\n"
-             f"print(first == second, {name!r} in first)")
+             f"print(first == second, *[n in first for n in {names!r}])")
     got = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert got.stdout.split() == ["True", "True"], got.stderr[-2000:]
+    assert got.stdout.split() == ["True"] * (1 + len(names)), got.stderr[-2000:]
 
 
 def test_descriptions_are_whole_sentences(capsys):
@@ -388,14 +405,13 @@ PRECHECKED = {"eps": (["--eps", "abc"], "eps 'abc' is not a number"),
 
 
 @pytest.mark.parametrize("case", list(PRECHECKED))
-def test_bad_flags_are_refused_before_torch_loads(case, tmp_path):
+def test_bad_flags_are_refused_before_torch_loads(case, tmp_path, indexed_cache):
     """``run --eps abc`` and the like exit 2 with one line, without importing torch or a plugin (the names from the
     plugin index), in well under the 8-10 s a full load took."""
     import json
 
     flags, fragment = PRECHECKED[case]
-    env = {**os.environ, "ADVOPENOOD_CACHE": str(tmp_path)}
-    assert run_cli("list", "detectors", env=env).returncode == 0  # stores the plugin index, as any install does once
+    env = {**os.environ, "ADVOPENOOD_CACHE": str(indexed_cache)}
     probe = ("import sys, json; from advopenood.cli.main import main\n"
              "rc = main(json.loads(sys.argv[1]))\n"
              "print('RC=%d TORCH=%s PLUGINS=%s' % (rc, 'torch' in sys.modules, "
