@@ -172,7 +172,7 @@ def test_adaptive_family_stands_for_one_attack_per_selected_detector(data_root, 
     ("robust_ood_gram", "steps", (1, 1)), ("adaptive_apgd_gram", "n_iter", (1, 1)), ("adaptive_odin", "steps", (2, 3)),
     ("robust_id_odin", "steps", (2, 2)), ("adaptive_apgd_odin", "n_iter", (2, 3)),
     ("adaptive_eot_smoothed_gram", "steps", (5, 3))])
-def test_network_passes_per_attack_step(cifar_model, cifar_fit, cifar_batch, name, steps_key, per_step):
+def test_network_passes_per_attack_step(cifar_model, pack_set, cifar_batch, name, steps_key, per_step):
     """Every extra step of a detector-aware attack costs one forward and one backward pass of the network, GRAM's
     included (its tapped maps come from the attack's shared pass, not a pass of its own); ODIN's preprocessing
     gradient is one more backward through that pass, its perturbed input one more forward and backward (the robust
@@ -180,6 +180,7 @@ def test_network_passes_per_attack_step(cifar_model, cifar_fit, cifar_batch, nam
     smoothed GRAM with 2 draws: the smoothed value's 2 noisy forwards, 2 noisy passes for the gradient, the shared
     pass."""
     x, y = cifar_batch[0][:4], cifar_batch[1][:4]
+    fit = pack_set("cifar10_train", "cifar10_train_10k.npz", 200)  # the count does not depend on the fit's size
     passes = {"forward": 0, "backward": 0}
 
     def count(module, inputs, output):
@@ -193,7 +194,7 @@ def test_network_passes_per_attack_step(cifar_model, cifar_fit, cifar_batch, nam
         for steps in (1, 3):
             attack = build_attack(name, {steps_key: steps, **({"lam": [1.0]} if "robust" not in name else {})},
                                   input_size=32, protocol=None)
-            bind_attack(attack, cifar_model, cifar_fit, seed=0, batch_size=256, device=CPU,
+            bind_attack(attack, cifar_model, fit, seed=0, batch_size=256, device=CPU,
                         detector_params={"smoothed_gram": {"n": 2}})
             attack.target  # fitting and calibrating are no attack step
             passes.update(forward=0, backward=0)
