@@ -276,3 +276,20 @@ def test_robust_paired_compares_the_detectors_ensembles_and_verify_rederives_the
     assert main(["verify", str(copy)]) == 1
     said = capsys.readouterr()
     assert "1 difference(s)" in said.out + said.err and "robust_paired.csv" in said.out + said.err
+
+
+def test_the_ensemble_run_verifies_in_a_fresh_process(ensemble_run):
+    """``advopenood verify`` in a new process re-derives the ensemble rows, robust_ensemble.csv and robust_paired.csv's
+    ensemble rows with nothing of the writing process loaded but the test's masked detector, registered as a third
+    party would register it (a fresh process does not know it otherwise)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    probe = (f"import sys; sys.path[:0] = [{str(here)!r}, {str(here.parents[1])!r}]\n"
+             "from test_robust_ensemble import MaskedMSP\nfrom advopenood import registry\n"
+             "registry.register('detectors', 'zzmasked')(MaskedMSP)\nfrom advopenood.cli.main import main\n"
+             f"sys.exit(main(['verify', {str(ensemble_run)!r}]))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0 and "0 difference(s)" in done.stdout + done.stderr, done.stderr[-2000:]
