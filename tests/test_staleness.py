@@ -42,7 +42,8 @@ class Step(Attack):
 
 
 def _load_attack(folder: Path, step: str) -> type:
-    """Write the plugin module with ``STEP = step`` and import it afresh (as a new process would)."""
+    """Write the plugin module with ``STEP = step`` and import it afresh (as a new process would); registered in the
+    calling test's own registry (``fresh_registry``), so that it does not outlive the test."""
     path = folder / "zzstep_plugin.py"
     path.write_text(ATTACK_SRC.replace("STEP", step))
     spec = importlib.util.spec_from_file_location("zzstep_plugin", path)
@@ -53,7 +54,7 @@ def _load_attack(folder: Path, step: str) -> type:
     return module.Step
 
 
-def test_editing_an_attacks_code_recomputes_its_sets(tmp_path, cifar_model, pack_set):
+def test_editing_an_attacks_code_recomputes_its_sets(tmp_path, cifar_model, pack_set, fresh_registry):
     ds = pack_set("cifar10", "cifar10_test.npz", 32)
     store = AdvStore(tmp_path / "adv", shard_size=16)
     kwargs = dict(model_hash="m", seed=0, device=torch.device("cpu"), progress=False)
