@@ -10,14 +10,14 @@ decision score is ``-conf``; every metric is in percent.
   ``(R_id - n_id (n_id + 1) / 2) / (n_id n_ood)``: ties count one half, which equals the trapezoidal ROC area.
 * **FPR95**: the false positive rate at the first ROC point whose true positive rate reaches 95 %, on the points
   ``sklearn.metrics.roc_curve`` keeps (``drop_intermediate``: a point whose step in false and true positives equals
-  the next one's is dropped), built here from cumulative counts at each distinct score.
+  the next one's is dropped), built here from cumulative counts at each distinct score of the sorted sample.
 * **AUPR-In / AUPR-Out**: the trapezoidal areas under the precision-recall points (``precision_recall_curve`` with
   its end point recall 0, precision 1) with ID / OOD positive, as OpenOOD's ``auc(recall, precision)``.
 * **bootstrap**: the stratified percentile interval (2.5 and 97.5 % linear quantiles) over the run's resamples: the
   cell's seed is the first 8 bytes, little-endian, of SHA-256 of ``"<run seed>\\0<cell key>"``; a PCG64 generator
   seeded with it draws the ``(resamples, n_id)`` ID indices, then the ``(resamples, n_ood)`` OOD indices, uniform
-  with replacement, drawn and used a block at a time (:func:`resample_blocks`). Each resample's metrics are computed
-  one resample at a time (:func:`replicates`), from how many copies of each distinct value it draws.
+  with replacement, drawn and used a block at a time (:func:`resample_blocks`). Each resample's metrics are read
+  off its pooled images sorted by confidence (:func:`replicates`), a block of resamples at a time.
 * **DeLong**: DeLong, DeLong and Clarke-Pearson (1988) from the pairwise comparison matrix ``psi`` (one row per
   OOD image, one column per ID image), for one AUROC and for the difference of two on the same images.
 * **Wilson**: the 95 % score interval on a share as the roots of its quadratic (Wilson 1927).
@@ -41,6 +41,8 @@ TPR = 0.95
 LEVEL = 0.95
 #: index draws per side that :func:`resample_blocks` holds at once (int64: 8 MiB a side)
 HELD = 1_000_000
+#: grid cells (resamples x pooled images) that :func:`replicates` sorts and reads at once
+GRID = 1 << 16
 
 
 def _z() -> float:
@@ -59,65 +61,97 @@ def _arrays(conf_id: np.ndarray, conf_ood: np.ndarray) -> tuple[np.ndarray, np.n
     return np.asarray(conf_id, dtype=np.float64).ravel(), np.asarray(conf_ood, dtype=np.float64).ravel()
 
 
-def _distinct(conf_id: np.ndarray, conf_ood: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """The index of each ID and each OOD confidence among the pooled confidences' distinct values (ascending), and
-    how many distinct values there are."""
+def _distinct(conf_id: np.ndarray, conf_ood: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each image's sort code: ``2 v`` for an ID image, ``2 v + 1`` for an OOD one, ``v`` the index of its
+    confidence among the pooled confidences' distinct values (ascending)."""
     _, where = np.unique(np.concatenate([conf_id, conf_ood]), return_inverse=True)
-    where = where.ravel()
-    return where[:len(conf_id)], where[len(conf_id):], int(where.max()) + 1
+    codes = 2 * where.ravel().astype(np.int64)
+    codes[len(conf_id):] += 1
+    return codes[:len(conf_id)], codes[len(conf_id):]
 
 
-def _pr_area(fp: np.ndarray, tp: np.ndarray) -> float:
-    """Trapezoidal area under the precision-recall points, with the end point (recall 0, precision 1); ``fp``,
-    ``tp``: cumulative counts at each distinct score from the highest down."""
-    recall = np.concatenate([[0.0], tp / tp[-1]])
-    precision = np.concatenate([[1.0], tp / (tp + fp)])
-    return float(np.sum(np.diff(recall) * (precision[1:] + precision[:-1])) / 2.0)
+def _sorted_metrics(codes: np.ndarray, n_id: int, n_ood: int, wanted: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The ``wanted`` metrics in percent of each row of ``codes``: one sample's pooled sort codes
+    (:func:`_distinct`), sorted ascending, so that a row lists its images from the lowest confidence up.
 
-
-def _fpr95(fp: np.ndarray, tp: np.ndarray, n_id: int, n_ood: int) -> float:
-    """FPR at the first ROC point with TPR >= 95 % (OOD positive), on the points sklearn's ``roc_curve`` keeps."""
-    if len(fp) > 2:  # sklearn's drop_intermediate
-        keep = np.concatenate([[True], (np.diff(fp, 2) != 0) | (np.diff(tp, 2) != 0), [True]])
-        fp, tp = fp[keep], tp[keep]
-    fpr, tpr = np.concatenate([[0.0], fp]) / n_id, np.concatenate([[0.0], tp]) / n_ood
-    return float(fpr[np.flatnonzero(tpr >= TPR)[0]])
-
-
-def _counted(id_in: np.ndarray, ood_in: np.ndarray, wanted: Iterable[str]) -> dict[str, float]:
-    """The ``wanted`` metrics in percent from how many ID and OOD confidences take each distinct value, ascending
-    (values no confidence takes left out): a value shared by several images is one ROC / PR point, as in sklearn.
-
-    AUROC: the ID images' average ranks (a value's copies at sorted positions ``a..b``, 1-based, each rank
-    ``(a + b) / 2``), ``R_id - n_id (n_id + 1) / 2`` over ``n_id n_ood``. With OOD positive and score ``-conf`` the
-    points run from the lowest confidence up: true positives the OOD count up to each value, false the ID count;
-    with ID positive and score ``conf`` they run from the highest down."""
-    id_upto, ood_upto = np.cumsum(id_in, dtype=np.float64), np.cumsum(ood_in, dtype=np.float64)
-    n_id, n_ood = id_upto[-1], ood_upto[-1]
-    out: dict[str, float] = {}
+    A value's copies in a row are a run; its ROC / PR point sits at the run's last position, where the counts of ID
+    and OOD images at or below the value are read off the row's cumulative sums (a value shared by several images is
+    one point, as in sklearn). AUROC: the ID images' average ranks (a run at 1-based positions ``a..b`` gives each
+    copy ``(a + b) / 2``), ``R_id - n_id (n_id + 1) / 2`` over ``n_id n_ood``. With OOD positive and score ``-conf``
+    the points run from the lowest confidence up: true positives the OOD images at or below each value, false the
+    ID ones; with ID positive and score ``conf`` they run from the highest down, counting the images at or above."""
+    rows, n = codes.shape
+    value = codes >> 1
+    is_end = np.empty((rows, n), dtype=bool)  # the last position of each run
+    np.not_equal(value[:, 1:], value[:, :-1], out=is_end[:, :-1])
+    is_end[:, -1] = True
+    per_row = is_end.sum(axis=1)
+    start = np.zeros(rows, dtype=np.int64)  # each row's first point among the points, row after row
+    np.cumsum(per_row[:-1], out=start[1:])
+    ends = np.flatnonzero(is_end)
+    col = ends - np.repeat(np.arange(rows) * n, per_row)
+    ood = np.cumsum(codes & 1, axis=None)  # OOD images so far, over the rows laid end to end
+    before_row = np.zeros(rows, dtype=np.int64)
+    before_row[1:] = ood[n - 1:-1:n]
+    tp = (ood[ends] - np.repeat(before_row, per_row)).astype(np.float64)  # OOD at or below the value
+    fp = (col + 1) - tp  # ID at or below it
+    first = np.zeros(len(ends), dtype=bool)
+    first[start] = True
+    last = np.zeros(len(ends), dtype=bool)
+    last[start[1:] - 1] = True
+    last[-1] = True
+    fp_before, tp_before = _shifted(fp, 1, first), _shifted(tp, 1, first)
+    out: dict[str, np.ndarray] = {}
     for metric in wanted:
         if metric == "auroc":
-            last = id_upto + ood_upto  # 1-based position of each value's last copy
-            first = last - id_in - ood_in + 1
-            rank_sum = float(np.sum(id_in * (first + last) / 2.0))
+            col_before = _shifted(col.astype(np.float64), 1, first, -1.0)
+            rank_sum = np.add.reduceat((fp - fp_before) * ((col_before + 1 + col) / 2.0 + 1.0), start)
             out[metric] = 100.0 * (rank_sum - n_id * (n_id + 1) / 2.0) / (n_id * n_ood)
-        elif metric == "fpr95":
-            out[metric] = 100.0 * _fpr95(id_upto, ood_upto, n_id, n_ood)
-        elif metric == "aupr_out":
-            out[metric] = 100.0 * _pr_area(id_upto, ood_upto)
-        elif metric == "aupr_in":
-            id_down = np.cumsum(id_in[::-1], dtype=np.float64)
-            ood_down = np.cumsum(ood_in[::-1], dtype=np.float64)
-            out[metric] = 100.0 * _pr_area(ood_down, id_down)
+        elif metric == "fpr95":  # sklearn's drop_intermediate keeps the first, the last and every bend
+            bend = ((_shifted(fp, -1, last) - 2 * fp + fp_before != 0)
+                    | (_shifted(tp, -1, last) - 2 * tp + tp_before != 0))
+            ok = (bend | first | last) & (tp / n_ood >= TPR)
+            chosen = np.flatnonzero(ok)
+            chosen = chosen[np.searchsorted(chosen, start)]  # each row's first (its last point always qualifies)
+            out[metric] = 100.0 * (fp[chosen] / n_id)
+        elif metric == "aupr_out":  # each point after the one below it, from the start point (recall 0, precision 1)
+            out[metric] = 100.0 * _pr_area(tp, fp, tp_before, fp_before, first, start, n_ood)
+        elif metric == "aupr_in":  # from the highest value down: the images at or above a value
+            out[metric] = 100.0 * _pr_area(n_id - fp_before, n_ood - tp_before, n_id - fp, n_ood - tp, last, start,
+                                           n_id)
         else:
             raise ValueError(f"unknown metric {metric!r}; valid: {', '.join(METRICS)}")
     return out
 
 
-def _metrics(conf_id: np.ndarray, conf_ood: np.ndarray, wanted: Iterable[str]) -> dict[str, float]:
-    """The ``wanted`` metrics in percent of usable float arrays (:func:`_counted` of their distinct values)."""
-    id_at, ood_at, size = _distinct(conf_id, conf_ood)
-    return _counted(np.bincount(id_at, minlength=size), np.bincount(ood_at, minlength=size), wanted)
+def _shifted(values: np.ndarray, step: int, edge: np.ndarray, fill: float = 0.0) -> np.ndarray:
+    """Each point's neighbour on its curve: ``values`` moved one place (``step`` 1: the point before, -1: the point
+    after), ``fill`` where ``edge`` (a row's first or last point) has none."""
+    out = np.empty_like(values)
+    if step == 1:
+        out[1:] = values[:-1]
+    else:
+        out[:-1] = values[1:]
+    out[edge] = fill
+    return out
+
+
+def _pr_area(tp: np.ndarray, fp: np.ndarray, tp_prev: np.ndarray, fp_prev: np.ndarray, origin: np.ndarray,
+             start: np.ndarray, positives: int) -> np.ndarray:
+    """Per row (points ``start[r]`` on), the trapezoidal area under the precision-recall points: each point (recall
+    ``tp / positives``, precision ``tp / (tp + fp)``) joined to the point before it on the curve (``tp_prev``,
+    ``fp_prev``; the start point recall 0, precision 1 where ``origin``)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        precision_prev = np.where(origin, 1.0, tp_prev / (tp_prev + fp_prev))
+    recall_prev = np.where(origin, 0.0, tp_prev / positives)
+    area = (tp / positives - recall_prev) * (tp / (tp + fp) + precision_prev)
+    return np.add.reduceat(area, start) / 2.0
+
+
+def _metrics(conf_id: np.ndarray, conf_ood: np.ndarray, wanted: tuple[str, ...]) -> dict[str, float]:
+    """The ``wanted`` metrics in percent of usable float arrays (:func:`_sorted_metrics` of their one row)."""
+    codes = np.sort(np.concatenate(_distinct(conf_id, conf_ood)))[None]
+    return {m: float(v[0]) for m, v in _sorted_metrics(codes, len(conf_id), len(conf_ood), wanted).items()}
 
 
 def ood_metrics(conf_id: np.ndarray, conf_ood: np.ndarray, wanted: Iterable[str] = METRICS) -> dict[str, float]:
@@ -174,19 +208,20 @@ def resample_indices(seed: int, key: str, n_id: int, n_ood: int, resamples: int)
 
 def replicates(conf_id: np.ndarray, conf_ood: np.ndarray, idx_id: np.ndarray, idx_ood: np.ndarray,
                wanted: Iterable[str] = METRICS) -> dict[str, np.ndarray]:
-    """The ``wanted`` metrics (percent) of every resample, one resample at a time: row ``b`` scores
-    ``conf_id[idx_id[b]]`` against ``conf_ood[idx_ood[b]]`` (usable arrays: no NaN), from how many copies of each
-    distinct value it draws (:func:`_counted`)."""
+    """The ``wanted`` metrics (percent) of every resample: row ``b`` scores ``conf_id[idx_id[b]]`` against
+    ``conf_ood[idx_ood[b]]`` (usable arrays: no NaN). The resamples' pooled images are sorted a block of rows at a
+    time (:data:`GRID` cells), each row one sample of :func:`_sorted_metrics`."""
     conf_id, conf_ood = _arrays(conf_id, conf_ood)
     wanted = tuple(wanted)
-    out = {m: np.empty(len(idx_id)) for m in wanted}
-    id_at, ood_at, size = _distinct(conf_id, conf_ood)
-    for b, (i, j) in enumerate(zip(idx_id, idx_ood)):
-        id_in, ood_in = np.bincount(id_at[i], minlength=size), np.bincount(ood_at[j], minlength=size)
-        taken = (id_in + ood_in) > 0  # the values this resample holds
-        for m, value in _counted(id_in[taken], ood_in[taken], wanted).items():
-            out[m][b] = value
-    return out
+    code_id, code_ood = _distinct(conf_id, conf_ood)
+    n_id, n_ood = idx_id.shape[1], idx_ood.shape[1]
+    rows = max(1, GRID // max(n_id + n_ood, 1))
+    parts = []
+    for s in range(0, len(idx_id), rows):
+        codes = np.concatenate([code_id[idx_id[s:s + rows]], code_ood[idx_ood[s:s + rows]]], axis=1)
+        codes.sort(axis=1)
+        parts.append(_sorted_metrics(codes, n_id, n_ood, wanted))
+    return {m: np.concatenate([p[m] for p in parts]) if parts else np.empty(0) for m in wanted}
 
 
 def seeded_replicates(cells: list[tuple[np.ndarray, np.ndarray]], seed: int, key: str, resamples: int,
