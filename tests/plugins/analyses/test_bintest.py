@@ -202,7 +202,10 @@ def test_strong_pgd_passes_on_demo_cnn(demo_net, demo_samples):
 
 @pytest.mark.parametrize("control", sorted(NEGATIVE_CONTROLS))
 def test_weakened_attacks_fail_on_cifar_resnet20(cifar_model, cifar_samples, control):
-    summary, samples = _run(cifar_model, cifar_samples, NEGATIVE_CONTROLS[control](), attack_name=control)
+    """The random-attack baseline is not what a control is judged by (its ASR alone is), so it takes the fewest
+    random points (``n_random`` 2; the baseline's 400 forward passes a sample were 60 % of these tests' time)."""
+    summary, samples = _run(cifar_model, cifar_samples, NEGATIVE_CONTROLS[control](), attack_name=control,
+                            n_random=2)
     assert summary["n"] == N_CIFAR and summary["eps"] == pytest.approx(EPS)
     assert summary["asr"] < 0.95 and not summary["passed"]
     assert summary["asr"] <= 0.5
@@ -211,7 +214,7 @@ def test_weakened_attacks_fail_on_cifar_resnet20(cifar_model, cifar_samples, con
 
 @pytest.mark.parametrize("control", sorted(NEGATIVE_CONTROLS))
 def test_weakened_attacks_fail_on_demo_cnn(demo_net, demo_samples, control):
-    summary, _ = _run(demo_net, demo_samples, NEGATIVE_CONTROLS[control](), attack_name=control)
+    summary, _ = _run(demo_net, demo_samples, NEGATIVE_CONTROLS[control](), attack_name=control, n_random=2)
     assert summary["n"] == N_DEMO
     assert summary["asr"] < 0.95 and not summary["passed"]
     assert summary["asr"] <= 0.5
@@ -255,7 +258,7 @@ def test_detector_regular_and_inverted_criteria(cifar_model, cifar_batch, cifar_
 
     x, y, rows = cifar_samples
     summary, samples = bt.run_bintest(cifar_model, x[:6], y[:6], PGD(steps=20), eps=EPS, n_inner=99, seed=0,
-                                      indices=rows[:6], detector=msp, detector_threshold=threshold)
+                                      indices=rows[:6], detector=msp, detector_threshold=threshold, n_random=2)
     assert set(samples["test"]) == {"regular", "inverted"} and summary["test"] == "detector"
     assert summary["detector_threshold"] == threshold
     ok = samples[samples["setup_ok"]]

@@ -1,0 +1,82 @@
+"""Two installs of advopenood side by side: the same runs, the same seeds, the same numbers?
+
+Runs, with each install's ``advopenood`` (``--old`` and ``--new``: the console script of a venv holding one checkout
+each), in fresh stores of their own and with one torch thread:
+
+* the embedded demo (``advopenood demo``);
+* a ``robust_auroc,levels`` run on the pack's ResNet-20 (``--limit 64 --attack pgd --detectors msp,mds --evaluator
+  ood,robust_auroc,levels``, the command of docs/evaluators.md, "Robust AUROC");
+
+then ``advopenood verify`` of each folder by the install that wrote it, and compares every CSV and every score file
+(``scores/*.npz``) of the two installs byte for byte. Store keys, versions and timings (``run.json``,
+``manifest.json``, the reports' provenance) may differ and are not compared. Prints the wall times of each run and
+each verify, and a SUMMARY line.
+
+    python benchmarks/compare_versions.py --old ../before/.venv/bin/advopenood --new .venv/bin/advopenood \\
+        --out runs/compare_versions
+"""
+from __future__ import annotations
+
+import argparse
+import filecmp
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from _common import DATA
+
+RUNS = {
+    "demo": ["demo"],
+    "robust": ["run", "--config", "cifar10_resnet20", "--data-root", str(DATA), "--limit", "64", "--attack", "pgd",
+               "--detectors", "msp,mds", "--evaluator", "ood,robust_auroc,levels"],
+}
+
+
+def timed(cmd: list[str], env: dict[str, str], log: Path) -> float:
+    """Wall seconds of ``cmd`` (its output in ``log``); a failure stops the comparison."""
+    start = time.perf_counter()
+    with log.open("w") as fh:
+        subprocess.run(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, check=True)
+    return time.perf_counter() - start
+
+
+def compared(old: Path, new: Path) -> tuple[int, list[str]]:
+    """How many CSV and score files the two folders hold, and those that differ or that one of them lacks."""
+    files = {p.relative_to(root) for root in (old, new) for p in root.rglob("*")
+             if p.suffix == ".csv" or (p.suffix == ".npz" and p.parent.name == "scores")}
+    differ = [str(f) for f in sorted(files)
+              if not ((old / f).exists() and (new / f).exists() and filecmp.cmp(old / f, new / f, shallow=False))]
+    return len(files), differ
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--old", type=Path, required=True, help="the earlier install's advopenood console script")
+    p.add_argument("--new", type=Path, required=True, help="the later install's advopenood console script")
+    p.add_argument("--out", type=Path, default=Path("runs") / "compare_versions")
+    args = p.parse_args()
+    rows, summary = [], []
+    for tag, cli in (("old", args.old), ("new", args.new)):
+        root = args.out / tag
+        root.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "ADVOPENOOD_CACHE": str(root / "cache"), "OMP_NUM_THREADS": "1"}
+        for name, cmd in RUNS.items():
+            run_s = timed([str(cli), *cmd, "--out", str(root / name), "--quiet", "--overwrite"], env,
+                          root / f"{name}.log")
+            verify_s = timed([str(cli), "verify", str(root / name)], env, root / f"{name}_verify.log")
+            last = (root / f"{name}_verify.log").read_text().strip().splitlines()[-1]
+            rows.append((tag, name, run_s, verify_s, last))
+    for tag, name, run_s, verify_s, last in rows:
+        print(f"{tag:4} {name:7} run {run_s:7.1f} s  verify {verify_s:6.1f} s  {last}")
+    for name in RUNS:
+        count, differ = compared(args.out / "old" / name, args.out / "new" / name)
+        print(f"{name}: {count} CSV and score files, {len(differ)} differ" + (f": {', '.join(differ)}" if differ else ""))
+        summary.append(f"{name} {count - len(differ)}/{count} files identical")
+    clean = all(r[4].endswith("0 difference(s), 0 file finding(s)") for r in rows)
+    print("SUMMARY old vs new, same seeds: " + "; ".join(summary) + f"; verify clean on both: {clean}; verify s "
+          + ", ".join(f"{tag} {name} {verify_s:.1f}" for tag, name, _, verify_s, _ in rows))
+
+
+if __name__ == "__main__":
+    main()
