@@ -310,3 +310,17 @@ def test_the_oracle_agrees_with_sklearn_on_tied_resampled_scores(seed):
         for b in range(3):
             want = sk(conf_id[idx_id[b]], conf_ood[idx_ood[b]])
             assert {k: v[b] for k, v in reps.items()} == pytest.approx(want, abs=1e-9)
+
+
+@pytest.mark.parametrize("grid", [1, 37, 1000])
+def test_the_oracles_replicates_do_not_depend_on_how_the_resamples_are_blocked(monkeypatch, grid):
+    """Each resample's metrics are read off its own sorted row, whatever other rows share its block: one resample per
+    block (``GRID`` 1), blocks that split the rows unevenly, and all rows in one block give the same numbers."""
+    rng = np.random.default_rng(5)
+    conf_id, conf_ood = np.round(rng.normal(0.5, 1, 23) * 3) / 3, np.round(rng.normal(0, 1, 31) * 3) / 3
+    idx_id, idx_ood = rng.integers(0, 23, (40, 23)), rng.integers(0, 31, (40, 31))
+    whole = oracle.replicates(conf_id, conf_ood, idx_id, idx_ood)
+    monkeypatch.setattr(oracle, "GRID", grid)
+    blocked = oracle.replicates(conf_id, conf_ood, idx_id, idx_ood)
+    for metric, values in whole.items():
+        np.testing.assert_array_equal(blocked[metric], values, err_msg=metric)
