@@ -71,7 +71,8 @@ def main() -> None:
         print(f"{tag:4} {name:7} run {run_s:7.1f} s  verify {verify_s:6.1f} s  {last}")
     for name in RUNS:
         count, differ = compared(args.out / "old" / name, args.out / "new" / name)
-        print(f"{name}: {count} CSV and score files, {len(differ)} differ" + (f": {', '.join(differ)}" if differ else ""))
+        named = f": {', '.join(differ)}" if differ else ""
+        print(f"{name}: {count} CSV and score files, {len(differ)} differ{named}")
         summary.append(f"{name} {count - len(differ)}/{count} files identical")
     clean = all(r[4].endswith("0 difference(s), 0 file finding(s)") for r in rows)
     print("SUMMARY old vs new, same seeds: " + "; ".join(summary) + f"; verify clean on both: {clean}; verify s "
