@@ -152,6 +152,23 @@ class Postprocessor:
         """Confidence per sample of batch ``x`` (higher = more ID), from the shared-pass outputs ``out``."""
         raise NotImplementedError
 
+    #: how :meth:`source_score` relates to :meth:`score` (the "source scale" column of docs/detectors.md):
+    #: ``"same"``: this detector's confidence is OpenOOD's postprocessor's, value for value; ``"openood"``: it is
+    #: not, and :meth:`source_score` computes OpenOOD's formula; ``"unchecked"``: not compared (a defence that
+    #: gates the raw value, e.g. ``ross_<det>``, then reads this project's scale and says so)
+    source_scale: ClassVar[str] = "unchecked"
+
+    def source_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        """The confidence on the scale of OpenOOD's postprocessor ``openood_name`` (where ``source_scale`` is
+        ``"openood"``; else :meth:`score`): what a defence that is not scale-invariant reads, as its code does
+        (ROSS's gate ``lambda / (MAD + 1e-12)``, Hekal et al. 2026, ``ross_postprocessor.py`` line 133)."""
+        return self.score(net, x, out)
+
+    def source_grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        """:meth:`source_score` as a differentiable function of ``x`` (a differentiable detector's
+        ``grad_score`` unless the subclass computes OpenOOD's formula)."""
+        return self.grad_score(net, x, out)  # type: ignore[attr-defined]
+
     def tap_statistics(self, taps: list[Tensor]) -> Tensor:
         """For a fitting detector with ``needs_taps``: the per-sample statistics (``B x ...``) of one fit batch's
         tapped maps that :meth:`fit` reads as ``outputs.stats`` (the fit pass keeps them, never the maps)."""

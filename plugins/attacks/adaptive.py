@@ -60,6 +60,7 @@ from advopenood.detection.scoring import fit_detectors
 from advopenood.detection.bank import fit_subset
 from advopenood.errors import UsageError
 from advopenood.evaluation.metrics import id_threshold
+from advopenood.provenance import code_identity
 from advopenood_plugins.kit.attacks import Best, rel_stepsize
 
 #: The detector's fit-set confidences used for standardisation and the acceptance threshold (first rows).
@@ -72,6 +73,19 @@ def margin_loss(logits: Tensor, target: Tensor, sign: float, kappa: float) -> Te
     other = logits.masked_fill(nn.functional.one_hot(target, logits.shape[1]).bool(), -math.inf).amax(1)
     own = logits.gather(1, target[:, None])[:, 0]
     return (sign * (own - other)).clamp(max=kappa)
+
+
+def detector_code(name: str) -> list[dict[str, Any]]:
+    """What an attack on detector ``name`` depends on besides its parameters: the code identity
+    (:func:`~advopenood.provenance.code_identity`) of its class and of every detector it wraps (``base_name``, e.g.
+    ``ross_gen`` over ``gen``), so that editing a detector's score recomputes the attack sets made against it."""
+    out: list[dict[str, Any]] = []
+    while name:
+        obj = registry.get("detectors", name)
+        cls = obj if isinstance(obj, type) else type(obj)
+        out.append(code_identity(cls))
+        name = str(getattr(cls, "base_name", "") or "")
+    return out
 
 
 @dataclass
@@ -177,7 +191,7 @@ class AdaptiveAttack(Attack, DetectorAware, Invertible):
         self._bound = {"net": net, "fit_set": fit_set, "seed": int(seed), "batch_size": int(batch_size),
                        "device": torch.device(device), "params": params}
         self.context = {"fit": fit_set.identity(), "detector": self.detector, "detector_params": params,
-                        "fit_seed": int(seed)}
+                        "fit_seed": int(seed), "detector_code": detector_code(self.detector)}
         self._target = None
         return self
 

@@ -134,6 +134,17 @@ class KNN(Postprocessor, DifferentiableDetector):
         distances = torch.cdist(z, self.bank.to(z.device))
         return -distances.kthvalue(self.p.K, dim=1).values
 
+    #: OpenOOD ranks by the squared distance (faiss ``IndexFlatL2``): :meth:`source_score` squares it
+    source_scale = "openood"
+
+    def source_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        """OpenOOD's KNN confidence (``knn_postprocessor.py``: ``kth_dist = -D[:, -1]``, faiss ``IndexFlatL2``
+        distances, which are squared): ``-d_K ** 2``."""
+        return -self.score(net, x, out) ** 2
+
+    def source_grad_score(self, net: nn.Module, x: Tensor, out: Outputs) -> Tensor:
+        return -self.grad_score(net, x, out) ** 2
+
 
 def nnguide_bank_size(n: int, alpha: float, batch_size: int, k: int) -> int:
     """Rows in NNGuide's bank as OpenOOD takes them: whole batches until more than ``int(n * alpha)`` rows

@@ -13,6 +13,16 @@ confidence ``c`` (their ``base_pp``; higher = more ID):
     ``ROSS = min(m, q) + max(m - q, 0) * (1 + lambda / (MAD + 1e-12))``  (lines 133-136)
 
 with ``q`` the 5 % quantile (``np.quantile``, linear) of ``m`` over the ID validation images (``setup``, line 112).
+
+**The base confidence ``c`` is on the scale their code gates.** Their ``base_pp`` is OpenOOD's postprocessor, and the
+gate ``lambda / (MAD + 1e-12)`` is not scale-invariant: a confidence ``k`` times larger gives ROSS at ``lambda`` the
+ranking of ROSS at ``lambda / k``. So ``c`` is the base detector's ``source_score``
+(:meth:`~advopenood.detection.postprocessor.Postprocessor.source_score`), by its ``source_scale``: ``"same"`` (MSP,
+EBO, MLS: OpenOOD's value already), ``"openood"`` (GEN: OpenOOD's sum over the top-M classes, unclamped, 10 times
+pytorch-ood's mean on CIFAR-10; KNN: the squared distance OpenOOD's faiss index returns) or ``"unchecked"`` (every
+other detector, a third party's too: this project's value, not compared with OpenOOD's; ``lambda`` then has this
+project's units, which docs/detectors.md states). Until 0.2.x ``ross_gen`` gated pytorch-ood's mean, which ranks as
+ROSS at ten times ``lambda`` (issue 48).
 They also return the components ``median`` (``m``), ``-MAD`` and ``-MAD / (m + 1e-12)`` ("cov"); here parameter
 ``component`` picks which one is the confidence (``ross``, ``median``, ``neg_mad``, ``neg_cov``).
 
@@ -232,11 +242,11 @@ class RossDetector(SmoothedDetector, Composite):
         base = self.base
         if grad:
             graph = grad_outputs(net, noisy, keep_maps=False, taps=base.needs_taps)
-            conf = base.grad_score(net, noisy, graph)
+            conf = base.source_grad_score(net, noisy, graph)
         else:
             noisy, graph, out = pass_outputs(net, noisy.detach(), base.needs_taps, base.needs_input_grad)
             with torch.set_grad_enabled(base.needs_input_grad):  # ODIN differentiates its pass, even under no_grad
-                conf = base.score(net, noisy, graph if base.needs_input_grad else out)
+                conf = base.source_score(net, noisy, graph if base.needs_input_grad else out)
             conf = torch.as_tensor(conf).detach()
         return conf.reshape(m, b).to(x.device, torch.float64)
 
