@@ -7,6 +7,8 @@ published with and under attacks on the defence itself, on the pack's models, ev
     python benchmarks/ross_audit.py --out runs/ross_audit --tables-only             # tables of finished runs
     python benchmarks/ross_audit.py --draws --out runs/ross_draws --limit 32         # attack strength vs EOT draws
     python benchmarks/ross_audit.py --cost                                           # EOT step cost vs foolbox PGD
+    python benchmarks/ross_audit.py --null --runs ensemble --detectors gen,ross_gen --ood tin --limit 64 \
+        --models cifar10_resnet20_at --out runs/ross_null                            # the null check (issue 48)
 
 ROSS runs with their Table 2's settings (``sigma: 0.05, lam: 0.01``, n 25; ``--ross`` changes them). Per model, two
 ``advopenood run`` s (configs written to ``OUT/<model>_<run>.yaml``), each checked with
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -63,6 +66,7 @@ FIT_LIMIT = 2000
 #: ``configs/postprocessors/ross.yml`` before every table
 TABLE2 = {"sigma": 0.05, "lam": 0.01}
 STEPS = 40  # their scripts/experiments/run_attack_ood.sh; also our robust attacks' here
+ENSEMBLE_ITERS = 100
 
 
 def fraction(text: str) -> float:
@@ -206,10 +210,36 @@ def ensemble_table(out: Path, model: str) -> pd.DataFrame:
         row["ensemble (worst case)"] = _pick(ens, "robust_auroc")
         row["ensemble ID side"] = _pick(ens, "id_attacked_auroc")
         row["ensemble OOD side"] = _pick(ens, "ood_attacked_auroc")
+        row["old rule (min of evaluation draws)"] = old_rule(folder, ens.iloc[0]) if len(ens) else math.nan
         row["masking_suspected"] = part.masking_suspected.dropna().astype(str).iloc[0] \
             if part.masking_suspected.notna().any() else ""
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def old_rule(folder: Path, ens: pd.Series) -> float:
+    """The ensemble row's robust AUROC (%) under the rule before issue 48, from the same run's score files: each
+    image's lowest (ID) / highest (OOD) *evaluation* confidence over its clean self and its sets, which for a
+    randomised detector picks the luckiest of its evaluation draws (for a deterministic one it is the row itself)."""
+    from advopenood.evaluation.metrics import auroc
+
+    arrays = np.load(folder / "scores" / f"{ens['detector']}.npz")
+    worst_id = np.min([arrays[n] for n in ["id", *str(ens["id_attack"]).split("+")]], axis=0)
+    worst_ood = np.max([arrays[n] for n in [ens["ood_set"], *str(ens["ood_attack"]).split("+")]], axis=0)
+    return 100.0 * auroc(worst_id, worst_ood)
+
+
+def paired_table(out: Path, model: str) -> pd.DataFrame:
+    """The ensemble rows of ``robust_paired.csv``: detector A minus detector B, both sides at their own per-image worst
+    case, with the paired interval and whether it is a shown difference (excludes 0)."""
+    paired = pd.read_csv(out / f"{model}_ensemble" / "robust_paired.csv")
+    paired = paired[paired.method == "ensemble"]
+    return pd.DataFrame([{"model": model, "A - B": f"{r['detector_a']} - {r['detector_b']}", "ood_set": r["ood_set"],
+                          "eps_pixel": f"{r['eps'] * 255:.3g}/255",
+                          "difference": cell(r["delta_robust_auroc"], r["delta_robust_auroc_lo"],
+                                             r["delta_robust_auroc_hi"]),
+                          "excludes 0": not r["delta_robust_auroc_lo"] <= 0 <= r["delta_robust_auroc_hi"]}
+                         for r in paired.to_dict("records")])
 
 
 def timing(out: Path, model: str) -> pd.DataFrame:
@@ -391,9 +421,12 @@ def main() -> None:
     p.add_argument("--cost-steps", type=int, default=5)
     p.add_argument("--runs", type=lambda s: s.split(","), default=["published", "adaptive"],
                    help="of published, adaptive, ensemble (default the first two)")
-    p.add_argument("--ensemble-iters", type=int, default=100, help="APGD iterations of the ensemble run")
+    p.add_argument("--ensemble-iters", type=int, default=ENSEMBLE_ITERS, help="APGD iterations of the ensemble run")
     p.add_argument("--ensemble-draws", type=int, default=None, help="EOT draws of the ensemble run (default n)")
     p.add_argument("--ensemble-queries", type=int, default=None, help="Square queries of the ensemble run")
+    p.add_argument("--null", action="store_true",
+                   help="the null check instead: the ensemble run at eps 1e-6 (no attack can move an image; every set "
+                        "is a fresh evaluation draw), 5 APGD iterations, 2 EOT draws, 10 Square queries unless given")
     p.add_argument("--curve", action="store_true", help="ensemble members' strength against their cost instead")
     p.add_argument("--curve-iters", type=lambda s: [int(v) for v in s.split(",")], default=[25, 50, 100])
     p.add_argument("--curve-draws", type=lambda s: [int(v) for v in s.split(",")], default=[4])
@@ -406,6 +439,10 @@ def main() -> None:
         return draws_curve(args)
     if args.curve:
         return strength_curve(args)
+    if args.null:
+        args.runs, args.pixel_eps = ["ensemble"], ["1e-6"]
+        args.ensemble_iters = 5 if args.ensemble_iters == ENSEMBLE_ITERS else args.ensemble_iters
+        args.ensemble_draws, args.ensemble_queries = args.ensemble_draws or 2, args.ensemble_queries or 10
     models = args.models.split(",")
     spent = {}
     if not args.tables_only:
@@ -415,10 +452,16 @@ def main() -> None:
     for model in models:
         if (args.out / f"{model}_ensemble" / "robust_auroc.csv").exists():
             ens = ensemble_table(args.out, model)
-            print(f"\n## {model}: the ensemble\n\n" + markdown_table(ens, "{:.0f}"))
-            lines += [f"{model} {r['detector']} {r['ood_set']} eps {r['eps_pixel']} pixel ({r['n']}): ensemble "
-                      f"robust AUROC {r['ensemble (worst case)']}, masking {r['masking_suspected'] or 'n/a'}"
+            print(f"\n## {model}: the ensemble\n\n" + markdown_table(ens, "{:.1f}"))
+            pairs = paired_table(args.out, model)
+            if len(pairs):
+                print("\npaired, both sides at each detector's own worst case:\n\n" + markdown_table(pairs, "{}"))
+            lines += [f"{model} {r['detector']} {r['ood_set']} eps {r['eps_pixel']} pixel ({r['n']}): clean "
+                      f"{r['clean']}, ensemble robust AUROC {r['ensemble (worst case)']} (old rule "
+                      f"{r['old rule (min of evaluation draws)']:.1f}), masking {r['masking_suspected'] or 'n/a'}"
                       for r in ens.to_dict("records")]
+            lines += [f"{model} {r['A - B']} {r['ood_set']} eps {r['eps_pixel']}: {r['difference']} paired"
+                      for r in pairs.to_dict("records")]
             info = json.loads((args.out / f"{model}_ensemble" / "run.json").read_text())
             print("\n" + markdown_table(pd.DataFrame([{"stage": k, "seconds": v}
                                                       for k, v in info["timings_s"].items()]), "{:.0f}"))

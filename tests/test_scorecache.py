@@ -40,14 +40,16 @@ def test_first_run_computes_every_score_set(runs):
     # 3 detectors x (id, tin, mnist, fgsm)
     assert first == {"fitted": 3, "fits_reused": 0, "fits_computed": 2, "fit_states_reused": 0, "fit_pass_computed": 1,
                      "fit_pass_reused": 0, "set_passes_computed": 4, "set_passes_reused": 0,
-                     "score_sets_computed": 12, "score_sets_reused": 0}
+                     "score_sets_computed": 12, "score_sets_reused": 0, "selection_sets_computed": 0,
+                     "selection_sets_reused": 0}
 
 
 def test_identical_rerun_fits_nothing_and_gives_identical_results(runs):
     tmp, (_, second, _) = runs
     assert second == {"fitted": 0, "fits_reused": 3, "fits_computed": 0, "fit_states_reused": 0, "fit_pass_computed": 0,
                       "fit_pass_reused": 0, "set_passes_computed": 0, "set_passes_reused": 0,
-                      "score_sets_computed": 0, "score_sets_reused": 12}
+                      "score_sets_computed": 0, "score_sets_reused": 12, "selection_sets_computed": 0,
+                      "selection_sets_reused": 0}
     assert (tmp / "first" / "ood.csv").read_text() == (tmp / "second" / "ood.csv").read_text()
     for det in ("msp", "mds", "knn"):
         a, b = np.load(tmp / "first" / "scores" / f"{det}.npz"), np.load(tmp / "second" / "scores" / f"{det}.npz")
@@ -59,7 +61,8 @@ def test_changed_parameter_recomputes_only_that_detector(runs):
     # KNN refits from the stored fit pass and scores from each set's stored outputs: no network pass at all
     assert third == {"fitted": 1, "fits_reused": 2, "fits_computed": 1, "fit_states_reused": 0, "fit_pass_computed": 0,
                      "fit_pass_reused": 1, "set_passes_computed": 0, "set_passes_reused": 4,
-                     "score_sets_computed": 4, "score_sets_reused": 8}
+                     "score_sets_computed": 4, "score_sets_reused": 8, "selection_sets_computed": 0,
+                     "selection_sets_reused": 0}
     a, b = np.load(tmp / "first" / "scores" / "knn.npz"), np.load(tmp / "third" / "scores" / "knn.npz")
     assert not np.array_equal(a["id"], b["id"])
     a, b = np.load(tmp / "first" / "scores" / "mds.npz"), np.load(tmp / "third" / "scores" / "mds.npz")

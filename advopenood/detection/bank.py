@@ -100,6 +100,10 @@ class ScoreResult:
     traces: dict[str, str] = field(default_factory=dict)
     #: what computed each detector's scores (:func:`backend_label`)
     backends: dict[str, str] = field(default_factory=dict)
+    #: ``selection[detector][set]``, for every randomised detector (:class:`~advopenood.capabilities.Randomised`):
+    #: its confidences from the attack stream, on which a worst case over sets chooses each image's set before it
+    #: reads that set's evaluation-stream confidence from ``scores`` (no evaluation draw chooses what it scores)
+    selection: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
 
 
 def _reason(stage: str, exc: BaseException) -> str:

@@ -40,6 +40,7 @@ from advopenood.detection.outputs import (
 )
 from advopenood.detection.postprocessor import Postprocessor
 from advopenood.detection.scorecache import ScoreCache, fit_pass_key, set_pass_key
+from advopenood.capabilities import is_randomised
 from advopenood.errors import UsageError
 from advopenood.provenance import canonical_key
 
@@ -247,10 +248,12 @@ def _score_stored(fit: Callable[[list[str]], DetectorBank], sharding: dict[str, 
     errors: dict[str, str] = {}
     traces: dict[str, str] = {}
     det_keys: dict[str, str] = {}
+    constructed: dict[str, Postprocessor] = {}
     for key in keys:
         det = _constructed(key, resolved, params, errors, traces, num_classes=num_classes, device=device, seed=seed,
                            batch_size=batch_size)
         if det is not None:
+            constructed[key] = det
             det_keys[key] = _detector_key(det, key, resolved, model_hash, fit_set, seed, batch_size)
     found = _stored_scores(det_keys, sets, identities, cache, recompute)
     reused = sum(len(v) for v in found.values())
@@ -271,12 +274,62 @@ def _score_stored(fit: Callable[[list[str]], DetectorBank], sharding: dict[str, 
             return ScoreResult({}, bank.errors, resolved, bank.seconds, bank,
                                {**FIT_WORK, **bank.work, **pass_work, "fitted": fitted()})
     computed = _store_computed(share, found, bank, cache, det_keys, identities)
+    selection, selection_work = _stored_selection(bank, det_keys, constructed, sets, identities, cache, recompute,
+                                                  progress, rank=rank, world_size=world_size)
     scores = {k: found[k] for k in keys if k in det_keys and k not in bank.errors}
     return ScoreResult(scores, bank.errors, resolved, bank.seconds, bank,
                        {**FIT_WORK, **bank.work, **pass_work, "fitted": fitted(),
                         "fits_reused": len(det_keys) - len(need),
-                        "score_sets_computed": computed, "score_sets_reused": reused}, bank.traces,
-                       {k: backend_label(k, resolved) for k in keys})
+                        "score_sets_computed": computed, "score_sets_reused": reused, **selection_work}, bank.traces,
+                       {k: backend_label(k, resolved) for k in keys}, selection)
+
+
+def selection_key(det_key: str) -> str:
+    """The store key of a randomised detector's attack-stream confidences (:func:`attack_stream_bank`): its
+    evaluation key (which holds the run's seed, whence the attack stream's) marked with the stream."""
+    return canonical_key({"scores": det_key, "noise_stream": "attack"})
+
+
+def attack_stream_bank(bank: DetectorBank, names: Iterable[str]) -> DetectorBank:
+    """The fitted randomised detectors ``names`` of ``bank``, each drawing from the attack stream
+    (:meth:`~advopenood.capabilities.Randomised.for_attack`): the same fitted state, other noise."""
+    dets = {k: bank.dets[k].for_attack() for k in names if k in bank.dets}
+    return DetectorBank(bank.model, dets, list(dets), {}, bank.backend, bank.device, {})
+
+
+def _selection_failed(bank: DetectorBank, twins: DetectorBank) -> None:
+    """A detector whose attack-stream scoring failed is dropped from the run with its reason: its worst cases over
+    sets could not choose without evaluation noise."""
+    for key, reason in twins.errors.items():
+        bank.drop(key, f"{reason} (its attack-stream confidences, on which every worst case over sets chooses)")
+        bank.traces[key] = twins.traces.get(key, "")
+
+
+def _stored_selection(bank: DetectorBank, det_keys: dict[str, str], constructed: dict[str, Postprocessor],
+                      sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]],
+                      identities: dict[str, dict[str, Any]], cache: ScoreCache, recompute: set[str], progress: bool,
+                      *, rank: int, world_size: int) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, int]]:
+    """Every randomised detector's attack-stream confidences of every set (:func:`attack_stream_bank`), read from
+    the store or computed (this rank's share under torchrun, merged on rank 0), and the work counters."""
+    sel_keys = {k: selection_key(det_keys[k]) for k in det_keys
+                if k not in bank.errors and is_randomised(constructed[k])}
+    found = _stored_scores(sel_keys, sets, identities, cache, recompute)
+    work = {"selection_sets_computed": 0, "selection_sets_reused": sum(len(v) for v in found.values())}
+    need = [k for k in sel_keys if len(found[k]) < len(sets)]
+    if not need:
+        return {k: found[k] for k in sel_keys}, work
+    bank.fit(need)
+    twins = attack_stream_bank(bank, need)
+    select = None if world_size == 1 else (lambda b: b % world_size == rank)
+    todo = {name: [k for k in need if name not in found[k]] for name in sets}
+    share = {name: twins.score_batches(f"{name} (attack noise)", make(), todo[name], progress, select)
+             for name, make in sets.items() if todo[name]}
+    if world_size > 1:
+        share = _merged_shares(share, twins, cache, todo, need, sel_keys, {k: identities[k] for k in sets}, rank,
+                               world_size) or {}
+    _selection_failed(bank, twins)
+    work["selection_sets_computed"] = _store_computed(share, found, twins, cache, sel_keys, identities)
+    return {k: found[k] for k in sel_keys if k not in bank.errors}, work
 
 
 def _score_unstored(bank: DetectorBank, sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]],
@@ -284,9 +337,17 @@ def _score_unstored(bank: DetectorBank, sets: dict[str, Callable[[], Iterable[tu
     """:func:`score_all` without a store: every set scored by the freshly fitted bank."""
     scores = bank.score(sets, progress)
     computed = sum(len(v) for v in scores.values())
+    twins = attack_stream_bank(bank, [k for k, d in bank.dets.items() if is_randomised(d)])
+    selection = twins.score({f"{name} (attack noise)": make for name, make in sets.items()}, progress)
+    selection = {k: {name.removesuffix(" (attack noise)"): v for name, v in by_set.items()}
+                 for k, by_set in selection.items()}
+    _selection_failed(bank, twins)
+    scores = {k: v for k, v in scores.items() if k in bank.dets}
     return ScoreResult(scores, bank.errors, bank.backend, bank.seconds, bank,
                        {**bank.work, "fitted": len(bank.dets), "fits_reused": 0, "score_sets_computed": computed,
-                        "score_sets_reused": 0}, bank.traces, {k: backend_label(k, resolved) for k in keys})
+                        "score_sets_reused": 0, "selection_sets_computed": sum(len(v) for v in selection.values()),
+                        "selection_sets_reused": 0}, bank.traces, {k: backend_label(k, resolved) for k in keys},
+                       {k: v for k, v in selection.items() if k in bank.dets})
 
 
 def _stored_scores(det_keys: dict[str, str], sets: dict[str, Any], identities: dict[str, dict[str, Any]],

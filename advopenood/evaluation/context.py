@@ -83,6 +83,9 @@ class RunContext:
     #: what computed each detector's scores (``openood``, ``pytorch-ood`` or ``plugin:<distribution>``)
     backends: dict[str, str] = field(default_factory=dict)
     scores: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    #: ``selection[detector][set_name]`` for every randomised detector: its confidences from the attack stream (the
+    #: noise its attacks draw), which a worst case over sets chooses on (:meth:`choice_scores`)
+    selection: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     detector_errors: dict[str, str] = field(default_factory=dict)
     #: evaluators and analyses that raised (``evaluator:<name>`` / ``analysis:<name>`` -> one line), and attack sets
     #: whose attack raised or returned impossible images (``attack:<set>``); their outputs are not written, every
@@ -131,6 +134,13 @@ class RunContext:
         """The adversarial sets made from the ID test images (row ``i`` = ``id_set`` row ``i``), without the
         OOD->ID sets, whose rows are natural OOD images, and without ID-negative sets (:attr:`positive_sets`)."""
         return {name: adv for name, adv in self.positive_sets.items() if adv.source == "id"}
+
+    def choice_scores(self, detector: str) -> dict[str, np.ndarray]:
+        """The confidences a worst case over sets chooses each image's set on, by set: for a randomised detector
+        the attack stream's (:attr:`selection`), so that no evaluation draw chooses what it then scores (Athalye
+        et al. 2018; Tramer et al. 2020: evaluation noise independent of every draw that chose the example); for a
+        deterministic one its scores themselves. The value chosen is always read from :attr:`scores`."""
+        return self.selection.get(detector) or self.scores[detector]
 
     def backend_of(self, detector: str) -> str:
         """The ``backend`` column of a detector's rows: what computed its scores."""

@@ -316,11 +316,17 @@ ASR_VALUES = ["n", "asr", "asr_lo", "asr_hi", "asr_all", "asr_all_lo", "asr_all_
 
 def verify_masks(run: RunFiles) -> list[str]:
     """Each saved ``<set>.positive`` mask follows the protocol's rule: every row under ``all`` or for an OOD->ID
-    set, the ``<set>.success`` rows otherwise."""
+    set, the ``<set>.success`` rows otherwise; a randomised detector (``run.json``'s ``evaluation_noise_seed``) has
+    its ``<set>.select`` for every set."""
     rule = str(run.info.get("protocol", {}).get("ood_positives", "successful"))
+    randomised = run.info.get("evaluation_noise_seed") or {}
     lines = []
     for det in run.detectors:
         arrays = run.scores(det)
+        if det in randomised:
+            sets = [k for k in arrays if not k.endswith((".success", ".positive", ".select"))]
+            lines += [f"scores/{det}.npz: no {name}.select (a randomised detector's attack-stream confidences, on "
+                      "which every worst case over sets chooses)" for name in sets if f"{name}.select" not in arrays]
         for name, entry in (run.info.get("attacks") or {}).items():
             if f"{name}.positive" not in arrays or f"{name}.success" not in arrays:
                 lines.append(f"scores/{det}.npz: no {name}.positive or {name}.success mask")

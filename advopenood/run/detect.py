@@ -42,7 +42,8 @@ class Detected:
 def with_scores(ctx: RunContext, result: ScoreResult) -> RunContext:
     """A new context: ``ctx`` with the detectors' scores, failures (their tracebacks added), backends and bank."""
     traces = {**ctx.traces, **{f"detector:{k}": v for k, v in result.traces.items()}}
-    return dataclasses.replace(ctx, scores=result.scores, detector_errors=result.errors, backend=result.backend,
+    return dataclasses.replace(ctx, scores=result.scores, selection=result.selection,
+                               detector_errors=result.errors, backend=result.backend,
                                backends=dict(result.backends), bank=result.bank, traces=traces)
 
 
@@ -73,13 +74,17 @@ def write_scores(ctx: RunContext) -> None:
     """``scores/<detector>.npz`` for every scored detector: one float64 confidence array per set (``id``, each
     natural OOD set, each adversarial set, in sample order) and, per adversarial set, ``<set>.success`` (success
     of the images the detectors scored, :meth:`RunContext.success`) and ``<set>.positive`` (the protocol's OOD
-    positives, :meth:`RunContext.ood_positives`), so that every table can be re-derived (``advopenood verify``)."""
+    positives, :meth:`RunContext.ood_positives`), so that every table can be re-derived (``advopenood verify``); for
+    a randomised detector also ``<set>.select`` per set: its attack-stream confidences
+    (:attr:`RunContext.selection`), on which every worst case over sets chooses."""
     masks = {}
     for name in ctx.adv_sets:
         masks[f"{name}.success"] = ctx.success(name)
         masks[f"{name}.positive"] = ctx.ood_positives(name)
     for det, by_set in ctx.scores.items():
         arrays = {name: np.asarray(conf, dtype=np.float64) for name, conf in by_set.items()}
+        arrays.update({f"{name}.select": np.asarray(conf, dtype=np.float64)
+                       for name, conf in ctx.selection.get(det, {}).items()})
         aio.write_npz(ctx.out / "scores" / f"{det}.npz", {**arrays, **masks})
 
 

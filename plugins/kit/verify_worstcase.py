@@ -16,16 +16,29 @@ from advopenood import registry
 from advopenood.evaluation import oracle
 from advopenood.evaluation.verify import RunFiles, as_csv_float
 
-def worst_case(conf: list[np.ndarray], hit: list[np.ndarray]) -> tuple[np.ndarray, float]:
-    """Per clean sample with at least one hit, the largest confidence among its hits (NaN if one is NaN), in
-    sample order, and the mean number of hits per sample."""
+def worst_case(conf: list[np.ndarray], hit: list[np.ndarray], by: list[np.ndarray] | None = None
+               ) -> tuple[np.ndarray, float]:
+    """Per clean sample with at least one hit, the confidence of the hit whose choice confidence ``by`` is the
+    largest (the first set in order on a tie; NaN if a hit's confidence or choice is NaN), in sample order, and the
+    mean number of hits per sample. ``by`` defaults to ``conf`` (the largest confidence); for a randomised detector
+    it is the saved ``<set>.select`` (:func:`choices`)."""
     n = len(conf[0])
-    long = pd.DataFrame({"row": np.tile(np.arange(n), len(conf)), "conf": np.concatenate(conf),
+    by = conf if by is None else by
+    long = pd.DataFrame({"row": np.tile(np.arange(n), len(conf)), "set": np.repeat(np.arange(len(conf)), n),
+                         "conf": np.concatenate(conf), "by": np.concatenate(by),
                          "hit": np.concatenate(hit).astype(bool)})
     hits = long[long["hit"]]
-    worst = hits.groupby("row")["conf"].max().sort_index()
-    worst[worst.index.isin(hits.loc[hits["conf"].isna(), "row"])] = np.nan
+    ranked = hits.assign(key=hits["by"].fillna(np.inf)).sort_values(["row", "key", "set"], ascending=[True, False, True])
+    worst = ranked.groupby("row")["conf"].first().sort_index()
+    broken = hits.loc[hits["conf"].isna() | hits["by"].isna(), "row"]
+    worst[worst.index.isin(broken)] = np.nan
     return worst.to_numpy(dtype=np.float64), len(hits) / n if n else math.nan
+
+
+def choices(arrays: dict[str, np.ndarray], names: list[str]) -> list[np.ndarray]:
+    """The confidences each set is chosen on in a worst case: ``<set>.select`` where the run saved it (a
+    randomised detector's attack-stream confidences), else the set's confidences."""
+    return [arrays.get(f"{n}.select", arrays[n]) for n in names]
 
 
 def run_sets(run: RunFiles) -> list[dict[str, Any]]:

@@ -78,35 +78,44 @@ def set_info(name: str, adv: AdvSet, positive: np.ndarray | None = None) -> SetI
     return SetInfo(name, norm, eps, objective, np.asarray(mask, dtype=bool))
 
 
-def worst_case_scores(conf: np.ndarray, success: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def worst_case_scores(conf: np.ndarray, success: np.ndarray, choice: np.ndarray | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
     """Per-sample worst case over successful attacks.
 
     ``conf`` and ``success`` are ``n_samples x n_attacks`` (confidence, higher = more ID, and success mask).
-    Returns ``(worst, positive)``: ``worst[i]`` is the largest confidence (least OOD-looking score) among the
-    successful attacks on sample ``i`` (NaN where none succeeded) and ``positive[i]`` whether any succeeded.
-    A NaN confidence of a successful attack makes the sample's worst case NaN.
+    Returns ``(worst, positive)``: ``worst[i]`` is the confidence of the successful attack on sample ``i`` whose
+    ``choice`` confidence is the largest (the first on a tie; NaN where none succeeded) and ``positive[i]`` whether
+    any succeeded. ``choice`` defaults to ``conf`` (then ``worst`` is the largest confidence, the least OOD-looking
+    score); for a randomised detector it is the attack stream's confidences
+    (:meth:`~advopenood.evaluation.context.RunContext.choice_scores`), so that no evaluation draw chooses the attack
+    whose evaluation draw is scored. A NaN confidence or choice of a successful attack makes the worst case NaN.
     """
     conf = np.asarray(conf, dtype=np.float64)
     success = np.asarray(success, dtype=bool)
+    choice = conf if choice is None else np.asarray(choice, dtype=np.float64)
     if conf.ndim == 1:
-        conf, success = conf[:, None], success[:, None]
-    if conf.shape != success.shape:
-        raise ValueError(f"conf {conf.shape} and success {success.shape} must have the same shape")
+        conf, success, choice = conf[:, None], success[:, None], choice[:, None]
+    if conf.shape != success.shape or choice.shape != conf.shape:
+        raise ValueError(f"conf {conf.shape}, success {success.shape} and choice {choice.shape} must have the same "
+                         "shape")
     positive = success.any(axis=1)
-    masked = np.where(success, conf, -np.inf)
-    worst = masked.max(axis=1, initial=-np.inf)
+    masked = np.where(success, choice, -np.inf)
+    at = np.nan_to_num(masked, nan=np.inf).argmax(axis=1) if masked.shape[1] else np.zeros(len(conf), dtype=int)
+    worst = conf[np.arange(len(conf)), at] if conf.shape[1] else np.full(len(conf), np.nan)
+    broken = (success & (np.isnan(conf) | np.isnan(choice))).any(axis=1)
+    worst = np.where(broken, np.nan, worst)
     worst[~positive] = np.nan
     return worst, positive
 
 
 def worst_case_metrics(conf_id: np.ndarray, conf: np.ndarray, success: np.ndarray, ci: CIPlan = NO_CI,
-                       key: str = "") -> dict[str, Any]:
+                       key: str = "", choice: np.ndarray | None = None) -> dict[str, Any]:
     """MEAD's AUROC and FPR95 (percent) of clean ``conf_id`` against the per-sample worst cases, with
     ``n_pos``, ``n_neg`` and ``mean_successes`` (successful attacks per clean sample). Metrics are NaN
-    without positives or with NaN scores. Their 95 % intervals by the interval policy ``ci``: the worst-case
-    scores are a score vector like any set's, resampled stratified against the clean ones (cell ``key``); ``error``
-    says why they are empty."""
-    worst, positive = worst_case_scores(conf, success)
+    without positives or with NaN scores; ``choice``: as :func:`worst_case_scores`. Their 95 % intervals by the
+    interval policy ``ci``: the worst-case scores are a score vector like any set's, resampled stratified against the
+    clean ones (cell ``key``); ``error`` says why they are empty."""
+    worst, positive = worst_case_scores(conf, success, choice)
     success = np.asarray(success, dtype=bool).reshape(len(worst), -1)
     row: dict[str, Any] = {"auroc": float("nan"), "fpr95": float("nan"), "n_pos": int(positive.sum()),
                            "n_neg": int(len(conf_id)),
@@ -143,6 +152,11 @@ def group_sets(sets: Iterable[SetInfo]) -> dict[tuple[str, float | None], list[S
         return (NORM_ORDER.index(norm) if norm in NORM_ORDER else len(NORM_ORDER), norm, eps is None, eps or 0.0)
 
     return {k: groups[k] for k in sorted(groups, key=order)}
+
+
+def stacked(by_set: Mapping[str, np.ndarray], members: Iterable[SetInfo]) -> np.ndarray:
+    """The members' confidences side by side, ``n_samples x len(members)`` (float64)."""
+    return np.stack([np.asarray(by_set[m.name], dtype=np.float64) for m in members], axis=1)
 
 
 def detector_groups(scores: Mapping[str, Mapping[str, np.ndarray]], sets: Iterable[SetInfo]

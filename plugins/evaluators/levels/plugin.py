@@ -142,13 +142,37 @@ def weakened(attack: str, params: dict[str, Any], input_size: int, protocol: str
     return ""
 
 
-def set_auroc(ctx: RunContext, det: str, name: str) -> float:
-    """AUROC (%) of clean ID against the protocol's positives of set ``name``; NaN when undefined."""
-    conf = ctx.scores[det][name][ctx.ood_positives(name)]
+def set_auroc(ctx: RunContext, det: str, name: str, scores: dict[str, np.ndarray] | None = None) -> float:
+    """AUROC (%) of clean ID against the protocol's positives of set ``name`` (of ``scores``, default the detector's
+    scores); NaN when undefined."""
+    scores = ctx.scores[det] if scores is None else scores
     try:
-        return 100.0 * auroc(ctx.scores[det]["id"], conf)
+        return 100.0 * auroc(scores["id"], scores[name][ctx.ood_positives(name)])
     except ValueError:
         return math.nan
+
+
+def pair_choice_auroc(choice: dict[str, np.ndarray], row: dict[str, Any]) -> float:
+    """The AUROC (%) a robust pair is chosen on: that of its attacked sets' choice confidences, for an ensemble row
+    (sets joined by ``+``) of the per-image worst choice over its clean set and its sets (the confidences its
+    images were chosen on)."""
+    ids, oods = ["id", *str(row["id_attack"]).split("+")], [row["ood_set"], *str(row["ood_attack"]).split("+")]
+    if "+" not in str(row["id_attack"]) + str(row["ood_attack"]):
+        ids, oods = ids[1:], oods[1:]
+    try:
+        return 100.0 * auroc(np.min([choice[n] for n in ids], axis=0), np.max([choice[n] for n in oods], axis=0))
+    except (KeyError, ValueError):
+        return math.nan
+
+
+def choose_worst(values: dict[str, float], by: dict[str, float]) -> tuple[str, float]:
+    """``(label, value)`` of the worst of ``values``, chosen on ``by`` (a randomised detector's attack-stream AUROCs,
+    so that no evaluation draw chooses the set it then reports; for a deterministic detector ``by`` is ``values``):
+    the lowest, ties (to 1e-9) to the first label in sorted order; ``("", nan)`` for none."""
+    if not values:
+        return "", math.nan
+    at = min(sorted(values), key=lambda k: round(by.get(k, values[k]), 9))
+    return at, values[at]
 
 
 def set_bounds(ctx: RunContext, det: str, name: str) -> tuple[float, float]:
@@ -161,7 +185,7 @@ def set_bounds(ctx: RunContext, det: str, name: str) -> tuple[float, float]:
 
 def worst_set(sets: dict[str, float]) -> str:
     """The label of the set with the lowest AUROC (ties, to 1e-9: the first label in sorted order); "" for none."""
-    return min(sorted(sets), key=lambda k: round(sets[k], 9)) if sets else ""
+    return choose_worst(sets, sets)[0]
 
 
 def conclusive(lo: float, hi: float, min_auroc: float) -> float:
@@ -170,13 +194,15 @@ def conclusive(lo: float, hi: float, min_auroc: float) -> float:
     return math.nan if math.isnan(lo) or math.isnan(hi) else float(not lo <= min_auroc <= hi)
 
 
-def level_sets(ctx: RunContext, bounds: Bounds | None = None, robust: pd.DataFrame | None = None
-               ) -> dict[str, dict[str, dict[str, float]]]:
+def level_sets(ctx: RunContext, bounds: Bounds | None = None, robust: pd.DataFrame | None = None,
+               choose: dict[str, dict[str, float]] | None = None) -> dict[str, dict[str, dict[str, float]]]:
     """``{detector: {criterion: {set label: AUROC}}}`` for every criterion but level 2's, of the run's scored
     detectors; each label's interval goes into ``bounds[detector]`` when given (a robust pair's is its paired
     interval from ``robust_auroc.csv``'s computation: ``robust``, the run's robust table, computed here when
-    None)."""
+    None), and, for a randomised detector, the AUROC the worst set is chosen on into ``choose[detector]`` (of its
+    attack-stream confidences, :meth:`RunContext.choice_scores`; :func:`pair_choice_auroc` for a robust pair)."""
     bounds = {} if bounds is None else bounds
+    choose = {} if choose is None else choose
     out: dict[str, dict[str, dict[str, float]]] = {det: {c.name: {} for c in CRITERIA if c.level != 2}
                                                    for det in ctx.scores}
     size = int(ctx.model.input_size)
@@ -196,12 +222,16 @@ def level_sets(ctx: RunContext, bounds: Bounds | None = None, robust: pd.DataFra
                 for kind in kinds:
                     out[det][kind][name] = value
                 bounds.setdefault(det, {})[name] = set_bounds(ctx, det, name)
+                if det in ctx.selection:
+                    choose.setdefault(det, {})[name] = set_auroc(ctx, det, name, ctx.choice_scores(det))
     robust = robust_table(ctx) if robust is None else robust
     for r in robust.to_dict("records"):
         if not math.isnan(r["robust_auroc"]):
             pair = f"{r['id_attack']}+{r['ood_attack']}"
             out[r["detector"]]["robust_auroc"][pair] = float(r["robust_auroc"])
             bounds.setdefault(r["detector"], {})[pair] = (float(r["robust_auroc_lo"]), float(r["robust_auroc_hi"]))
+            if r["detector"] in ctx.selection:
+                choose.setdefault(r["detector"], {})[pair] = pair_choice_auroc(ctx.choice_scores(r["detector"]), r)
     return out
 
 
@@ -277,16 +307,22 @@ def levels_table(ctx: RunContext, min_auroc: float = 50.0, runs: list[tuple[str,
     (``robust``: the run's robust table, :func:`level_sets`)."""
     own = beyond_baseline(ctx.arch, ctx.dataset)
     bounds: Bounds = {}
+    choose: dict[str, dict[str, float]] = {}
     ci = ctx.intervals.label
     rows = []
-    for det, sets in level_sets(ctx, bounds, robust).items():
+    for det, sets in level_sets(ctx, bounds, robust, choose).items():
         sets["other_model_data"] = level2(det, runs or [], sets["strong"] if own else {}, bounds.setdefault(det, {}))
-        worst = {c.name: min(sets[c.name].values()) if sets[c.name] else math.nan for c in CRITERIA}
-        by_level = {k: min((worst[c.name] for c in CRITERIA if c.level == k and not math.isnan(worst[c.name])),
-                           default=math.nan) for k in LEVELS}
+        by = choose.get(det, {})
+        by.update({f"level1:{k}": v for k, v in by.items() if f"level1:{k}" in sets["other_model_data"]})
+        chosen = {c.name: choose_worst(sets[c.name], by) for c in CRITERIA}
+        # a level's worst criterion is chosen on the same AUROCs as its worst sets
+        picked = {c.name: by.get(chosen[c.name][0], chosen[c.name][1]) for c in CRITERIA}
+        by_level = {k: choose_worst({c.name: chosen[c.name][1] for c in CRITERIA
+                                     if c.level == k and not math.isnan(chosen[c.name][1])}, picked)[1]
+                    for k in LEVELS}
         reached = reached_level(by_level, min_auroc)
         for c in CRITERIA:
-            value, at = worst[c.name], worst_set(sets[c.name])
+            at, value = chosen[c.name]
             lo, hi = bounds[det].get(at, (math.nan, math.nan))
             rows.append({"detector": det, "level": c.level, "criterion": c.name, "criterion_source": c.source,
                          "auroc": value, "auroc_lo": lo, "auroc_hi": hi, "ci": ci, "worst_set": at,

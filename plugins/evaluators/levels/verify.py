@@ -69,29 +69,41 @@ def rederive_levels(run: Any, levels: pd.DataFrame) -> pd.DataFrame:
         bars = levels.loc[levels["detector"] == det, "min_auroc"] if "min_auroc" in levels else []
         bar = float(given if given is not None else bars.iloc[0] if len(bars) else 50.0)
         arrays = run.scores(det)
+        select = {k[:-len(".select")]: v for k, v in arrays.items() if k.endswith(".select")}
         found: dict[str, dict[str, float]] = {name: {} for _, name, _ in _CRITERIA}
+        by: dict[str, float] = {}  # a randomised detector's: the AUROC of the attack-stream confidences
         for name, entry in attacks.items():
             cls = attack_class(entry["attack"])
             adapted = issubclass(cls, DetectorAware) and cls.detector == det
             kinds = ("strong",) if _strong(entry, size, protocol) else \
                 (("bpda_adaptive", "adaptive_id") if entry.get("source", "id") == "id" else ("ood_to_id",)) \
                 if adapted else ()
-            value = oracle.auroc(arrays["id"], arrays[name][arrays[f"{name}.positive"].astype(bool)])
+            positive = arrays[f"{name}.positive"].astype(bool)
+            value = oracle.auroc(arrays["id"], arrays[name][positive])
             for kind in kinds if not math.isnan(value) else ():
                 found[kind][name] = value
+            if select and kinds and not math.isnan(value):
+                by[name] = oracle.auroc(select["id"], select[name][positive])
         for b in robust[robust["detector"] == det].to_dict("records"):
             if not math.isnan(b["robust_auroc"]):
-                found["robust_auroc"][f"{b['id_attack']}+{b['ood_attack']}"] = b["robust_auroc"]
+                pair = f"{b['id_attack']}+{b['ood_attack']}"
+                found["robust_auroc"][pair] = b["robust_auroc"]
+                if select:
+                    by[pair] = _pair_choice(select, b)
         other = _level2_evidence(run, det)
         found["other_model_data"] = {**{k: v for k, (v, _, _) in other.items()},
                                      **({f"level1:{k}": v for k, v in found["strong"].items()} if own else {})}
-        worst = {name: min(v.values()) if v else math.nan for name, v in found.items()}
-        at = {name: min(sorted(v), key=lambda k, v=v: round(v[k], 9)) if v else "" for name, v in found.items()}
-        per_level = {k: [worst[n] for level, n, _ in _CRITERIA if level == k and not math.isnan(worst[n])]
+        by.update({f"level1:{k}": by[k] for k in found["strong"] if own and k in by})
+        # each criterion's worst set, and each level's worst criterion, chosen on ``by`` where the run saved it
+        rank = lambda label, values: round(by.get(label, values[label]), 9)  # noqa: E731
+        at = {name: min(sorted(v), key=lambda k, v=v: rank(k, v)) if v else "" for name, v in found.items()}
+        worst = {name: found[name][at[name]] if at[name] else math.nan for name in found}
+        per_level = {k: [n for level, n, _ in _CRITERIA if level == k and not math.isnan(worst[n])]
                      for k in (1, 2, 3, 4)}
         reached, evaluated = 0, [k for k, v in per_level.items() if v]
         for k in evaluated:
-            if min(per_level[k]) < bar:
+            names = per_level[k]
+            if worst[min(names, key=lambda n: round(by.get(at[n], worst[n]), 9))] < bar:
                 break
             reached = k
         for level, name, source in _CRITERIA:
@@ -104,6 +116,19 @@ def rederive_levels(run: Any, levels: pd.DataFrame) -> pd.DataFrame:
                          "reached": float(reached) if evaluated else math.nan, "min_auroc": bar,
                          "sets": ",".join(sorted(found[name]))})
     return pd.DataFrame(rows)
+
+
+def _pair_choice(select: dict[str, np.ndarray], row: dict[str, Any]) -> float:
+    """The AUROC a robust pair is chosen on, re-derived: its attacked sets' attack-stream confidences; an ensemble
+    row's (sets joined by ``+``) the per-image lowest ID / highest OOD of them over the clean set and its sets."""
+    ids, oods = str(row["id_attack"]).split("+"), str(row["ood_attack"]).split("+")
+    if len(ids) + len(oods) > 2:
+        ids, oods = ["id", *ids], [str(row["ood_set"]), *oods]
+    if any(n not in select for n in ids + oods):
+        return math.nan
+    worst_id = np.array([min(select[n][i] for n in ids) for i in range(len(select[ids[0]]))])
+    worst_ood = np.array([max(select[n][i] for n in oods) for i in range(len(select[oods[0]]))])
+    return oracle.auroc(worst_id, worst_ood)
 
 
 def _worst_bounds(run: Any, det: str, label: str, arrays: dict[str, np.ndarray], robust: pd.DataFrame,

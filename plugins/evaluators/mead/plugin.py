@@ -56,8 +56,8 @@ from advopenood.evaluation.intervals import bound_columns, cell_key
 from advopenood.outputs.results import Results, as_written, guarded
 from advopenood_plugins.evaluators.mead.report import mead_section
 from advopenood_plugins.kit.worstcase import (NO_CI, NORM_ORDER, PATCH, CIPlan, SetInfo, attack_kind,  # noqa: F401
-                                              backend_for, detector_groups, group_sets, set_info, threat_group,
-                                              worst_case_metrics, worst_case_scores)
+                                              backend_for, detector_groups, group_sets, set_info, stacked,
+                                              threat_group, worst_case_metrics, worst_case_scores)
 from advopenood_plugins.evaluators.mead.verify import verify_mead
 
 SETTINGS = ("mead", "ce", "kl", "gini", "fr", "adaptive")
@@ -91,9 +91,12 @@ def setting_members(members: list[SetInfo], setting: str) -> list[SetInfo]:
 
 def mead_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: Iterable[SetInfo],
                backend: str | Mapping[str, str] = "", settings: Iterable[str] = SETTINGS,
-               protocol: str = "strong", ci: CIPlan = NO_CI) -> pd.DataFrame:
+               protocol: str = "strong", ci: CIPlan = NO_CI,
+               choice: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> pd.DataFrame:
     """One row per (detector, norm, eps group, setting): the ``mead.csv`` table, intervals by ``ci``
-    (:func:`worst_case_metrics`, cell key :func:`mead_key`).
+    (:func:`worst_case_metrics`, cell key :func:`mead_key`). ``choice[detector]``: the confidences each sample's
+    worst attack is chosen on, by set (:meth:`RunContext.choice_scores`: a randomised detector's attack-stream
+    ones); default the scores themselves.
 
     ``backend``: :func:`backend_for`. ``scores[detector]`` maps ``"id"`` to the clean confidences and each set name
     to the set's confidences (same row order); a detector without scores for a set skips the groups holding it. An objective setting is
@@ -115,11 +118,12 @@ def mead_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: Iterable[Se
             chosen = setting_members(members, setting)
             if not chosen:
                 continue
-            conf = np.stack([np.asarray(by_set[m.name], dtype=np.float64) for m in chosen], axis=1)
             success = np.stack([m.positive for m in chosen], axis=1)
+            by = stacked((choice or {}).get(detector, by_set), chosen)
             rows.append({"detector": detector, "backend": backend_for(backend, detector), "norm": norm, "eps": eps,
                          "setting": setting,
-                         **worst_case_metrics(conf_id, conf, success, ci, mead_key(detector, norm, eps, setting)),
+                         **worst_case_metrics(conf_id, stacked(by_set, chosen), success, ci,
+                                              mead_key(detector, norm, eps, setting), by),
                          "protocol": protocol})
     return pd.DataFrame(rows, columns=MEAD_COLUMNS)
 
@@ -167,17 +171,19 @@ class MeadEvaluator(Verifiable):
         scores = {d: s for d, s in ctx.scores.items() if self.detectors is None or d in self.detectors}
         success = {name: ctx.success(name) for name in ctx.id_adv_sets}
         table = self.table(scores, ctx.id_adv_sets, {d: ctx.backend_of(d) for d in scores}, ctx.protocol, success,
-                           ctx.intervals)
+                           ctx.intervals, {d: ctx.choice_scores(d) for d in ctx.selection if d in scores})
         sections = guarded("MEAD worst case", lambda: [mead_section(as_written(table, ctx.protocol))]) if len(table) else []
         return Results(tables={"mead.csv": table, "mead_summary.csv": mead_summary(table)}, sections=sections)
 
     def table(self, scores: Mapping[str, Mapping[str, np.ndarray]], adv_sets: Mapping[str, AdvSet],
               backend: str | Mapping[str, str] = "", protocol: str = "strong",
-              success: Mapping[str, np.ndarray] | None = None, ci: CIPlan = NO_CI) -> pd.DataFrame:
+              success: Mapping[str, np.ndarray] | None = None, ci: CIPlan = NO_CI,
+              choice: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> pd.DataFrame:
         """``mead.csv`` of ``scores[detector][set]`` (``"id"`` the clean confidences, one entry per set of
         ``adv_sets``, same row order) with this evaluator's settings; what the OpenOOD bridge calls through the
         registry. ``success[set]``: success of the images the detectors scored (default ``AdvSet.seen_success``);
-        ``ci``: the interval policy (:class:`~advopenood.evaluation.intervals.IntervalPolicy`; default none)."""
+        ``ci``: the interval policy (:class:`~advopenood.evaluation.intervals.IntervalPolicy`; default none);
+        ``choice``: as :func:`mead_table`."""
         success = success or {}
         infos = [set_info(name, adv, success.get(name)) for name, adv in adv_sets.items()]
-        return mead_table(scores, infos, backend, self.settings, protocol, ci)
+        return mead_table(scores, infos, backend, self.settings, protocol, ci, choice)

@@ -24,7 +24,7 @@ from advopenood.evaluation import oracle
 from advopenood.evaluation.verify import RunFiles, compare
 from advopenood_plugins.kit.verify_worstcase import (BOUNDS, backend_of, chosen_detectors, csv_eps,  # noqa: F401
                                                      eps_groups, eps_text, row_bounds, row_key, run_params, run_sets,
-                                                     worst_case)
+                                                     choices, worst_case)
 
 #: MEAD's settings (Sec. 5.1: all attacks, and one per objective) and advopenood's ``adaptive``, stated again.
 MEAD_SETTINGS = ["mead", "ce", "kl", "gini", "fr", "adaptive"]
@@ -57,7 +57,8 @@ def expected_mead(run: RunFiles) -> pd.DataFrame:
                 if not use:
                     continue
                 worst, mean_hits = worst_case([arrays[m["name"]] for m in use],
-                                              [arrays[f"{m['name']}.success"] for m in use])
+                                              [arrays[f"{m['name']}.success"] for m in use],
+                                              choices(arrays, [m["name"] for m in use]))
                 auroc, fpr95 = oracle.auroc(neg, worst), oracle.fpr95(neg, worst)
                 rows.append({"detector": det, "backend": backend_of(run, det), "norm": group, "eps": csv_eps(eps),
                              "setting": setting, "auroc": auroc, "fpr95": fpr95, "n_pos": len(worst),

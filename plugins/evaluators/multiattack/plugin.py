@@ -77,7 +77,7 @@ from advopenood.errors import UsageError
 from advopenood.outputs.results import Results
 from advopenood.evaluation.intervals import cell_key
 from advopenood_plugins.kit.worstcase import (NO_CI, CIPlan, SetInfo, backend_for, detector_groups, set_info,
-                                              worst_case_metrics)
+                                              stacked, worst_case_metrics)
 from advopenood_plugins.evaluators.multiattack.report import plot_sweeps
 from advopenood_plugins.evaluators.multiattack.verify import verify_multiattack
 
@@ -232,9 +232,11 @@ def union_key(detector: str, norm: str, eps: float | None) -> str:
 
 def sweep_curves(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list[SetInfo],
                  backend: str | Mapping[str, str] = "", protocol: str = "strong",
-                 positives: str = "successful", ci: CIPlan = NO_CI) -> pd.DataFrame:
+                 positives: str = "successful", ci: CIPlan = NO_CI,
+                 choice: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> pd.DataFrame:
     """Per detector and set: AUROC and FPR95 of clean vs the set's positive rows (``SetInfo.positive``); plus, per
-    norm and eps shared by several attacks, the per-sample union (``attack = "union"``). The
+    norm and eps shared by several attacks, the per-sample union (``attack = "union"``), each sample's attack chosen
+    on ``choice[detector]`` (a randomised detector's attack-stream confidences; default the scores). The
     ``multiattack_curves.csv``; ``positives`` names the protocol's rule for its column. Intervals by ``ci``: a set's
     is its ``ood.csv`` cell's (key ``ood|<det>|<set>``), a union's that of its worst-case scores
     (:func:`union_key`)."""
@@ -248,9 +250,9 @@ def sweep_curves(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list[SetI
                          "eps": eps, "set": m.name, **{k: row[k] for k in CURVE_CELLS},
                          "positives": positives, "protocol": protocol})
         if len({attack_label(m.name) for m in members}) > 1:
-            conf = np.stack([np.asarray(by_set[m.name], dtype=np.float64) for m in members], axis=1)
-            row = worst_case_metrics(conf_id, conf, np.stack([m.positive for m in members], axis=1), ci,
-                                     union_key(detector, norm, eps))
+            row = worst_case_metrics(conf_id, stacked(by_set, members), np.stack([m.positive for m in members], axis=1),
+                                     ci, union_key(detector, norm, eps),
+                                     stacked((choice or {}).get(detector, by_set), members))
             rows.append({"detector": detector, "backend": backend_for(backend, detector), "attack": UNION, "norm": norm,
                          "eps": eps,
                          "set": "+".join(m.name for m in members),
@@ -262,13 +264,14 @@ def sweep_curves(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list[SetI
 def multiattack_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list[SetInfo],
                       backend: str | Mapping[str, str] = "", reference: str = "best", alpha: float = ALPHA,
                       curves: pd.DataFrame | None = None,
-                      protocol: str = "strong", positives: str = "successful", ci: CIPlan = NO_CI) -> pd.DataFrame:
+                      protocol: str = "strong", positives: str = "successful", ci: CIPlan = NO_CI,
+                      choice: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> pd.DataFrame:
     """The ``multiattack.csv`` table: per detector and metric the average, worst and union over the sets, the
     competitiveness ratios against ``reference`` (MultiRobustBench's and the chance-corrected extension), the
     stability constant (Eq. 4 with ``alpha``) and ``stability_eps``, with the ``deviations`` from the paper
     (module docstring). ``worst`` has the interval of the worst set's curve row, ``union`` that of the union's
     worst-case scores (:func:`union_key`, by ``ci``)."""
-    curves = sweep_curves(scores, sets, backend, protocol, positives, ci) if curves is None else curves
+    curves = sweep_curves(scores, sets, backend, protocol, positives, ci, choice) if curves is None else curves
     per_set = curves[curves["attack"] != UNION]
     if per_set.empty:
         return pd.DataFrame(columns=MULTI_COLUMNS)
@@ -279,10 +282,11 @@ def multiattack_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list
     union = {}
     for detector in detectors:
         members = [s for s in sets if s.name in scores[detector]]
-        conf = np.stack([np.asarray(scores[detector][m.name], dtype=np.float64) for m in members], axis=1)
-        union[detector] = worst_case_metrics(np.asarray(scores[detector]["id"], dtype=np.float64), conf,
+        union[detector] = worst_case_metrics(np.asarray(scores[detector]["id"], dtype=np.float64),
+                                             stacked(scores[detector], members),
                                              np.stack([m.positive for m in members], axis=1), ci,
-                                             union_key(detector, "all", None))
+                                             union_key(detector, "all", None),
+                                             stacked((choice or {}).get(detector, scores[detector]), members))
     rows: list[dict[str, Any]] = []
     for metric in METRICS:
         raw = per_set.pivot(index="detector", columns="set", values=metric).reindex(index=detectors, columns=columns)
@@ -334,10 +338,10 @@ class MultiAttackEvaluator(Verifiable):
         sets = [set_info(name, adv, ctx.ood_positives(name)) for name, adv in ctx.id_adv_sets.items()]
         scores = {d: s for d, s in ctx.scores.items() if self.detectors is None or d in self.detectors}
         backends = {d: ctx.backend_of(d) for d in scores}
-        ci = ctx.intervals
-        curves = sweep_curves(scores, sets, backends, ctx.protocol, ctx.positives_rule, ci)
+        ci, choice = ctx.intervals, {d: ctx.choice_scores(d) for d in ctx.selection if d in scores}
+        curves = sweep_curves(scores, sets, backends, ctx.protocol, ctx.positives_rule, ci, choice)
         table = multiattack_table(scores, sets, backends, self.reference, self.alpha, curves, ctx.protocol,
-                                  ctx.positives_rule, ci)
+                                  ctx.positives_rule, ci, choice)
         figures = ([ctx.plot_dir / name for name in plot_sweeps(curves, ctx.plot_dir, UNION, METRICS)]
                    if self.plots else [])
         return Results(tables={"multiattack.csv": table, "multiattack_curves.csv": curves}, figures=figures)

@@ -20,7 +20,8 @@ import pandas as pd
 from advopenood.evaluation import oracle
 from advopenood.evaluation.verify import RunFiles, compare
 from advopenood_plugins.kit.verify_worstcase import (BOUNDS, backend_of, chosen_detectors, csv_eps, eps_groups,
-                                                     eps_text, row_bounds, run_params, run_sets, worst_case)
+                                                     eps_text, row_bounds, run_params, run_sets, worst_case,
+                                                     choices)
 
 #: MultiRobustBench's alpha = 3 % (Sec. 4.1), the evaluator's default, and the slack on ``|ds| <= alpha``.
 PAPER_ALPHA, SLACK = 0.03, 1e-12
@@ -56,7 +57,8 @@ def expected_curves(run: RunFiles) -> pd.DataFrame:
                              **row_bounds(neg, arrays[m["name"]][mask], run, f"ood|{det}|{m['name']}")})
             if len({m["label"] for m in members}) > 1:
                 worst, _ = worst_case([arrays[m["name"]] for m in members],
-                                      [arrays[f"{m['name']}.positive"] for m in members])
+                                      [arrays[f"{m['name']}.positive"] for m in members],
+                                      choices(arrays, [m["name"] for m in members]))
                 auroc, fpr95 = oracle.auroc(neg, worst), oracle.fpr95(neg, worst)
                 rows.append({**base, "attack": "union", "set": "+".join(m["name"] for m in members), "auroc": auroc,
                              "fpr95": fpr95, "n_pos": len(worst), "n_neg": len(neg),
@@ -143,7 +145,8 @@ def expected_table(run: RunFiles, curves: pd.DataFrame) -> pd.DataFrame:
             arrays = run.scores(d)
             here = [s for s in run_sets(run) if s["name"] in arrays]
             worst_union, _ = worst_case([arrays[s["name"]] for s in here],
-                                        [arrays[f"{s['name']}.positive"] for s in here])
+                                        [arrays[f"{s['name']}.positive"] for s in here],
+                                        choices(arrays, [s["name"] for s in here]))
             union = oracle.ood_metrics(arrays["id"], worst_union, (metric,))[metric]
             union_bounds = row_bounds(arrays["id"], worst_union, run, f"union|{d}|all")
             values = [(p, v) for p, v in raw[d].items() if not math.isnan(v)]

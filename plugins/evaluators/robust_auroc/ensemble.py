@@ -5,7 +5,14 @@ each attack added (``robust_ensemble.csv``) and the gradient-masking flag (``mas
 **Ensemble** (AutoAttack's rule, Croce & Hein, ICML 2020, applied to a detector's score): per detector, natural OOD
 set and eps, each ID test image takes the lowest confidence over its clean self and every ID-side robust set of that
 detector in the run (every method and attack family: PGD, APGD, APGD on the second objective, Square, plain and
-EOT), each OOD image the highest over its clean self and every OOD-side set on that OOD set. The row's metrics are
+EOT), each OOD image the highest over its clean self and every OOD-side set on that OOD set. For a randomised
+detector (``smoothed_<det>``, ``ross_<det>``) the image's worst set is *chosen* on its attack-stream confidences
+(``scores/<det>.npz``'s ``<set>.select``: the noise every attack on it draws) and *scored* once with the evaluation
+stream's confidence of the chosen image, independent of every draw that chose it (Athalye, Carlini & Wagner 2018,
+Sec. 4.3; Tramer et al. 2020: a randomised defence is evaluated on fresh randomness). Taking the minimum of the
+evaluation confidences themselves would pick, per image, the luckiest of its K + 1 independent evaluation draws:
+with no attack at all, four draws of ``ross_gen`` on the adversarially trained ResNet-20 lost 8.9 AUROC points that
+way (issue 48); a deterministic detector's choice is its score, and its rows are as before. The row's metrics are
 :func:`~advopenood_plugins.evaluators.robust_auroc.plugin.robust_metrics` of (clean ID, clean OOD, worst ID, worst
 OOD) with the paired interval of every other row, cell key ``robust|<det>|ensemble|<OOD set>|<eps as %.6g>``
 (:func:`ensemble_key`), except ``clean_auroc``, which is ``ood.csv``'s cell and carries its interval (key
@@ -132,12 +139,25 @@ def skipped_reason(cells: dict[str, list[str]]) -> str:
             "evaluator_params.robust_auroc.ensemble: standard)")
 
 
-def worst_case(start: np.ndarray, scores: dict[str, np.ndarray], sets: list[str], lower: bool) -> np.ndarray:
-    """The per-image worst case over ``start`` and ``sets``: the lowest confidence when ``lower``, else the highest."""
-    worst = np.asarray(start, float)
+#: a per-image worst case so far: (the confidence it scores, the confidence it was chosen on)
+Worst = tuple[np.ndarray, np.ndarray]
+
+
+def worst_case(start: Worst, scores: dict[str, np.ndarray], choice: dict[str, np.ndarray], sets: list[str],
+               lower: bool) -> Worst:
+    """The per-image worst case over ``start`` and ``sets``: each image moves to a set whose *choice* confidence is
+    strictly lower (``lower``, the ID side) or higher than its choice so far, and takes that set's *score*; a NaN
+    score anywhere makes the image's worst case NaN. ``choice`` is :meth:`RunContext.choice_scores`: for a
+    randomised detector its attack-stream confidences, so the evaluation draw of the chosen image is independent
+    of every draw that chose it; for a deterministic one ``scores`` itself, and this is the plain minimum
+    (maximum) of the scores."""
+    value, chosen = np.array(start[0], float), np.array(start[1], float)
     for name in sets:
-        worst = np.minimum(worst, scores[name]) if lower else np.maximum(worst, scores[name])
-    return worst
+        by, score = np.asarray(choice[name], float), np.asarray(scores[name], float)
+        take = ((by < chosen) if lower else (by > chosen)) | np.isnan(by)
+        value = np.where(take | np.isnan(score), score, value)
+        chosen = np.where(take, by, chosen)
+    return value, chosen
 
 
 
@@ -152,7 +172,7 @@ def ensemble_cell(ctx: RunContext, det: str, ood_set: str, eps: float, steps: li
     (ID side, OOD side)."""
     from advopenood_plugins.kit.robust import robust_intervals, robust_metrics
 
-    policy, scores = ctx.intervals, ctx.scores[det]
+    policy, scores, choice = ctx.intervals, ctx.scores[det], ctx.choice_scores(det)
     clean_id, clean_ood = np.asarray(scores["id"], float), np.asarray(scores[ood_set], float)
     id_sets, ood_sets = [n for s in steps for n in s[1]], [n for s in steps for n in s[2]]
     sizes = {len(scores[n]) for n in id_sets} | {len(clean_id)}, {len(scores[n]) for n in ood_sets} | {len(clean_ood)}
@@ -161,11 +181,13 @@ def ensemble_cell(ctx: RunContext, det: str, ood_set: str, eps: float, steps: li
     common = {"detector": det, "ood_set": ood_set, "eps": eps, "ci": policy.label,
               "n_id": len(clean_id), "n_ood": len(clean_ood), "protocol": ctx.protocol}
     key, own = ensemble_key(det, ood_set, eps), {"clean_auroc": cell_key("ood", det, ood_set)}
-    rows, w_id, w_ood = [], clean_id, clean_ood
+    rows = []
+    at_id, at_ood = (clean_id, np.asarray(choice["id"], float)), (clean_ood, np.asarray(choice[ood_set], float))
     for step, (label, ids, oods) in enumerate([("none", [], []), *steps]):
-        new_id, new_ood = worst_case(w_id, scores, ids, True), worst_case(w_ood, scores, oods, False)
-        set_id, set_ood = int((new_id < w_id).sum()), int((new_ood > w_ood).sum())
-        w_id, w_ood = new_id, new_ood
+        new_id, new_ood = worst_case(at_id, scores, choice, ids, True), worst_case(at_ood, scores, choice, oods, False)
+        set_id, set_ood = int((new_id[1] < at_id[1]).sum()), int((new_ood[1] > at_ood[1]).sum())
+        at_id, at_ood = new_id, new_ood
+        w_id, w_ood = at_id[0], at_ood[0]
         bounds, reason = robust_intervals(clean_id, clean_ood, w_id, w_ood, policy, key, own_keys=own)
         shown = "clean_auroc" if step == 0 else "robust_auroc"  # step 0 is the clean cell: ood.csv's interval
         rows.append({**common, "step": step, "attack": label, "id_attack": "+".join(ids), "ood_attack": "+".join(oods),

@@ -51,14 +51,26 @@ def cells(run: Any) -> list[tuple[str, str, float, list[tuple[str, list[str], li
     return out
 
 
-def _worst(values: np.ndarray, others: list[np.ndarray], lowest: bool) -> np.ndarray:
-    """Image by image, the lowest (``lowest``) or highest of ``values`` and ``others``."""
-    out = np.array(values, dtype=float)
-    for i in range(len(out)):
-        for other in others:
-            if (other[i] < out[i]) if lowest else (other[i] > out[i]):
-                out[i] = other[i]
-    return out
+def _worst(start: tuple[np.ndarray, np.ndarray], others: list[tuple[np.ndarray, np.ndarray]], lowest: bool
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """Image by image, ``(value, chosen on)`` of the set whose choice confidence is the lowest (``lowest``) or highest,
+    the first in order on a tie, NaN where any of the image's values or choices is NaN. A set is
+    ``(confidences, choice confidences)``: for a randomised detector the choice is the saved attack-stream
+    ``<set>.select`` (the writer's rule: choose on attack noise, score on evaluation noise), else the confidences."""
+    value, chosen = np.array(start[0], dtype=float), np.array(start[1], dtype=float)
+    for i in range(len(value)):
+        for conf, by in others:
+            if math.isnan(by[i]) or ((by[i] < chosen[i]) if lowest else (by[i] > chosen[i])):
+                value[i], chosen[i] = conf[i], by[i]
+            if math.isnan(conf[i]):
+                value[i] = math.nan
+    return value, chosen
+
+
+def choice(arrays: dict[str, np.ndarray], name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Set ``name``'s confidences and the confidences a worst case chooses it on (``<name>.select`` where saved)."""
+    conf = arrays[name].astype(float)
+    return conf, arrays[f"{name}.select"].astype(float) if f"{name}.select" in arrays else conf
 
 
 #: per (detector, OOD set, eps as %.6g): the re-derived per-image worst case (ID side, OOD side)
@@ -72,22 +84,24 @@ def rederive_ensemble(run: Any) -> tuple[pd.DataFrame, pd.DataFrame, Worst]:
     for det, ood_set, eps, members in cells(run):
         arrays = run.scores(det)
         clean_id, clean_ood = arrays["id"].astype(float), arrays[ood_set].astype(float)
-        worst_id, worst_ood = clean_id, clean_ood
+        at_id, at_ood = choice(arrays, "id"), choice(arrays, ood_set)
         # one number, one interval: the steps share the ensemble row's draws; the clean cell is ood.csv's
         key, own = f"robust|{det}|ensemble|{ood_set}|{eps:.6g}", {"clean_auroc": f"ood|{det}|{ood_set}"}
         for k, (lab, ids, oods) in enumerate([("none", [], []), *members]):
-            new_id = _worst(worst_id, [arrays[n].astype(float) for n in ids], True)
-            new_ood = _worst(worst_ood, [arrays[n].astype(float) for n in oods], False)
+            chosen_id = _worst(at_id, [choice(arrays, n) for n in ids], True)
+            chosen_ood = _worst(at_ood, [choice(arrays, n) for n in oods], False)
+            (new_id, moved_id), (new_ood, moved_ood) = chosen_id, chosen_ood
             got = robust_bounds((clean_id, clean_ood, new_id, new_ood), run, key, own)
             shown = "clean_auroc" if k == 0 else "robust_auroc"
             steps.append({"detector": det, "ood_set": ood_set, "eps": f"{eps:.6g}", "step": k, "attack": lab,
                           "id_attack": "+".join(ids), "ood_attack": "+".join(oods),
                           "robust_auroc": oracle.auroc(new_id, new_ood), "robust_auroc_lo": got[f"{shown}_lo"],
                           "robust_auroc_hi": got[f"{shown}_hi"], "ci": got["ci"],
-                          "id_images_set": int(np.sum(new_id != worst_id)),
-                          "ood_images_set": int(np.sum(new_ood != worst_ood)), "n_id": len(new_id),
+                          "id_images_set": int(np.sum(moved_id != at_id[1])),
+                          "ood_images_set": int(np.sum(moved_ood != at_ood[1])), "n_id": len(new_id),
                           "n_ood": len(new_ood)})
-            worst_id, worst_ood = new_id, new_ood
+            at_id, at_ood = chosen_id, chosen_ood
+        worst_id, worst_ood = at_id[0], at_ood[0]
         worst[det, ood_set, f"{eps:.6g}"] = (worst_id, worst_ood)
         rows.append({"detector": det, "id_attack": "+".join(n for m in members for n in m[1]),
                      "ood_attack": "+".join(n for m in members for n in m[2]), "ood_set": ood_set, "eps": eps,

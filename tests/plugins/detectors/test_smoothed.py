@@ -21,7 +21,7 @@ from advopenood.evaluation.metrics import ood_metrics
 from advopenood.detection.scorecache import detector_key
 from advopenood_plugins.detectors import BUILTIN_DETECTORS
 from advopenood_plugins.detectors.logits import MSP
-from advopenood_plugins.detectors.smoothed import noise_draws, smooth
+from advopenood_plugins.detectors.smoothed import noise_draws, smooth, stream_seed
 
 CPU = torch.device("cpu")
 N_COPIES = 8
@@ -240,9 +240,14 @@ def test_evaluation_noise_is_independent_of_every_draw_an_attack_saw(name, param
     the run's seed alone, so the attack kept the iterate whose evaluation noise looked best."""
     import advopenood_plugins.detectors.smoothed as smoothed
 
-    drawn: list[int] = []
+    drawn: list[tuple[int, int]] = []
     real = smoothed.noise_seed
-    monkeypatch.setattr(smoothed, "noise_seed", lambda seed, image: drawn.append(real(seed, image)) or drawn[-1])
+
+    def recorded(seed: int, image):
+        drawn.append((seed, real(seed, image)))
+        return drawn[-1][1]
+
+    monkeypatch.setattr(smoothed, "noise_seed", recorded)
     x, y = cifar_batch[0][:8], cifar_batch[1][:8]
     fit = pack_set("cifar10", "cifar10_train_10k.npz", 64)
     det_params = {"smoothed_msp": {"n": 4, "sigma": SIGMA}}
@@ -250,13 +255,17 @@ def test_evaluation_noise_is_independent_of_every_draw_an_attack_saw(name, param
                          device=CPU, detector_params=det_params)
     torch.manual_seed(0)
     x_adv = attack.perturb(cifar_model, x, y)
-    seen, drawn[:] = set(drawn), []
+    seen, drawn[:] = {v for _, v in drawn}, []
     assert len(seen) > len(x)
     result = score_all(["smoothed_msp"], "pytorch-ood", cifar_model, fit,
                        {"id": lambda: [(x, y)], "adv": lambda: [(x_adv, y)]}, batch_size=64, device=CPU, seed=0,
                        params=det_params, progress=False)
     assert result.errors == {} and len(result.scores["smoothed_msp"]["adv"]) == len(x)
-    assert drawn and not seen & set(drawn)
+    evaluation = {v for s, v in drawn if s == stream_seed(0, "eval")}
+    assert evaluation and not seen & evaluation
+    # the attack-stream confidences a worst case over sets chooses on (issue 48) draw from the attack's stream
+    assert {s for s, _ in drawn} == {stream_seed(0, "eval"), stream_seed(0, "attack")}
+    assert set(result.selection["smoothed_msp"]) == {"id", "adv"}
 
 
 def test_randomised_is_a_declared_capability_not_a_name():

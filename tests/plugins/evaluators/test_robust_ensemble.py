@@ -293,3 +293,74 @@ def test_the_ensemble_run_verifies_in_a_fresh_process(ensemble_run):
              f"sys.exit(main(['verify', {str(ensemble_run)!r}]))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0 and "0 difference(s)" in done.stdout + done.stderr, done.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def randomised_run(data_root, session_cache, tmp_path_factory):
+    """The standard ensemble on smoothed MSP (two noise copies: cheap, and noisy enough to choose wrongly on)."""
+    out = tmp_path_factory.mktemp("randomised")
+    cfg = _config(data_root, out, {"ensemble": "standard", "square_queries": 20, "eot": 2}, detectors="smoothed_msp")
+    run(cfg.replace(detector_params={"smoothed_msp": {"n": 2, "sigma": 0.1}},
+                    evaluators=("robust_auroc", "levels")), progress=False)
+    return out
+
+
+def test_a_randomised_detectors_worst_case_chooses_on_attack_noise_and_scores_evaluation_noise(randomised_run):
+    """Issue 48: each image's worst set is the one whose saved attack-stream confidence (``<set>.select``) is the
+    worst; its value is that set's evaluation confidence. Re-derived here with numpy's argmin over the files."""
+    from advopenood.evaluation.metrics import auroc
+
+    arrays = dict(np.load(randomised_run / "scores" / "smoothed_msp.npz"))
+    row = pd.read_csv(randomised_run / "robust_auroc.csv").query("method == 'ensemble'").iloc[0]
+    sides = {"id": ["id", *row["id_attack"].split("+")], "ood": ["tin", *row["ood_attack"].split("+")]}
+    worst = {}
+    for side, names in sides.items():
+        conf, by = (np.stack([arrays[n + suffix] for n in names]) for suffix in ("", ".select"))
+        at = by.argmin(0) if side == "id" else by.argmax(0)
+        worst[side] = conf[at, np.arange(conf.shape[1])]
+        plain = conf.min(0) if side == "id" else conf.max(0)
+        assert not np.array_equal(worst[side], plain)  # the old rule would have taken other values
+    assert row["robust_auroc"] == pytest.approx(100 * auroc(worst["id"], worst["ood"]), abs=1e-4)
+
+
+def test_verify_rederives_the_rule_and_catches_an_edited_randomised_cell(randomised_run, tmp_path, capsys):
+    assert main(["verify", str(randomised_run)]) == 0
+    row = int(pd.read_csv(randomised_run / "robust_auroc.csv").query("method == 'ensemble'").index[0])
+    copy = edited_copy(randomised_run, tmp_path / "cell", "robust_auroc.csv", "robust_auroc", 1.0, row)
+    capsys.readouterr()
+    assert main(["verify", str(copy)]) == 1
+    assert "robust_auroc.csv" in "".join(capsys.readouterr())
+    # the selection confidences are part of the evidence: without them the rule cannot be re-derived
+    import shutil
+
+    bare = tmp_path / "bare"
+    shutil.copytree(randomised_run, bare)
+    arrays = dict(np.load(bare / "scores" / "smoothed_msp.npz"))
+    np.savez(bare / "scores" / "smoothed_msp.npz", **{k: v for k, v in arrays.items() if k != "id.select"})
+    capsys.readouterr()
+    assert main(["verify", str(bare)]) == 1
+    assert "no id.select" in "".join(capsys.readouterr())
+
+
+def test_levels_choose_a_randomised_detectors_worst_pair_on_attack_noise(randomised_run):
+    """The levels evaluator's worst robust pair of smoothed MSP is the pair whose attack-stream AUROC is the lowest
+    (its ``<set>.select`` arrays; the ensemble row's per-image worst choice), and the row reports that pair's
+    evaluation AUROC (issue 48: a worst case over separately scored sets never chooses on evaluation noise)."""
+    from advopenood.evaluation.metrics import auroc
+
+    arrays = dict(np.load(randomised_run / "scores" / "smoothed_msp.npz"))
+    robust = pd.read_csv(randomised_run / "robust_auroc.csv")
+    levels = pd.read_csv(randomised_run / "levels.csv").set_index("criterion")
+    by = {}
+    for r in robust.to_dict("records"):
+        ids, oods = r["id_attack"].split("+"), r["ood_attack"].split("+")
+        if r["method"] == "ensemble":
+            ids, oods = ["id", *ids], ["tin", *oods]
+        by[f"{r['id_attack']}+{r['ood_attack']}"] = (
+            100 * auroc(np.min([arrays[f"{n}.select"] for n in ids], 0), np.max([arrays[f"{n}.select"] for n in oods], 0)),
+            r["robust_auroc"])
+    listed = [n.strip() for n in levels.loc["robust_auroc", "sets"].split(", ")]
+    assert len(listed) > 1 and set(listed) <= set(by)
+    at = min(sorted(listed), key=lambda k: round(by[k][0], 9))
+    assert levels.loc["robust_auroc", "worst_set"] == at
+    assert levels.loc["robust_auroc", "auroc"] == pytest.approx(by[at][1], abs=1e-4)
