@@ -76,6 +76,7 @@ from advopenood.evaluation.context import RunContext
 from advopenood.errors import UsageError
 from advopenood.outputs.results import Results
 from advopenood.evaluation.intervals import cell_key
+from advopenood.evaluation.metrics import ood_metrics
 from advopenood_plugins.kit.worstcase import (NO_CI, CIPlan, SetInfo, backend_for, detector_groups, set_info,
                                               stacked, worst_case_metrics)
 from advopenood_plugins.evaluators.multiattack.report import plot_sweeps
@@ -296,7 +297,8 @@ def multiattack_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list
         cr = competitiveness_table(raw, metric, reference)
         for detector in detectors:
             values = raw.loc[detector].dropna()
-            worst_set = str(values.idxmin() if metric == "auroc" else values.idxmax()) if len(values) else ""
+            by = chosen_on(choice, detector, sets, values, metric)
+            worst_set = str(by.idxmin() if metric == "auroc" else by.idxmax()) if len(values) else ""
             rows.append({"detector": detector, "backend": backend_for(backend, detector), "metric": metric,
                          "avg": float(values.mean()) if len(values) else float("nan"),
                          "worst": float(values[worst_set]) if len(values) else float("nan"), "worst_set": worst_set,
@@ -313,6 +315,19 @@ def multiattack_table(scores: Mapping[str, Mapping[str, np.ndarray]], sets: list
                          "reference": reference, "n_sets": int(len(values)), "positives": positives,
                          "protocol": protocol, "deviations": deviations(metric, reference)})
     return pd.DataFrame(rows, columns=MULTI_COLUMNS)
+
+
+def chosen_on(choice: Mapping[str, Mapping[str, np.ndarray]] | None, detector: str, sets: list[SetInfo],
+              values: pd.Series, metric: str) -> pd.Series:
+    """What the ``worst`` set is chosen on, per set of ``values``: for a randomised detector (in ``choice``) the metric
+    of its attack-stream confidences (clean against the set's positives), so that no evaluation draw chooses the set
+    it reports; else ``values`` themselves."""
+    if not choice or detector not in choice:
+        return values
+    mine, positive = choice[detector], {s.name: s.positive for s in sets}
+    return pd.Series({name: ood_metrics(np.asarray(mine["id"], dtype=np.float64),
+                                        np.asarray(mine[name], dtype=np.float64)[positive[name]])[metric]
+                      for name in values.index}, dtype=float)
 
 
 @registry.register("evaluators", "multiattack")

@@ -150,10 +150,12 @@ def expected_table(run: RunFiles, curves: pd.DataFrame) -> pd.DataFrame:
             union = oracle.ood_metrics(arrays["id"], worst_union, (metric,))[metric]
             union_bounds = row_bounds(arrays["id"], worst_union, run, f"union|{d}|all")
             values = [(p, v) for p, v in raw[d].items() if not math.isnan(v)]
-            worst_set, worst = "", math.nan
-            for p, v in values:
-                if worst_set == "" or (v < worst if metric == "auroc" else v > worst):
-                    worst_set, worst = p, v
+            worst_set, worst, key = "", math.nan, math.nan
+            for p, v in values:  # chosen on the attack-stream confidences where the run saved them (randomised)
+                by = v if f"{p}.select" not in arrays else oracle.ood_metrics(
+                    arrays["id.select"], arrays[f"{p}.select"][arrays[f"{p}.positive"].astype(bool)], (metric,))[metric]
+                if worst_set == "" or (by < key if metric == "auroc" else by > key):
+                    worst_set, worst, key = p, v, by
             at = per_set[(per_set["detector"] == d) & (per_set["set"] == worst_set)]
             cr_avg, cr_worst, n_cr = _ratios(acc[d], ref)
             cc_avg, cc_worst, n_cc = _ratios(cc[d], ref_cc)

@@ -103,3 +103,21 @@ def test_meads_worst_case_chooses_on_attack_noise_too(null_scores):
     lo, hi = paired_shift(scores, scores["id"], chosen)  # the OOD side attacked: its images are the OOD ones
     assert lo <= 0 <= hi
     assert paired_shift(scores, scores["id"], plain)[1] < 0
+
+
+def test_multiattacks_worst_set_is_chosen_on_attack_noise(null_scores):
+    """multiattack.csv's ``worst``: the set whose attack-stream AUROC is the lowest, reported with its evaluation
+    AUROC (MultiRobustBench's worst over attacks, on sets that are four fresh draws of the same images)."""
+    from advopenood_plugins.evaluators.multiattack.plugin import multiattack_table
+    from advopenood_plugins.kit.worstcase import SetInfo
+
+    scores, selection = null_scores
+    names = [f"ood{j}" for j in range(K_MAX)]
+    sets = [SetInfo(n, "linf", 1e-6, "ce", np.ones(N_IMAGES, dtype=bool)) for n in names]
+    pick = lambda d: {"id": d["id"], **{n: d[n] for n in names}}  # noqa: E731  the OOD images as the attacked sets
+    table = multiattack_table({"ross_gen": pick(scores)}, sets, choice={"ross_gen": pick(selection)})
+    row = table[table["metric"] == "auroc"].iloc[0]
+    by = {n: 100 * auroc(selection["id"], selection[n]) for n in names}
+    at = min(names, key=lambda n: by[n])
+    assert row["worst_set"] == at
+    assert row["worst"] == pytest.approx(100 * auroc(scores["id"], scores[at]), abs=1e-9)
