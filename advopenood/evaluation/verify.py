@@ -18,28 +18,19 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import zipfile
-import zlib
-from collections import Counter
-from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from advopenood.config.schema import MAX_RESAMPLES
-from advopenood.claims import STATED, Claim, read_claims
 from advopenood.errors import UsageError
 from advopenood.evaluation import oracle
-from advopenood.evaluation.verify_first import check_first
-from advopenood.io import MANIFEST, OutputError, files_under, read_manifest
-
-
-class Unreadable(Exception):
-    """A file a check needs is missing, or holds no table or column it must hold: a finding of ``verify`` (exit 1),
-    not a traceback. The message names the file."""
+from advopenood.evaluation.runfiles import (MAX_FILE_BYTES, RunFiles, Unreadable, as_csv_float, compare,  # noqa: F401
+                                            read_npz, walk)
+from advopenood.evaluation.verify_claims import verify_claims
+from advopenood.evaluation.verify_report import verify_report
+from advopenood.io import MANIFEST, OutputError, read_manifest, sha256_file
 
 
 class Findings(NamedTuple):
@@ -52,166 +43,42 @@ class Findings(NamedTuple):
     notes: list[str]
 
 
-@dataclass
-class RunFiles:
-    """The files of one run folder, read lazily. ``info`` is ``run.json``."""
-
-    path: Path
-    info: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def open(cls, path: str | Path) -> RunFiles:
-        """A run folder; a UsageError (exit 2) when it is not one."""
-        folder = Path(path)
-        info = folder / "run.json"
-        if not folder.exists():
-            raise UsageError(f"{str(folder)!r} does not exist; valid input: the --out of a run")
-        if not info.is_file():
-            raise UsageError(f"{str(folder)!r} is not a run folder (no run.json); valid input: the --out of a run")
-        try:
-            run = cls(folder, json.loads(info.read_text()))
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"{str(info)!r} is not readable JSON ({exc})") from None
-        run.check_resamples()
-        return run
-
-    def check_resamples(self) -> None:
-        """A UsageError (exit 2) when ``run.json``'s ``ci.resamples`` is not an integer from 0 to
-        :data:`~advopenood.config.schema.MAX_RESAMPLES`: no run writes one, and re-deriving it could not end."""
-        ci = self.config.get("ci") or {}
-        resamples = ci.get("resamples", 0) if isinstance(ci, dict) else None
-        if isinstance(resamples, bool) or not isinstance(resamples, int) or not 0 <= resamples <= MAX_RESAMPLES:
-            raise UsageError(f"{str(self.path / 'run.json')!r}: config.ci.resamples is {resamples!r}; valid: an "
-                             f"integer from 100 to {MAX_RESAMPLES} (a run never writes another; the file was edited)")
-
-    @property
-    def protocol(self) -> str:
-        return str(self.info.get("protocol", {}).get("name", "strong"))
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return dict(self.info.get("config") or {})
-
-    def table(self, name: str, needs: Sequence[str] = ()) -> pd.DataFrame:
-        """A CSV of the run as written (empty cells are NaN); :class:`Unreadable` when it is missing, holds no CSV
-        table (an emptied file) or lacks a column of ``needs``."""
-        path = self.path / name
-        if not path.is_file():
-            raise Unreadable(f"{name}: missing (the run wrote it)")
-        try:
-            frame = pd.read_csv(path)
-        except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-            raise Unreadable(f"{name}: cannot be read as a CSV table ({type(exc).__name__}: {exc})") from None
-        absent = [c for c in needs if c not in frame.columns]
-        if absent:
-            raise Unreadable(f"{name}: column {absent[0]!r} is missing")
-        return frame
-
-    def has(self, name: str) -> bool:
-        return (self.path / name).is_file()
-
-    @cached_property
-    def scored(self) -> list[str]:
-        """The detectors the run scored: those ``run.json`` names (``detector_backends``: every detector it ran,
-        less those that failed, ``detector_errors``) and those with a score file (a folder written by hand or
-        before ``run.json`` named them)."""
-        ran = self.info.get("detector_backends")
-        named = [d for d in (ran if isinstance(ran, dict) else {}) if d not in (self.info.get("detector_errors") or {})]
-        return sorted({*named, *(p.stem for p in (self.path / "scores").glob("*.npz"))})
-
-    @property
-    def errored(self) -> list[str]:
-        """The detectors that failed in the run (their rows hold no numbers)."""
-        return sorted(self.info.get("detector_errors") or {})
-
-    @cached_property
-    def detectors(self) -> list[str]:
-        """Detectors the run scored whose score file is there (a missing one is a finding of :func:`verify_run`)."""
-        return [d for d in self.scored if (self.path / "scores" / f"{d}.npz").is_file()]
-
-    def scores(self, det: str) -> dict[str, np.ndarray]:
-        """``scores/<det>.npz`` as a dict of arrays; :class:`Unreadable` when the file is missing."""
-        path = self.path / "scores" / f"{det}.npz"
-        if not path.is_file():
-            raise Unreadable(f"scores/{det}.npz: missing (the run scored {det!r})")
-        return read_npz(path)
-
-
-def read_npz(path: Path, keys: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-    """The arrays (``keys``, default all) of an npz file a run wrote, without pickles; a UsageError (exit 2) naming the
-    file when it is truncated or damaged: nothing can be re-derived from it."""
-    try:
-        with np.load(path) as d:
-            return {k: d[k] for k in (d.files if keys is None else keys)}
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as exc:
-        raise UsageError(f"{str(path)!r} cannot be read ({type(exc).__name__}: {exc}): it is truncated or damaged; "
-                         "valid input: a run folder and store as the run wrote them (run it again)") from None
-
-
-def as_csv_float(value: float) -> float:
-    """A float as the run's CSVs hold it: 6 significant digits (``%.6g``, :func:`advopenood.io.write_csv`)."""
-    return float(f"{value:.6g}")
-
-
-def _same(want: Any, have: Any, atol: float) -> bool:
-    """Whether a written cell holds the re-derived value: NaN for NaN; for numbers, the value as a CSV writes it
-    (a re-derivation that lands within ``atol`` of a rounding boundary may round either way)."""
-    w_na, h_na = pd.isna(want), pd.isna(have)
-    if w_na or h_na:
-        return bool(w_na and h_na)
-    if isinstance(want, (int, float, np.number)) and isinstance(have, (int, float, np.number)):
-        w, h = float(want), float(have)
-        return h in {as_csv_float(w), as_csv_float(w - atol), as_csv_float(w + atol)} or \
-            math.isclose(w, h, rel_tol=0.0, abs_tol=atol)
-    return str(want) == str(have)
-
-
-def compare(expected: pd.DataFrame, written: pd.DataFrame, keys: list[str], columns: list[str],
-            atol: float = 1e-9, table: str = "") -> list[str]:
-    """One line per difference between re-derived rows ``expected`` and the ``written`` table, matched on
-    ``keys``: a missing, extra or repeated row, a missing column, or a cell of ``columns`` whose written number is not the re-derived one as
-    the CSV writes it (6 significant digits; ``atol`` is the arithmetic slack of the re-derivation)."""
-    prefix = f"{table}: " if table else ""
-    lines = [f"{prefix}column {c!r} is missing" for c in keys + columns if c not in written.columns]
-    if any(c not in written.columns for c in keys):
-        return lines
-    columns = [c for c in columns if c in written.columns]
-    key = lambda r: tuple("" if pd.isna(r[k]) else str(r[k]) for k in keys)  # noqa: E731
-    want = {key(r): r for r in expected.to_dict("records")}
-    have = {key(r): r for r in written.to_dict("records")}
-    seen = Counter(key(r) for r in written.to_dict("records"))
-    lines += [f"{prefix}row {dict(zip(keys, k))} is written {n} times" for k, n in seen.items() if n > 1]
-    lines += [f"{prefix}row {dict(zip(keys, k))} is missing" for k in want if k not in have]
-    lines += [f"{prefix}row {dict(zip(keys, k))} is not derivable from the run's files" for k in have if k not in want]
-    for k in want.keys() & have.keys():
-        for col in columns:
-            if not _same(want[k][col], have[k].get(col), atol):
-                lines.append(f"{prefix}{dict(zip(keys, k))} {col}: written {have[k].get(col)!r}, "
-                             f"re-derived {want[k][col]!r}")
-    return sorted(lines)
-
-
 def verify_files(run: RunFiles) -> list[str]:
-    """Every file of the run folder against ``manifest.json`` (:func:`advopenood.io.commit_output` writes it last,
-    with each file's SHA-256): a file whose bytes differ from its digest, a listed file that is missing, and a
-    file the manifest does not list are each a finding; so are a missing or unreadable manifest, and a score file
-    of a detector the run scored that is missing."""
-    try:
-        listed = read_manifest(run.path)
-        problem = "" if listed is not None else f"{MANIFEST}: missing; no file's digest can be checked"
-    except OutputError as exc:
-        listed, problem = None, f"{MANIFEST}: {exc}; no file's digest can be checked"
+    """Every entry of the run folder against ``manifest.json`` (:func:`advopenood.io.commit_output` writes it last,
+    with each file's SHA-256), listed without following a link (:func:`~advopenood.evaluation.runfiles.walk`): a
+    file whose bytes differ from its digest, a listed file that is missing, a file the manifest does not list, and
+    anything that is not a regular file (a link, a FIFO, a socket, a device: never opened) are each a finding; so
+    are a file over :data:`~advopenood.evaluation.runfiles.MAX_FILE_BYTES` (its size is checked before it is read,
+    and it is not read), a missing or unreadable manifest, and a score file of a detector the run scored that is
+    missing."""
+    files, others = walk(run.path)
+    listed, problem = None, run.problem(MANIFEST)
+    if problem == "missing":
+        problem = f"{MANIFEST}: missing; no file's digest can be checked"
+    elif problem:
+        problem = f"{MANIFEST}: {problem}; no file's digest can be checked"
+    else:
+        try:
+            listed = read_manifest(run.path)
+        except OutputError as exc:
+            problem = f"{MANIFEST}: {exc}; no file's digest can be checked"
     lines = [f"scores/{d}.npz: missing (the run scored {d!r})" for d in run.scored
-             if d not in run.detectors and f"scores/{d}.npz" not in (listed or {})]
+             if run.problem(f"scores/{d}.npz") == "missing" and f"scores/{d}.npz" not in (listed or {})]
+    lines += [f"{rel}: {what}" for rel, what in others.items() if rel != MANIFEST]
     if listed is None:
         return lines + [problem]
-    present = set(files_under(run.path)) - {MANIFEST}
     for rel, digest in sorted(listed.items()):
-        if rel not in present:
+        if rel in others:
+            continue
+        if rel not in files:
             lines.append(f"{rel}: listed in {MANIFEST} but missing")
-        elif hashlib.sha256((run.path / rel).read_bytes()).hexdigest() != digest:
+        elif files[rel] > MAX_FILE_BYTES:
+            lines.append(f"{rel}: {files[rel]} bytes, over the bound of {MAX_FILE_BYTES} bytes of a file a run writes; "
+                         "not read, so its digest is not checked")
+        elif sha256_file(run.path / rel) != digest:
             lines.append(f"{rel}: its SHA-256 is not the one {MANIFEST} lists (the file changed after the run wrote it)")
-    lines += [f"{rel}: not listed in {MANIFEST} (the run did not write it)" for rel in sorted(present - set(listed))]
+    lines += [f"{rel}: not listed in {MANIFEST} (the run did not write it)" for rel in files
+              if rel not in listed and rel != MANIFEST]
     return lines
 
 
@@ -338,106 +205,6 @@ def verify_masks(run: RunFiles) -> list[str]:
     return lines
 
 
-def _key_text(value: Any) -> str:
-    return "" if pd.isna(value) else str(value)
-
-
-def _key_matches(column: pd.Series, value: str) -> np.ndarray:
-    """The rows whose key cell is ``value``: as text, or for a numeric column as the CSV writes the number (6
-    significant digits: a claim may hold the number unrounded)."""
-    text = column.map(_key_text).to_numpy() == value
-    if not pd.api.types.is_numeric_dtype(column) or value == "":
-        return text
-    try:
-        number = as_csv_float(float(value))
-    except ValueError:
-        return text
-    return text | (column.astype(float).map(as_csv_float).to_numpy() == number)
-
-
-def _claimed_cells(claim: Claim, row: pd.Series) -> tuple[float, float, float] | str:
-    """``(number, lo, hi)`` the table's row says for the claim, in the order the claim states its pair (a swapped
-    pair negates the difference and swaps its bounds); a reason when the claim's names are not the row's."""
-    if claim.kind == "value":
-        return tuple(float(row.get(c, math.nan)) for c in claim.columns)  # type: ignore[return-value]
-    col_a, col_b, col_d, col_lo, col_hi = claim.columns
-    d, lo, hi = (float(row[c]) for c in (col_d, col_lo, col_hi))
-    pair = (str(row[col_a]), str(row[col_b]))
-    if tuple(claim.names) == pair:
-        return d, lo, hi
-    if tuple(claim.names) == pair[::-1]:
-        return -d, -hi, -lo
-    return f"it names {', '.join(claim.names)}, the row {', '.join(pair)}"
-
-
-def check_claim(run: RunFiles, claim: Claim, tables: dict[str, pd.DataFrame]) -> list[str]:
-    """What is wrong with one claim against its table: the row it reads (exactly one), the numbers it quotes (the
-    cells as written, of the order stated), its method and its test (:data:`advopenood.claims.TESTS`)."""
-    if claim.table not in tables:
-        if not run.has(claim.table):
-            return [f"its table {claim.table} is missing"]
-        try:
-            tables[claim.table] = run.table(claim.table)
-        except Unreadable as exc:
-            return [str(exc)]
-    table = tables[claim.table]
-    if claim.kind == "first":
-        try:
-            return check_first(claim, table, run.table("ood.csv"))
-        except (Unreadable, KeyError, ValueError, TypeError) as exc:
-            return [f"paired.csv or ood.csv cannot be read for the claim ({type(exc).__name__}: {exc})"]
-    mask = np.ones(len(table), dtype=bool)
-    for column, value in claim.row:
-        mask &= _key_matches(table[column], value) if column in table else False
-    if mask.sum() != 1:
-        return [f"{int(mask.sum())} rows of {claim.table} match {dict(claim.row)}"]
-    row = table[mask].iloc[0]
-    try:
-        want = _claimed_cells(claim, row)
-    except (KeyError, ValueError, TypeError) as exc:  # a cell that is not a number, a column that is gone
-        return [f"{claim.table}'s row cannot be read as the claim's numbers ({type(exc).__name__}: {exc})"]
-    if isinstance(want, str):
-        return [want]
-    lines = [f"its {what} {have!r} is not {claim.table}'s {cell!r}" for what, have, cell in
-             zip(("number", "interval's lower end", "interval's upper end"), (claim.value, claim.lo, claim.hi), want)
-             if not _same(have, cell, 1e-9)]  # the claim's number as the CSV would write it
-    if "ci" in row and _key_text(row["ci"]) != claim.method:
-        lines.append(f"its method {claim.method!r} is not {claim.table}'s {_key_text(row['ci'])!r}")
-    lo, hi = want[1], want[2]
-    if claim.kind == "difference" and not lo > 0:
-        lines.append("it states a direction that the paired interval of the stated difference does not support")
-    if claim.kind == "no_difference" and (lo > 0 or hi < 0):
-        lines.append("it says no difference is shown where the paired interval excludes 0")
-    return lines
-
-
-def verify_claims(run: RunFiles) -> list[str]:
-    """Every claim of ``claims.json`` (:mod:`advopenood.claims`) re-read from its table (:func:`check_claim`; its
-    sentence must be the rendering of its numbers), and every sentence of ``report.md`` that states a comparison
-    (:data:`advopenood.claims.STATED`) must be the sentence of one of them, word for word (a report may show a
-    subset). One line per problem, naming the sentence."""
-    data = read_claims(run.path)
-    report = (run.path / "report.md").read_text() if run.has("report.md") else ""
-    stated = {str(c.get("text", "")) for c in data["claims"]}
-    lines = [f"report.md: {s!r}: not the sentence of any claim of claims.json (edited, or not rendered from one)"
-             for s in (line[2:] for line in report.splitlines() if line.startswith("- "))
-             if STATED.search(s) and s not in stated]
-    tables: dict[str, pd.DataFrame] = {}
-    for part, records in data.items():
-        for raw in records:
-            text = str(raw.get("text", ""))
-            try:
-                claim = Claim.from_dict(raw)
-            except (KeyError, ValueError, TypeError) as exc:
-                lines.append(f"claims.json: {text!r}: not a valid claim ({exc})")
-                continue
-            problems = check_claim(run, claim, tables)
-            if claim.text != text:
-                problems.append(f"its sentence is not the rendering of its numbers ({claim.text!r})")
-            lines += [f"claims.json: {text!r}: {p}" for p in problems]
-    return lines
-
-
 def run_hook(obj: Any, run: RunFiles, label: str) -> list[str]:
     """A plugin's ``verify`` hook; a file it needs that is missing, or a table that lacks a column, a row or a
     number the run wrote (a KeyError, ValueError, ... of the hook), is a difference naming the plugin, not a
@@ -491,4 +258,5 @@ def verify_run(path: str | Path) -> Findings:
     diffs, shards, notes = verify_asr(run)
     diffs += verify_masks(run) + verify_claims(run)
     plugin_diffs, plugin_notes = verify_plugins(run)
-    return Findings(diffs + plugin_diffs, files + shards, notes + plugin_notes)
+    report_diffs, report_notes = verify_report(run)
+    return Findings(diffs + plugin_diffs + report_diffs, files + shards, notes + plugin_notes + report_notes)

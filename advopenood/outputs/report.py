@@ -23,7 +23,7 @@ import pandas as pd
 import yaml
 
 from advopenood import io as aio
-from advopenood.claims import Claim, name  # display names: one rule for the report and its claims
+from advopenood.claims import Claim, eps_label, name, where_asr  # one rule for the report and its claims
 from advopenood.outputs.plots import PLOT_DIR
 from advopenood.outputs.results import (
     Bullets,
@@ -57,20 +57,6 @@ class Block:
 
 
 # ----------------------------------------------------------------------------------------------- formatting
-
-def eps_label(eps: Any) -> str:
-    """``8/255`` for budgets that are a whole number of grey values, ``0.05`` otherwise, ``""`` for none."""
-    try:
-        value = float(eps)
-    except (TypeError, ValueError):
-        return ""
-    if math.isnan(value):
-        return ""
-    grey = value * 255
-    if abs(grey - round(grey)) < 1e-3 and 0 < round(grey) < 255:
-        return f"{int(round(grey))}/255"
-    return f"{value:.3g}"
-
 
 def fmt(value: Any) -> str:
     """A table cell: NaN empty, floats to 3 significant digits below 1 and 1-2 decimals above."""
@@ -143,13 +129,10 @@ def read_asr(asr: pd.DataFrame) -> list[str | Claim]:
         out.append(f"The classifier's clean accuracy is {pct(float(acc.iloc[0]))} on {n} ID images.")
     rows = asr.dropna(subset=["asr"])
     for r in rows.to_dict("records"):
-        eps = r.get("eps", math.nan)
-        budget = eps_label(eps) if not pd.isna(eps) else ""
-        at = f"at eps {budget}" if budget else "without a budget (minimal perturbation)"
         key = tuple((k, _key(r[k])) for k in ("attack", "eps") if k in r)
-        out.append(Claim("value", "asr.csv", key, ("asr", "asr_lo", "asr_hi"),
-                         f"{name(r['attack'])}'s success rate {at}, of the correctly classified images",
-                         float(r["asr"]), _float(r.get("asr_lo")), _float(r.get("asr_hi")), _key(r.get("ci"))))
+        out.append(Claim("value", "asr.csv", key, ("asr", "asr_lo", "asr_hi"), where_asr(r["attack"], r.get("eps")),
+                         float(r["asr"]), _float(r.get("asr_lo")), _float(r.get("asr_hi")), _key(r.get("ci")),
+                         about="asr"))
     if len(rows) > 1:
         out.append("The attacks are not ranked: their success rates are not compared by a paired test on the same "
                    "images, and overlapping or separate intervals are no such test.")
@@ -347,19 +330,32 @@ def _fold(blocks: list[Block]) -> Block:
     return Block("fold", blocks[1:], blocks[0].content)
 
 
-def build_report(out_dir: Path) -> list[Block]:
+def _guarded_paragraph(make: Any, what: str) -> list[Block]:
+    """``make()``'s blocks; run.json's facts that cannot be shown give a one-line note (and a warning) instead."""
+    try:
+        return make()
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
+        warnings.warn(f"advopenood: report {what} left out: {exc!r}", stacklevel=2)
+        return [Block("p", f"The {what} could not be rendered: {exc!r}.")]
+
+
+def build_report(out_dir: Path, info: dict[str, Any] | None = None, sections: list[Section] | None = None
+                 ) -> list[Block]:
     """The report's blocks: the first screen (what ran, from ``run.json``, and the headline sections), then every
     other section folded: the run's details, the saved sections (``report_sections.json``) and the plots that no
-    section shows."""
+    section shows. ``info`` and ``sections`` default to the folder's ``run.json`` and ``report_sections.json``
+    (``advopenood verify`` renders the report again from what it read and re-derived)."""
     out_dir = Path(out_dir)
-    info = json.loads((out_dir / "run.json").read_text()) if (out_dir / "run.json").is_file() else {}
+    if info is None:
+        info = json.loads((out_dir / "run.json").read_text()) if (out_dir / "run.json").is_file() else {}
     title = (info.get("config") or {}).get("name") or out_dir.name
-    blocks = [Block("h1", f"advopenood report: {title}"), *_sample_note(info.get("sample") or {})]
+    blocks = [Block("h1", f"advopenood report: {title}"),
+              *_guarded_paragraph(lambda: _sample_note(info.get("sample") or {}), "note on the sample")]
     if info.get("notes"):  # what the run's settings left out or ignored (run.json's notes)
-        blocks.append(Block("ul", list(info["notes"]), "Notes on this run's settings"))
+        blocks.append(Block("ul", [str(n) for n in info["notes"]], "Notes on this run's settings"))
     if info:
-        blocks.append(Block("p", what_ran(info)))
-    sections = read_sections(out_dir)
+        blocks += _guarded_paragraph(lambda: [Block("p", what_ran(info))], "summary of what ran")
+    sections = read_sections(out_dir) if sections is None else sections
     used: set[Path] = {Path(p).resolve() for s in sections for p in s.figures}
     for section in sections:
         if section.headline:

@@ -278,11 +278,23 @@ def write_sections(out: Path, sections: list[Section]) -> Path:
     return path
 
 
+def parse_sections(text: str, out: Path) -> list[Section]:
+    """The sections of a ``report_sections.json``'s ``text`` (figures resolved under ``out``); a ValueError with one
+    line that says what is wrong when it is not the file a run writes."""
+    try:
+        data = json.loads(text)
+        sections = data["sections"]
+        return [Section(s["title"], [item_from_dict(i, out) for i in s.get("items", [])], s.get("source", ""),
+                        bool(s.get("headline", False))) for s in sections]
+    except ValueError as exc:
+        raise ValueError(f"not the file a run writes ({exc})") from None
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"not the file a run writes ({type(exc).__name__}: {exc})") from None
+
+
 def read_sections(out: Path) -> list[Section]:
-    """The sections saved in ``<out>/report_sections.json``, [] when there is none."""
+    """The sections saved in ``<out>/report_sections.json`` (:func:`parse_sections`), [] when there is none."""
     path = Path(out) / SECTIONS_FILE
     if not path.is_file():
         return []
-    data = json.loads(path.read_text())
-    return [Section(s["title"], [item_from_dict(i, out) for i in s.get("items", [])], s.get("source", ""),
-                    bool(s.get("headline", False))) for s in data.get("sections", [])]
+    return parse_sections(path.read_text(), out)

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from advopenood.claims import Claim, name
+from advopenood.claims import Claim, where_clean_acc, where_highest_asr, where_largest_worst
 from advopenood.evaluation.context import RunContext
-from advopenood.outputs.report import eps_label
 
 
 def _table(out: Path, fname: str) -> pd.DataFrame | None:
@@ -21,12 +20,13 @@ def _table(out: Path, fname: str) -> pd.DataFrame | None:
     return pd.read_csv(path) if path.is_file() else None
 
 
-def _value(table: str, row: pd.Series, keys: tuple[str, ...], column: str, where: str) -> Claim:
-    """A ``value`` claim of ``row[column]`` with the row's ``<column>_lo`` / ``_hi`` and its ``ci`` label."""
+def _value(table: str, row: pd.Series, keys: tuple[str, ...], column: str, where: str, about: str) -> Claim:
+    """A ``value`` claim about ``about`` (:data:`advopenood.claims.SUBJECTS`) of ``row[column]`` with the row's
+    ``<column>_lo`` / ``_hi`` and its ``ci`` label."""
     picked = tuple((k, "" if pd.isna(row[k]) else str(row[k])) for k in keys)
     lo, hi = (float(row.get(f"{column}_{end}", math.nan)) for end in ("lo", "hi"))
     return Claim("value", table, picked, (column, f"{column}_lo", f"{column}_hi"), where, float(row[column]), lo, hi,
-                 str(row.get("ci", "")))
+                 str(row.get("ci", "")), about=about)
 
 
 def asr_claims(asr: pd.DataFrame) -> list[Claim]:
@@ -35,18 +35,14 @@ def asr_claims(asr: pd.DataFrame) -> list[Claim]:
     out = []
     if "clean_acc_lo" in asr and len(asr):
         row = asr.iloc[0]
-        out.append(_value("asr.csv", row, ("attack",), "clean_acc", f"clean accuracy on {int(row['n'])} ID images"))
+        out.append(_value("asr.csv", row, ("attack",), "clean_acc", where_clean_acc(row["n"]), "clean_acc"))
     sets = asr[(asr["source"] == "id") & asr["asr"].notna()]
     bounded = sets[sets["eps"].notna()]
     sets = bounded if len(bounded) else sets
     if len(sets):
         top = sets[sets["asr"] == sets["asr"].max()]
-        budgets = sorted({f"eps {eps_label(e)}" if not pd.isna(e) else "no budget" for e in top["eps"]})
-        which = ", ".join(top["attack"].iloc[:-1]) + " and " + top["attack"].iloc[-1] if len(top) > 1 else \
-            top["attack"].iloc[0]
         out.append(_value("asr.csv", top.iloc[0], ("attack",), "asr",
-                          f"highest attack success rate (a point estimate, not a tested ranking): {which} "
-                          f"({', '.join(budgets)}), of the correctly classified images"))
+                          where_highest_asr([str(a) for a in top["attack"]], list(top["eps"])), "highest_asr"))
     return out
 
 
@@ -62,8 +58,7 @@ def robust_claim(ood: pd.DataFrame) -> Claim | None:
     best = worst.sort_values(["auroc", "detector"], ascending=[False, True]).iloc[0]
     side = "adversarial" if len(adversarial) else "natural OOD"
     return _value("ood.csv", best, ("detector", "ood_set"), "auroc",
-                  f"largest worst-case AUROC over the {side} sets (a point estimate, not a tested ranking: each "
-                  f"detector's worst set is its own): {name(best['detector'])}, on {best['ood_set']}")
+                  where_largest_worst(best["detector"], best["ood_set"], side), "largest_worst_auroc")
 
 
 def summary_claims(out: Path) -> list[Claim]:

@@ -169,7 +169,7 @@ def _reading(r: dict[str, Any]) -> Claim | str:
     if math.isnan(float(r["delta_auroc"])):
         return f"{label(r['detector_a'])} vs {label(r['detector_b'])} on {label(r['ood_set'])}: undefined " \
                f"({r['error'] or 'NaN AUROC'})."
-    return pair_claim(r, "paired.csv", PAIRED_KEYS, PAIRED_CLAIM_COLUMNS, label(r["ood_set"]))
+    return pair_claim(r, "paired.csv", PAIRED_KEYS, PAIRED_CLAIM_COLUMNS)
 
 
 def paired_cell(r: dict[str, Any]) -> str:

@@ -40,6 +40,7 @@ every metric can be recomputed with :func:`advopenood.evaluation.metrics.ood_met
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,7 +54,8 @@ from advopenood.data.datasets import make_loader
 from advopenood.evaluation.intervals import bound_columns, cell_key, mean_interval
 from advopenood.evaluation.products import Supplied, supplied
 from advopenood.data.benchmarks import ADVERSARIAL
-from advopenood.outputs.results import Results, as_written, guarded
+from advopenood.outputs.plots import PLOT_DIR
+from advopenood.outputs.results import Results, Section, as_written, guarded
 from advopenood.registry import register
 from advopenood_plugins.evaluators.ood.headline import headline_section
 from advopenood_plugins.evaluators.ood.leaderboard import openood_entries
@@ -206,11 +208,40 @@ def adaptive_table(df: pd.DataFrame, ctx: RunContext) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=ADAPTIVE_COLUMNS)
 
 
+def ood_sections(ood: pd.DataFrame, paired: pd.DataFrame, board: pd.DataFrame, adaptive: pd.DataFrame,
+                 figures: list[Path]) -> list[Section]:
+    """The evaluator's report sections from its tables as written (``paired`` and ``adaptive`` empty where there
+    are none) and its figures: the headline, OOD detection, the leaderboard, the paired comparisons and the
+    detector-adaptive sets. The run builds them from the tables it writes, ``advopenood verify`` from the CSVs
+    (:func:`report_sections`)."""
+    sections = guarded("AUROC per detector and set", lambda: [headline_section(ood, paired if len(paired) else None)])
+    sections += guarded("OOD detection", lambda: [ood_section(ood, figures)])
+    sections += guarded("Natural and adversarial robustness side by side", lambda: [leaderboard_section(board)])
+    if len(paired):
+        sections += guarded("Paired comparisons", lambda: [paired_section(paired)])
+    if len(adaptive):
+        sections += guarded("Detector-adaptive attacks", lambda: [adaptive_section(adaptive)])
+    return sections
+
+
+def report_sections(run: Any) -> list[Section]:
+    """:func:`ood_sections` from a run folder (:class:`advopenood.evaluation.runfiles.RunFiles`, for ``advopenood
+    verify``): ``ood.csv``, ``leaderboard.csv``, ``paired.csv`` and ``table_adaptive.csv`` (the last two where the
+    folder has them) and the plots of :func:`ood_plots` that the folder holds."""
+    tables = [run.table(n) if n in ("ood.csv", "leaderboard.csv") or run.has(n) else pd.DataFrame()
+              for n in ("ood.csv", "paired.csv", "leaderboard.csv", "table_adaptive.csv")]
+    detector = "msp" if "msp" in run.detectors else next(iter(run.detectors), "")
+    figures = [run.path / PLOT_DIR / f for f in ("auroc_heatmap.png", f"roc_{detector}.png")
+               if run.has(f"{PLOT_DIR}/{f}")]
+    return ood_sections(*tables, figures)
+
+
 @register("evaluators", "ood")
 class OODEvaluator(Verifiable):
     """OOD metrics (FPR95, AUROC, AUPR-In/Out) of every detector vs natural OOD and adversarial sets."""
 
     verify = staticmethod(verify_ood)
+    report_sections = staticmethod(report_sections)
     #: the shared tables it reads, computed once per run: the natural sets' groups and the robust table (the
     #: leaderboard's robust fields)
     needs = (SET_GROUPS, ROBUST_TABLE)
@@ -252,18 +283,10 @@ class OODEvaluator(Verifiable):
         paired = paired_table(ctx, df, {ood_set: mask for _, _, ood_set, mask in self._targets(ctx)})
         out.tables["paired.csv"] = paired
         out.figures = ood_plots(df, with_positives(ctx), ctx.plot_dir)
-        out.sections = guarded("AUROC per detector and set", lambda: [headline_section(
-            as_written(df, ctx.protocol), as_written(paired, ctx.protocol) if len(paired) else None)])
-        out.sections += guarded("OOD detection", lambda: [ood_section(as_written(df, ctx.protocol), out.figures)])
-        out.sections += guarded("Natural and adversarial robustness side by side",
-                                lambda: [leaderboard_section(as_written(board, ctx.protocol))])
-        if len(paired):
-            out.sections += guarded("Paired comparisons", lambda: [paired_section(as_written(paired, ctx.protocol))])
         adaptive = adaptive_table(df, ctx)
         if len(adaptive):
             out.tables.update({"table_adaptive.csv": adaptive, "table_adaptive.md": adaptive})
-            out.sections += guarded("Detector-adaptive attacks",
-                                    lambda: [adaptive_section(as_written(adaptive, ctx.protocol))])
+        out.sections = ood_sections(*(as_written(t, ctx.protocol) for t in (df, paired, board, adaptive)), out.figures)
         return out
 
     def _fsood(self, ctx: RunContext, groups: dict[str, str], csid: list[str],

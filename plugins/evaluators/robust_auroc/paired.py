@@ -98,8 +98,7 @@ def read_robust_paired(table: pd.DataFrame) -> list[Claim | str]:
         where = f"{label(ood_set)}, {method.upper()}, eps {eps_label(eps)}"
         rows = [r for r in part.to_dict("records") if not pd.isna(r["delta_robust_auroc"])]
         shown = [r for r in rows if bool(r["twin"]) or r["significant"] is True or r["significant"] == True]  # noqa: E712
-        out += [pair_claim(r, "robust_paired.csv", ROBUST_PAIRED_KEYS, ROBUST_CLAIM_COLUMNS, where, "robust AUROC")
-                for r in shown]
+        out += [pair_claim(r, "robust_paired.csv", ROBUST_PAIRED_KEYS, ROBUST_CLAIM_COLUMNS) for r in shown]
         tied = len(rows) - len(shown)
         if tied:
             out.append(f"{where}: {tied} of {len(rows)} pair(s) of detectors tie (no difference shown; the paired "

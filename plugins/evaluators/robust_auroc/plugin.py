@@ -135,8 +135,9 @@ class RobustAUROC(RequiresAttacks, Verifiable):
 
     @staticmethod
     def parse_ensemble(ensemble: Any, square_queries: Any) -> tuple[str, ...]:
-        """The ensemble's methods; refuses an unknown ensemble or a query budget that is not a positive integer."""
-        if ensemble not in ENSEMBLES:
+        """The ensemble's methods; refuses an unknown ensemble (a list or a mapping where its name is expected
+        included) or a query budget that is not a positive integer."""
+        if not isinstance(ensemble, str) or ensemble not in ENSEMBLES:
             raise UsageError(f"evaluator robust_auroc: ensemble {ensemble!r}; valid choices: {', '.join(ENSEMBLES)}")
         if square_queries is not None and (isinstance(square_queries, bool) or not isinstance(square_queries, int)
                                            or square_queries < 1):
@@ -146,8 +147,9 @@ class RobustAUROC(RequiresAttacks, Verifiable):
 
     @staticmethod
     def parse_families(randomised_attacks: Any, eot: Any) -> list[bool]:
-        """Whether a randomised detector gets the plain (False) and/or the EOT (True) attacks."""
-        if randomised_attacks not in RANDOMISED_ATTACKS:
+        """Whether a randomised detector gets the plain (False) and/or the EOT (True) attacks; a value that is not
+        one of :data:`RANDOMISED_ATTACKS` by name (a list or a mapping included) is refused."""
+        if not isinstance(randomised_attacks, str) or randomised_attacks not in RANDOMISED_ATTACKS:
             raise UsageError(f"evaluator robust_auroc: randomised_attacks {randomised_attacks!r}; valid choices: "
                              f"{', '.join(RANDOMISED_ATTACKS)}")
         if eot is not None and (isinstance(eot, bool) or not isinstance(eot, int) or eot < 1):

@@ -1,0 +1,234 @@
+"""``advopenood verify``'s check of the report: every sentence of ``report_sections.json`` is rendered again from
+the run's tables with the writer's own code, and ``report.md`` and ``report.html`` again from those sections and
+``run.json``; whatever the report holds that these renderings do not is a difference (a bullet, a paragraph or a
+heading added or edited, anywhere, even with ``manifest.json`` written again for it).
+
+Two steps, so that each difference is named once:
+
+* The sections are re-derived (:func:`rederive_sections`): the core's attack success rates from ``asr.csv``
+  (:func:`advopenood.outputs.report.asr_section`), each evaluator's and analysis' from its tables through its
+  ``report_sections`` (a function ``report_sections(run) -> list[Section]`` set on the plugin: the builder its run
+  uses; the ood evaluator has one), the "nothing to compute" sections from ``run.json``. Every sentence of the
+  saved sections (titles, paragraphs, list items and captions, table and figure captions: the tables' cells are
+  the CSVs', which the hooks re-derive) must be one of the re-derivation (:func:`compare_sentences`), and every
+  claim a re-derived section shows must be in ``claims.json`` (:func:`claims_stated`), where
+  :mod:`advopenood.evaluation.verify_claims` checks it against its table. A plugin without ``report_sections``
+  keeps its saved sections (a note: their plain sentences are not re-derived; their claims are checked still).
+* The report is rendered from ``run.json`` and the saved sections (:func:`advopenood.outputs.report.build_report`,
+  :func:`~advopenood.outputs.report.to_markdown`, :func:`~advopenood.outputs.report.to_html`): the fixed text
+  (headings, captions, explanatory paragraphs) is the writer's templates, never a list kept here. A line of
+  ``report.md`` that the rendering does not hold is a difference naming it (a table row as a row), and so is a
+  rendered line it lacks; ``report.html`` must be the rendering, its inline plots aside (each is a plot file of the
+  folder, checked by its digest).
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import warnings
+from typing import Callable
+
+from advopenood import registry
+from advopenood.claims import CLAIMS_FILE, STATED, parse_claims
+from advopenood.errors import UsageError
+from advopenood.evaluation.runfiles import RunFiles, Unreadable, walk
+from advopenood.outputs.plots import PLOT_DIR
+from advopenood.outputs.report import asr_section, build_report, to_html, to_markdown
+from advopenood.outputs.results import (SECTIONS_FILE, Bullets, Figure, Paragraph, Section, Table, nothing_section,
+                                        parse_sections)
+
+#: the lines of one file that are named one by one; the rest are counted
+MAX_LINES = 20
+#: a plot inline in report.html: compared apart (each is a plot file of the folder, checked by its digest)
+INLINE = re.compile(r'src="data:image/png;base64,[A-Za-z0-9+/=]*"')
+#: what a plugin's section builder may raise on tables an edit left unreadable (a difference, never a traceback)
+_BUILD_ERRORS = (Unreadable, KeyError, ValueError, TypeError, IndexError, AttributeError, OSError)
+
+
+def _saved(run: RunFiles) -> tuple[list[Section] | None, list[str]]:
+    """The sections of ``report_sections.json`` ([] without one), or None and the line that says why they cannot
+    be read."""
+    if run.problem(SECTIONS_FILE) == "missing":
+        return [], []
+    try:
+        return parse_sections(run.text(SECTIONS_FILE), run.path), []
+    except Unreadable as exc:
+        return None, [f"{exc}; the report's sections cannot be compared"]
+    except ValueError as exc:
+        return None, [f"{SECTIONS_FILE}: {exc}; the report's sections cannot be compared"]
+
+
+def _builder(kind: str, name: str) -> Callable[[RunFiles], list[Section]] | None:
+    """The plugin's ``report_sections``, None when it declares none or cannot be loaded."""
+    try:
+        obj = registry.get(kind, name)
+    except UsageError:
+        return None
+    build = getattr(obj, "report_sections", None)
+    return build if callable(build) else None
+
+
+def rederive_sections(run: RunFiles, saved: list[Section]) -> tuple[list[Section], list[str], list[str]]:
+    """``(sections, differences, notes)``: the report's sections in the run's order, re-derived from its files
+    (module docstring); ``saved`` stands in for a plugin that declares no ``report_sections`` (a note) or whose
+    builder fails on the tables (a difference)."""
+    sections: list[Section] = []
+    diffs: list[str] = []
+    notes: list[str] = []
+    if run.has("asr.csv"):
+        try:
+            asr = run.table("asr.csv")
+            sections += [asr_section(asr)] if len(asr) else []
+        except _BUILD_ERRORS as exc:
+            diffs.append(f"report: the attack success rates cannot be rendered from asr.csv ({type(exc).__name__}: "
+                         f"{exc})")
+    failed = run.info.get("plugin_errors") or {}
+    nothing = run.info.get("nothing_computed") or {}
+    for kind, singular in (("evaluators", "evaluator"), ("analyses", "analysis")):
+        for name in run.config.get(kind) or []:
+            label = f"{singular}:{name}"
+            if label in failed:
+                continue
+            parts = [nothing_section(k, str(v)) for k, v in nothing.items() if k.startswith(f"{label}:")]
+            own = [s for s in saved if s.source == name or s.source.startswith(f"{name}:")]
+            build = _builder(kind, name)
+            if label in nothing:
+                sections += [nothing_section(label, str(nothing[label])), *parts]
+            elif build is None:
+                sections += own
+                notes.append(f"report: {singular} {name!r} declares no report_sections; the plain sentences of its "
+                             "sections are not re-derived from its tables (its claims are, in claims.json)")
+            else:
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        built = build(run)
+                except _BUILD_ERRORS as exc:
+                    diffs.append(f"report: the sections of {singular} {name!r} cannot be rendered from its tables "
+                                 f"({type(exc).__name__}: {exc})")
+                    sections += own
+                    continue
+                sections += [Section(s.title, s.items, s.source or name, s.headline) for s in built] + parts
+    return sections, diffs, notes
+
+
+def sentences(section: Section) -> list[str]:
+    """The text of a section apart from its tables' cells: its title, paragraphs, list captions and items, table
+    and figure captions."""
+    texts = [section.title]
+    for item in section.items:
+        if isinstance(item, Paragraph):
+            texts.append(item.text)
+        elif isinstance(item, Bullets):
+            texts += [item.caption, *item.items]
+        elif isinstance(item, Table):
+            texts += [item.caption, item.whole]
+        elif isinstance(item, Figure):
+            texts.append(item.label)
+    return [t for t in texts if t]
+
+
+def compare_sentences(saved: list[Section], sections: list[Section]) -> list[str]:
+    """One line per sentence of the saved sections that their re-derivation does not hold (a section or a table it
+    reads was edited), and per re-derived sentence the saved ones lack; tables' cells aside (the tables are the
+    CSVs', which the hooks re-derive)."""
+    have = [(s.title, t) for s in saved for t in sentences(s)]
+    want = [(s.title, t) for s in sections for t in sentences(s)]
+    lines = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, want, have, autojunk=False).get_opcodes():
+        if tag in ("replace", "insert"):
+            lines += [f"{SECTIONS_FILE}: section {title!r}: {text!r} is not a sentence the run's files render (the "
+                      "section, or a table it reads, was edited)" for title, text in have[j1:j2]]
+        elif tag == "delete":
+            lines += [f"{SECTIONS_FILE}: section {title!r} lacks {text!r}, which the run's files render"
+                      for title, text in want[i1:i2]]
+    return _capped(lines, SECTIONS_FILE)
+
+
+def claims_stated(saved: list[Section], sections: list[Section], run: RunFiles) -> list[str]:
+    """A claim of a re-derived section whose sentence the saved report shows must be a claim of ``claims.json``
+    (there :mod:`~advopenood.evaluation.verify_claims` checks it against its table, field for field): one line per
+    such sentence that no claim of claims.json has."""
+    try:
+        held = {c.get("text") for c in parse_claims(run.text(CLAIMS_FILE))["claims"]} if run.has(CLAIMS_FILE) else set()
+    except (Unreadable, ValueError):  # verify_claims names what is wrong with the file
+        return []
+    shown = {t for s in saved for t in sentences(s)}
+    return [f"{CLAIMS_FILE}: lacks the claim {c.text!r} of the report's section {s.title!r} (re-derived from "
+            f"{c.table})" for s in sections for c in s.claims if c.text in shown and c.text not in held]
+
+
+def _capped(lines: list[str], what: str) -> list[str]:
+    """The first :data:`MAX_LINES` lines and one that counts the rest."""
+    rest = len(lines) - MAX_LINES
+    return lines[:MAX_LINES] + ([f"{what}: and {rest} more line(s) that differ from the rendering"] if rest > 0 else [])
+
+
+def compare_markdown(written: str, rendered: str) -> list[str]:
+    """One line per line of ``report.md`` (``written``) that the rendering does not hold (a table row named as
+    one), and per rendered line it lacks; blank lines aside."""
+    want, have = rendered.splitlines(), written.splitlines()
+    lines = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, want, have, autojunk=False).get_opcodes():
+        for line in (have[j1:j2] if tag in ("replace", "insert") else []):
+            if not line.strip():
+                continue
+            if line.startswith("|"):
+                lines.append(f"report.md: table row {line!r}: not a row of the report's tables as the run's files "
+                             "render them")
+                continue
+            text = line[2:] if line.startswith("- ") else line
+            kind = "a stated comparison" if STATED.search(text) else "a sentence"
+            lines.append(f"report.md: {text!r}: not the sentence of any claim of claims.json, nor a line the report "
+                         f"renders from the run's files ({kind} added or edited by hand)")
+        lines += [f"report.md: {line!r} is missing (the report renders it from the run's files)"
+                  for line in (want[i1:i2] if tag == "delete" else []) if line.strip()]
+    return _capped(lines, "report.md")
+
+
+def _unreadable_plots(run: RunFiles, saved: list[Section]) -> str:
+    """Why the report cannot be rendered here ("" when it can): an entry under ``plots/`` that is not a regular
+    file (the report would show and read it), or a saved figure that is not a file of the folder verify reads."""
+    _, others = walk(run.path)
+    odd = next((rel for rel in others if rel.startswith(f"{PLOT_DIR}/")), None)
+    if odd is not None:
+        return f"{odd} is {others[odd]}"
+    for path in (p for s in saved for p in s.figures):
+        rel = os.path.normpath(os.path.relpath(path, run.path)).replace(os.sep, "/")
+        if rel.startswith("../") or os.path.isabs(rel):
+            return f"figure {str(path)!r} lies outside the folder"
+        if run.problem(rel):
+            return f"figure {rel} is {run.problem(rel)}"
+    return ""
+
+
+def verify_report(run: RunFiles) -> tuple[list[str], list[str]]:
+    """``(differences, notes)`` of the report against its rendering from the run's files (module docstring); a
+    folder without ``report.md`` (an attack-only run) has none."""
+    if run.problem("report.md") == "missing":
+        return [], []
+    saved, lines = _saved(run)
+    if saved is None:
+        return lines, []
+    sections, diffs, notes = rederive_sections(run, saved)
+    diffs += compare_sentences(saved, sections) + claims_stated(saved, sections, run)
+    why = _unreadable_plots(run, saved)
+    if why:
+        return diffs, notes + [f"report.md and report.html are not rendered again: {why} (a file finding)"]
+    blocks = build_report(run.path, run.info, saved)
+    try:
+        diffs += compare_markdown(run.text("report.md"), to_markdown(blocks, run.path))
+    except Unreadable as exc:
+        diffs.append(f"{exc}; it cannot be compared with its rendering")
+    if run.has("report.html"):
+        try:
+            written, rendered = run.text("report.html"), to_html(blocks)
+        except Unreadable as exc:
+            return diffs + [f"{exc}; it cannot be compared with its rendering"], notes
+        written, rendered = (INLINE.sub('src="data:image/png;base64,"', h) for h in (written, rendered))
+        if written != rendered:
+            at = len(os.path.commonprefix([written, rendered]))
+            diffs.append(f"report.html: not the report's rendering of the run's files (edited after the run wrote "
+                         f"it; the first difference at character {at}: {written[at:at + 80]!r})")
+    return diffs, notes
