@@ -248,6 +248,11 @@ def verify_plugins(run: RunFiles) -> tuple[list[str], list[str]]:
     return diffs, notes
 
 
+def named_files(lines: list[str]) -> set[str]:
+    """The files that finding lines name first (``ood.csv: ...``)."""
+    return {line.split(": ", 1)[0] for line in lines if ": " in line}
+
+
 def verify_run(path: str | Path) -> Findings:
     """Every finding for a run folder: each file against ``manifest.json``'s digests and each store shard against
     its checksum (``files``); every table re-derived by the core and by each plugin that ran and declares
@@ -258,5 +263,5 @@ def verify_run(path: str | Path) -> Findings:
     diffs, shards, notes = verify_asr(run)
     diffs += verify_masks(run) + verify_claims(run)
     plugin_diffs, plugin_notes = verify_plugins(run)
-    report_diffs, report_notes = verify_report(run)
+    report_diffs, report_notes = verify_report(run, named_files(diffs + plugin_diffs + files + shards))
     return Findings(diffs + plugin_diffs + report_diffs, files + shards, notes + plugin_notes + report_notes)

@@ -27,7 +27,10 @@ import difflib
 import os
 import re
 import warnings
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import pandas as pd
 
 from advopenood import registry
 from advopenood.claims import CLAIMS_FILE, STATED, parse_claims
@@ -69,11 +72,34 @@ def _builder(kind: str, name: str) -> Callable[[RunFiles], list[Section]] | None
     return build if callable(build) else None
 
 
-def rederive_sections(run: RunFiles, saved: list[Section]) -> tuple[list[Section], list[str], list[str]]:
-    """``(sections, differences, notes)``: the report's sections in the run's order, re-derived from its files
-    (module docstring); ``saved`` stands in for a plugin that declares no ``report_sections`` (a note) or whose
-    builder fails on the tables (a difference)."""
+@dataclass
+class _Reading(RunFiles):
+    """The run's files, recording the tables a section builder reads."""
+
+    read: set[str] = field(default_factory=set)
+
+    def table(self, name: str, needs: Sequence[str] = ()) -> pd.DataFrame:
+        self.read.add(name)
+        return super().table(name, needs)
+
+
+@dataclass(frozen=True)
+class Rederived:
+    """The report's sections re-derived from the run's files (:func:`rederive_sections`): ``sections`` in the run's
+    order, ``reads`` the tables each source's sections were built from, and the ``differences`` and ``notes`` of
+    building them."""
+
+    sections: list[Section]
+    reads: dict[str, set[str]]
+    differences: list[str]
+    notes: list[str]
+
+
+def rederive_sections(run: RunFiles, saved: list[Section]) -> Rederived:
+    """The report's sections re-derived from the run's files (module docstring); ``saved`` stands in for a plugin
+    that declares no ``report_sections`` (a note) or whose builder fails on the tables (a difference)."""
     sections: list[Section] = []
+    reads: dict[str, set[str]] = {"core": {"asr.csv"}}
     diffs: list[str] = []
     notes: list[str] = []
     if run.has("asr.csv"):
@@ -95,22 +121,25 @@ def rederive_sections(run: RunFiles, saved: list[Section]) -> tuple[list[Section
             build = _builder(kind, name)
             if label in nothing:
                 sections += [nothing_section(label, str(nothing[label])), *parts]
-            elif build is None:
+                continue
+            if build is None:
                 sections += own
                 notes.append(f"report: {singular} {name!r} declares no report_sections; the plain sentences of its "
                              "sections are not re-derived from its tables (its claims are, in claims.json)")
-            else:
-                try:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
-                        built = build(run)
-                except _BUILD_ERRORS as exc:
-                    diffs.append(f"report: the sections of {singular} {name!r} cannot be rendered from its tables "
-                                 f"({type(exc).__name__}: {exc})")
-                    sections += own
-                    continue
-                sections += [Section(s.title, s.items, s.source or name, s.headline) for s in built] + parts
-    return sections, diffs, notes
+                continue
+            reading = _Reading(run.path, run.info)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    built = build(reading)
+            except _BUILD_ERRORS as exc:
+                diffs.append(f"report: the sections of {singular} {name!r} cannot be rendered from its tables "
+                             f"({type(exc).__name__}: {exc})")
+                sections += own
+                continue
+            reads[name] = reading.read
+            sections += [Section(s.title, s.items, s.source or name, s.headline) for s in built] + parts
+    return Rederived(sections, reads, diffs, notes)
 
 
 def sentences(section: Section) -> list[str]:
@@ -203,16 +232,31 @@ def _unreadable_plots(run: RunFiles, saved: list[Section]) -> str:
     return ""
 
 
-def verify_report(run: RunFiles) -> tuple[list[str], list[str]]:
+def _unchanged(sections: list[Section], rederived: Rederived, changed: set[str]) -> tuple[list[Section], set[str]]:
+    """The sections whose tables verify found as the run wrote them, and the sources of the others."""
+    stale = {source for source, read in rederived.reads.items() if read & changed}
+    root = lambda s: s.source.split(":")[0]  # noqa: E731  (a skipped part's section is its plugin's)
+    return [s for s in sections if root(s) not in stale], stale
+
+
+def verify_report(run: RunFiles, changed: set[str] = frozenset()) -> tuple[list[str], list[str]]:
     """``(differences, notes)`` of the report against its rendering from the run's files (module docstring); a
-    folder without ``report.md`` (an attack-only run) has none."""
+    folder without ``report.md`` (an attack-only run) has none. ``changed``: the files that other checks found
+    not as the run wrote them; the sentences of a section built from one of them are not compared (a note: that
+    table's difference is named already)."""
     if run.problem("report.md") == "missing":
         return [], []
     saved, lines = _saved(run)
     if saved is None:
         return lines, []
-    sections, diffs, notes = rederive_sections(run, saved)
-    diffs += compare_sentences(saved, sections) + claims_stated(saved, sections, run)
+    rederived = rederive_sections(run, saved)
+    diffs, notes = list(rederived.differences), list(rederived.notes)
+    sections, stale = _unchanged(rederived.sections, rederived, changed)
+    kept = [s for s in saved if s.source.split(":")[0] not in stale]
+    notes += [f"report: the sentences of {source!r}'s sections are not compared with their tables: "
+              f"{', '.join(sorted(rederived.reads[source] & changed))} differ from what the run wrote"
+              for source in sorted(stale)]
+    diffs += compare_sentences(kept, sections) + claims_stated(kept, sections, run)
     why = _unreadable_plots(run, saved)
     if why:
         return diffs, notes + [f"report.md and report.html are not rendered again: {why} (a file finding)"]
