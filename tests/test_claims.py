@@ -302,3 +302,174 @@ def test_plugin_readings_state_no_winner_without_a_paired_test():
     assert len(lines) == 4
     assert not any(re.search(r"\b(best|strongest|stronger|weakest|most)\b", s) for s in lines), lines
     assert "EOT - plain = -10.0 points" in lines[1] and "report the lower AUROC" in lines[1]
+
+
+# --------------------------------------------------------------- issue 49: claims are data all the way down
+
+def _reseal(run: Path) -> None:
+    """``manifest.json`` written again with the digests of the files as they are now, as a hand that edited them
+    would: the checks of the content alone must find what was changed."""
+    from advopenood.io import sha256_file
+
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["files"] = {rel: sha256_file(run / rel) for rel in manifest["files"] if (run / rel).is_file()}
+    (run / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _say(run: Path, old: str, new: str, where: tuple[str, ...] = ("report.md",)) -> None:
+    """``new`` in place of the sentence ``old`` in the files ``where``."""
+    for fname in where:
+        text = (run / fname).read_text()
+        assert old in text or json.dumps(old)[1:-1] in text, (fname, old)
+        (run / fname).write_text(text.replace(old, new).replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1]))
+
+
+ADDED = {
+    "a bullet: outperforms": ("bullet", "MSP outperforms EBO on texture."),
+    "a bullet: most robust": ("bullet", "MSP is the most robust detector under FGSM."),
+    "a bullet: better on every set": ("bullet", "KNN is better than MDS on every set."),
+    "a paragraph: the best": ("paragraph", "MSP is the best detector."),
+    "a difference-shaped bullet without an interval": ("bullet",
+                                                      "On TEXTURES, KNN's AUROC is higher than MSP's by 3.2 points."),
+}
+
+
+def test_a_sentence_added_to_the_report_is_a_difference(demo_run, tmp_path):
+    """Issue 49: sentences typed into report.md passed with 0 differences once the manifest was written again.
+    Every line of report.md is the writer's rendering of the run's files or a claim's sentence; each added bullet
+    and paragraph is one difference that names it (the five cases at once, each named)."""
+    out, _ = demo_run
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    report = (run / "report.md").read_text()
+    for kind, text in ADDED.values():
+        report = report.replace("\n- ", f"\n- {text}\n- ", 1) if kind == "bullet" else \
+            report.replace("\n## Details\n", f"\n{text}\n\n## Details\n", 1)
+    (run / "report.md").write_text(report)
+    _reseal(run)
+    found = verify_run(run)
+    assert found.files == []
+    assert sorted(found.differences) == sorted(
+        f"report.md: {text!r}: not the sentence of any claim of claims.json, nor a line the report renders from the "
+        f"run's files ({'a stated comparison' if STATED.search(text) else 'a sentence'} added or edited by hand)"
+        for _, text in ADDED.values())
+
+
+def test_a_sentence_added_to_the_reports_sections_too_is_a_difference(demo_run, tmp_path):
+    """The same bullet added to report_sections.json as well, and the report written again from it (report.md and
+    report.html are its rendering), is no sentence the ood evaluator renders from its tables: one difference,
+    naming it and its section."""
+    from advopenood.outputs.report import write_report
+
+    out, _ = demo_run
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    claim = next(c for c in json.loads((run / "claims.json").read_text())["claims"] if c["kind"] == "difference")
+    added = "MSP outperforms EBO on texture."
+    sections = json.loads((run / "report_sections.json").read_text())
+    bullets = next(i for s in sections["sections"] for i in s["items"] if claim["text"] in i.get("items", []))
+    bullets["items"].insert(bullets["items"].index(claim["text"]) + 1, added)
+    (run / "report_sections.json").write_text(json.dumps(sections))
+    write_report(run)
+    assert f"- {added}" in (run / "report.md").read_text()
+    _reseal(run)
+    found = verify_run(run)
+    assert found.differences == [f"report_sections.json: section 'Paired comparisons': {added!r} is not a sentence "
+                                 "the run's files render (the section, or a table it reads, was edited)"]
+
+
+def _difference(data: dict) -> dict:
+    return next(c for c in data["claims"] if c["kind"] == "difference" and c["row"]["ood_set"] == "textures")
+
+
+def _where_names_another_set(data: dict) -> tuple[dict, str]:
+    claim = _difference(data)
+    return claim, {**claim, "where": "BLOBS", "text": claim["text"].replace("On TEXTURES,", "On BLOBS,")}
+
+
+def _note_asserts_more(data: dict) -> tuple[dict, str]:
+    claim = _difference(data)
+    note = ", so MSP is the strongest detector overall"
+    return claim, {**claim, "note": note, "text": claim["text"][:-1] + note + "."}
+
+
+def _first_points_at_another_row(data: dict) -> tuple[dict, str]:
+    claim = next(c for c in data["claims"] if c["kind"] == "first" and c["row"]["ood_set"] == "textures")
+    return claim, {**claim, "row": {"ood_set": "blobs"}}
+
+
+def _rate_names_another_attack(data: dict) -> tuple[dict, str]:
+    claim = next(c for c in data["claims"] if c["table"] == "asr.csv" and c["where"].startswith("FGSM's"))
+    return claim, {**claim, "where": claim["where"].replace("FGSM", "PGD"), "text": claim["text"].replace("FGSM", "PGD")}
+
+
+def _summary_on_another_row(data: dict, run: Path) -> tuple[dict, str]:
+    """The summary's largest worst-case AUROC moved to another detector's worst row, its numbers, description and
+    sentence all that row's: only the selection (which detector's worst is largest) is false."""
+    claim = next(c for c in data["summary"] if c["table"] == "ood.csv")
+    ood = pd.read_csv(run / "ood.csv")
+    rows = ood[(ood["positives"] != "natural") & (ood["detector"] != claim["row"]["detector"])]
+    other = rows.loc[rows["auroc"].idxmin()]
+    where = claim["where"].replace(f"{name(claim['row']['detector'])}, on {claim['row']['ood_set']}",
+                                   f"{name(other['detector'])}, on {other['ood_set']}")
+    value, lo, hi = (float(other[c]) for c in ("auroc", "auroc_lo", "auroc_hi"))
+    return claim, {**claim, "row": {"detector": other["detector"], "ood_set": other["ood_set"]}, "where": where,
+                   "value": value, "lo": lo, "hi": hi,
+                   "text": f"{where}: {value:.1f} % (95 % interval {lo:.1f} to {hi:.1f}, {claim['method']}, ood.csv)"}
+
+
+FREE_TEXT = {
+    "a where that names another set": (_where_names_another_set, "its where 'BLOBS' is not its row's place"),
+    "a note that asserts more": (_note_asserts_more, "no subject derives a note"),
+    "cells that point at another row": (_first_points_at_another_row, "is not its row's place 'BLOBS'"),
+    "a rate's where that names another attack": (_rate_names_another_attack, "is not asr.csv's \"FGSM's success"),
+    "the summary's claim on a row it does not select": (_summary_on_another_row, "is not ood.csv's largest"),
+}
+
+
+@pytest.mark.parametrize("case", list(FREE_TEXT))
+def test_a_claims_free_text_is_checked_against_its_cells(case, demo_run, tmp_path):
+    """Issue 49: a claim whose ``where`` names another set, whose note carries an extra assertion, or whose cells
+    point at another row re-rendered and passed (claims.json and report.md changed alike, the manifest written
+    again). ``where`` is derived from the row's cells and a note from nothing, so each is a difference naming the
+    claim; so is a value whose description names another attack and a summary claim on a row its selection does
+    not pick."""
+    out, _ = demo_run
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    data = json.loads((run / "claims.json").read_text())
+    change, said = FREE_TEXT[case]
+    claim, changed = change(data, run) if change is _summary_on_another_row else change(data)
+    old = claim["text"]
+    claim.clear()
+    claim.update(changed)
+    (run / "claims.json").write_text(json.dumps(data))
+    if old != changed["text"] and old in (run / "report.md").read_text():
+        _say(run, old, changed["text"])
+    _reseal(run)
+    diffs = verify_run(run).differences
+    assert any(said in line and f"claims.json: {changed['text']!r}" in line for line in diffs), diffs
+
+
+MALFORMED = {
+    "not JSON": lambda text: "{not json",
+    "a list": lambda text: "[]",
+    "claims: null": lambda text: json.dumps({**json.loads(text), "claims": None}),
+    "entries that are not objects": lambda text: json.dumps({**json.loads(text), "claims": [1, "x", None]}),
+    "a value claim's kind changed to first": lambda text: text.replace('"kind": "value"', '"kind": "first"', 1),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_a_malformed_claims_json_is_one_finding(case, demo_run, tmp_path, capsys):
+    """Issue 49: each of these ended verify in a traceback (an IndexError for the kind changed to ``first``); each
+    is now one DIFFERENCE line on claims.json, exit 1."""
+    out, _ = demo_run
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    (run / "claims.json").write_text(MALFORMED[case]((run / "claims.json").read_text()))
+    _reseal(run)
+    assert main(["verify", str(run)]) == 1
+    captured = capsys.readouterr()
+    lines = [line for line in captured.out.splitlines() if "DIFFERENCE" in line or "FILE" in line]
+    assert len(lines) == 1 and "DIFFERENCE: claims.json: " in lines[0] and "Traceback" not in captured.err, lines

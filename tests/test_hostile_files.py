@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import pickle
 import re
 import shutil
@@ -228,3 +229,103 @@ def test_a_non_ascii_data_file_is_found_under_the_c_locale(tmp_path, data_root, 
     assert done.returncode == 0 and "not found" not in err, err[-2000:]
     ood = (out / "ood.csv").read_text()
     assert "texture" in ood and "fgsm" in ood
+
+
+# --- verify on what a run does not write (issue 49) --------------------------------------------------------------
+
+
+def _verify(run: Path, capsys) -> tuple[int, list[str], str]:
+    """``(exit code, finding lines, stderr)`` of ``advopenood verify RUN``, stopped after 120 s (a FIFO that were
+    opened would block it for ever)."""
+    import signal
+
+    def stop(*_):
+        raise TimeoutError("verify blocked")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(120)
+    try:
+        code = main(["verify", str(run)])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    captured = capsys.readouterr()
+    return code, [x for x in captured.out.splitlines() if "DIFFERENCE: " in x or "FILE: " in x], captured.err
+
+
+def _config_names(value):
+    def edit(text: str) -> str:
+        info = json.loads(text)
+        info["config"]["evaluators"] = value
+        return json.dumps(info)
+    return edit
+
+
+NOT_A_RUNS = {
+    "a list": (lambda text: "[]", "holds a list"),
+    "null": (lambda text: "null", "holds null"),
+    "another tool's object": (lambda text: json.dumps({"tool": "other", "runs": [1, 2]}), "has 'config' null"),
+    "a list where a name is expected": (_config_names([["ood"]]), "config.evaluators holding a list"),
+    "a mapping where a name is expected": (_config_names([{"ood": 1}]), "config.evaluators holding an object"),
+    "an attack set that is no object": (lambda text: json.dumps({**json.loads(text), "attacks": {"fgsm": "x"}}),
+                                        "attack set 'fgsm' a string"),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_A_RUNS))
+def test_verify_refuses_a_run_json_no_run_wrote_in_one_line(case, small_run, tmp_path, capsys):
+    """Issue 49: run.json a list or null (verify on another tool's folder) ended in a traceback, a list or a mapping
+    where a name is expected in an unhashable-type TypeError; each is one line, exit 2."""
+    run = _private_copy(small_run, tmp_path)
+    edit, said = NOT_A_RUNS[case]
+    (run / "run.json").write_text(edit((run / "run.json").read_text()))
+    code, _, err = _verify(run, capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("advopenood: error:"), err
+    assert "run.json" in lines[0] and said in lines[0], lines[0]
+
+
+def _fifo_for(rel: str):
+    def make(run: Path) -> None:
+        (run / rel).unlink(missing_ok=True)
+        os.mkfifo(run / rel)
+    return make
+
+
+UNEXPECTED = {
+    "a FIFO": (_fifo_for("extra.fifo"), "extra.fifo: a FIFO"),
+    "a FIFO in place of claims.json": (_fifo_for("claims.json"), "claims.json: a FIFO"),
+    "a FIFO in place of ood.csv": (_fifo_for("ood.csv"), "ood.csv: a FIFO"),
+    "a symbolic link loop": (lambda run: os.symlink("loop", run / "loop"), "loop: a symbolic link"),
+    "a link to a file of the run": (lambda run: os.symlink(run / "asr.csv", run / "mine.csv"),
+                                    "mine.csv: a symbolic link"),
+    "a link in place of a score file": (lambda run: (shutil.move(run / "scores" / "msp.npz", run.parent / "msp.npz"),
+                                                     os.symlink(run.parent / "msp.npz", run / "scores" / "msp.npz")),
+                                        "scores/msp.npz: a symbolic link"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNEXPECTED))
+def test_an_entry_no_run_writes_is_a_file_finding_never_opened(case, small_run, tmp_path, capsys):
+    """Issue 49: an unlisted FIFO or a symlink loop in the folder was no finding. Every entry that is not a regular
+    file (a FIFO, a link, a loop) is a FILE line naming what it is, and none is opened: a FIFO where verify reads a
+    file does not block it."""
+    run = _private_copy(small_run, tmp_path)
+    make, said = UNEXPECTED[case]
+    make(run)
+    code, lines, err = _verify(run, capsys)
+    assert code == 1 and "Traceback" not in err, err
+    assert any(f"FILE: {said}" in x for x in lines), lines
+
+
+def test_an_oversized_file_is_a_finding_and_never_read(small_run, tmp_path, capsys):
+    """Issue 49: report.html as an 8 GB sparse file was read into memory (MemoryError). Every file's size is checked
+    before it is read: one over the bound (here by one byte, sparse) is a FILE line and is not read, nor hashed."""
+    from advopenood.evaluation.runfiles import MAX_FILE_BYTES
+
+    run = _private_copy(small_run, tmp_path)
+    os.truncate(run / "report.html", MAX_FILE_BYTES + 1)
+    code, lines, err = _verify(run, capsys)
+    assert code == 1 and "Traceback" not in err, err
+    assert lines == [f"advopenood verify: FILE: report.html: {MAX_FILE_BYTES + 1} bytes, over the bound of "
+                     f"{MAX_FILE_BYTES} bytes of a file a run writes; not read, so its digest is not checked"], lines

@@ -178,14 +178,20 @@ def compare_sentences(saved: list[Section], sections: list[Section]) -> list[str
 def claims_stated(saved: list[Section], sections: list[Section], run: RunFiles) -> list[str]:
     """A claim of a re-derived section whose sentence the saved report shows must be a claim of ``claims.json``
     (there :mod:`~advopenood.evaluation.verify_claims` checks it against its table, field for field): one line per
-    such sentence that no claim of claims.json has."""
-    try:
-        held = {c.get("text") for c in parse_claims(run.text(CLAIMS_FILE))["claims"]} if run.has(CLAIMS_FILE) else set()
-    except (Unreadable, ValueError):  # verify_claims names what is wrong with the file
-        return []
+    such sentence that no claim of claims.json has, one in all when there is no claims.json (a claims.json that
+    cannot be read is verify_claims' finding)."""
     shown = {t for s in saved for t in sentences(s)}
+    stated = [(s, c) for s in sections for c in s.claims if c.text in shown]
+    problem = run.problem(CLAIMS_FILE)
+    if problem == "missing":
+        return [f"{CLAIMS_FILE}: missing, so none of the {len(stated)} claims the report states is checked"] \
+            if stated else []
+    try:
+        held = {c.get("text") for c in parse_claims(run.text(CLAIMS_FILE))["claims"]}
+    except (Unreadable, ValueError):
+        return []
     return [f"{CLAIMS_FILE}: lacks the claim {c.text!r} of the report's section {s.title!r} (re-derived from "
-            f"{c.table})" for s in sections for c in s.claims if c.text in shown and c.text not in held]
+            f"{c.table})" for s, c in stated if c.text not in held]
 
 
 def _capped(lines: list[str], what: str) -> list[str]:

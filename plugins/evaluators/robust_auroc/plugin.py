@@ -147,9 +147,8 @@ class RobustAUROC(RequiresAttacks, Verifiable):
 
     @staticmethod
     def parse_families(randomised_attacks: Any, eot: Any) -> list[bool]:
-        """Whether a randomised detector gets the plain (False) and/or the EOT (True) attacks; a value that is not
-        one of :data:`RANDOMISED_ATTACKS` by name (a list or a mapping included) is refused."""
-        if not isinstance(randomised_attacks, str) or randomised_attacks not in RANDOMISED_ATTACKS:
+        """Whether a randomised detector gets the plain (False) and/or the EOT (True) attacks."""
+        if randomised_attacks not in RANDOMISED_ATTACKS:
             raise UsageError(f"evaluator robust_auroc: randomised_attacks {randomised_attacks!r}; valid choices: "
                              f"{', '.join(RANDOMISED_ATTACKS)}")
         if eot is not None and (isinstance(eot, bool) or not isinstance(eot, int) or eot < 1):

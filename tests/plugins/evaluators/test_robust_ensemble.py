@@ -364,3 +364,22 @@ def test_levels_choose_a_randomised_detectors_worst_pair_on_attack_noise(randomi
     at = min(sorted(listed), key=lambda k: round(by[k][0], 9))
     assert levels.loc["robust_auroc", "worst_set"] == at
     assert levels.loc["robust_auroc", "auroc"] == pytest.approx(by[at][1], abs=1e-4)
+
+
+@pytest.mark.parametrize("params", [{"ensemble": ["standard"]}, {"ensemble": {"standard": 1}}])
+def test_a_list_or_a_mapping_where_a_name_is_expected_is_refused_in_one_line(params, tmp_path, capsys):
+    """Issue 49: ``ensemble: [standard]`` or a mapping ended ``advopenood run`` in an unhashable-type TypeError while
+    the plan was expanded; it is one line naming the parameter and the valid names, exit 2."""
+    from importlib import resources
+
+    import yaml
+
+    from advopenood.cli.main import main
+
+    cfg = yaml.safe_load((resources.files("advopenood.configs") / "demo.yaml").read_text())
+    cfg.update(evaluators=["ood", "robust_auroc"], evaluator_params={"robust_auroc": params})
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(cfg))
+    assert main(["run", "--config", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    key = next(iter(params))
+    assert len(err) == 1 and f"evaluator robust_auroc: {key} " in err[0] and "valid choices: " in err[0], err
