@@ -13,7 +13,7 @@ Two steps, so that each difference is named once:
   the CSVs', which the hooks re-derive) must be one of the re-derivation (:func:`compare_sentences`), and every
   claim a re-derived section shows must be in ``claims.json`` (:func:`claims_stated`), where
   :mod:`advopenood.evaluation.verify_claims` checks it against its table. A plugin without ``report_sections``
-  keeps its saved sections (a note: their plain sentences are not re-derived; their claims are checked still).
+  keeps its saved sections (a note: their plain sentences are taken as saved; their claims are checked still).
 * The report is rendered from ``run.json`` and the saved sections (:func:`advopenood.outputs.report.build_report`,
   :func:`~advopenood.outputs.report.to_markdown`, :func:`~advopenood.outputs.report.to_html`): the fixed text
   (headings, captions, explanatory paragraphs) is the writer's templates, never a list kept here. A line of
@@ -125,7 +125,8 @@ def rederive_sections(run: RunFiles, saved: list[Section]) -> Rederived:
             if build is None:
                 sections += own
                 notes.append(f"report: {singular} {name!r} declares no report_sections; the plain sentences of its "
-                             "sections are not re-derived from its tables (its claims are, in claims.json)")
+                             "sections are taken as saved, unchecked against its tables (its claims are checked in "
+                             "claims.json)")
                 continue
             reading = _Reading(run.path, run.info)
             try:
@@ -260,7 +261,7 @@ def verify_report(run: RunFiles, changed: set[str] = frozenset()) -> tuple[list[
     sections, stale = _unchanged(rederived.sections, rederived, changed)
     kept = [s for s in saved if s.source.split(":")[0] not in stale]
     notes += [f"report: the sentences of {source!r}'s sections are not compared with their tables: "
-              f"{', '.join(sorted(rederived.reads[source] & changed))} differ from what the run wrote"
+              f"{', '.join(sorted(rederived.reads[source] & changed))} not as the run wrote them"
               for source in sorted(stale)]
     diffs += compare_sentences(kept, sections) + claims_stated(kept, sections, run)
     why = _unreadable_plots(run, saved)

@@ -53,7 +53,7 @@ from advopenood.capabilities import Verifiable
 from advopenood.evaluation.context import RunContext
 from advopenood.errors import UsageError
 from advopenood.evaluation.intervals import bound_columns, cell_key
-from advopenood.outputs.results import Results, as_written, guarded
+from advopenood.outputs.results import Results, Section, as_written, guarded
 from advopenood_plugins.evaluators.mead.report import mead_section
 from advopenood_plugins.kit.worstcase import (NO_CI, NORM_ORDER, PATCH, CIPlan, SetInfo, attack_kind,  # noqa: F401
                                               backend_for, detector_groups, group_sets, set_info, stacked,
@@ -152,6 +152,12 @@ def mead_summary(table: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([per_norm, overall[SUMMARY_COLUMNS]], ignore_index=True)[SUMMARY_COLUMNS]
 
 
+def mead_sections(table: pd.DataFrame) -> list[Section]:
+    """The report's ``MEAD worst case`` section from ``mead.csv`` as written (none without a row); the run builds it
+    from the table it writes, ``advopenood verify`` from the CSV (``report_sections``)."""
+    return guarded("MEAD worst case", lambda: [mead_section(table)]) if len(table) else []
+
+
 @registry.register("evaluators", "mead")
 class MeadEvaluator(Verifiable):
     """MEAD worst-case AUROC/FPR95 per (norm, eps) group and objective (Granese et al. 2022): mead.csv."""
@@ -166,14 +172,15 @@ class MeadEvaluator(Verifiable):
         self.detectors = [d.lower() for d in detectors] if detectors is not None else None
 
     verify = staticmethod(verify_mead)
+    report_sections = staticmethod(lambda run: mead_sections(run.table("mead.csv")))  # verify: from the CSV
 
     def __call__(self, ctx: RunContext) -> Results:
         scores = {d: s for d, s in ctx.scores.items() if self.detectors is None or d in self.detectors}
         success = {name: ctx.success(name) for name in ctx.id_adv_sets}
         table = self.table(scores, ctx.id_adv_sets, {d: ctx.backend_of(d) for d in scores}, ctx.protocol, success,
                            ctx.intervals, {d: ctx.choice_scores(d) for d in ctx.selection if d in scores})
-        sections = guarded("MEAD worst case", lambda: [mead_section(as_written(table, ctx.protocol))]) if len(table) else []
-        return Results(tables={"mead.csv": table, "mead_summary.csv": mead_summary(table)}, sections=sections)
+        return Results(tables={"mead.csv": table, "mead_summary.csv": mead_summary(table)},
+                       sections=mead_sections(as_written(table, ctx.protocol)))
 
     def table(self, scores: Mapping[str, Mapping[str, np.ndarray]], adv_sets: Mapping[str, AdvSet],
               backend: str | Mapping[str, str] = "", protocol: str = "strong",

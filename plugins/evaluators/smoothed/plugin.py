@@ -17,7 +17,7 @@ from advopenood import registry
 from advopenood.capabilities import Verifiable, is_detector_aware
 from advopenood.evaluation.context import RunContext
 from advopenood.evaluation.intervals import bound_columns, cell_key
-from advopenood.outputs.results import Results, as_written, guarded
+from advopenood.outputs.results import Results, Section, as_written, guarded
 from advopenood_plugins.attacks.adaptive import EOTAttack
 from advopenood_plugins.attacks.eot import EOT_PREFIXES
 from advopenood_plugins.detectors.smoothed import PREFIX, SMOOTHING_DEFAULTS, is_smoothed
@@ -103,19 +103,25 @@ def smoothed_table(ctx: RunContext) -> pd.DataFrame:
 
 
 
+def smoothed_sections(table: pd.DataFrame) -> list[Section]:
+    """The report's section from ``table_smoothed.csv`` as written; the run builds it from the table it writes,
+    ``advopenood verify`` from the CSV (``report_sections``)."""
+    return guarded("Smoothed detectors: plain vs EOT attacks", lambda: [smoothed_section(table)])
+
+
 @registry.register("evaluators", "smoothed")
 class SmoothedEvaluator(Verifiable):
     """AUROC/FPR95 of every smoothed detector under its plain and its EOT adaptive attack, side by side."""
 
     verify = staticmethod(verify_smoothed)
+    report_sections = staticmethod(lambda run: smoothed_sections(run.table("table_smoothed.csv")))  # verify: the CSV
 
     def __call__(self, ctx: RunContext) -> Results:
         table = smoothed_table(ctx)
         out = Results()
         if len(table):
             out.tables = {"table_smoothed.csv": table, "table_smoothed.md": table}
-            out.sections = guarded("Smoothed detectors: plain vs EOT attacks",
-                                   lambda: [smoothed_section(as_written(table, ctx.protocol))])
+            out.sections = smoothed_sections(as_written(table, ctx.protocol))
         else:
             out.empty_reason = needed_attacks(ctx)
         return out
