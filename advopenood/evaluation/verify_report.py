@@ -249,10 +249,12 @@ def _unchanged(sections: list[Section], rederived: Rederived, changed: set[str])
 def verify_report(run: RunFiles, changed: set[str] = frozenset()) -> tuple[list[str], list[str]]:
     """``(differences, notes)`` of the report against its rendering from the run's files (module docstring); a
     folder without ``report.md`` (an attack-only run) has none. ``changed``: the files that other checks found
-    not as the run wrote them; the sentences of a section built from one of them are not compared (a note: that
-    table's difference is named already)."""
+    not as the run wrote them; the sentences of a section built from one of them are not compared, nor is the
+    report when ``run.json`` is one (a note: that file's difference is named already)."""
     if run.problem("report.md") == "missing":
         return [], []
+    if "run.json" in changed:
+        return [], ["report: not rendered again: run.json, which it renders, is not as the run wrote it"]
     saved, lines = _saved(run)
     if saved is None:
         return lines, []
