@@ -265,7 +265,7 @@ class RunFiles:
         reads."""
         problem = self.problem(f"scores/{det}.npz")
         if problem:
-            raise Unreadable(f"scores/{det}.npz: " + ("missing (the run scored {det!r})" if problem == "missing"
+            raise Unreadable(f"scores/{det}.npz: " + (f"missing (the run scored {det!r})" if problem == "missing"
                                                       else problem))
         return read_npz(self.path / "scores" / f"{det}.npz")
 

@@ -6,12 +6,15 @@ per adversarial set the ``<set>.success`` and ``<set>.positive`` masks of the im
 re-derives ``asr.csv`` from the shards (Wilson's intervals as roots of their quadratic,
 :func:`advopenood.evaluation.oracle.wilson`); every evaluator or analysis that ran and declares a ``verify`` hook
 (:class:`advopenood.capabilities.Verifiable`) re-derives its own tables, every row the run's ``run.json`` and scores
-imply (a missing row, an extra row and a missing table are differences, as a changed number is). Every file of the
-folder is checked against the SHA-256 digests of its ``manifest.json`` (:func:`verify_files`), and every shard of
-the store against its recorded checksum (:func:`set_shards`). Hooks are written as separate code
-paths from the ones that wrote the tables, and take every metric and interval from the one independent checker,
-:mod:`advopenood.evaluation.oracle` (other arithmetic, other libraries where possible), so that a bug in one does
-not hide in both; no hook imports the code it checks.
+imply (a missing row, an extra row and a missing table are differences, as a changed number is). Every claim of
+``claims.json`` is re-rendered from its table (:mod:`advopenood.evaluation.verify_claims`), and the report from the
+tables and ``run.json`` (:mod:`advopenood.evaluation.verify_report`): a sentence of the report that is no claim's
+and no rendering of the run's files is a difference. Every entry of the folder is checked against the SHA-256
+digests of its ``manifest.json`` (:func:`verify_files`; listed without following a link, a size checked before a
+file is read: :mod:`advopenood.evaluation.runfiles`), and every shard of the store against its recorded checksum
+(:func:`set_shards`). Hooks are written as separate code paths from the ones that wrote the tables, and take every
+metric and interval from the one independent checker, :mod:`advopenood.evaluation.oracle` (other arithmetic, other
+libraries where possible), so that a bug in one does not hide in both; no hook imports the code it checks.
 """
 from __future__ import annotations
 
@@ -254,10 +257,11 @@ def named_files(lines: list[str]) -> set[str]:
 
 
 def verify_run(path: str | Path) -> Findings:
-    """Every finding for a run folder: each file against ``manifest.json``'s digests and each store shard against
+    """Every finding for a run folder: each entry against ``manifest.json``'s digests and each store shard against
     its checksum (``files``); every table re-derived by the core and by each plugin that ran and declares
-    ``verify`` (``differences``: changed numbers, missing and extra rows, missing tables); ``notes`` name what
-    could not be checked and why."""
+    ``verify``, every claim and the report re-rendered (``differences``: changed numbers, missing and extra rows,
+    missing tables, claims and sentences that are not the tables'); ``notes`` name what could not be checked and
+    why. A folder that is not a run's (no ``run.json`` a run writes) is a UsageError (exit 2)."""
     run = RunFiles.open(path)
     files = verify_files(run)
     diffs, shards, notes = verify_asr(run)

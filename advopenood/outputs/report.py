@@ -17,7 +17,7 @@ import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 import yaml
@@ -330,7 +330,7 @@ def _fold(blocks: list[Block]) -> Block:
     return Block("fold", blocks[1:], blocks[0].content)
 
 
-def _guarded_paragraph(make: Any, what: str) -> list[Block]:
+def _guarded_paragraph(make: Callable[[], list[Block]], what: str) -> list[Block]:
     """``make()``'s blocks; run.json's facts that cannot be shown give a one-line note (and a warning) instead."""
     try:
         return make()
