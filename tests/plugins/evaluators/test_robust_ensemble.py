@@ -356,9 +356,9 @@ def test_levels_choose_a_randomised_detectors_worst_pair_on_attack_noise(randomi
         ids, oods = r["id_attack"].split("+"), r["ood_attack"].split("+")
         if r["method"] == "ensemble":
             ids, oods = ["id", *ids], ["tin", *oods]
-        by[f"{r['id_attack']}+{r['ood_attack']}"] = (
-            100 * auroc(np.min([arrays[f"{n}.select"] for n in ids], 0), np.max([arrays[f"{n}.select"] for n in oods], 0)),
-            r["robust_auroc"])
+        worst_id = np.min([arrays[f"{n}.select"] for n in ids], 0)
+        worst_ood = np.max([arrays[f"{n}.select"] for n in oods], 0)
+        by[f"{r['id_attack']}+{r['ood_attack']}"] = (100 * auroc(worst_id, worst_ood), r["robust_auroc"])
     listed = [n.strip() for n in levels.loc["robust_auroc", "sets"].split(", ")]
     assert len(listed) > 1 and set(listed) <= set(by)
     at = min(sorted(listed), key=lambda k: round(by[k][0], 9))
