@@ -21,7 +21,8 @@ class StorageError(RuntimeError):
     """A write failed because the file system is full, read-only or over quota (:data:`STORAGE_ERRNOS`).
 
     It is the run's failure, never a plugin's: nothing is committed, the previous outputs stay as they were, and
-    the CLI prints the one-line message (what and where) and exits with code 3."""
+    the CLI prints the one-line message (what and where) and exits with code 3. A commit that cannot complete for
+    any reason, undone, is one too (:class:`advopenood.io.CommitError`)."""
 
 
 def storage_error(exc: BaseException | None) -> OSError | None:
