@@ -364,3 +364,17 @@ def test_levels_choose_a_randomised_detectors_worst_pair_on_attack_noise(randomi
     at = min(sorted(listed), key=lambda k: round(by[k][0], 9))
     assert levels.loc["robust_auroc", "worst_set"] == at
     assert levels.loc["robust_auroc", "auroc"] == pytest.approx(by[at][1], abs=1e-4)
+
+
+def test_a_rerun_reads_the_attack_stream_confidences_back_from_the_store(randomised_run, data_root, tmp_path):
+    """The attack-stream confidences are stored like the scores: an identical re-run computes none of them and
+    writes the same ``<set>.select`` arrays."""
+    cfg = _config(data_root, tmp_path, {"ensemble": "standard", "square_queries": 20, "eot": 2},
+                  detectors="smoothed_msp")
+    run(cfg.replace(detector_params={"smoothed_msp": {"n": 2, "sigma": 0.1}},
+                    evaluators=("robust_auroc", "levels")), progress=False)
+    work = json.loads((tmp_path / "run.json").read_text())["detector_work"]
+    assert work["selection_sets_computed"] == 0 and work["selection_sets_reused"] > 0
+    first, again = (dict(np.load(f / "scores" / "smoothed_msp.npz")) for f in (randomised_run, tmp_path))
+    selected = [k for k in first if k.endswith(".select")]
+    assert selected and all(np.array_equal(first[k], again[k]) for k in selected)
