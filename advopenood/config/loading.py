@@ -423,7 +423,7 @@ def _override_attacks(raw: dict[str, Any], attack: str | None, eps: str | None,
         raw["attacks"] = [_with_eps(a, values) if isinstance(a, str) or isinstance(a, dict)
                           and isinstance(a.get("name"), str) else a for a in entries]
         for i, entry in enumerate(raw["attacks"]):
-            if isinstance(entry, dict) and "eps" in entry and attack is None:
+            if isinstance(entry, dict) and "eps" in entry:
                 _flagged(positions, ("attacks", i, "eps"), "--eps")
 
 
