@@ -59,9 +59,18 @@ def choice_list(valid: list[str], listing: str = "") -> str:
     return ", ".join(shown) + (f"{more}; see `{listing}`" if listing else more)
 
 
+def shown(value: str) -> str:
+    """A name as a message quotes it: whole up to 60 characters, else its ends and its length."""
+    return repr(value) if len(value) <= 60 else f"'{value[:32]}...{value[-20:]}' ({len(value)} characters)"
+
+
 def choice_message(what: str, value: str, valid: list[str], listing: str = "") -> str:
-    """``unknown <what> 'x'; did you mean 'y'? valid choices: ...`` (the hint only when one is close; a long list is
-    cut, pointing at the command ``listing`` that shows it all: :func:`choice_list`)."""
-    close = difflib.get_close_matches(value, valid, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ";"
-    return f"unknown {what} {value!r}{hint} valid choices: {choice_list(valid, listing)}"
+    """``unknown <what> 'x'; did you mean 'y'? valid choices: ...`` (the hint only when one is close, or when the
+    value in lower case is valid: names are case-sensitive; a long list is cut, pointing at the command ``listing``
+    that shows it all: :func:`choice_list`)."""
+    if value.lower() != value and value.lower() in valid:
+        hint = f"; did you mean {value.lower()!r} (names are case-sensitive)?"
+    else:
+        close = difflib.get_close_matches(value, valid, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ";"
+    return f"unknown {what} {shown(value)}{hint} valid choices: {choice_list(valid, listing)}"

@@ -4,6 +4,7 @@ on the score, the gradient-masking flag on a detector built to mask its gradient
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -297,12 +298,33 @@ def test_the_ensemble_run_verifies_in_a_fresh_process(ensemble_run):
 
 @pytest.fixture(scope="module")
 def randomised_run(data_root, session_cache, tmp_path_factory):
-    """The standard ensemble on smoothed MSP (two noise copies: cheap, and noisy enough to choose wrongly on)."""
+    """The standard ensemble on smoothed MSP (two noise copies: cheap, and noisy enough to choose wrongly on), and no
+    ``method``; the ``ood`` evaluator writes the leaderboard."""
     out = tmp_path_factory.mktemp("randomised")
     cfg = _config(data_root, out, {"ensemble": "standard", "square_queries": 20, "eot": 2}, detectors="smoothed_msp")
     run(cfg.replace(detector_params={"smoothed_msp": {"n": 2, "sigma": 0.1}},
-                    evaluators=("robust_auroc", "levels")), progress=False)
+                    evaluators=("robust_auroc", "levels", "ood")), progress=False)
     return out
+
+
+def test_the_leaderboards_robust_fields_are_the_ensemble_row_by_one_rule(randomised_run, tmp_path, capsys):
+    """Issue 49, item 5: with ``ensemble: standard`` and no ``method`` the writer took APGD's rows and verify
+    re-derived APGD-aux's (each the first of its own table's order): 2 differences on an untouched run. One rule
+    (the ensemble row where there is one), applied by the writer and by verify to the re-derived rows."""
+    (entry,) = json.loads((randomised_run / "leaderboard_openood.json").read_text())
+    robust = pd.read_csv(randomised_run / "robust_auroc.csv")
+    ensemble = robust[robust["method"] == "ensemble"]
+    assert len(ensemble) == 1 and entry["Robust_Method"] == "ensemble" and entry["Robust_Eps"] == "8/255"
+    assert entry["Near-OOD_Robust_AUROC"] == f"{ensemble['robust_auroc'].iloc[0]:.2f}"  # tin: near-OOD
+    assert entry["Near-OOD_Robust_FPR95"] == f"{ensemble['robust_fpr95'].iloc[0]:.2f}"
+    assert main(["verify", str(randomised_run)]) == 0
+    copy = tmp_path / "run"
+    shutil.copytree(randomised_run, copy)
+    (copy / "leaderboard_openood.json").write_text(json.dumps([{**entry, "Robust_Method": "apgd"}]))
+    capsys.readouterr()
+    assert main(["verify", str(copy)]) == 1
+    assert "leaderboard_openood.json: smoothed_msp Robust_Eps, Robust_Method: written ('8/255', 'apgd'), " \
+           "re-derived ('8/255', 'ensemble')" in capsys.readouterr().out
 
 
 def test_a_randomised_detectors_worst_case_chooses_on_attack_noise_and_scores_evaluation_noise(randomised_run):
