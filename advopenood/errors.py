@@ -21,7 +21,8 @@ class StorageError(RuntimeError):
     """A write failed because the file system is full, read-only or over quota (:data:`STORAGE_ERRNOS`).
 
     It is the run's failure, never a plugin's: nothing is committed, the previous outputs stay as they were, and
-    the CLI prints the one-line message (what and where) and exits with code 3."""
+    the CLI prints the one-line message (what and where) and exits with code 3. A commit that cannot complete for
+    any reason, undone, is one too (:class:`advopenood.io.CommitError`)."""
 
 
 def storage_error(exc: BaseException | None) -> OSError | None:
@@ -58,9 +59,18 @@ def choice_list(valid: list[str], listing: str = "") -> str:
     return ", ".join(shown) + (f"{more}; see `{listing}`" if listing else more)
 
 
+def shown(value: str) -> str:
+    """A name as a message quotes it: whole up to 60 characters, else its ends and its length."""
+    return repr(value) if len(value) <= 60 else f"'{value[:32]}...{value[-20:]}' ({len(value)} characters)"
+
+
 def choice_message(what: str, value: str, valid: list[str], listing: str = "") -> str:
-    """``unknown <what> 'x'; did you mean 'y'? valid choices: ...`` (the hint only when one is close; a long list is
-    cut, pointing at the command ``listing`` that shows it all: :func:`choice_list`)."""
-    close = difflib.get_close_matches(value, valid, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ";"
-    return f"unknown {what} {value!r}{hint} valid choices: {choice_list(valid, listing)}"
+    """``unknown <what> 'x'; did you mean 'y'? valid choices: ...`` (the hint only when one is close, or when the
+    value in lower case is valid: names are case-sensitive; a long list is cut, pointing at the command ``listing``
+    that shows it all: :func:`choice_list`)."""
+    if value.lower() != value and value.lower() in valid:
+        hint = f"; did you mean {value.lower()!r} (names are case-sensitive)?"
+    else:
+        close = difflib.get_close_matches(value, valid, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ";"
+    return f"unknown {what} {shown(value)}{hint} valid choices: {choice_list(valid, listing)}"

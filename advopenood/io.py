@@ -1,4 +1,6 @@
-"""Atomic writes: every file appears whole or not at all (temporary file in the same folder + ``os.replace``)."""
+"""Atomic writes: every file appears whole or not at all (temporary file in the same folder + ``os.replace``); the
+output folder's commit (:func:`commit_output`), which keeps the output invariant: a run removes or replaces only
+the files it wrote that are unchanged, and a commit is all or nothing."""
 from __future__ import annotations
 
 import contextlib
@@ -21,6 +23,8 @@ import pandas as pd
 
 from advopenood import deprecated
 from advopenood.errors import UsageError
+# advopenood.io.CommitError and advopenood.io.sha256_file are these
+from advopenood.swap import CommitError, Swap, commit_error, entry, lstat, sha256_file, unchanged
 
 
 def _umask_mode() -> int:
@@ -251,24 +255,17 @@ def read_manifest(out: Path) -> dict[str, str] | None:
     return files
 
 
-def sha256_file(path: Path) -> str:
-    """The SHA-256 of a file's bytes, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def changed_files(out: Path, listed: Mapping[str, str] | None = None) -> list[str]:
-    """The files of ``out``'s manifest (or ``listed``) that are there, regular and inside ``out``, but whose SHA-256
-    differs from the manifest's: edited (or replaced) since the run that wrote them. A run never deletes them."""
+    """The paths of ``out``'s manifest (or ``listed``) that hold something other than the file the run wrote: a
+    regular file whose SHA-256 differs from the manifest's (edited since), or a folder, FIFO or other non-file put
+    in its place (replaced). A run never removes them. A path that is missing, a link, or reached through a link
+    or a non-folder is not one (:func:`check_output_folder` refuses links)."""
     out = Path(out)
     listed = read_manifest(out) if listed is None else listed
     changed = []
     for rel, digest in (listed or {}).items():
-        target = _inside(out, rel)
-        if target is not None and target.is_file() and not target.is_symlink() and sha256_file(target) != digest:
+        st = entry(out, rel)
+        if st is not None and not stat.S_ISLNK(st.st_mode) and not unchanged(out, rel, digest):
             changed.append(rel)
     return sorted(changed)
 
@@ -295,17 +292,6 @@ def check_output_folder(out: Path) -> None:
         raise OutputError(f"output folder {str(out)!r} holds a symbolic link {links[0]!r}; advopenood never "
                           "writes or deletes through links in its output folder")
     read_manifest(out)
-
-
-def _inside(out: Path, rel: str) -> Path | None:
-    """``out / rel`` when no part of it below ``out`` is a symbolic link and its real path lies inside ``out``."""
-    target, root = out, os.path.realpath(out)
-    for part in rel.split("/"):
-        target = target / part
-        if target.is_symlink():
-            return None
-    real = os.path.realpath(target)
-    return target if real.startswith(root + os.sep) else None
 
 
 def resolve_output(out: Path) -> Path:
@@ -411,65 +397,55 @@ def discard_output(stage: Path) -> None:
 def commit_output(stage: Path, out: Path, kept: dict[str, str] | None = None) -> list[str]:
     """Move a finished run's files from ``stage`` into ``out``; returns their relative paths.
 
-    First everything that needs space is done (this run's ``manifest.json``, its file list and their SHA-256,
-    written to a temporary file in ``out``; the folders the new files go to), so that a full disk stops the commit
-    before anything is touched. Then the files that the previous run's ``manifest.json`` lists are removed (and
-    folders they leave empty), each new file is moved in with ``os.replace``, and the manifest is renamed into
-    place last. Only regular files whose real path lies inside ``out``, reached through no symbolic link, listed
-    by a manifest that is ours (:func:`read_manifest`) with the SHA-256 they still have, are ever deleted; a
-    listed file changed since (:func:`changed_files`) stays, and a new file whose path would pass through a link
-    is refused (:class:`OutputError`). A file at a new file's path that is not ours (changed since, or one
-    advopenood did not write, allowed with ``--overwrite``) is kept beside it as ``<name>.kept-<8 hex digits of
-    its SHA-256>`` (recorded in ``kept``, path -> kept path); files advopenood did not write stay.
+    The output invariant (docs/concepts.md, "Output files"): a run removes or replaces only the files that the
+    previous run's ``manifest.json`` (ours: :func:`read_manifest`) lists and that are still what it wrote: regular
+    files reached through no symbolic link, with the SHA-256 listed (:func:`advopenood.swap.unchanged`); the one
+    other file it removes is an interrupted commit's ``.manifest.json.<random>.tmp``. Everything else in ``out`` (a
+    file changed since, a file, folder, link or FIFO advopenood did not write, an earlier ``.kept-*`` copy) stays
+    byte-identical where it is or, where it is in the way of a new file or of a folder the new files need, is
+    renamed in its folder to a name nothing has (:func:`advopenood.swap.kept_name`: an existing kept copy is never
+    replaced) and recorded in ``kept`` (path -> kept path), which the CLI prints on stderr. Folders that the
+    removed files leave empty go too (never a folder of the user's that the previous run did not write into).
+
+    All or nothing: this run's ``manifest.json`` is written first to a temporary file (the one write that needs
+    space), then every step is a rename or a ``mkdir`` (:class:`advopenood.swap.Swap`): the previous run's files
+    are moved into ``.<out>.replaced-<random>`` beside ``out``, not deleted; a file whose new namesake replaces it
+    is kept there as a hard link, so that one ``os.replace`` swaps the two where the file system has hard links;
+    the manifest is renamed into place last. When any step fails, the steps done are undone in reverse order and
+    :class:`CommitError` is raised (one line, exit 3): the folder is as it was. Only a finished commit deletes
+    anything: the previous run's files moved away, and the staging folder.
     """
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    stage, out = Path(stage), Path(out)
     files = files_under(stage)
-    blocked = next((rel for rel in files if _inside(out, rel) is None), None)
-    if blocked is not None:
-        raise OutputError(f"output folder {str(out)!r}: {blocked!r} would be written through a symbolic link")
-    listed = read_manifest(out) or {}
-    sweep_temp_files(out, older_than=0, depth=0, only=MANIFEST)  # an interrupted commit's; we hold the lock
-    manifest = _prepared(out / MANIFEST, {MANIFEST_MARK: 1, "files": {rel: sha256_file(stage / rel) for rel in files}})
+    listed = read_manifest(out) if out.is_dir() else None
+    swap = Swap(out)
+    manifest: Path | None = None
     try:
-        needed = {out} | {p for rel in files for p in (out / rel).parents if out in p.parents}
-        for folder in sorted(needed):
-            folder.mkdir(parents=True, exist_ok=True)
-        _remove_listed(out, listed, needed)
-        for rel in files:
-            dst = out / rel
-            if dst.is_file() and not dst.is_symlink():
-                aside = dst.with_name(f"{dst.name}.kept-{sha256_file(dst)[:8]}")
-                os.replace(dst, aside)
-                if kept is not None:
-                    kept[rel] = aside.relative_to(out).as_posix()
-            os.replace(stage / rel, dst)
-        os.replace(manifest, out / MANIFEST)
+        if lstat(out) is None:
+            swap.mkdir(out)
+        sweep_temp_files(out, older_than=0, depth=0, only=MANIFEST)  # an interrupted commit's; we hold the lock
+        manifest = _prepared(out / MANIFEST, {MANIFEST_MARK: 1,
+                                              "files": {rel: sha256_file(stage / rel) for rel in files}})
+        ours = {rel for rel, digest in (listed or {}).items() if unchanged(out, rel, digest)}
+        moved = swap.swap_in(stage, files, ours)
+        os.replace(manifest, out / MANIFEST)  # the commit: nothing after it can fail
+    except OSError as exc:
+        raise commit_error(out, exc, swap) from exc
     finally:
-        manifest.unlink(missing_ok=True)
+        if manifest is not None:
+            manifest.unlink(missing_ok=True)
+    if kept is not None:
+        kept.update(moved)
+    swap.finish()
     shutil.rmtree(stage, ignore_errors=True)
     return files
 
 
 def _prepared(path: Path, doc: Any) -> Path:
     """``doc`` as JSON in a synced temporary file beside ``path`` (named as :func:`atomic_write`'s), to be renamed
-    over ``path`` later: the write that needs space, done before anything it replaces is removed."""
+    over ``path`` later: the write that needs space, done before anything it replaces is moved."""
     data = (json.dumps(doc, indent=2, sort_keys=True, default=_jsonable) + "\n").encode()
     return _synced_temp(path, lambda f: f.write(data))
-
-
-def _remove_listed(out: Path, listed: Mapping[str, str], keep: set[Path]) -> None:
-    """Delete the files of the previous run's manifest that still have its SHA-256 (regular files inside ``out``,
-    reached through no link), then the folders they leave empty (but those in ``keep``)."""
-    for rel, digest in listed.items():
-        target = _inside(out, rel)
-        if target is None or target.is_symlink() or not target.is_file() or sha256_file(target) != digest:
-            continue
-        target.unlink()
-        for parent in target.parents:
-            if parent == out or parent in keep or not parent.is_dir() or parent.is_symlink() or any(parent.iterdir()):
-                break
-            parent.rmdir()
 
 
 def write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:

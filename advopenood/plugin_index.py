@@ -11,7 +11,7 @@ from advopenood import registry
 from advopenood.registry import GROUP_PREFIX, KINDS
 
 
-INDEX_VERSION = 5
+INDEX_VERSION = 6
 
 
 def _index_path() -> Any:
@@ -80,7 +80,8 @@ def _module_files(module: str) -> list[str]:
 def build_index() -> dict[str, Any]:
     """Import every plugin (entry points, families, providers) and describe it: ``{kind: {name: [description,
     source, family]}}`` for every name that resolves, ``families: {kind: {pattern: [description, source, hint,
-    shorthand]}}`` and ``commands: {command: help}`` of the analyses that declare one."""
+    shorthand]}}``, ``commands: {command: help}`` of the analyses that declare one and ``clashes: {kind: {name or
+    pattern: line}}`` (:func:`advopenood.registry.clashes`: the names that do not resolve because of a clash)."""
     from advopenood.capabilities import CommandAnalysis
 
     held = registry.default().table
@@ -91,6 +92,7 @@ def build_index() -> dict[str, Any]:
     out["commands"] = {obj.command: obj.command_help for obj in (e.obj for e in registry.entries("analyses").values())
                        if isinstance(obj, type) and issubclass(obj, CommandAnalysis) and obj.command}
     out["failed"] = registry.failure_message()
+    out["clashes"] = registry.clashes()
     return out
 
 

@@ -1,12 +1,9 @@
 """The registry's machinery: :class:`Registry` (an instance holds the plugins of the four kinds, the families and
-what it made of them, overrides and failed entry points), :class:`Family`, :class:`Entry`, the default instance
-(:func:`default`, :func:`using`) and the messages. Plugins and the core use it through :mod:`advopenood.registry`,
-whose module docstring describes the rules."""
+what it made of them, overrides, clashes and failed entry points), :class:`Family`, :class:`Entry` and the default
+instance (:func:`default`, :func:`using`); the names' bounds and messages are :mod:`advopenood.plugin_names`'. Plugins
+and the core use it through :mod:`advopenood.registry`, whose module docstring describes the rules."""
 from __future__ import annotations
 
-import difflib
-import inspect
-import re
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,10 +11,10 @@ from importlib.metadata import entry_points
 from types import ModuleType
 from typing import Any, Callable, Iterator, TypeVar
 
-from advopenood.errors import UsageError, choice_list
-
-KINDS = ("attacks", "detectors", "evaluators", "analyses")
-GROUP_PREFIX = "advopenood."
+from advopenood.errors import UsageError, choice_message, shown
+from advopenood.plugin_names import (GROUP_PREFIX, KINDS, MAX_COMPOSITION, Chain, Failure, _check_kind,  # noqa: F401
+                                     _clash, _declares_override, _duplicate, _first_line, _same_plugin, _singular,
+                                     check_composition)
 
 T = TypeVar("T")
 
@@ -38,75 +35,21 @@ class Entry:
     def origin(self) -> str:
         """Where it comes from, as messages name it: its module and, when an entry point's distribution ships
         that module's package, the distribution (``name==version``)."""
-        dist = _DISTS.get(self.source.split(".")[0])
-        return f"{self.source} ({dist})" if dist else self.source
-
-
-@dataclass(frozen=True)
-class Failure:
-    """An entry point whose import failed: its group's kind, the entry point, the package and the reason."""
-
-    kind: str
-    entry: str
-    package: str
-    reason: str
+        return _origin(self.source)
 
 
 #: top-level module named by an entry point -> its distribution, ``name==version`` (a fact of the installation)
 _DISTS: dict[str, str] = {}
 
 
-def _singular(kind: str) -> str:
-    return kind[:-1] if kind != "analyses" else "analysis"
+def _origin(source: str) -> str:
+    """A module as messages name it, with its distribution when an entry point's distribution ships it."""
+    dist = _DISTS.get(source.split(".")[0])
+    return f"{source} ({dist})" if dist else source
 
 
-def _check_kind(kind: str) -> None:
-    if kind not in KINDS:
-        raise UsageError(f"unknown plugin kind {kind!r}; valid kinds: {', '.join(KINDS)}")
-
-
-#: words ending in a full stop that end no sentence (``Moosavi-Dezfooli et al. 2016``, ``e.g. MSP``)
-ABBREVIATIONS = ("al.", "e.g.", "i.e.", "cf.", "vs.", "etc.", "approx.", "resp.", "Sec.", "Fig.", "Eq.", "No.")
-#: reST inline markup: a role (``:mod:`x```, ``:class:`~a.B```) or double backticks, shown as its text
-_REST = re.compile(r"(?::[\w:.-]+:)?`{1,2}~?([^`]+?)`{1,2}")
-
-
-def _first_line(obj: Any) -> str:
-    """A plugin's description: the first sentence of its docstring's first paragraph (lines joined, so a
-    sentence wrapped over several lines is shown whole; an abbreviation such as ``et al.`` ends no sentence),
-    with reST markup shown as plain text (``:mod:`x``` and ````x```` as ``x``)."""
-    doc = inspect.getdoc(obj) or ""
-    paragraph = _REST.sub(lambda m: m.group(1).split(" <")[0], " ".join(doc.strip().split("\n\n")[0].split()))
-    words = paragraph.split(" ")
-    for i, word in enumerate(words[:-1]):
-        if word.endswith(".") and word.lstrip("([") not in ABBREVIATIONS:
-            return " ".join(words[:i + 1])
-    return paragraph
-
-
-def _clash(held: Entry, entry: Entry) -> str:
-    """The one line for two plugins under one name, neither (or both) declaring ``overrides = True``."""
-    what = f"{_singular(entry.kind)} {entry.name!r}"
-    if held.family or entry.family:  # a registered plugin under a name a provider generates
-        made, taker = (held, entry) if held.family else (entry, held)
-        return (f"{what} of {taker.origin} takes a name that {made.origin} generates ({made.family}); declare "
-                f"overrides = True on it to replace the generated one on purpose, or rename it")
-    both = " and ".join(sorted((held.origin, entry.origin)))
-    rule = ("both declare overrides = True" if _declares_override(entry.obj) else
-            "declare overrides = True on the one that replaces the other on purpose")
-    return f"{what} is registered twice, by {both}; {rule}"
-
-
-def _same_plugin(a: Any, b: Any) -> bool:
-    """Whether ``a`` and ``b`` are one plugin: the same object, or the same definition (module and qualified
-    name) imported afresh."""
-    return a is b or (getattr(a, "__module__", None), getattr(a, "__qualname__", None)) == \
-        (getattr(b, "__module__", object()), getattr(b, "__qualname__", object()))
-
-
-def _declares_override(obj: Any) -> bool:
-    """``overrides = True`` set on ``obj`` itself (a subclass of an overriding plugin does not inherit it)."""
-    return vars(obj).get("overrides") is True if hasattr(obj, "__dict__") else False
+class _Blocked(Exception):
+    """A look-up met a name that a clash makes unusable (:attr:`Registry.clashes`): the clash's line."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +74,12 @@ class Family:
         """The family's names as messages show them: ``ross_<detector>``."""
         return f"{self.prefix}<{_singular(self.takes)}>"
 
+    @property
+    def package(self) -> str:
+        """The top-level package of its source: families of one package may nest their prefixes (``adaptive_``,
+        ``adaptive_apgd_``), those of two may not overlap."""
+        return self.source.split(".")[0]
+
     def entry(self, name: str) -> Entry:
         """The family as the holder of ``name`` (what a plugin under a name it generates clashes with)."""
         return Entry(self.kind, name, None, self.description, self.source, self.pattern)
@@ -145,15 +94,22 @@ def _registration(kind: str, key: str, obj: Any, description: str | None, family
 
 class Registry:
     """The plugins of the four kinds, as pluggy's ``PluginManager``: one instance holds what is registered, the
-    families and the plugins it made of them, the overrides and the entry points that failed. The package uses one
-    (:func:`default`; the module-level functions delegate to it); a test takes a fresh one (:meth:`copy`,
-    :func:`using`)."""
+    families and the plugins it made of them, the overrides, the clashes and the entry points that failed. The
+    package uses one (:func:`default`; the module-level functions delegate to it); a test takes a fresh one
+    (:meth:`copy`, :func:`using`)."""
 
     def __init__(self) -> None:
+        #: (kind) -> name -> the plugin that holds the name (under a clash: the first registered, unusable)
         self.table: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
+        #: (kind, name) -> every distinct plugin registered under it, in registration order
+        self.claims: dict[tuple[str, str], list[Entry]] = {}
         self.families: dict[str, dict[str, Family]] = {kind: {} for kind in KINDS}
         #: (kind, name) -> the entry that an ``overrides = True`` plugin replaced (a registered one)
         self.overridden: dict[tuple[str, str], Entry] = {}
+        #: (kind, name) -> the line of the plugins registered under one name with no single override
+        self.duplicates: dict[tuple[str, str], str] = {}
+        #: (kind, prefix) -> the line of two families under one prefix, or under overlapping ones
+        self.family_clashes: dict[tuple[str, str], str] = {}
         self.failed: list[Failure] = []
         self.discovered: set[str] = set()
         self.providers: dict[str, list[Callable[[], None]]] = {kind: [] for kind in KINDS}
@@ -162,16 +118,21 @@ class Registry:
         self.made: dict[tuple[str, str], tuple[Any, Family, Entry]] = {}
         self._version = 0  # bumped by every change: the reservation check and the listing follow it
         self._checked = -1
+        #: (kind, name) -> the line of a registered plugin under a generated name (found by :meth:`_ready`)
+        self._reserved: dict[tuple[str, str], str] = {}
+        self._finding = False
         self._listing: dict[str, tuple[int, dict[str, Entry]]] = {}
 
     def copy(self) -> Registry:
-        """A registry with this one's plugins, families, overrides and failures (discovery as far as it went),
-        and nothing made yet."""
+        """A registry with this one's plugins, families, overrides, clashes and failures (discovery as far as it
+        went), and nothing made yet."""
         new = Registry()
         new.table = {k: dict(v) for k, v in self.table.items()}
+        new.claims = {k: list(v) for k, v in self.claims.items()}
         new.families = {k: dict(v) for k, v in self.families.items()}
         new.providers = {k: list(v) for k, v in self.providers.items()}
         new.overridden, new.failed, new.discovered = dict(self.overridden), list(self.failed), set(self.discovered)
+        new.duplicates, new.family_clashes = dict(self.duplicates), dict(self.family_clashes)
         return new
 
     def _changed(self) -> None:
@@ -187,22 +148,29 @@ class Registry:
         def deco(obj: T) -> T:
             key = (name or getattr(obj, "name", None) or obj.__name__).lower()
             entry = _registration(kind, key, obj, description, family or "")
-            held = self.table[kind].get(key)
-            made = self._parse(kind, key)
-            if made is not None and not _declares_override(obj):  # a name a family generates
-                raise UsageError(_clash(made[0].entry(key), entry))
-            if held is None or _same_plugin(held.obj, obj):
-                self.table[kind][key] = entry
-            elif _declares_override(obj) and not _declares_override(held.obj):
-                self.table[kind][key], self.overridden[kind, key] = entry, held
-            elif _declares_override(held.obj) and not _declares_override(obj):
-                self.overridden[kind, key] = entry
-            else:
-                raise UsageError(_clash(held, entry))
+            claims = [e for e in self.claims.get((kind, key), []) if not _same_plugin(e.obj, obj)]
+            self.claims[kind, key] = claims = [*claims, entry]
+            self._settle(kind, key, claims)
             self._changed()
             return obj
 
         return deco
+
+    def _settle(self, kind: str, key: str, claims: list[Entry]) -> None:
+        """Who holds ``key`` among its ``claims``: the one plugin, else the one declaring ``overrides = True`` (the
+        first other by source is recorded as replaced), else nobody: a clash (:attr:`duplicates`), whatever the
+        order they registered in."""
+        self.overridden.pop((kind, key), None)
+        self.duplicates.pop((kind, key), None)
+        declaring = [e for e in claims if _declares_override(e.obj)]
+        if len(claims) == 1:
+            self.table[kind][key] = claims[0]
+        elif len(declaring) == 1:
+            self.table[kind][key] = declaring[0]
+            self.overridden[kind, key] = min((e for e in claims if e is not declaring[0]), key=lambda e: e.origin)
+        else:
+            self.table[kind][key] = claims[0]
+            self.duplicates[kind, key] = _duplicate(claims)
 
     def family(self, kind: str, prefix: str, make: Callable[[str], Any] | None = None, *,
                accepts: Callable[[Any], bool], takes: str = "detectors", description: str = "", hint: str = "",
@@ -213,12 +181,26 @@ class Registry:
         if make is None:  # used as a decorator
             return lambda fn: self.family(kind, prefix, fn, accepts=accepts, takes=takes, description=description,
                                           hint=hint, source=source, shorthand=shorthand) and fn
-        fam = Family(kind, prefix.lower(), make, accepts, takes, description or _first_line(make), hint,
+        fam = Family(kind, str(prefix).strip().lower(), make, accepts, takes, description or _first_line(make), hint,
                      source or getattr(make, "__module__", ""), shorthand)
+        if not fam.prefix:
+            raise UsageError(f"{_singular(kind)} family of {_origin(fam.source)} has an empty prefix, so every name "
+                             f"would be a member of itself; valid choices: a prefix such as 'my_' (my_<"
+                             f"{_singular(takes)}>)")
         held = self.families[kind].get(fam.prefix)
         if held is not None and held.source != fam.source:
-            raise UsageError(f"{_singular(kind)} family {fam.pattern!r} is registered twice, by "
-                             f"{' and '.join(sorted((held.source, fam.source)))}; rename one")
+            self.family_clashes[kind, fam.prefix] = (
+                f"{_singular(kind)} family {fam.pattern!r} is registered twice, by "
+                f"{' and '.join(sorted((_origin(held.source), _origin(fam.source))))}; rename one")
+            self._changed()
+            return fam
+        for other in self.families[kind].values():
+            if other.prefix != fam.prefix and other.package != fam.package and \
+                    (other.prefix.startswith(fam.prefix) or fam.prefix.startswith(other.prefix)):
+                line = (f"{_singular(kind)} families " + " and ".join(sorted(
+                    f"{f.pattern!r} of {_origin(f.source)}" for f in (other, fam))) + " overlap (one prefix begins the "
+                    "other, so a name could be a member of either); rename one")
+                self.family_clashes[kind, other.prefix] = self.family_clashes[kind, fam.prefix] = line
         self.families[kind][fam.prefix] = fam
         self._changed()
         return fam
@@ -226,8 +208,9 @@ class Registry:
     def unregister(self, kind: str, name: str) -> None:
         """See :func:`unregister`."""
         _check_kind(kind)
-        self.table[kind].pop(name.strip().lower(), None)
-        self.overridden.pop((kind, name.strip().lower()), None)
+        key = name.strip().lower()
+        for held in (self.table[kind], self.claims, self.overridden, self.duplicates):
+            held.pop(key if held is self.table[kind] else (kind, key), None)
         self._changed()
 
     def provide(self, kind: str, provider: Callable[[], None]) -> Callable[[], None]:
@@ -239,81 +222,152 @@ class Registry:
 
     # ------------------------------------------------------------------------------------------- resolving
 
-    def _parse(self, kind: str, key: str) -> tuple[Family, Entry] | None:
-        """The family that generates ``key`` and the base plugin it is made from (longest prefix first), or None
-        when no family generates it: no prefix matches, or the rest names no plugin the family takes."""
+    def _blocked(self, kind: str, key: str) -> str:
+        """The clash that makes the registered name ``key`` unusable, or "" (always "" while :meth:`_ready` looks
+        for the generated names: ``ross_msp`` is generated whether ``msp`` clashes or not)."""
+        if self._finding:
+            return ""
+        return self.duplicates.get((kind, key)) or self._reserved.get((kind, key), "")
+
+    def _lookup(self, kind: str, key: str, outer: Chain = ()) -> tuple[Entry, Chain] | None:
+        """The entry ``key`` resolves to and the families it composes (outermost first): a registered plugin (it
+        holds its name over a family's), else a family member, else None. ``outer``: the families the name is
+        already inside (a member of a family is never inside that family again). :class:`_Blocked` at a name a
+        clash makes unusable."""
+        line = self._blocked(kind, key)
+        if line:
+            raise _Blocked(line)
+        held = self.table[kind].get(key)
+        return (held, ()) if held is not None else self._member(kind, key, outer)
+
+    def _parse(self, kind: str, key: str, outer: Chain = ()) -> tuple[Family, tuple[Entry, Chain]] | None:
+        """The family that generates ``key`` and the base plugin it is made from with its chain (longest prefix
+        first), or None when no family generates it: no prefix matches, the rest names no plugin the family takes,
+        the family is in ``outer`` already, or ``outer`` holds :data:`MAX_COMPOSITION` families (so a look-up
+        recurses at most that deep)."""
+        if len(outer) >= MAX_COMPOSITION:
+            return None
         matches = [p for p in self.families[kind] if key.startswith(p) and len(key) > len(p)]
         for prefix in sorted(matches, key=len, reverse=True):
+            if (kind, prefix) in outer:
+                continue
+            if (kind, prefix) in self.family_clashes:
+                raise _Blocked(self.family_clashes[kind, prefix])
             fam = self.families[kind][prefix]
-            base = self._resolve(fam.takes, key[len(prefix):])
-            if base is not None and fam.accepts(base.obj):
+            base = self._lookup(fam.takes, key[len(prefix):], (*outer, (kind, prefix)))
+            if base is not None and fam.accepts(base[0].obj):
                 return fam, base
         return None
 
-    def _member(self, kind: str, key: str) -> Entry | None:
-        """The family member ``key``, made on its first look-up (and again only if its base plugin or its family was
-        registered anew)."""
-        parsed = self._parse(kind, key)
+    def _member(self, kind: str, key: str, outer: Chain = ()) -> tuple[Entry, Chain] | None:
+        """The family member ``key`` and its chain, made on its first look-up (and again only if its base plugin
+        or its family was registered anew)."""
+        parsed = self._parse(kind, key, outer)
         if parsed is None:
             return None
-        fam, base = parsed
+        fam, (base, chain) = parsed
         held = self.made.get((kind, key))
         if held is None or held[0] is not base.obj or held[1] is not fam:  # made anew only from another base/family
             obj = fam.make(key[len(fam.prefix):])
             held = self.made[kind, key] = (base.obj, fam, _registration(kind, key, obj, None, fam.pattern))
-        return held[2]
+        return held[2], ((kind, fam.prefix), *chain)
 
-    def _resolve(self, kind: str, key: str) -> Entry | None:
-        """A registered plugin (it holds its name over a family's), else a family member, else None."""
-        return self.table[kind].get(key) or self._member(kind, key)
+    def check_composition(self, kind: str, name: str) -> None:
+        """:func:`check_composition` over this registry's families and registered names."""
+        check_composition(kind, name, {k: {p: (f.takes, f.pattern) for p, f in fams.items()}
+                                       for k, fams in self.families.items()}, lambda k, n: n in self.table[k])
 
     def _ready(self, kind: str) -> None:
-        """Discover the entry points and check that no registered plugin takes a generated name unless it declares
-        ``overrides = True`` (a plugin registered before the family's base plugin is refused here)."""
+        """Discover the entry points and find every registered plugin that takes a generated name without declaring
+        ``overrides = True`` (:attr:`_reserved`: such a name is unusable, whichever registered first)."""
         self.discover(kind)
         if self._checked == self._version:
             return
-        for other in KINDS:
-            for key, entry in list(self.table[other].items()):
-                parsed = self._parse(other, key)
-                if parsed is not None and not _declares_override(entry.obj):
-                    raise UsageError(_clash(parsed[0].entry(key), entry))
-        self._checked = self._version
+        self._reserved, self._checked = {}, self._version  # a factory's own look-ups, below, do not check again
+        found: dict[tuple[str, str], str] = {}  # filled apart: one plugin's finding does not hide another's
+        self._finding = True
+        try:
+            for other in KINDS:
+                for key, entry in list(self.table[other].items()):
+                    if (other, key) in self.duplicates or _declares_override(entry.obj):
+                        continue
+                    try:
+                        parsed = self._parse(other, key)
+                    except _Blocked:  # a family clash: the name is unusable as it is
+                        continue
+                    if parsed is not None:
+                        found[other, key] = _clash(parsed[0].entry(key), entry)
+        finally:
+            self._finding = False
+        self._reserved = found
 
     def resolve(self, kind: str, name: str) -> Entry | None:
-        """The entry ``name`` of ``kind`` resolves to, or None (no listing built: one look-up)."""
+        """The entry ``name`` of ``kind`` resolves to, or None (no listing built: one look-up). Names are
+        case-sensitive. A UsageError for a name that composes too many families (:meth:`check_composition`) or
+        that a clash makes unusable, itself or a plugin it is made from (:meth:`clashes`)."""
         _check_kind(kind)
         self._ready(kind)
-        key = name.strip().lower()
-        found = self._resolve(kind, key)
-        if found is None and self.providers[kind]:  # a provider of the earlier API may register it
-            found = self.entries(kind).get(key)
-        return found
+        key = name.strip()
+        self.check_composition(kind, key)
+        try:
+            found = self._lookup(kind, key)
+            if found is None and self.providers[kind]:  # a provider of the earlier API may register it
+                self.entries(kind)
+                found = self._lookup(kind, key)
+        except _Blocked as exc:
+            raise UsageError(str(exc)) from None
+        return found[0] if found is not None else None
 
     def entries(self, kind: str) -> dict[str, Entry]:
         """Every plugin of ``kind`` by name, sorted: the registered ones, the providers' and every name a family
-        generates (for ``advopenood list --all``, ``all`` and messages; a look-up does not need it)."""
+        generates, without the names a clash makes unusable (for ``advopenood list --all``, ``all`` and messages;
+        a look-up does not need it)."""
         _check_kind(kind)
         self._ready(kind)
-        self._run_providers(kind)
+        needed = self._kinds_under(kind)
+        for other in needed:
+            self._run_providers(other)
         listed = self._listing.get(kind)
         if listed is None or listed[0] != self._version:
-            listed = self._listing[kind] = (self._version, self._enumerate(kind))
+            listed = self._listing[kind] = (self._version, self._enumerate(kind, needed))
         return dict(listed[1])
 
-    def _enumerate(self, kind: str) -> dict[str, Entry]:
-        """The registered plugins and every member of every family, to a fixed point (a family may take the
-        members of another: ``adaptive_<detector>`` of ``ross_<detector>``'s)."""
-        table = dict(self.table[kind])
-        grown = True
-        while grown:
-            grown = False
-            for prefix, fam in self.families[kind].items():
-                bases = table if fam.takes == kind else self.entries(fam.takes)
-                for base in list(bases):
-                    if prefix + base not in table and (member := self._member(kind, prefix + base)) is not None:
-                        table[prefix + base], grown = member, True
-        return dict(sorted(table.items()))
+    def _kinds_under(self, kind: str) -> list[str]:
+        """``kind`` and every kind its families take, and theirs (what a listing of ``kind`` enumerates)."""
+        needed = [kind]
+        for at in needed:
+            needed += [f.takes for f in self.families[at].values() if f.takes not in needed]
+        return needed
+
+    def _enumerate(self, kind: str, needed: list[str]) -> dict[str, Entry]:
+        """The registered plugins and every member of every family of ``kind``, breadth first over the kinds
+        ``needed``: each name found is tried as the base of every family that takes its kind and is not in its
+        chain yet, up to :data:`MAX_COMPOSITION` families (a family may take the members of another:
+        ``adaptive_<detector>`` of ``ross_<detector>``'s; one whose ``accepts`` takes its own members ends too)."""
+        found: dict[str, dict[str, tuple[Entry, Chain]]] = {
+            at: {key: (e, ()) for key, e in self.table[at].items() if not self._blocked(at, key)} for at in needed}
+        frontier = [(at, key) for at in needed for key in found[at]]
+        while frontier:
+            grown = []
+            for at, base in frontier:
+                chain = found[at][base][1]
+                if len(chain) >= MAX_COMPOSITION:
+                    continue
+                for owner in needed:
+                    for prefix, fam in self.families[owner].items():
+                        key = prefix + base
+                        if fam.takes != at or (owner, prefix) in chain or key in found[owner] or \
+                                (owner, prefix) in self.family_clashes:
+                            continue
+                        try:
+                            member = self._member(owner, key)
+                        except _Blocked:
+                            continue
+                        if member is not None:
+                            found[owner][key] = member
+                            grown.append((owner, key))
+            frontier = grown
+        return {key: found[kind][key][0] for key in sorted(found[kind])}
 
     def _run_providers(self, kind: str) -> None:
         """Run the providers of ``kind`` (the earlier API, :func:`provide`) once per look-up of every name."""
@@ -328,19 +382,38 @@ class Registry:
         finally:
             self._providing.discard(kind)
 
+    def clashes(self) -> dict[str, dict[str, str]]:
+        """Every clash, after discovery: ``{kind: {name or family pattern: its line}}`` (:attr:`duplicates`, a
+        registered plugin under a generated name, :attr:`family_clashes`). Each such name is unusable, and so is
+        every name made from it; every other name resolves."""
+        for kind in KINDS:
+            self._ready(kind)
+        out: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
+        for (kind, key), line in sorted({**self.duplicates, **self._reserved}.items()):
+            out[kind][key] = line
+        for (kind, prefix), line in sorted(self.family_clashes.items()):
+            out[kind][self.families[kind][prefix].pattern] = line
+        return out
+
     def generated(self, kind: str, name: str) -> bool:
         """See :func:`generated`."""
         _check_kind(kind)
-        key = name.strip().lower()
+        key = name.strip()
         held = self.table[kind].get(key)
-        return bool(held and held.family) or self._parse(kind, key) is not None
+        try:
+            return bool(held and held.family) or self._parse(kind, key) is not None
+        except _Blocked:  # a name made from a clashing one, or of a clashing family: generated all the same
+            return True
 
     def overrides(self) -> list[dict[str, str]]:
         """See :func:`overrides`."""
         out = []
         for kind in KINDS:
             for key, entry in self.table[kind].items():
-                parsed = self._parse(kind, key) if _declares_override(entry.obj) else None
+                try:
+                    parsed = self._parse(kind, key) if _declares_override(entry.obj) else None
+                except _Blocked:
+                    parsed = None
                 replaced = parsed[0].entry(key) if parsed else self.overridden.get((kind, key))
                 if replaced is not None:
                     source = f"{replaced.origin}, which generates {replaced.family}" if replaced.family else \
@@ -353,17 +426,16 @@ class Registry:
         found = self.resolve(kind, name)
         if found is not None:
             return found.obj
-        key = name.strip().lower()
+        key = name.strip()
         if self.failed:  # it may be one of the failed package's plugins: say why, not "unknown"
             named = [f.package for f in self.failed if f.kind == kind and f.entry.split(" = ")[0].lower() == key]
-            what = f"{_singular(kind)} {name!r} is " + (f"an entry point of {named[0]}" if named else
-                                                         "not among the plugins that loaded")
+            what = f"{_singular(kind)} {shown(name)} is " + (f"an entry point of {named[0]}" if named else
+                                                              "not among the plugins that loaded")
             raise UsageError(f"{self.failure_message()} ({what})")
-        table = self.entries(kind)
-        close = difflib.get_close_matches(key, list(table), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ";"
-        listed = choice_list(list(table), f"advopenood list {kind}") or "(none installed)"
-        raise UsageError(f"unknown {_singular(kind)} {name!r}{hint} valid choices: {listed}")
+        listed = list(self.entries(kind))
+        message = choice_message(_singular(kind), key, listed, f"advopenood list {kind}")
+        raise UsageError(message if listed else f"unknown {_singular(kind)} {shown(key)}; valid choices: (none "
+                                                "installed)")
 
     def failure_message(self) -> str:
         """See :func:`failure_message`."""
@@ -393,15 +465,13 @@ class Registry:
 
     def _load(self, kind: str, ep: Any) -> None:
         """Load one entry point: a module registers its plugins, an object is registered under the entry point's
-        name. A broken plugin warns and is remembered (:func:`failures`); a duplicate is refused."""
+        name. A broken plugin, or a module whose family is refused (an empty prefix), warns and is remembered
+        (:func:`failures`); a name registered twice is a clash (:meth:`Registry.clashes`), not a failure."""
         try:
             obj = ep.load()
             if not isinstance(obj, ModuleType):
                 self.register(kind, ep.name)(obj)
-        except UsageError:  # a name registered twice: no registry is right, whichever loaded first
-            self.discovered.discard(kind)  # so every later look-up says so again
-            raise
-        except Exception as exc:  # a third-party plugin must not break the others
+        except Exception as exc:  # a third-party plugin (a family it may not register, too) must not break the others
             reason = " ".join(f"{type(exc).__name__}: {exc}".split())
             failure = Failure(kind, f"{ep.name} = {ep.value}", ep.dist.name if ep.dist else ep.module, reason)
             if failure not in self.failed:  # a group loads again after a duplicate was refused

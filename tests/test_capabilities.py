@@ -55,7 +55,34 @@ def test_bind_attack_binds_detector_aware_attacks_only(cifar_model, pack_set):
     assert bind_attack(pgd, cifar_model, fit, seed=0, batch_size=64, device=CPU) is pgd and pgd.context == {}
     adaptive = build_attack("adaptive_knn", input_size=32)
     bind_attack(adaptive, cifar_model, fit, seed=3, batch_size=64, device=CPU, detector_params={"KNN": {"K": 7}})
-    assert adaptive.context == {"fit": fit.identity(), "detector": "knn", "detector_params": {"K": 7}, "fit_seed": 3}
+    from advopenood.provenance import code_identity
+    from advopenood_plugins.detectors.features import KNN
+
+    assert adaptive.context == {"fit": fit.identity(), "detector": "knn", "detector_params": {"K": 7}, "fit_seed": 3,
+                                "detector_code": [code_identity(KNN)]}
+
+
+def test_an_attack_keys_on_the_code_of_its_detector_and_of_every_detector_it_wraps(cifar_model, pack_set,
+                                                                                   monkeypatch):
+    """Issue 48: ``ross_gen``'s scale changed in ``plugins/detectors/logits.py``, not in any attack's files; the
+    attack sets made against it must be recomputed, so the bound context (part of the store key) holds the code
+    identity of ``ross_gen``'s class and of ``gen``'s, and editing either file changes it."""
+    import advopenood.provenance as provenance
+
+    fit = pack_set("cifar10_train", "cifar10_train_10k.npz", 200)
+
+    def context() -> dict:
+        attack = build_attack("robust_id_eot_ross_gen", input_size=32)
+        return bind_attack(attack, cifar_model, fit, seed=0, batch_size=64, device=CPU).context
+
+    before = context()
+    assert len(before["detector_code"]) == 2
+    real = provenance.source_sha
+    monkeypatch.setattr(provenance, "source_sha",
+                        lambda obj: "edited" if "logits" in str(getattr(obj, "__module__", "")) else real(obj))
+    after = context()
+    assert after["detector_code"][1] != before["detector_code"][1]
+    assert after["detector_code"][0] == before["detector_code"][0]
 
 
 # --------------------------------------------------------------------------------------------- the factory

@@ -401,7 +401,10 @@ PRECHECKED = {"eps": (["--eps", "abc"], "eps 'abc' is not a number"),
               "resamples bound": (["--ci-resamples", "100001"], "ci.resamples (--ci-resamples) 100001 is out of range"),
               "detector": (["--detectors", "msp,nosuch"], "unknown detector 'nosuch'"),
               "attack": (["--attack", "pgd,adaptive_nosuch"], "unknown attack 'adaptive_nosuch'"),
-              "evaluator": (["--evaluator", "ood,nosuch"], "unknown evaluator 'nosuch'")}
+              "evaluator": (["--evaluator", "ood,nosuch"], "unknown evaluator 'nosuch'"),
+              # issue 49, item 3: names are case-sensitive, and a name composes each family at most once
+              "upper case": (["--detectors", "msp,ROSS_MSP"], "did you mean 'ross_msp' (names are case-sensitive)?"),
+              "nested": (["--detectors", "smoothed_" * 400 + "msp"], "composes family smoothed_<detector> twice")}
 
 
 @pytest.mark.parametrize("case", list(PRECHECKED))

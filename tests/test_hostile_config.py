@@ -82,6 +82,32 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
                        "attacks[0].eps: eps 'nan' is not a finite number"),
     "nan eps flag": (lambda t: [*_config(t), "--eps", "nan"], "eps 'nan' is not a finite number"),
     "inf in an eps sweep flag": (lambda t: [*_config(t), "--eps", "8/255,inf"], "eps 'inf' is not a finite number"),
+    # issue 49, item 5: a flag's error names the flag, not the file's line of the key it replaced
+    "seed flag -1": (lambda t: [*_config(t), "--seed", "-1"],
+                     "seed: Input should be greater than or equal to 0 (got -1) (from the flag --seed)"),
+    "device flag": (lambda t: [*_config(t), "--device", "tpu"],
+                    "device: 'tpu' is not a device; valid choices: cpu, cuda, cuda:N (from the flag --device)"),
+    # issue 49, item 3: a list or a mapping where a name is expected; names are case-sensitive; bounded nesting
+    "ensemble a list": (lambda t: _config(t, "evaluators: [ood]", "evaluators: [ood, robust_auroc]",
+                                          "evaluator_params: {robust_auroc: {ensemble: [standard]}}\n"),
+                        "parameter ensemble of evaluator 'robust_auroc' is ['standard']; valid choices: str"),
+    "ensemble a mapping": (lambda t: _config(t, "evaluators: [ood]", "evaluators: [ood, robust_auroc]",
+                                             "evaluator_params: {robust_auroc: {ensemble: {kind: standard}}}\n"),
+                           "parameter ensemble of evaluator 'robust_auroc' is {'kind': 'standard'}; valid choices: "
+                           "str"),
+    "upper-case detector": (lambda t: _config(t, "detectors: all", "detectors: ROSS_MSP"),
+                            "unknown detector 'ROSS_MSP'; did you mean 'ross_msp' (names are case-sensitive)?"),
+    "upper-case attack": (lambda t: _config(t, "attacks: [fgsm, pgd, df, mpgd]", "attacks: [FGSM]"),
+                          "unknown attack 'FGSM'; did you mean 'fgsm' (names are case-sensitive)?"),
+    "upper-case attack_params": (lambda t: _config(t, extra="attack_params: {PGD: {steps: 3}}\n"),
+                                 "attack_params.PGD (hostile.yaml line 30, column 17): unknown attack 'PGD'; did you "
+                                 "mean 'pgd' (names are case-sensitive)?"),
+    "400 nested smoothed_": (lambda t: _config(t, "detectors: all", "detectors: " + "smoothed_" * 400 + "msp"),
+                             "composes family smoothed_<detector> twice; valid choices: a name that composes each "
+                             "family at most once"),
+    "500 nested ross_": (lambda t: _config(t, "attacks: [fgsm, pgd, df, mpgd]",
+                                           "attacks: [adaptive_" + "ross_" * 500 + "msp]"),
+                         "composes family ross_<detector> twice"),
     "cache adv is a file": (_file_in_cache("adv"), "attack store"),
     "cache scores is a file": (_file_in_cache("scores"), "score cache"),
 }

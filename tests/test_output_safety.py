@@ -93,16 +93,19 @@ def test_commit_never_deletes_through_a_link_or_outside_out(tmp_path, victim):
     assert manifest == {aio.MANIFEST_MARK: 1, "files": {"new.csv": manifest["files"]["new.csv"]}}
 
 
-def test_commit_refuses_to_write_through_a_link(tmp_path):
+def test_commit_never_writes_through_a_link(tmp_path):
+    """A link where the new files' folder goes (one that appeared after the preflight, which refuses links) is
+    renamed aside as it is (issue 49, item 1: kept, never followed), and a real folder takes its place."""
     out, stage, elsewhere = tmp_path / "out", tmp_path / "stage", tmp_path / "elsewhere"
     elsewhere.mkdir()
     (stage / "plots").mkdir(parents=True)
     (stage / "plots" / "a.png").write_bytes(b"png")
     out.mkdir()
     (out / "plots").symlink_to(elsewhere, target_is_directory=True)
-    with pytest.raises(aio.OutputError, match="through a symbolic link"):
-        aio.commit_output(stage, out)
-    assert not list(elsewhere.iterdir())
+    kept: dict[str, str] = {}
+    assert aio.commit_output(stage, out, kept=kept) == ["plots/a.png"]
+    assert not list(elsewhere.iterdir()) and kept == {"plots": "plots.kept-link"}
+    assert os.readlink(out / "plots.kept-link") == str(elsewhere) and (out / "plots" / "a.png").read_bytes() == b"png"
 
 
 @pytest.mark.parametrize("rel, ok", [("a.csv", True), ("plots/a.png", True), ("scores/msp.npz", True),
@@ -193,9 +196,10 @@ def test_a_full_disk_at_the_commit_leaves_the_previous_files(tmp_path, monkeypat
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(aio.os, "fsync", full)
-    with pytest.raises(OSError) as info:
+    with pytest.raises(aio.CommitError) as info:
         aio.commit_output(stage, out)
-    assert info.value.errno == errno.ENOSPC and info.value.filename == str(out / "manifest.json")
+    assert info.value.__cause__.errno == errno.ENOSPC and info.value.__cause__.filename == str(out / "manifest.json")
+    assert f"the disk is full (ENOSPC) at {str(out / 'manifest.json')!r}" in str(info.value)
     assert _snapshot(out) == before and (stage / "ood.csv").is_file()
 
 

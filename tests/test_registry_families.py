@@ -1,14 +1,24 @@
 """Families, not generated classes (issue 41, item 5): a family is registered once with a name prefix and resolves
 its names at look-up, each made once per registry; ``advopenood list`` shows families, ``--all`` every name; the
-registry is an instance a test takes fresh; the names a family generates stay reserved (issue 39)."""
+registry is an instance a test takes fresh; the names a family generates stay reserved (issue 39). Names are bounded
+(issue 49, item 3): a name composes each family at most once and at most ``MAX_COMPOSITION`` families, checked before
+any look-up recurses; a family with an empty prefix is refused, two packages' overlapping prefixes clash; a family
+whose ``accepts`` takes its own members lists a bounded set of names."""
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
 
 import pytest
 
-from advopenood import registry
+from advopenood import plugin_registry, registry
 from advopenood.capabilities import is_differentiable
 from advopenood.cli.main import main
 from advopenood.errors import UsageError
+from advopenood.plugin_registry import MAX_COMPOSITION
+from conftest import pack_config
 
 
 def counting_family(reg: registry.Registry, calls: list[str]) -> None:
@@ -67,15 +77,22 @@ def test_a_family_name_follows_its_base_plugin(fresh_registry):
 
 
 def test_a_third_party_family_reserves_its_names(fresh_registry):
+    """A plugin under a family's name, and a second family under its prefix, are clashes: those names are
+    unusable (their look-up is the clash's line), the family's other names and every other plugin resolve."""
     counting_family(fresh_registry, [])
+    registry.register("attacks", "zzwrap_msp")(type("Impostor", (), {"__module__": "zz_late"}))
     with pytest.raises(UsageError) as caught:
-        registry.register("attacks", "zzwrap_msp")(type("Impostor", (), {"__module__": "zz_late"}))
+        registry.get("attacks", "zzwrap_msp")
     assert str(caught.value) == ("attack 'zzwrap_msp' of zz_late takes a name that zz_family.plugins generates "
                                  "(zzwrap_<detector>); declare overrides = True on it to replace the generated one on "
                                  "purpose, or rename it")
+    assert registry.resolves("attacks", "zzwrap_knn") and registry.clashes()["attacks"] == {
+        "zzwrap_msp": str(caught.value)}
+    fresh_registry.family("attacks", "zzwrap_", lambda d: None, accepts=bool, source="zz_other")
     with pytest.raises(UsageError, match="family 'zzwrap_<detector>' is registered twice, by zz_family.plugins and "
-                                         "zz_other"):
-        fresh_registry.family("attacks", "zzwrap_", lambda d: None, accepts=bool, source="zz_other")
+                                         "zz_other; rename one"):
+        registry.get("attacks", "zzwrap_knn")
+    assert registry.resolves("attacks", "adaptive_knn") and "zzwrap_knn" not in registry.names("attacks")
 
 
 def test_the_fixtures_registry_is_its_own(fresh_registry, empty_registry):
@@ -112,3 +129,122 @@ def test_list_all_prints_every_name_that_resolves_first(capsys, kind):
     if kind == "attacks":
         line = next(s for s in lines if s.split()[0] == "adaptive_ood_eot_smoothed_msp")
         assert registry.entries(kind)["adaptive_ood_eot_smoothed_msp"].description in line
+
+
+# ------------------------------------------------------------------------------- bounded names (issue 49, item 3)
+
+#: names whose look-up recursed once per prefix (RecursionError), and what the one line says instead
+NESTED = {"smoothed-400": ("detectors", "smoothed_" * 400 + "msp", "composes family smoothed_<detector> twice"),
+          "ross-500-under-adaptive": ("attacks", "adaptive_" + "ross_" * 500 + "msp",
+                                      "composes family ross_<detector> twice"),
+          "ross-ross": ("detectors", "ross_ross_msp", "detector 'ross_ross_msp' composes family ross_<detector> twice")}
+
+
+@pytest.mark.parametrize("kind, name, fragment", list(NESTED.values()), ids=list(NESTED))
+def test_a_self_nested_name_is_one_line_naming_the_limit(kind, name, fragment):
+    registry.discover(kind)
+    started = time.monotonic()
+    for look_up in (registry.get, registry.resolves):
+        with pytest.raises(UsageError) as caught:
+            look_up(kind, name)
+        message = str(caught.value)
+        assert fragment in message and f"at most {MAX_COMPOSITION} families in all" in message
+        assert "\n" not in message and len(message) < 400  # the name is shortened, not quoted whole
+    assert time.monotonic() - started < 1
+
+
+def test_a_name_of_more_families_than_the_limit_is_refused_before_resolving(fresh_registry):
+    """Four third-party wrappers that take any detector: a name of all four resolves, one more family (ROSS) is
+    refused in one line, before any factory runs."""
+    made: list[str] = []
+    for i in range(1, 5):
+        fresh_registry.family("detectors", f"zz{i}_", lambda d: made.append(d) or type(f"W{d}", (), {"__doc__": "W."}),
+                              accepts=lambda obj: True, source="zz_chain.plugins")
+    assert registry.resolves("detectors", "zz1_zz2_zz3_zz4_msp") and made == ["msp", "zz4_msp", "zz3_zz4_msp",
+                                                                            "zz2_zz3_zz4_msp"]
+    made.clear()
+    with pytest.raises(UsageError, match=rf"^detector 'ross_zz1_zz2_zz3_zz4_msp' composes more than "
+                                         rf"{MAX_COMPOSITION} families; valid choices: "):
+        registry.get("detectors", "ross_zz1_zz2_zz3_zz4_msp")
+    assert made == [] and registry.resolves("detectors", "ross_zz1_zz2_zz3_msp")
+
+
+def test_a_family_with_an_empty_prefix_is_refused_naming_its_package(fresh_registry):
+    """An empty prefix made every name a member of itself: every command ended in RecursionError."""
+    with pytest.raises(UsageError, match=r"^detector family of zz_empty\.plugins has an empty prefix, so every name "
+                                         r"would be a member of itself; valid choices: a prefix such as 'my_'"):
+        fresh_registry.family("detectors", " ", lambda d: None, accepts=bool, source="zz_empty.plugins")
+    assert registry.resolves("detectors", "ross_msp") and "" not in fresh_registry.families["detectors"]
+
+
+def test_families_of_two_packages_with_overlapping_prefixes_clash(fresh_registry):
+    """``ros`` begins ``ross_``: ``ross_msp`` could be either family's; both families' names are unusable, with one
+    line naming both packages; the other names resolve (one package may nest its own prefixes: ``adaptive_``,
+    ``adaptive_apgd_``)."""
+    fresh_registry.family("detectors", "ros", lambda d: type(d, (), {}), accepts=bool, source="zz_overlap.plugins")
+    ross = registry.families("detectors")["ross_<detector>"]
+    line = (f"detector families 'ros<detector>' of zz_overlap.plugins and 'ross_<detector>' of "
+            f"{ross.source} ({plugin_registry._DISTS[ross.package]}) overlap (one prefix begins the other, so a name "
+            "could be a member of either); rename one")
+    for name in ("ross_msp", "rosmsp"):
+        with pytest.raises(UsageError) as caught:
+            registry.get("detectors", name)
+        assert str(caught.value) == line
+    assert registry.clashes()["detectors"] == {"ros<detector>": line, "ross_<detector>": line}
+    assert registry.clash_lines(registry.clashes()) == [f"{line} (unusable until then: ros<detector>, ross_<detector>; "
+                                                        "every other name works)"]
+    assert registry.resolves("detectors", "smoothed_msp") and registry.resolves("attacks", "adaptive_apgd_msp")
+    assert "ross_msp" not in registry.names("detectors") and "smoothed_msp" in registry.names("detectors")
+
+
+#: a third party's family through the documented API (docs/plugins.md): ``accepts=is_differentiable`` takes its
+#: own members (``neg_msp`` is differentiable), so the listing of every name never ended
+NEG_FAMILY = '''"""neg_<detector>: a detector's confidence negated."""
+from advopenood.plugin import family, get, is_differentiable
+
+
+@family("detectors", "neg_", accepts=is_differentiable, hint="a detector with a differentiable score")
+def neg_detector(detector: str) -> type:
+    """The base detector with its confidence negated."""
+    base = get("detectors", detector)
+
+    def postprocess(self, net, data):
+        pred, conf = base.postprocess(self, net, data)
+        return pred, -conf
+
+    return type(f"neg_{detector}", (base,), {"postprocess": postprocess, "__module__": __name__,
+                                            "__doc__": f"{detector}, negated."})
+'''
+
+
+def test_a_family_that_accepts_its_own_members_runs_and_lists_a_bounded_set(fresh_registry, tmp_path, data_root,
+                                                                           session_cache, monkeypatch):
+    """The issue's case: ``--detectors msp,neg_msp,neg_ross_msp`` ran for over 10 minutes without output (the
+    plugin index listed neg_neg_..._msp without end). It runs (a subprocess, so that a hang is a failure), and the
+    listing has each family once per name."""
+    from test_strict_registry import make_dist
+
+    site = tmp_path / "site"
+    site.mkdir()
+    make_dist(site, "zz-neg", {"zz_neg": NEG_FAMILY}, {"advopenood.detectors": ["neg = zz_neg"]})
+    config = pack_config(tmp_path / "cfg", data_root, {"attacks": [], "detector_params": {
+        "neg_ross_msp": {"n": 3, "val_size": 4}}})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run([sys.executable, "-m", "advopenood.cli", "run", "--config", config, "--detectors",
+                           "msp,neg_msp,neg_ross_msp", "--out", str(tmp_path / "out"), "--quiet"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "out" / "scores" / "neg_ross_msp.npz").is_file()
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(plugin_registry, "_DISTS", dict(plugin_registry._DISTS))
+    fresh_registry.discovered.clear()  # the package loads into the test's registry
+    try:
+        listed = registry.names("detectors")
+        assert {"neg_msp", "neg_ross_msp", "ross_neg_msp", "neg_smoothed_msp"} <= set(listed)
+        assert not [n for n in listed if n.count("neg_") > 1] and len(listed) < 10 * len(fresh_registry.table[
+            "detectors"])
+        assert registry.resolves("attacks", "adaptive_neg_ross_msp")
+        with pytest.raises(UsageError, match="composes family neg_<detector> twice"):
+            registry.get("detectors", "neg_neg_msp")
+    finally:
+        sys.modules.pop("zz_neg", None)

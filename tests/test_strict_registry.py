@@ -63,15 +63,19 @@ def _subclass_of_an_override() -> tuple[type, type]:
     (_subclass_of_an_override, "declare overrides = True on the one that replaces"),
 ], ids=["neither-overrides", "both-override", "override-is-not-inherited"])
 def test_a_second_plugin_under_a_taken_name_is_one_line_naming_both(fresh, make, error):
+    """Registering is no error (a package's other plugins still register); the name is unusable: its look-up is
+    the clash's one line."""
     first, second = make()
     registry.register("detectors", "zzdup")(first)
+    registry.register("detectors", "zzdup")(second)
+    registry.register("detectors", "zzother")(plugin("pkg_two.detectors", "Other"))
     with pytest.raises(UsageError) as caught:
-        registry.register("detectors", "zzdup")(second)
+        registry.get("detectors", "zzdup")
     message = str(caught.value)
     assert "\n" not in message and error in message
     assert message.startswith("detector 'zzdup' is registered twice, by ")
     assert first.__module__ in message and second.__module__ in message
-    assert registry.get("detectors", "zzdup") is first
+    assert registry.clashes()["detectors"] == {"zzdup": message} and registry.names("detectors") == ["zzother"]
 
 
 def test_the_same_plugin_registered_again_is_no_duplicate(fresh):
@@ -165,17 +169,19 @@ def test_a_plugin_package_written_against_advopenood_protocols_loads(installed, 
 
 def test_a_duplicate_between_two_packages_is_refused_whichever_loads_first(installed, site, tmp_path, capsys,
                                                                            data_root):
-    """Two packages registering one name: every look-up is a one-line error naming both distributions."""
+    """Two packages registering one name: a run that asks for it is a one-line error naming both distributions;
+    every other name still resolves."""
     detector = "class Gap:\n    \"\"\"A detector.\"\"\"\n"
     make_dist(site, "zz-one", {"zz_one": detector}, {"advopenood.detectors": ["zzgap = zz_one:Gap"]})
     make_dist(site, "zz-two", {"zz_two": detector}, {"advopenood.detectors": ["zzgap = zz_two:Gap"]})
-    config = pack_config(tmp_path / "cfg", data_root)
+    config = pack_config(tmp_path / "cfg", data_root, {"detectors": "msp,zzgap"})
     assert main(["run", "--config", config, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["advopenood: error: detector 'zzgap' is registered twice, by zz_one (zz-one==1.0) and zz_two "
                    "(zz-two==1.0); declare overrides = True on the one that replaces the other on purpose"]
     with pytest.raises(UsageError, match="registered twice"):  # not only the first look-up
-        registry.names("detectors")
+        registry.get("detectors", "zzgap")
+    assert "zzgap" not in registry.names("detectors") and registry.resolves("detectors", "ross_msp")
 
 
 # ----------------------------------------------------------------------------------- order independence
@@ -295,7 +301,8 @@ def test_a_third_party_under_a_generated_name_is_refused_before_the_generator_ru
     impostor was scored under the built-in name with exit 0."""
     make_dist(site, "zz-impostor", {"zz_impostor": IMPOSTOR.format(overrides=False)},
               {f"advopenood.{kind}": [f"{name} = zz_impostor:Impostor"]})
-    config = pack_config(tmp_path / "cfg", data_root, {"detectors": "msp"})
+    asked = {"detectors": name} if kind == "detectors" else {"attacks": [name]}
+    config = pack_config(tmp_path / "cfg", data_root, {"detectors": "msp", **asked})
     assert main(["run", "--config", config, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"advopenood: error: {kind[:-1]} {name!r} of zz_impostor (zz-impostor==1.0) takes a name that "
@@ -308,11 +315,14 @@ def test_a_third_party_under_a_generated_name_is_refused_before_the_generator_ru
 def test_a_third_party_under_a_generated_name_is_refused_after_the_generator_ran(installed, kind, name):
     impostor = plugin("zz_late.plugins", "Impostor")
     assert registry.get(kind, name).__module__.startswith("advopenood_plugins.")  # generated already
+    registry.register(kind, name)(impostor)
     with pytest.raises(UsageError) as caught:
-        registry.register(kind, name)(impostor)
+        registry.get(kind, name)
     assert str(caught.value) == (f"{kind[:-1]} {name!r} of zz_late.plugins takes a name that {GENERATED[kind, name]}; "
                                  "declare overrides = True on it to replace the generated one on purpose, or rename it")
-    assert registry.get(kind, name).__module__.startswith("advopenood_plugins.") and registry.overrides() == []
+    assert registry.overrides() == []
+    registry.unregister(kind, name)  # the clash resolved: the generated plugin serves the name again
+    assert registry.get(kind, name).__module__.startswith("advopenood_plugins.") and registry.clashes()[kind] == {}
 
 
 def test_a_declared_override_of_a_generated_name_holds_it_in_either_order(installed):
@@ -413,3 +423,110 @@ def test_the_current_paths_do_not_warn(statement):
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
         exec(statement, {})
+
+
+# ------------------------------------------------------------------------ a clash costs only its names (issue 49, 4)
+
+NEGENTROPY = '''class Negentropy:
+    """Another negentropy."""
+
+    def setup(self, net, id_loader_dict, ood_loader_dict):
+        pass
+
+    def postprocess(self, net, data):
+        logits = net(data)
+        return logits.argmax(1), logits.max(1).values
+'''
+
+
+def _clashing_packages(site: Path) -> tuple[str, str]:
+    """Two packages, each registering a built-in name without ``overrides``: ``msp`` and ``ross_msp``. Their clash
+    lines, as the run's error names them."""
+    make_dist(site, "zz-msp", {"zz_msp": IMPOSTOR.format(overrides=False)},
+              {"advopenood.detectors": ["msp = zz_msp:Impostor"]})
+    make_dist(site, "zz-ross", {"zz_ross": IMPOSTOR.format(overrides=False)},
+              {"advopenood.detectors": ["ross_msp = zz_ross:Impostor"]})
+    return (f"detector 'msp' is registered twice, by advopenood_plugins.detectors.logits ({DIST}) and zz_msp "
+            "(zz-msp==1.0); declare overrides = True on the one that replaces the other on purpose",
+            f"detector 'ross_msp' of zz_ross (zz-ross==1.0) takes a name that {GENERATED['detectors', 'ross_msp']}; "
+            "declare overrides = True on it to replace the generated one on purpose, or rename it")
+
+
+def test_a_clash_leaves_help_and_list_working_with_one_warning_per_clash(installed, site, capsys):
+    """The issue's case: a package registering ``msp`` (another ``ross_msp``) made every command exit 2, ``--help``
+    and ``list`` included, naming only the first clash. Now both are warned of at once and ``list`` marks them."""
+    msp, ross = _clashing_packages(site)
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    captured = capsys.readouterr()
+    assert "COMMAND" in captured.out
+    assert captured.err.strip().splitlines() == [
+        f"advopenood: warning: {msp} (unusable until then: msp; every other name works)",
+        f"advopenood: warning: {ross} (unusable until then: ross_msp; every other name works)"]
+    assert main(["list", "detectors"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert rows["msp"].split(None, 1)[1] == f"UNUSABLE: {msp}" and rows["ross_msp"].endswith(ross)
+    assert {"ebo", "ross_<detector>", "smoothed_<detector>"} <= set(rows)
+    assert registry.resolves("detectors", "ross_ebo") and registry.resolves("attacks", "adaptive_ebo")
+    for name, line in (("msp", msp), ("ross_msp", ross), ("adaptive_msp", msp), ("adaptive_ross_msp", ross)):
+        with pytest.raises(UsageError) as caught:  # a name made from a clashing one is unusable too
+            registry.get("attacks" if name.startswith("adaptive") else "detectors", name)
+        assert str(caught.value) == line
+
+
+def test_a_clash_costs_a_run_only_if_it_asks_for_the_name(installed, site, tmp_path, capsys, data_root,
+                                                          session_cache):
+    """A run of ``ebo`` goes on (one warning line per clash); a run of ``msp`` is one line naming both packages
+    and the fix, before any work. Two packages registering ``negentropy`` (a built-in name) do not stop a run either."""
+    # negentropy is the example package's (tests/thirdparty_plugin) where that is installed
+    held = [registry.entries("detectors")["negentropy"].origin] if registry.resolves("detectors", "negentropy") else []
+    installed.discovered.clear()  # the packages below load on the next look-up
+    msp, ross = _clashing_packages(site)
+    for dist in ("zz-neg-one", "zz-neg-two"):
+        module = dist.replace("-", "_")
+        make_dist(site, dist, {module: NEGENTROPY}, {"advopenood.detectors": [f"negentropy = {module}:Negentropy"]})
+    both = ["zz_neg_one (zz-neg-one==1.0)", "zz_neg_two (zz-neg-two==1.0)"]
+    negentropy = (f"detector 'negentropy' is registered 3 times, by {held[0]}, {both[0]} and {both[1]}; declare "
+                  "overrides = True on the one that replaces the others on purpose" if held else
+                  f"detector 'negentropy' is registered twice, by {both[0]} and {both[1]}; declare overrides = True "
+                  "on the one that replaces the other on purpose")
+    out = tmp_path / "out"
+    config = pack_config(tmp_path / "cfg", data_root, {"detectors": "ebo"})
+    assert main(["run", "--config", config, "--out", str(out), "--quiet"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert [line for line in err if "warning" in line] == [
+        f"advopenood: warning: {line} (unusable until then: {name}; every other name works)"
+        for line, name in ((msp, "msp"), (negentropy, "negentropy"), (ross, "ross_msp"))]
+    assert (out / "scores" / "ebo.npz").is_file()
+    for detectors, line in (("ebo,msp", msp), ("negentropy", negentropy), ("all", msp)):
+        assert main(["run", "--config", config, "--detectors", detectors, "--out", str(tmp_path / "refused")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"advopenood: error: {line}" + (" (so 'detectors: all' cannot select it)"
+                                                        if detectors == "all" else "")]
+        assert not (tmp_path / "refused").exists()
+
+
+EMPTY_FAMILY = '''from advopenood.plugin import family
+
+
+@family("detectors", "", accepts=lambda obj: True)
+def wrap(detector):
+    """Every name, wrapped."""
+    return type(detector, (), {})
+'''
+
+
+def test_a_package_whose_family_has_an_empty_prefix_is_refused_naming_it(installed, site, capsys):
+    """An empty prefix made every command, ``list`` included, end in RecursionError. The family is refused when it
+    registers: its package failed to load (named in one line where a listing would lack it), the others work."""
+    make_dist(site, "zz-empty", {"zz_empty": EMPTY_FAMILY}, {"advopenood.detectors": ["wrap = zz_empty"]})
+    with pytest.warns(UserWarning, match="could not load plugin 'wrap'"), pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0 and "COMMAND" in capsys.readouterr().out
+    assert main(["list", "detectors"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "advopenood: error: plugin package zz-empty failed to load: UsageError: detector family of zz_empty "
+        "(zz-empty==1.0) has an empty prefix, so every name would be a member of itself; valid choices: a prefix such "
+        "as 'my_' (my_<detector>) (advopenood list detectors would lack its plugins)"]
+    assert registry.get("detectors", "msp") and registry.resolves("attacks", "adaptive_ross_msp")

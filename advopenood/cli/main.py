@@ -186,7 +186,8 @@ def _plan(args: argparse.Namespace, **forced: Any) -> RunPlan:
 def cmd_list(kind: str, every: bool = False) -> int:
     """One line per registered plugin of ``kind`` and one per family (its pattern, what it does and takes, and its
     shorthand), or with ``every`` one line per name that resolves: the name first, then its description (from the
-    plugin index); a UsageError when a plugin package failed to load."""
+    plugin index); a name or family that a clash makes unusable is listed as ``UNUSABLE`` with the clash's line. A
+    UsageError when a plugin package failed to load."""
     if kind not in registry.KINDS:
         raise UsageError(f"unknown plugin kind {kind!r}; valid choices: {', '.join(registry.KINDS)}")
     listing = plugin_index.index()
@@ -200,7 +201,8 @@ def cmd_list(kind: str, every: bool = False) -> int:
         for pattern, (description, _, takes, shorthand) in families.items():
             rows[pattern] = " ".join([description, f"For {takes}." if takes else "",
                                       f"'{shorthand}' selects one per selected detector." if shorthand else ""]).strip()
-        rows = dict(sorted(rows.items()))
+    rows.update({name: f"UNUSABLE: {line}" for name, line in (listing.get("clashes") or {}).get(kind, {}).items()})
+    rows = dict(sorted(rows.items()))
     width = max((len(n) for n in rows), default=0)
     try:
         for name, description in rows.items():
@@ -251,6 +253,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
+def warn_clashes(listing: dict[str, Any]) -> None:
+    """One warning line on stderr per clash of the installed plugins (:func:`advopenood.registry.clashes`, from the
+    plugin index): every clash at once, each naming the plugins, the fix and the names it makes unusable. ``--help``,
+    ``list`` and ``verify`` warn first; a run once its plan passed its checks (a run that asks for a clashing name is
+    refused in the clash's one line)."""
+    for line in registry.clash_lines(listing.get("clashes") or {}):
+        print(f"advopenood: warning: {line}", file=sys.stderr)
+
+
 def _finished(ctx: Any, args: argparse.Namespace) -> int:
     """Print what a finished run did (summary, notes, failures); its exit code: 3 when a plugin failed, else 0."""
     for line in ctx.outcome.export:
@@ -288,6 +299,9 @@ def _main(argv: list[str]) -> int:
             return eval_ood_main(argv[1:])
         asks_help = not argv or argv[0] == "list" or bool({"-h", "--help"} & set(argv))
         parser = build_parser(store_index=asks_help)
+        listing = plugin_index.index(store=asks_help)
+        if asks_help or argv[0] == "verify":  # a run warns once its checks passed: a refusal stays one line
+            warn_clashes(listing)
         if not argv:
             parser.print_help()
             return 0
@@ -304,6 +318,7 @@ def _main(argv: list[str]) -> int:
         forced = dict(analyses[args.command].command_settings) if args.command in analyses else \
             FORCED.get(args.command, {})
         run = resolve(_plan(args, **forced), attack_only=args.command == "attack", overwrite=args.overwrite)
+        warn_clashes(listing)
         ctx = pipeline.run(run, progress=not args.quiet, export_png=args.export_png,
                            latex=getattr(args, "latex", "headline"))
         return _finished(ctx, args)

@@ -9,6 +9,7 @@ import argparse
 
 from advopenood import plugin_index, registry
 from advopenood.errors import UsageError, choice_message
+from advopenood.plugin_registry import _singular, check_composition
 from advopenood.flags import CI_METHODS, MAX_RESAMPLES, MIN_RESAMPLES, parse_eps, too_few_resamples
 
 #: flag (argparse dest) -> the plugin kind its comma-separated names select
@@ -37,20 +38,29 @@ def check_values(args: argparse.Namespace) -> None:
 
 
 def check_names(args: argparse.Namespace) -> None:
-    """Every name of the plugin flags is in the plugin index (``all`` selects every detector); with a plugin package
-    that failed to load the index is incomplete, and the full check after loading names the failure instead."""
+    """Every name of the plugin flags is in the plugin index (case-sensitive; ``all`` selects every detector); a
+    name a clash makes unusable is refused with the clash's line. With a plugin package that failed to load the
+    index is incomplete, and with a clash a name made from a clashing one is missing from it: the full check after
+    loading names the failure or the clash instead."""
     listing = plugin_index.index(store=False)
     if listing.get("failed"):
         return
+    clashes = listing.get("clashes") or {}
+    plural = {_singular(kind): kind for kind in registry.KINDS}
+    families = {kind: {pattern.split("<")[0]: (plural[pattern.split("<")[1].rstrip(">")], pattern)
+                       for pattern in listing["families"][kind]} for kind in registry.KINDS}
     for flag, kind in NAME_FLAGS.items():
         value = getattr(args, flag, None)
         if value is None:
             continue
-        names = [n.strip().lower() for n in str(value).split(",") if n.strip()]
+        names = [n.strip() for n in str(value).split(",") if n.strip()]
         if names == ["all"]:
             continue
         for name in names:
-            if name not in listing[kind]:
+            check_composition(kind, name, families, lambda k, n: n in listing[k] and not listing[k][n][2])
+            if name in clashes.get(kind, {}):
+                raise UsageError(clashes[kind][name])
+            if name not in listing[kind] and not any(clashes.values()):
                 singular = kind[:-1] if kind != "analyses" else "analysis"
                 raise UsageError(choice_message(singular, name, sorted(listing[kind]), f"advopenood list {kind}"))
 

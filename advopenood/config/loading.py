@@ -30,6 +30,10 @@ from advopenood.spec import choice_message
 # --- YAML with positions ---------------------------------------------------------------------------------------
 
 
+#: where each key of a raw config came from: ``(line, column)`` in its file, or the CLI flag that set it
+Positions = Mapping[tuple, Union[tuple[int, int], str]]
+
+
 def _positions(node: yaml.Node, path: tuple = ()) -> Iterator[tuple[tuple, tuple[int, int]]]:
     """``(path, (line, column))`` of every key and list item of a composed YAML document, 1-based."""
     if isinstance(node, yaml.MappingNode):
@@ -99,7 +103,7 @@ def _yaml_float(text: str) -> float:
         return 0.0
 
 
-def _check_finite(value: Any, loc: tuple, source: str, positions: Mapping[tuple, tuple[int, int]]) -> None:
+def _check_finite(value: Any, loc: tuple, source: str, positions: Positions) -> None:
     """No NaN or infinite number anywhere in a raw config (a mapping given in Python, CLI flags applied): a one-line
     UsageError names the first with its key path."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -260,17 +264,28 @@ def _dotted(loc: tuple) -> str:
     return text
 
 
-def _where(loc: tuple, source: str, positions: Mapping[tuple, tuple[int, int]]) -> str:
-    """`` (file line L, column C)`` of ``loc`` or its closest ancestor written in the file, else ``""``."""
+def _where(loc: tuple, source: str, positions: Positions) -> str:
+    """`` (file line L, column C)`` of ``loc`` or its closest ancestor written in the file, `` (from the flag
+    --seed)`` where a CLI flag set it (:func:`_flagged`), else ``""``."""
     for n in range(len(loc), 0, -1):
         if loc[:n] in positions:
+            if isinstance(positions[loc[:n]], str):
+                return f" (from the flag {positions[loc[:n]]})"
             line, col = positions[loc[:n]]
             return f" ({source} line {line}, column {col})"
     return ""
 
 
+def _flagged(positions: dict[tuple, Any], loc: tuple, flag: str) -> None:
+    """Record that ``flag`` set the key ``loc`` (in place): its file positions, and those of the keys below it, no
+    longer say where its value came from."""
+    for key in [k for k in positions if k[:len(loc)] == loc]:
+        del positions[key]
+    positions[loc] = flag
+
+
 def _error_line(err: dict[str, Any], raw: dict[str, Any], source: str,
-                positions: Mapping[tuple, tuple[int, int]]) -> str:
+                positions: Positions) -> str:
     loc = _clean_loc(raw, tuple(err["loc"]))
     where = _where(loc, source, positions)
     path = _dotted(loc)
@@ -302,7 +317,7 @@ def _error_line(err: dict[str, Any], raw: dict[str, Any], source: str,
 
 
 def validate(raw: Any, *, source: str = "config", folder: Path | None = None,
-             positions: Mapping[tuple, tuple[int, int]] | None = None) -> RunPlan:
+             positions: Positions | None = None) -> RunPlan:
     """Validate a raw config (a mapping, or a plan to re-check) into the :class:`RunPlan` (plugin names checked
     against the registry, ``all`` expanded): one validation, the resolved names put in by a copy.
 
@@ -322,7 +337,7 @@ def validate(raw: Any, *, source: str = "config", folder: Path | None = None,
                                 for kind in ("detectors", "evaluators", "analyses")}
     for section, kind in (("attack_params", "attacks"), ("detector_params", "detectors"),
                           ("evaluator_params", "evaluators"), ("analysis_params", "analyses")):
-        resolved[section] = {str(k).lower(): v for k, v in getattr(plan, section).items()}
+        resolved[section] = {str(k): v for k, v in getattr(plan, section).items()}
         for name in resolved[section]:
             if not registry.resolves(kind, name):
                 where = _where((section, name), source, positions)
@@ -346,7 +361,7 @@ def apply_overrides(plan: RunPlan | Mapping[str, Any], *, config_dir: Path | Non
 
 
 def _overridden(raw: dict[str, Any], config_dir: Path | None, source: str = "config",
-                positions: Mapping[tuple, tuple[int, int]] | None = None, folder: Path | None = None, *,
+                positions: Positions | None = None, folder: Path | None = None, *,
                 data_root: str | None = None, out: str | None = None, protocol: str | None = None,
                 attack: str | None = None, eps: str | None = None, detectors: str | None = None,
                 detector_backend: str | None = None, evaluator: str | None = None, analysis: str | None = None,
@@ -356,31 +371,45 @@ def _overridden(raw: dict[str, Any], config_dir: Path | None, source: str = "con
                 ci: str | None = None, ci_resamples: int | None = None) -> RunPlan:
     """A raw config (changed in place) with the CLI's flags applied, its data root resolved once
     (:func:`resolve_data_root`) and the whole validated once (:func:`validate`, ``source``, ``positions`` and
-    ``folder`` for its messages); with ``eps``, one threat model per budget (:func:`check_one_threat`)."""
+    ``folder`` for its messages: a bad value a flag set is named by its flag, ``--seed``, not by the file's line of
+    the key it replaced); with ``eps``, one threat model per budget (:func:`check_one_threat`)."""
+    positions = dict(positions or {})
     resolve_data_root(raw, config_dir, data_root)
-    _override_attacks(raw, attack, eps)
-    for key, value in (("protocol", protocol), ("detectors", detectors), ("detector_backend", detector_backend),
-                       ("limit", limit), ("device", device), ("seed", seed), ("cache_dir", cache_dir), ("out", out),
-                       ("shard_size", shard_size), ("num_workers", num_workers), ("evaluators", evaluator),
-                       ("analyses", analysis), ("amp", amp), ("channels_last", channels_last),
-                       ("recompute", recompute)):
+    if data_root is not None and isinstance(raw.get("data"), dict):
+        _flagged(positions, ("data", "root"), "--data-root")
+    _override_attacks(raw, attack, eps, positions)
+    for key, value, flag in (("protocol", protocol, "--protocol"), ("detectors", detectors, "--detectors"),
+                             ("detector_backend", detector_backend, "--detector-backend"), ("limit", limit, "--limit"),
+                             ("device", device, "--device"), ("seed", seed, "--seed"),
+                             ("cache_dir", cache_dir, "--cache-dir"), ("out", out, "--out"),
+                             ("shard_size", shard_size, "--shard-size"), ("num_workers", num_workers, "--num-workers"),
+                             ("evaluators", evaluator, "--evaluator"), ("analyses", analysis, "--analysis"),
+                             ("amp", amp, "--amp"), ("channels_last", channels_last, "--amp"),
+                             ("recompute", recompute, "--recompute")):
         if value is not None:
             raw[key] = value
+            _flagged(positions, (key,), flag)
     given = raw.get("ci")
     if (ci is not None or ci_resamples is not None) and (given is None or isinstance(given, Mapping)):
         raw["ci"] = {**(given or {}), **{k: v for k, v in (("method", ci), ("resamples", ci_resamples))
                                          if v is not None}}  # any other ci is the validator's to refuse
+        for key, value, flag in (("method", ci, "--ci"), ("resamples", ci_resamples, "--ci-resamples")):
+            if value is not None:
+                _flagged(positions, ("ci", key), flag)
     result = validate(raw, source=source, folder=folder, positions=positions)
     if eps is not None:
         check_one_threat(list(result.attack_specs), f"--eps {eps}")
     return result
 
 
-def _override_attacks(raw: dict[str, Any], attack: str | None, eps: str | None) -> None:
-    """``--attack`` replaces the raw config's ``attacks``; ``--eps`` gives each bounded entry its budget(s). An
-    entry of a shape no attack has is left for the validator to refuse."""
+def _override_attacks(raw: dict[str, Any], attack: str | None, eps: str | None,
+                      positions: dict[tuple, Any]) -> None:
+    """``--attack`` replaces the raw config's ``attacks``; ``--eps`` gives each bounded entry its budget(s) (each
+    recorded in ``positions`` as the flag's, :func:`_flagged`). An entry of a shape no attack has is left for the
+    validator to refuse."""
     if attack is not None:
-        raw["attacks"] = [a.strip().lower() for a in attack.split(",") if a.strip()]
+        raw["attacks"] = [a.strip() for a in attack.split(",") if a.strip()]
+        _flagged(positions, ("attacks",), "--attack")
     if eps is None:
         return
     values = [parse_eps(e) for e in str(eps).split(",") if e.strip()]
@@ -393,6 +422,9 @@ def _override_attacks(raw: dict[str, Any], attack: str | None, eps: str | None) 
     if isinstance(entries, (list, tuple)):
         raw["attacks"] = [_with_eps(a, values) if isinstance(a, str) or isinstance(a, dict)
                           and isinstance(a.get("name"), str) else a for a in entries]
+        for i, entry in enumerate(raw["attacks"]):
+            if isinstance(entry, dict) and "eps" in entry:
+                _flagged(positions, ("attacks", i, "eps"), "--eps")
 
 
 def _check_eps_applies(attacks: list[str], eps: str) -> None:

@@ -212,10 +212,12 @@ def expand_attacks(plan: RunConfig, input_size: int, built: dict[str, Any] | Non
 
 
 def attack_entries(plan: Any) -> list[tuple[dict[str, Any], str | None]]:
-    """The plan's ``attacks`` as ``(entry, family)`` with lower-case names, families replaced by their members, then
-    the attacks the plan's evaluators and analyses require (:class:`~advopenood.capabilities.RequiresAttacks`)
-    whose set name the plan does not already hold. ``plan``: the run plan, or any object with its ``attacks`` and
-    ``detectors`` attributes (``members(plan)``)."""
+    """The plan's ``attacks`` as ``(entry, family)``, families replaced by their members, then the attacks the
+    plan's evaluators and analyses require (:class:`~advopenood.capabilities.RequiresAttacks`) whose set name the
+    plan does not already hold. ``plan``: the run plan, or any object with its ``attacks`` and ``detectors``
+    attributes (``members(plan)``). A requiring plugin's parameters are checked against its constructor's
+    (:func:`advopenood.registry.check_declared`: a list where a name is declared is one line) before
+    ``required_attacks`` reads them."""
     out = _configured_entries(plan)
     labels = {e.get("label") or e["name"] for e, _ in out}
     for kind, section in (("evaluators", "evaluator_params"), ("analyses", "analysis_params")):
@@ -223,7 +225,9 @@ def attack_entries(plan: Any) -> list[tuple[dict[str, Any], str | None]]:
             obj = registry.get(kind, name)
             if not requires_attacks(obj):
                 continue
-            for entry, family in obj.required_attacks(plan, thaw((getattr(plan, section, None) or {}).get(name) or {})):
+            params = thaw((getattr(plan, section, None) or {}).get(name) or {})
+            registry.check_declared(kind, name, params)
+            for entry, family in obj.required_attacks(plan, params):
                 entry = {**entry, "name": str(entry["name"]).lower()}
                 label = entry.get("label") or entry["name"]
                 if label not in labels:
@@ -233,11 +237,11 @@ def attack_entries(plan: Any) -> list[tuple[dict[str, Any], str | None]]:
 
 
 def _configured_entries(plan: Any) -> list[tuple[dict[str, Any], str | None]]:
-    """The plan's own ``attacks`` as ``(entry, family)`` with lower-case names, families replaced by their members."""
+    """The plan's own ``attacks`` as ``(entry, family)``, families replaced by their members."""
     out: list[tuple[dict[str, Any], str | None]] = []
     for entry in plan.attacks:
         entry = {"name": entry} if isinstance(entry, str) else thaw(entry)
-        entry["name"] = str(entry.get("name", "")).lower()
+        entry["name"] = str(entry.get("name", ""))
         cls = registry.get("attacks", entry["name"])
         if not is_family(cls):
             out.append((entry, None))

@@ -49,11 +49,13 @@ def _eps_value(value: Any) -> Any:
 
 
 def _names(value: Any) -> Any:
-    """``"a,b"`` or ``["a", "b"]`` -> lower-case names; an empty string selects none."""
+    """``"a,b"`` or ``["a", "b"]`` -> names, as written (names are case-sensitive: the registry suggests the
+    lower-case one for ``MSP``); an empty string selects none. An item that is not a string is left for the
+    validator to refuse."""
     if isinstance(value, str):
         value = [v for v in value.split(",") if v.strip()]
     if isinstance(value, (list, tuple)):
-        return tuple(str(v).strip().lower() for v in value)
+        return tuple(v.strip() if isinstance(v, str) else v for v in value)
     return value
 
 
@@ -113,8 +115,8 @@ class AttackEntry(StrictModel):
 
     @field_validator("name")
     @classmethod
-    def _lower(cls, value: str) -> str:
-        return value.strip().lower()
+    def _strip(cls, value: str) -> str:
+        return value.strip()
 
 
 #: the bootstrap's default resamples per cell, and the fewest it takes

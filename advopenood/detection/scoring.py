@@ -270,12 +270,13 @@ def _score_stored(fit: Callable[[list[str]], DetectorBank], sharding: dict[str, 
     if world_size > 1:
         share = _merged_shares(share, bank, cache, todo, need, det_keys, {k: identities[k] for k in sets}, rank,
                                world_size)
-        if share is None:
-            return ScoreResult({}, bank.errors, resolved, bank.seconds, bank,
-                               {**FIT_WORK, **bank.work, **pass_work, "fitted": fitted()})
-    computed = _store_computed(share, found, bank, cache, det_keys, identities)
+    # every rank scores its share of the attack-stream confidences (their exchange is a barrier too)
     selection, selection_work = _stored_selection(bank, det_keys, constructed, sets, identities, cache, recompute,
                                                   progress, rank=rank, world_size=world_size)
+    if share is None:
+        return ScoreResult({}, bank.errors, resolved, bank.seconds, bank,
+                           {**FIT_WORK, **bank.work, **pass_work, "fitted": fitted()})
+    computed = _store_computed(share, found, bank, cache, det_keys, identities)
     scores = {k: found[k] for k in keys if k in det_keys and k not in bank.errors}
     return ScoreResult(scores, bank.errors, resolved, bank.seconds, bank,
                        {**FIT_WORK, **bank.work, **pass_work, "fitted": fitted(),
@@ -338,9 +339,10 @@ def _score_unstored(bank: DetectorBank, sets: dict[str, Callable[[], Iterable[tu
     scores = bank.score(sets, progress)
     computed = sum(len(v) for v in scores.values())
     twins = attack_stream_bank(bank, [k for k, d in bank.dets.items() if is_randomised(d)])
-    selection = twins.score({f"{name} (attack noise)": make for name, make in sets.items()}, progress)
-    selection = {k: {name.removesuffix(" (attack noise)"): v for name, v in by_set.items()}
-                 for k, by_set in selection.items()}
+    selection: dict[str, dict[str, np.ndarray]] = {k: {} for k in twins.dets}
+    for name, make in sets.items():
+        for key, by_batch in twins.score_batches(f"{name} (attack noise)", make(), list(twins.dets), progress).items():
+            selection[key][name] = join_batches(by_batch)
     _selection_failed(bank, twins)
     scores = {k: v for k, v in scores.items() if k in bank.dets}
     return ScoreResult(scores, bank.errors, bank.backend, bank.seconds, bank,

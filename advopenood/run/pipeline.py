@@ -41,7 +41,7 @@ def run(plan: RunPlan | Mapping[str, Any] | ResolvedRun, *, attack_only: bool = 
     ``manifest.json`` lists) at the end, so the folder only ever shows one run's files. The output folder is its
     real path (:func:`advopenood.io.resolve_output`: a symbolic link to a folder is followed). A full, read-only
     or over-quota file system anywhere in the run raises :class:`~advopenood.errors.StorageError` (one line) and
-    commits nothing.
+    commits nothing; so does a commit that cannot complete (:class:`advopenood.io.CommitError`: it is undone).
     ``latex``: what ``tables.tex`` holds (:data:`advopenood.outputs.latex.MODES`).
     Under ``torchrun`` every rank shares the attack stage and the detector stage (fit pass and scoring, sharded
     by batch through the store); rank 0 alone merges the scores, evaluates and writes outputs.
@@ -49,6 +49,8 @@ def run(plan: RunPlan | Mapping[str, Any] | ResolvedRun, *, attack_only: bool = 
     resolved = plan if isinstance(plan, ResolvedRun) else resolve(plan, attack_only=attack_only, overwrite=overwrite)
     try:
         return _locked(resolved, progress=progress, export_png=export_png, latex=latex)
+    except StorageError:  # already its one line (a commit that was undone: advopenood.io.CommitError)
+        raise
     except Exception as exc:
         failure = storage_error(exc)
         if failure is None:

@@ -58,8 +58,9 @@ def check_output(path: Path, overwrite: bool) -> Path:
     """The output folder is ours to write: new, empty, a previous run's (it has our manifest), or ``overwrite``;
     in every case a real folder or a link to one (:func:`advopenood.io.resolve_output`), without a symbolic link
     inside and without a manifest we did not write (:func:`advopenood.io.check_output_folder`), since a run
-    deletes the files a previous run's manifest lists; a listed file changed since that run needs ``overwrite``
-    (the run then keeps it, :func:`advopenood.io.commit_output`). Returns the folder's real path."""
+    deletes the files a previous run's manifest lists; a listed file changed since that run (or a folder or FIFO
+    in its place: :func:`advopenood.io.changed_files`) needs ``overwrite`` (the run then keeps it,
+    :func:`advopenood.io.commit_output`). Returns the folder's real path."""
     try:
         path = resolve_output(path)
     except OutputError as exc:
@@ -74,8 +75,9 @@ def check_output(path: Path, overwrite: bool) -> Path:
     if changed and not overwrite:
         more = f", and {len(changed) - 1} more" if len(changed) > 1 else ""
         raise UsageError(f"output folder {str(path)!r}: {changed[0]!r}{more} changed since the run that wrote it (its "
-                         "SHA-256 differs from manifest.json's), and a new run replaces that run's files; valid "
-                         "choices: another --out, move the file away, or --overwrite (the changed file is kept)")
+                         "SHA-256 differs from manifest.json's, or it is not a file any more), and a new run replaces "
+                         "that run's files; valid choices: another --out, move the file away, or --overwrite (the "
+                         "changed file is kept)")
     if not path.is_dir() or overwrite or (path / MANIFEST).is_file():
         return path
     foreign = sorted(p.name for p in path.iterdir() if not p.name.startswith("."))

@@ -28,7 +28,8 @@ def worst_case(conf: list[np.ndarray], hit: list[np.ndarray], by: list[np.ndarra
                          "conf": np.concatenate(conf), "by": np.concatenate(by),
                          "hit": np.concatenate(hit).astype(bool)})
     hits = long[long["hit"]]
-    ranked = hits.assign(key=hits["by"].fillna(np.inf)).sort_values(["row", "key", "set"], ascending=[True, False, True])
+    ranked = hits.assign(key=hits["by"].fillna(np.inf)).sort_values(["row", "key", "set"],
+                                                                     ascending=[True, False, True])
     worst = ranked.groupby("row")["conf"].first().sort_index()
     broken = hits.loc[hits["conf"].isna() | hits["by"].isna(), "row"]
     worst[worst.index.isin(broken)] = np.nan

@@ -94,18 +94,7 @@ def rederive_levels(run: Any, levels: pd.DataFrame) -> pd.DataFrame:
         found["other_model_data"] = {**{k: v for k, (v, _, _) in other.items()},
                                      **({f"level1:{k}": v for k, v in found["strong"].items()} if own else {})}
         by.update({f"level1:{k}": by[k] for k in found["strong"] if own and k in by})
-        # each criterion's worst set, and each level's worst criterion, chosen on ``by`` where the run saved it
-        rank = lambda label, values: round(by.get(label, values[label]), 9)  # noqa: E731
-        at = {name: min(sorted(v), key=lambda k, v=v: rank(k, v)) if v else "" for name, v in found.items()}
-        worst = {name: found[name][at[name]] if at[name] else math.nan for name in found}
-        per_level = {k: [n for level, n, _ in _CRITERIA if level == k and not math.isnan(worst[n])]
-                     for k in (1, 2, 3, 4)}
-        reached, evaluated = 0, [k for k, v in per_level.items() if v]
-        for k in evaluated:
-            names = per_level[k]
-            if worst[min(names, key=lambda n: round(by.get(at[n], worst[n]), 9))] < bar:
-                break
-            reached = k
+        at, worst, reached, evaluated = _worst_and_reached(found, by, bar)
         for level, name, source in _CRITERIA:
             lo, hi = _worst_bounds(run, det, at[name], arrays, robust, other)
             rows.append({"detector": det, "level": level, "criterion": name, "criterion_source": source,
@@ -116,6 +105,24 @@ def rederive_levels(run: Any, levels: pd.DataFrame) -> pd.DataFrame:
                          "reached": float(reached) if evaluated else math.nan, "min_auroc": bar,
                          "sets": ",".join(sorted(found[name]))})
     return pd.DataFrame(rows)
+
+
+def _worst_and_reached(found: dict[str, dict[str, float]], by: dict[str, float], bar: float
+                       ) -> tuple[dict[str, str], dict[str, float], int, list[int]]:
+    """Each criterion's worst set and AUROC, and each level's worst criterion, chosen on ``by`` (a randomised
+    detector's attack-stream AUROCs, where the run saved them; else the AUROCs themselves), lowest first, ties to
+    the first label in sorted order; the highest level reached (every evaluated level up to it at least ``bar``) and
+    the evaluated levels."""
+    rank = lambda label, values: round(by.get(label, values[label]), 9)  # noqa: E731
+    at = {name: min(sorted(v), key=lambda k, v=v: rank(k, v)) if v else "" for name, v in found.items()}
+    worst = {name: found[name][at[name]] if at[name] else math.nan for name in found}
+    per_level = {k: [n for level, n, _ in _CRITERIA if level == k and not math.isnan(worst[n])] for k in (1, 2, 3, 4)}
+    reached, evaluated = 0, [k for k, v in per_level.items() if v]
+    for k in evaluated:
+        if worst[min(per_level[k], key=lambda n: round(by.get(at[n], worst[n]), 9))] < bar:
+            break
+        reached = k
+    return at, worst, reached, evaluated
 
 
 def _pair_choice(select: dict[str, np.ndarray], row: dict[str, Any]) -> float:

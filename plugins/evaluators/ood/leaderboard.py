@@ -19,7 +19,8 @@ Fields of ours, beside OpenOOD's: ``Adversarial_AUROC`` / ``Adversarial_FPR95`` 
 adversarial sets), 95 % intervals on these two and on the near/far AUROC (``<field>_Lo`` / ``<field>_Hi``: the
 leaderboard's ``<column>_lo`` / ``_hi``; ``CI`` names the method, :mod:`advopenood.evaluation.intervals`), the robust
 AUROC (:mod:`advopenood_plugins.evaluators.robust_auroc.plugin`; the group means over near / far sets of
-``robust_auroc`` and ``robust_fpr95`` at the run's largest robust eps, PGD before APGD, EOT before plain:
+``robust_auroc`` and ``robust_fpr95`` of the rows :func:`~advopenood_plugins.kit.ensemble.robust_rows` chooses, by its
+one rule, which ``advopenood verify`` applies to the re-derived tables: the ensemble row where there is one):
 ``Near-OOD_Robust_AUROC``,
 ``Far-OOD_Robust_AUROC``, ``Near-OOD_Robust_FPR95``, ``Far-OOD_Robust_FPR95``, ``Robust_Eps``, ``Robust_Method``;
 ``/`` without robust sets) and ``advopenood``: provenance (version, protocol, seed, dataset, backend, model weights'
@@ -37,6 +38,7 @@ from advopenood import __version__
 from advopenood.evaluation.context import RunContext
 from advopenood.models.classifier import weights_hash
 from advopenood.outputs.report import eps_label
+from advopenood_plugins.kit.ensemble import robust_rows
 
 #: our detector names -> OpenOOD's postprocessor aliases and ``utils/papers.csv`` links (leaderboard f969dfa)
 POSTPROCESSORS = {
@@ -91,29 +93,26 @@ def training(model: Any) -> str:
 
 
 def robust_means(robust: pd.DataFrame | None, groups: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """Per detector, our robust fields: near / far means of ``robust_auroc`` and ``robust_fpr95`` at the largest eps
-    of the table, PGD rows before APGD ones, EOT rows before plain ones (a randomised detector's default attacks)."""
+    """Per detector, our robust fields: near / far means of ``robust_auroc`` and ``robust_fpr95`` of the rows
+    :func:`~advopenood_plugins.kit.ensemble.robust_rows` chooses, their eps and method."""
     if robust is None or not len(robust):
         return {}
     out = {}
-    for det, part in robust.groupby("detector", sort=False):
-        part = part[part["eps"] == part["eps"].max()]
-        method = "pgd" if (part["method"] == "pgd").any() else str(part["method"].iloc[0])
-        part = part[part["method"] == method]
-        if (part["attack_family"] == "eot").any():
-            part = part[part["attack_family"] == "eot"]
-        fields: dict[str, Any] = {"Robust_Eps": eps_label(part["eps"].iloc[0]), "Robust_Method": method}
+    for det, part in robust_rows(robust).items():
+        fields: dict[str, Any] = {"Robust_Eps": eps_label(part["eps"].iloc[0]),
+                                  "Robust_Method": str(part["method"].iloc[0])}
         for group, title in (("near", "Near-OOD"), ("far", "Far-OOD")):
             sub = part[part["ood_set"].map(groups) == group]
             for metric, name in (("robust_auroc", "AUROC"), ("robust_fpr95", "FPR95")):
                 fields[f"{title}_Robust_{name}"] = cell(sub[metric].mean() if len(sub) else math.nan)
-        out[str(det)] = fields
+        out[det] = fields
     return out
 
 
 def openood_entries(board: pd.DataFrame, ctx: RunContext, groups: dict[str, str],
                     robust: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One leaderboard entry per row of ``board`` (``leaderboard.csv``), OpenOOD's fields first, then ours."""
+    """One leaderboard entry per row of ``board`` (``leaderboard.csv``), OpenOOD's fields first, then ours
+    (``robust``: ``robust_auroc.csv``'s rows, single-attack and ensemble)."""
     model = ctx.plan.model
     dataset = str(ctx.plan.data.dataset or ctx.dataset)
     arch = ARCHS.get(ctx.arch, ctx.arch)

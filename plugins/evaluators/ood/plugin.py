@@ -63,6 +63,7 @@ from advopenood_plugins.evaluators.ood.report import (adaptive_section, leaderbo
                                                       with_positives)
 from advopenood_plugins.kit.ood import (METRICS, NAN_METRICS, SET_GROUPS, Replicates, metric_row,  # noqa: F401
                                         set_groups)
+from advopenood_plugins.kit.ensemble import ENSEMBLE
 from advopenood_plugins.kit.robust import ROBUST_TABLE
 from advopenood_plugins.kit.paired import FSOOD_RANKED, RANKED, add_ranks, paired_section, paired_table
 from advopenood_plugins.evaluators.ood.verify import verify as verify_ood
@@ -242,9 +243,9 @@ class OODEvaluator(Verifiable):
 
     verify = staticmethod(verify_ood)
     report_sections = staticmethod(report_sections)
-    #: the shared tables it reads, computed once per run: the natural sets' groups and the robust table (the
-    #: leaderboard's robust fields)
-    needs = (SET_GROUPS, ROBUST_TABLE)
+    #: the shared tables it reads, computed once per run: the natural sets' groups, the robust table and the
+    #: ensemble rows (the leaderboard's robust fields, :func:`~advopenood_plugins.kit.ensemble.robust_rows`)
+    needs = (SET_GROUPS, ROBUST_TABLE, ENSEMBLE)
 
     def __init__(self, success_only: bool | None = None):
         """``success_only``: True = successful adversarial examples are the positives, False = all attacked
@@ -276,8 +277,10 @@ class OODEvaluator(Verifiable):
         csid = [name for name, group in groups.items() if group == "csid"]
         fsood = self._fsood(ctx, groups, csid, replicates) if csid else None
         board = leaderboard(df, ctx.clean.accuracy, fsood, accuracy_with(ctx, csid) if csid else math.nan, replicates)
+        robust, ensemble = products[ROBUST_TABLE], products[ENSEMBLE].rows
+        robust = pd.concat([robust, ensemble], ignore_index=True) if len(robust) and len(ensemble) else robust
         out.tables.update({"leaderboard.csv": board, "leaderboard.md": board,
-                           "leaderboard_openood.json": openood_entries(board, ctx, groups, products[ROBUST_TABLE])})
+                           "leaderboard_openood.json": openood_entries(board, ctx, groups, robust)})
         if fsood is not None:
             out.tables["fsood.csv"] = fsood
         paired = paired_table(ctx, df, {ood_set: mask for _, _, ood_set, mask in self._targets(ctx)})

@@ -37,9 +37,11 @@ whichever way they entered the run.
 
 More methods: ``apgd_aux`` (APGD on a second objective off the score's gradient path) and ``square`` (Square on the
 score, gradient-free); ``ensemble: standard`` adds ``apgd``, ``apgd_aux`` and ``square`` (:data:`ENSEMBLES`).
-Beside the single-attack rows, :mod:`~advopenood_plugins.evaluators.robust_auroc.ensemble` writes the per-image worst
-case over every attack of a detector (``method`` ``ensemble``), ``robust_ensemble.csv`` (the robust AUROC after
-each attack added) and ``masking_suspected`` (Square below every attack on the score's gradient).
+Beside the single-attack rows, it writes the per-image worst case over every attack of a detector (``method``
+``ensemble``) and ``robust_ensemble.csv`` (the robust AUROC after each attack added), computed once per run by
+:mod:`advopenood_plugins.kit.ensemble` (the leaderboard's robust fields read the same rows), and
+``masking_suspected`` (Square below every attack on the score's gradient,
+:mod:`~advopenood_plugins.evaluators.robust_auroc.ensemble`).
 
 Intervals: each metric ``m`` has ``m_lo`` / ``m_hi`` (95 %) by the run's ``ci`` plan, named in ``ci``
 (:mod:`advopenood.evaluation.intervals`). The bootstrap is paired and stratified (:func:`robust_intervals`): one
@@ -67,7 +69,8 @@ from advopenood.registry import register
 from advopenood_plugins.attacks.robust import EOT_PREFIXES, GRADIENT_METHODS, PREFIXES, SQUARE_QUERIES
 from advopenood_plugins.kit.robust import (COLUMNS, ROBUST_METRICS, ROBUST_TABLE, attack_family,  # noqa: F401
                                            close_eps, robust_intervals, robust_metrics, robust_pairs, robust_table)
-from advopenood_plugins.evaluators.robust_auroc.ensemble import ensemble_results, with_masking
+from advopenood_plugins.evaluators.robust_auroc.ensemble import ensemble_report, with_masking
+from advopenood_plugins.kit.ensemble import ENSEMBLE
 from advopenood_plugins.evaluators.robust_auroc.paired import robust_paired_table
 from advopenood_plugins.evaluators.robust_auroc.report import robust_section
 from advopenood_plugins.evaluators.robust_auroc.verify import verify_robust
@@ -103,8 +106,9 @@ class RobustAUROC(RequiresAttacks, Verifiable):
     look ID (ATD, AROS), next to the clean and one-sided AUROCs."""
 
     verify = staticmethod(verify_robust)
-    #: the shared table it writes (:func:`advopenood_plugins.kit.robust.robust_table`), computed once per run
-    needs = (ROBUST_TABLE,)
+    #: the shared tables it writes (:func:`advopenood_plugins.kit.robust.robust_table` and the ensemble,
+    #: :data:`~advopenood_plugins.kit.ensemble.ENSEMBLE`), computed once per run
+    needs = (ROBUST_TABLE, ENSEMBLE)
 
     def __init__(self, method: str | list[str] | tuple[str, ...] = ("pgd",), eps: float | list[float] | None = None,
                  ood_sets: list[str] | None = None, randomised_attacks: str = "eot", eot: int | None = None,
@@ -135,9 +139,8 @@ class RobustAUROC(RequiresAttacks, Verifiable):
 
     @staticmethod
     def parse_ensemble(ensemble: Any, square_queries: Any) -> tuple[str, ...]:
-        """The ensemble's methods; refuses an unknown ensemble (a list or a mapping where its name is expected
-        included) or a query budget that is not a positive integer."""
-        if not isinstance(ensemble, str) or ensemble not in ENSEMBLES:
+        """The ensemble's methods; refuses an unknown ensemble or a query budget that is not a positive integer."""
+        if ensemble not in ENSEMBLES:
             raise UsageError(f"evaluator robust_auroc: ensemble {ensemble!r}; valid choices: {', '.join(ENSEMBLES)}")
         if square_queries is not None and (isinstance(square_queries, bool) or not isinstance(square_queries, int)
                                            or square_queries < 1):
@@ -194,14 +197,15 @@ class RobustAUROC(RequiresAttacks, Verifiable):
         return out
 
     def __call__(self, ctx: RunContext, products: Supplied | None = None) -> Results:
-        table = supplied(ctx, self, products)[ROBUST_TABLE]
+        given = supplied(ctx, self, products)
+        table, ensemble = given[ROBUST_TABLE], given[ENSEMBLE]
         if not len(table):
-            return Results(tables={"robust_auroc.csv": table}, skipped=ensemble_results(ctx, table).skipped)
-        ensemble = ensemble_results(ctx, table)
-        rows = ensemble.tables.pop("rows")  # concatenating an empty frame would turn every column into objects
+            return Results(tables={"robust_auroc.csv": table}, skipped=ensemble.skipped)
+        rows = ensemble.rows  # concatenating an empty frame would turn every column into objects
         table = with_masking(ctx, pd.concat([table, rows], ignore_index=True).infer_objects() if len(rows) else table)
         paired = robust_paired_table(ctx, table, ensemble.worst)
         sections = guarded("Robust AUROC (ID and OOD attacked)",
                            lambda: [robust_section(as_written(table, ctx.protocol), paired)])
-        return Results(tables={"robust_auroc.csv": table, "robust_paired.csv": paired, **ensemble.tables},
-                       sections=sections + ensemble.sections, figures=ensemble.figures, skipped=ensemble.skipped)
+        tables, ensemble_sections, figures = ensemble_report(ctx, ensemble)
+        return Results(tables={"robust_auroc.csv": table, "robust_paired.csv": paired, **tables},
+                       sections=sections + ensemble_sections, figures=figures, skipped=ensemble.skipped)

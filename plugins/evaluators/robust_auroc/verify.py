@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from advopenood_plugins.kit.verify_robust import (ROBUST_BOUNDS, ROBUST_METRICS, attack_class,  # noqa: F401
@@ -33,27 +32,33 @@ def verify_robust(run: Any) -> list[str]:
     return verify_ensemble(run, rederived, rows, steps) + compare(
         rederived, written, ["detector", "id_attack", "ood_attack"],
         ["ood_set", "eps", "method", "attack_family", *ROBUST_METRICS, *ROBUST_BOUNDS, "ci", "error", "n_id", "n_ood"],
-        atol=1e-6, table="robust_auroc.csv") + verify_entries(run, rederived) + verify_robust_paired(run, every, worst)
+        atol=1e-6, table="robust_auroc.csv") + verify_entries(run, every) + verify_robust_paired(run, every, worst)
 
 
 def verify_entries(run: Any, robust: pd.DataFrame) -> list[str]:
     """The robust fields of ``leaderboard_openood.json``: per detector, the mean ``robust_auroc`` / ``robust_fpr95``
-    over the near and the far sets (groups from ``ood.csv``'s natural rows) at the largest eps, PGD rows when there
-    are any, EOT rows when there are any, to two decimals; ``/`` for a detector without robust rows."""
+    over the near and the far sets (groups from ``ood.csv``'s natural rows) of the re-derived rows ``robust`` (the
+    single-attack rows and the ensemble rows) that the leaderboard's one rule chooses
+    (:func:`~advopenood_plugins.kit.ensemble.robust_rows`: the ensemble where there is one), to two
+    decimals, and its eps and method; ``/`` for a detector without robust rows."""
     import json
+
+    from advopenood.outputs.report import eps_label
+    from advopenood_plugins.kit.ensemble import robust_rows
 
     if not run.has("leaderboard_openood.json") or not run.has("ood.csv"):
         return []
     ood = run.table("ood.csv")
     groups = dict(zip(ood.loc[ood["attack"] == "none", "ood_set"], ood.loc[ood["attack"] == "none", "group"]))
+    chosen = robust_rows(robust) if len(robust) else {}
     lines = []
     for entry in json.loads((run.path / "leaderboard_openood.json").read_text()):
         det = entry["advopenood"]["detector"]
-        rows = robust[robust["detector"] == det]
-        if len(rows):
-            rows = rows[np.isclose(rows["eps"], rows["eps"].max())]
-            rows = rows[rows["method"] == ("pgd" if (rows["method"] == "pgd").any() else rows["method"].iloc[0])]
-            rows = rows[rows["attack_family"] == ("eot" if (rows["attack_family"] == "eot").any() else "plain")]
+        rows = chosen.get(det, robust.iloc[:0])
+        want = (eps_label(rows["eps"].iloc[0]), str(rows["method"].iloc[0])) if len(rows) else ("/", "/")
+        if (entry.get("Robust_Eps"), entry.get("Robust_Method")) != want:
+            lines.append(f"leaderboard_openood.json: {det} Robust_Eps, Robust_Method: written "
+                         f"{(entry.get('Robust_Eps'), entry.get('Robust_Method'))!r}, re-derived {want!r}")
         for group, title in (("near", "Near-OOD"), ("far", "Far-OOD")):
             sub = rows[rows["ood_set"].map(groups) == group] if len(rows) else rows
             for metric, name in (("robust_auroc", "AUROC"), ("robust_fpr95", "FPR95")):

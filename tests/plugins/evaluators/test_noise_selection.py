@@ -19,7 +19,7 @@ from advopenood.data.datasets import stack
 from advopenood.detection.scoring import score_all
 from advopenood.evaluation.intervals import IntervalPolicy, paired_replicates, percentile
 from advopenood.evaluation.metrics import auroc
-from advopenood_plugins.evaluators.robust_auroc.ensemble import worst_case
+from advopenood_plugins.kit.ensemble import worst_case
 
 N_IMAGES, K_MAX = 64, 4
 PARAMS = {"ross_gen": {"n": 25, "sigma": 0.05, "lam": 0.01, "val_size": 100}}
