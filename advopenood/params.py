@@ -7,6 +7,10 @@ A plugin declares its parameters once, as defaults (an attack's ``defaults(input
 as :class:`Params` in ``plugin.p``: ``attack.p.steps`` is an int, ``attack.p.eps`` a float even when the config gave
 ``1``, and nothing can change them after the plugin was built. ``plugin.params`` stays the plain mapping that cache
 keys and ``run.json`` record.
+
+A budget parameter (a query, iteration or draw count) declares its type with its documented upper bound
+(:func:`bounded`; :data:`QueryCount`, :data:`IterationCount`, :data:`DrawCount`), so ``typed`` refuses a value outside
+it in one line at plan time, naming the parameter and the bound (docs/attacks.md, "Budget bounds").
 """
 from __future__ import annotations
 
@@ -14,9 +18,10 @@ import difflib
 import functools
 import math
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any, get_args
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from advopenood.errors import UsageError
 
@@ -25,6 +30,60 @@ class Params(BaseModel):
     """A plugin's parameters, validated and frozen; one attribute per declared parameter."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True, protected_namespaces=())
+
+
+#: The documented upper bounds of budget parameters (docs/attacks.md, "Budget bounds"; the noise copies in
+#: docs/detectors.md too): far above what any real run needs (AutoAttack's 5,000 queries and 100 iterations, ROSS's 25
+#: noise copies), so that a slip (``10**12`` queries) is refused at plan time instead of running for days.
+MAX_QUERIES = 10**6
+MAX_ITERATIONS = 10**5
+#: EOT draws of an attack and noise copies of a randomised detector's confidence
+MAX_DRAWS = 10**4
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The range a number parameter declares (:func:`bounded`), as its error line states it."""
+
+    kind: type
+    low: float
+    high: float
+    low_open: bool = False
+    #: what the bound counts (``queries``), named in the error line
+    what: str = ""
+
+    def choices(self, optional: bool = False) -> str:
+        """The valid choices as an error line states them (``optional``: null is one too)."""
+        noun = "an integer" if self.kind is int else "a number"
+        low, high = (int(v) if float(v).is_integer() else v for v in (self.low, self.high))
+        text = f"{noun} in {'(' if self.low_open else '['}{low}, {high}]" + (", or null" if optional else "")
+        return f"{text} (the documented bound on {self.what})" if self.what else text
+
+
+def bounded(kind: type, low: float, high: float, what: str = "", *, low_open: bool = False) -> Any:
+    """The declared type (``param_types``) of a number parameter of type ``kind`` in ``[low, high]`` (``(low, high]``
+    with ``low_open``); a value outside is a one-line UsageError naming the range and ``what`` it counts."""
+    interval = Field(gt=low, le=high) if low_open else Field(ge=low, le=high)
+    return Annotated[kind, interval, Bound(kind, low, high, low_open, what)]
+
+
+#: the declared type of a query budget (Square's ``n_queries``)
+QueryCount = bounded(int, 1, MAX_QUERIES, "queries")
+#: the declared type of an iteration count (``steps``, ``n_iter``, ``n_restarts``, ``binary_search_steps``)
+IterationCount = bounded(int, 1, MAX_ITERATIONS, "iterations")
+#: the declared type of a number of random draws (an EOT attack's ``eot``)
+DrawCount = bounded(int, 1, MAX_DRAWS, "draws")
+
+
+def bound_of(tp: Any) -> Bound | None:
+    """The :class:`Bound` a declared type carries (also inside ``X | None``), None when it has none."""
+    for arg in get_args(tp):
+        if isinstance(arg, Bound):
+            return arg
+        found = bound_of(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def field_type(default: Any) -> Any:
@@ -54,15 +113,20 @@ def typed(owner: str, values: Mapping[str, Any], defaults: Mapping[str, Any],
     """``values`` (every parameter of plugin ``owner``, already checked against its ``defaults``) as frozen
     :class:`Params`: each field has its ``declared`` type (name -> type), else its default's
     (:func:`field_type`), so an int given for a float parameter reads as a float. A value the type refuses is a
-    one-line UsageError."""
+    one-line UsageError; one outside a declared :func:`bounded` range names the range."""
     declared = dict(declared or {})
     fields = tuple((name, declared.get(name, field_type(defaults.get(name)))) for name in values)
     try:
         return _model(owner, fields)(**values)
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise UsageError(f"parameter {'.'.join(map(str, first['loc']))} of {owner} is {first.get('input')!r}; "
-                         f"{first['msg'].lower()}") from None
+        key = ".".join(map(str, first["loc"]))
+        kind = dict(fields).get(first["loc"][0])
+        bound = bound_of(kind)
+        if bound is not None and first["type"] in ("greater_than", "greater_than_equal", "less_than_equal"):
+            raise UsageError(f"{key} {first.get('input')!r} for {owner}; valid choices: "
+                             f"{bound.choices(type(None) in get_args(kind))}") from None
+        raise UsageError(f"parameter {key} of {owner} is {first.get('input')!r}; {first['msg'].lower()}") from None
 
 
 def check_params(what: str, name: str, params: dict[str, Any], declared: dict[str, Any],

@@ -45,7 +45,7 @@ from advopenood.evaluation.verify import RunFiles, compare
 from advopenood.io import save_figure
 from advopenood.outputs import Bullets, Figure, Item, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.outputs.report import CHANCE, eps_label, fmt, join, name, pct
-from advopenood.params import Params, typed
+from advopenood.params import DrawCount, IterationCount, Params, QueryCount, bounded, typed
 from advopenood.registry import (KINDS, check_params, create, entries, family, generated, get, names, provide,
                                  register, registered, resolves)
 
@@ -53,8 +53,8 @@ __all__ = [
     # base classes and the attack factory
     "Attack", "build_attack", "default_eps", "foolbox_model", "frozen",
     "Postprocessor", "Outputs", "Batches", "Taps", "fc_layer", "forward_outputs", "grad_outputs",
-    # typed parameters (a plugin's ``self.p``)
-    "Params", "typed",
+    # typed parameters (a plugin's ``self.p``) and the declared types of bounded budgets
+    "Params", "typed", "bounded", "QueryCount", "IterationCount", "DrawCount",
     # capabilities
     "AttackFamily", "CommandAnalysis", "Derived", "DetectorAware", "DetectorNeeds", "DetectorTestForms",
     "DifferentiableDetector", "IdNegatives", "Invertible", "Randomised", "RequiresAttacks", "Verifiable",

@@ -54,3 +54,20 @@ def test_durations_read_as_a_person_would_say_them(seconds, said):
     from advopenood.run.attack import duration
 
     assert duration(seconds) == said
+
+
+def test_a_corrupt_cost_file_costs_the_estimate_only(tmp_path, data_root, capsys, recwarn):
+    """Issue 49, item 3: a ``costs.json`` that is not a mapping of costs ended ``advopenood attack --quiet`` with
+    exit 3, the finished set without its manifest; now the run succeeds with one warning and rewrites the file."""
+    config = pack_config(tmp_path / "cfg", data_root)
+    cache = tmp_path / "cache"
+    (cache / "adv").mkdir(parents=True)
+    (cache / "adv" / "costs.json").write_text("[1, 2]")
+    assert main(["attack", "--config", config, "--cache-dir", str(cache), "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    said = [str(w.message) for w in recwarn if "costs.json" in str(w.message)]
+    assert len(said) == 1 and "is a JSON list, not a mapping of costs: the attack time estimates it held are " \
+        "unavailable" in said[0], said
+    assert len(list((cache / "adv").glob("fgsm-*/manifest.json"))) == 1
+    costs = json.loads((cache / "adv" / "costs.json").read_text())
+    assert [c["attack"] for c in costs.values()] == ["fgsm"]

@@ -1,6 +1,8 @@
 """The content-addressed store: keys, resume, checksums, float-exact round trip, streaming reads."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -133,3 +135,35 @@ def test_a_shard_under_its_lock_removes_its_own_temporary_files(tmp_path, small,
     other.write_bytes(b"partial")
     again = gen(store, small, cifar_model, fgsm())
     assert again.stats["generated"] == 1 and not left.exists() and other.exists()
+
+
+#: a valid entry of ``costs.json`` (another attack's), kept through a rewrite
+OTHER_COST = {"attack": "pgd", "seconds_per_image": 0.5, "images": 8}
+
+
+@pytest.mark.parametrize("content, kept", [
+    ("[1, 2]", {}),                                                    # a JSON list
+    ("{not json", {}),
+    ('{"k": "abc"}', {}),                                              # an entry that is not a mapping
+    (json.dumps({"k": {"seconds_per_image": "fast"}, "other": OTHER_COST}), {"other": OTHER_COST}),
+])
+def test_a_corrupt_cost_file_is_one_warning_and_never_costs_the_finished_set(tmp_path, small, cifar_model, content,
+                                                                             kept):
+    """Issue 49, item 3: ``costs.json`` holds estimates, never a set's data. A file that does not read as costs gave
+    a traceback (the estimate) or lost the finished set (the record, before the manifest); now the estimate is
+    unavailable with one warning, the set is complete, and the file is rewritten whole with its valid entries."""
+    from advopenood.attacks.store import COSTS_FILE, cost_key
+
+    (tmp_path / COSTS_FILE).write_text(content)
+    store = AdvStore(tmp_path, shard_size=16)
+    attack, model_hash = fgsm(), weights_hash(cifar_model)
+    with pytest.warns(UserWarning) as caught:
+        assert store.cost(attack, model_hash, "cpu") is None
+        adv = gen(store, Subset(small, np.arange(8)), cifar_model, attack)
+    said = [str(w.message) for w in caught if COSTS_FILE in str(w.message)]
+    assert len(said) == 1 and "the attack time estimates it held are unavailable" in said[0], said
+    assert (adv.path / "manifest.json").is_file() and adv.stats["generated"] == 1
+    costs = json.loads((tmp_path / COSTS_FILE).read_text())
+    key = cost_key(attack, model_hash, "cpu")
+    assert set(costs) == {key, *kept} and all(costs[k] == v for k, v in kept.items())
+    assert AdvStore(tmp_path).cost(attack, model_hash, "cpu") == pytest.approx(costs[key]["seconds_per_image"])

@@ -16,7 +16,10 @@ with the seed ``derive_seed(seed, i)``, so a resumed or distributed run equals a
 
 ``<cache>/costs.json`` keeps each attack's measured seconds per image (:func:`cost_key`: the attack and its
 parameters but the budget, the model, the device type), from the last run that generated shards of it, so that a
-later run can say up front how long its attacks may take (:meth:`AdvStore.cost`, :meth:`AdvStore.pending`). The
+later run can say up front how long its attacks may take (:meth:`AdvStore.cost`, :meth:`AdvStore.pending`). It is
+an estimate, never a set's data: a file that does not read as such is one warning (the estimates are unavailable),
+its valid entries are kept, and it is rewritten whole (under a lock, by atomic rename) when a cost is recorded,
+after the set's manifest, so no finished set is lost to it. The
 progress bar of a set names the set and counts images; inside a shard it counts the model's forward passes.
 """
 from __future__ import annotations
@@ -26,6 +29,7 @@ import fcntl
 import hashlib
 import io
 import json
+import math
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -41,6 +45,7 @@ from tqdm.auto import tqdm
 from advopenood import io as aio
 from advopenood.attacks.base import Attack
 from advopenood.data.datasets import stack
+from advopenood.errors import storage_error
 from advopenood.provenance import (
     canonical_key,
     code_identity,
@@ -54,6 +59,14 @@ RECORD_COLUMNS = ("index", "y", "clean_pred", "adv_pred", "success", "linf", "l2
 BUDGET_RTOL, BUDGET_ATOL = 1e-3, 1e-6
 #: the per-image size of a flattened perturbation under each attack norm the budget check knows
 NORMS = {"linf": lambda d: d.abs().amax(1), "l2": lambda d: d.norm(dim=1), "l1": lambda d: d.abs().sum(1)}
+
+
+def _valid_cost(entry: Any) -> bool:
+    """Whether a ``costs.json`` entry is one :meth:`AdvStore._record_cost` writes (a finite, non-negative
+    ``seconds_per_image``)."""
+    seconds = entry.get("seconds_per_image") if isinstance(entry, dict) else None
+    return isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and math.isfinite(seconds) \
+        and seconds >= 0
 
 
 class AttackOutputError(ValueError):
@@ -249,6 +262,7 @@ class AdvStore:
     def __init__(self, root: Path, shard_size: int = 256):
         self.root = aio.os_path(Path(root).expanduser())
         self.shard_size = int(shard_size)
+        self._costs_warned = False
         aio.sweep_temp_files(self.root, depth=1)
 
     def spec(self, model_hash: str, data_identity: dict[str, Any], attack: Attack, seed: int) -> dict[str, Any]:
@@ -306,10 +320,10 @@ class AdvStore:
         shards = [self._shard_path(path, i) for i in range(n_shards)]
         stats = {"shards": n_shards, "generated": generated, "reused": reused, "regenerated": regenerated,
                  "recomputed": bool(recompute), "seconds": round(time.perf_counter() - start, 3)}
-        if rank == 0 and work[1]:
-            self._record_cost(cost_key(attack, model_hash, device), attack.name, *work)
         if rank == 0 and world_size == 1:
             self.write_manifest(path, spec, shards)
+        if rank == 0 and work[1]:
+            self._record_cost(cost_key(attack, model_hash, device), attack.name, *work)
         return AdvSet(attack.name, attack.norm, attack.params.get("eps"), dict(attack.params), key, path, shards, stats)
 
     def _rows(self, i: int, n: int) -> int:
@@ -332,15 +346,45 @@ class AdvStore:
         return float(entry["seconds_per_image"]) if entry else None
 
     def _costs(self) -> dict[str, Any]:
+        """The valid entries of ``costs.json`` (key -> ``{attack, seconds_per_image, images}``, the seconds a
+        finite number >= 0); none when it is missing. A file that is not such a mapping, or holds entries that are
+        not, is one warning per store (the estimates it held are unavailable)."""
+        path = self.root / COSTS_FILE
         try:
-            return json.loads((self.root / COSTS_FILE).read_text())
-        except (OSError, ValueError):
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
             return {}
+        except (OSError, ValueError) as exc:
+            self._warn_costs(path, f"cannot be read as JSON ({type(exc).__name__})")
+            return {}
+        if not isinstance(raw, dict):
+            self._warn_costs(path, f"is a JSON {type(raw).__name__}, not a mapping of costs")
+            return {}
+        valid = {key: entry for key, entry in raw.items() if _valid_cost(entry)}
+        if len(valid) < len(raw):
+            self._warn_costs(path, f"has malformed entries ({len(raw) - len(valid)} of {len(raw)})")
+        return valid
+
+    def _warn_costs(self, path: Path, problem: str) -> None:
+        if not self._costs_warned:
+            self._costs_warned = True
+            warnings.warn(f"advopenood: {path} {problem}: the attack time estimates it held are unavailable; it is "
+                          "rewritten with its valid entries when a run records a cost", stacklevel=3)
 
     def _record_cost(self, key: str, attack: str, seconds: float, images: int) -> None:
-        costs = self._costs()
-        costs[key] = {"attack": attack, "seconds_per_image": seconds / images, "images": images}
-        aio.write_json(self.root / COSTS_FILE, costs)
+        """Add one measured cost to ``costs.json``: read, changed and rewritten (atomically) under its lock, so
+        concurrent runs keep each other's entries. A file that cannot be written is a warning (an estimate is
+        lost, no set), except a full, read-only or over-quota file system, the run's failure."""
+        path = self.root / COSTS_FILE
+        try:
+            with self._lock(path):
+                costs = self._costs()
+                costs[key] = {"attack": attack, "seconds_per_image": seconds / images, "images": images}
+                aio.write_json(path, costs)
+        except OSError as exc:
+            if storage_error(exc) is not None:
+                raise
+            warnings.warn(f"advopenood: the cost of attack {attack!r} was not recorded in {path}: {exc}", stacklevel=2)
 
     def finalize(self, adv: AdvSet) -> None:
         """Write the manifest of a set that several ranks generated (rank 0, after a barrier)."""

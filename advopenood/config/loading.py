@@ -21,10 +21,12 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from advopenood import registry
+from advopenood.capabilities import is_randomised
 from advopenood.config.packaged import packaged_configs
 from advopenood.config.plan import RunPlan, check_one_threat
 from advopenood.config.schema import DATA_KINDS, RunConfig, parse_eps, thaw
 from advopenood.errors import UsageError
+from advopenood.params import MAX_DRAWS
 from advopenood.spec import choice_message
 
 # --- YAML with positions ---------------------------------------------------------------------------------------
@@ -348,7 +350,26 @@ def validate(raw: Any, *, source: str = "config", folder: Path | None = None,
     plan = plan.model_copy(update={**{kind: tuple(resolved[kind]) for kind in ("detectors", "evaluators", "analyses")},
                                    **{k: v for k, v in resolved.items() if k.endswith("_params")}})
     plan._source, plan._folder, plan._positions = source, folder, positions
+    check_noise_draws(plan)
     return plan
+
+
+def check_noise_draws(plan: RunPlan) -> None:
+    """Every randomised detector (:class:`~advopenood.capabilities.Randomised`) that the plan selects or gives
+    parameters takes at most :data:`~advopenood.params.MAX_DRAWS` random draws per confidence (its ``draws``, e.g.
+    a smoothed detector's noise copies), the documented bound: a one-line UsageError naming the parameter that
+    set them otherwise. Each such detector is built to read its draws (cheap: nothing is fitted)."""
+    for name in dict.fromkeys([*plan.detectors, *plan.detector_params]):
+        if not is_randomised(registry.get("detectors", name)):
+            continue
+        params = plan.params("detector_params", name)
+        draws = registry.create("detectors", name, **params).draws
+        if draws > MAX_DRAWS:
+            keys = [key for key, value in params.items() if value == draws]
+            loc = ("detector_params", name, *keys[:1])
+            raise UsageError(f"{_dotted(loc)}{_where(loc, plan.source, plan.positions)}: detector {name!r} would take "
+                             f"{draws} noise draws per confidence; valid choices: at most {MAX_DRAWS} (the documented "
+                             "bound on draws)")
 
 
 def apply_overrides(plan: RunPlan | Mapping[str, Any], *, config_dir: Path | None = None, **flags: Any) -> RunPlan:

@@ -60,6 +60,7 @@ from advopenood.detection.scoring import fit_detectors
 from advopenood.detection.bank import fit_subset
 from advopenood.errors import UsageError
 from advopenood.evaluation.metrics import id_threshold
+from advopenood.params import DrawCount, IterationCount
 from advopenood.provenance import code_identity
 from advopenood_plugins.kit.attacks import Best, rel_stepsize
 
@@ -163,6 +164,7 @@ class AdaptiveAttack(Attack, DetectorAware, Invertible):
     detector: ClassVar[str] = ""
     #: ``"id"``: ID->ID evasion; ``"ood"``: OOD->ID
     source: ClassVar[str] = "id"
+    param_types: ClassVar[dict[str, Any]] = {"steps": IterationCount}
 
     def __init__(self, **params: Any):
         super().__init__(**params)
@@ -287,12 +289,12 @@ class EOTAttack:
 
     #: the attack this one differs from in its gradient only
     plain_attack: ClassVar[str] = ""
-    param_types: ClassVar[dict[str, Any]] = {"eot": int | None}
+    param_types: ClassVar[dict[str, Any]] = {"eot": DrawCount | None}
 
     def __init__(self, **params: Any):
         super().__init__(**params)
         eot = self.params["eot"]  # the value as given: True or 2.0 is refused, not read as a number
-        if eot is not None and (isinstance(eot, bool) or not isinstance(eot, int) or eot < 1):
+        if eot is not None and (isinstance(eot, bool) or not isinstance(eot, int)):
             raise UsageError(f"eot {eot!r} for attack {self.name!r}; valid choices: an integer >= 1, or null for the "
                              "detector's number of draws")
 

@@ -50,6 +50,7 @@ from advopenood import registry
 from advopenood.attacks.base import Attack, default_eps
 from advopenood.capabilities import is_differentiable
 from advopenood.errors import UsageError
+from advopenood.params import IterationCount, QueryCount, bounded
 from advopenood_plugins.attacks.adaptive import DIFFERENTIABLE, AdaptiveAttack, AdaptiveFamily, margin_loss
 from advopenood_plugins.kit.attacks import Best, run_foolbox
 
@@ -60,6 +61,8 @@ TARGET_CLASSES = 9
 #: the DLR losses read the 3rd (untargeted) and 4th (targeted) largest logits
 DLR_MIN_CLASSES = 4
 VERSION = {"pyautoattack": pyautoattack.__version__}
+#: the declared type of Square's ``p_init``: the initial square's share of the image, in (0, 1]
+SquareFraction = bounded(float, 0, 1, low_open=True)
 
 
 def aa_seed() -> int:
@@ -88,6 +91,9 @@ class AutoAttackBase(Attack):
 
     norm = "linf"
     context = VERSION
+    #: the budgets of the subclasses' defaults, each with its documented bound
+    param_types: ClassVar[dict[str, Any]] = {"n_iter": IterationCount, "n_restarts": IterationCount,
+                                             "n_queries": QueryCount}
 
     def __init__(self, **params: Any):
         norm = str(params.get("norm", "linf")).lower()
@@ -95,9 +101,6 @@ class AutoAttackBase(Attack):
             raise UsageError(f"norm {params.get('norm')!r} for attack {self.name!r}; valid choices: {', '.join(AA_NORMS)}")
         self.norm = self.threat = norm
         super().__init__(**{**params, "norm": norm})
-        for key in ("n_iter", "n_restarts", "n_queries"):
-            if key in self.params and getattr(self.p, key) < 1:
-                raise UsageError(f"{key} {getattr(self.p, key)!r} for attack {self.name!r}; valid choices: an integer >= 1")
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:
@@ -171,6 +174,7 @@ class Square(AutoAttackBase):
     """Square Attack (Andriushchenko et al. 2020), score-based random search, 5000 queries; pyautoattack."""
 
     objective = "margin"
+    param_types = {"p_init": SquareFraction}
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:
@@ -222,6 +226,7 @@ class CarliniWagnerL2(Attack):
 
     norm = "l2"
     bounded = False
+    param_types = {"binary_search_steps": IterationCount, "steps": IterationCount}
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:
@@ -273,6 +278,7 @@ class AdaptiveAPGD(AdaptiveAttack):
     """
 
     source: ClassVar[str] = "id"
+    param_types: ClassVar[dict[str, Any]] = {"n_iter": IterationCount, "n_restarts": IterationCount}
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:

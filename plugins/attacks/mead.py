@@ -34,6 +34,7 @@ from torch import Tensor
 
 from advopenood.attacks.base import Attack, default_eps, foolbox_model
 from advopenood.errors import UsageError
+from advopenood.params import IterationCount
 from advopenood.registry import register
 from advopenood_plugins.kit.attacks import rel_stepsize
 
@@ -170,6 +171,7 @@ class MeadAttack(Attack):
 
     method: ClassVar[str] = "pgd"
     objective: ClassVar[str] = "ce"
+    param_types: ClassVar[dict[str, Any]] = {"steps": IterationCount}
 
     def __init__(self, **params: Any):
         super().__init__(**params)

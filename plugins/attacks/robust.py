@@ -53,9 +53,10 @@ from advopenood.data.datasets import make_loader
 from advopenood.detection.bank import fit_subset
 from advopenood.capabilities import DetectorTestForms, IdNegatives, is_differentiable, is_randomised
 from advopenood.errors import UsageError
+from advopenood.params import IterationCount, QueryCount
 from advopenood_plugins.attacks.adaptive import (DIFFERENTIABLE, AdaptiveAttack, AdaptiveFamily, DetectorTarget,
                                                  EOTAttack, JointLinfPGD, SharedTarget, margin_loss)
-from advopenood_plugins.attacks.autoattack import VERSION, ObjectiveHead, aa_seed
+from advopenood_plugins.attacks.autoattack import VERSION, ObjectiveHead, SquareFraction, aa_seed
 from advopenood_plugins.kit.attacks import Best, rel_stepsize
 
 #: the binarization-test form's classifier term: C&W margin clip and detector weights (``adaptive_<det>``'s)
@@ -88,12 +89,11 @@ class RobustScoreAttack(SharedTarget, AdaptiveAttack, DetectorTestForms):
     side: ClassVar[str] = "id"
     #: the optimiser, ``"pgd"`` or ``"apgd"``
     method: ClassVar[str] = "pgd"
+    param_types: ClassVar[dict[str, Any]] = {"steps": IterationCount, "n_iter": IterationCount,
+                                             "n_restarts": IterationCount}
 
     def __init__(self, **params: Any):
         Attack.__init__(self, **params)  # no lambda or kappa: the objective is the detector's score alone
-        for key in ("n_iter", "n_restarts"):
-            if key in self.params and getattr(self.p, key) < 1:
-                raise UsageError(f"{key} {getattr(self.p, key)!r} for attack {self.name!r}; valid choices: an integer >= 1")
         self.sign = -1.0 if self.side == "id" else 1.0
         self.joint = False
         self._bound: dict[str, Any] | None = None
@@ -283,17 +283,12 @@ class RobustSquare(RobustScoreAttack):
     from its attack stream, as it is used. Gradient-free: a detector that masks its gradient does not stop it."""
 
     method = "square"
+    param_types: ClassVar[dict[str, Any]] = {"n_queries": QueryCount, "p_init": SquareFraction}
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:
         base = {"eps": default_eps(input_size), "n_queries": SQUARE_QUERIES, "p_init": 0.8}
         return {**base, "ood_set": None} if cls.source == "ood" else base
-
-    def __init__(self, **params: Any):
-        super().__init__(**params)
-        q = self.params["n_queries"]
-        if isinstance(q, bool) or not isinstance(q, int) or q < 1:
-            raise UsageError(f"n_queries {q!r} for attack {self.name!r}; valid choices: an integer >= 1")
 
     def targets(self) -> list[DetectorTarget]:
         """The plain target once: Square reads only the detector's forward value."""

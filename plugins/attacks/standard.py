@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from advopenood.attacks.base import Attack, default_eps
 from advopenood.errors import UsageError
+from advopenood.params import IterationCount
 from advopenood.registry import register
 from advopenood.provenance import derive_seed
 from advopenood_plugins.kit.attacks import rel_stepsize, run_foolbox
@@ -63,6 +64,7 @@ class PGD(Attack):
     """
 
     norm = "linf"
+    param_types = {"steps": IterationCount}
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:
@@ -106,6 +108,7 @@ class MIM(Attack):
     """
 
     norm = "linf"
+    param_types = {"steps": IterationCount}
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:
@@ -129,6 +132,7 @@ class DeepFool(Attack):
 
     norm = "l2"
     bounded = False
+    param_types = {"steps": IterationCount}
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:
@@ -222,7 +226,7 @@ class MaskedPGD(Attack):
 
     norm = "linf"
     threat = "patch"
-    param_types = {"position_seed": int | None}
+    param_types = {"position_seed": int | None, "steps": IterationCount}
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:

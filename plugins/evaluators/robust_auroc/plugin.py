@@ -65,6 +65,7 @@ from advopenood.data.datasets import dataset_name
 from advopenood.errors import UsageError
 from advopenood.evaluation.products import Supplied, supplied
 from advopenood.outputs.results import Results, as_written, guarded
+from advopenood.params import MAX_DRAWS, MAX_QUERIES
 from advopenood.registry import register
 from advopenood_plugins.attacks.robust import EOT_PREFIXES, GRADIENT_METHODS, PREFIXES, SQUARE_QUERIES
 from advopenood_plugins.kit.robust import (COLUMNS, ROBUST_METRICS, ROBUST_TABLE, attack_family,  # noqa: F401
@@ -100,6 +101,21 @@ def run_budgets(plan: Any) -> list[float]:
     return found
 
 
+def member_queries(plan: Any, family: str, name: str, given: int | None, default: int) -> dict[str, int]:
+    """The ``n_queries`` the evaluator gives Square member ``name`` (of shorthand ``family``): none where
+    ``attack_params.<name or family>.n_queries`` sets its own (the attack checks that value), else ``square_queries``
+    (``given``) or the device's ``default``. Both set, and different, is a one-line UsageError."""
+    sections = getattr(plan, "attack_params", None) or {}
+    own = next((key for key in (name, family) if "n_queries" in (sections.get(key) or {})), None)
+    if own is None:
+        return {"n_queries": given or default}
+    if given is not None and sections[own]["n_queries"] != given:
+        raise UsageError(f"evaluator_params.robust_auroc.square_queries {given!r} and attack_params.{own}.n_queries "
+                         f"{sections[own]['n_queries']!r} both set the queries of {name}; valid choices: set one of "
+                         "them")
+    return {}
+
+
 @register("evaluators", "robust_auroc")
 class RobustAUROC(RequiresAttacks, Verifiable):
     """Robust AUROC of every detector with a differentiable score: ID images attacked to look OOD, OOD images to
@@ -118,7 +134,9 @@ class RobustAUROC(RequiresAttacks, Verifiable):
         attack (default: all of the run's); ``randomised_attacks``: the attacks of a randomised detector, ``eot``
         (default), ``plain`` or ``both``; ``eot``: the EOT attacks' noise draws (default: the detector's own);
         ``ensemble``: ``standard`` adds the fixed ensemble (:data:`ENSEMBLES`); ``square_queries``: the Square
-        members' query budget (default 5,000 on a CUDA device, :data:`CPU_SQUARE_QUERIES` on a CPU)."""
+        members' query budget (default 5,000 on a CUDA device, :data:`CPU_SQUARE_QUERIES` on a CPU, where
+        ``attack_params`` sets no ``n_queries`` for them). Query and draw counts have the documented bounds
+        (:data:`~advopenood.params.MAX_QUERIES`, :data:`~advopenood.params.MAX_DRAWS`)."""
         self.parse_methods(method)  # the settings act through required_attacks; checked here before any work
         self.parse_ensemble(ensemble, square_queries)
         self.parse_families(randomised_attacks, eot)
@@ -139,13 +157,15 @@ class RobustAUROC(RequiresAttacks, Verifiable):
 
     @staticmethod
     def parse_ensemble(ensemble: Any, square_queries: Any) -> tuple[str, ...]:
-        """The ensemble's methods; refuses an unknown ensemble or a query budget that is not a positive integer."""
+        """The ensemble's methods; refuses an unknown ensemble or a query budget that is not an integer in
+        ``[1, MAX_QUERIES]``."""
         if ensemble not in ENSEMBLES:
             raise UsageError(f"evaluator robust_auroc: ensemble {ensemble!r}; valid choices: {', '.join(ENSEMBLES)}")
         if square_queries is not None and (isinstance(square_queries, bool) or not isinstance(square_queries, int)
-                                           or square_queries < 1):
+                                           or not 1 <= square_queries <= MAX_QUERIES):
             raise UsageError(f"evaluator robust_auroc: square_queries {square_queries!r}; valid choices: an integer "
-                             f">= 1, or null for 5000 on a CUDA device and {CPU_SQUARE_QUERIES} on a CPU")
+                             f"in [1, {MAX_QUERIES}] (the documented bound on queries), or null for 5000 on a CUDA "
+                             f"device and {CPU_SQUARE_QUERIES} on a CPU")
         return ENSEMBLES[ensemble]
 
     @staticmethod
@@ -154,9 +174,9 @@ class RobustAUROC(RequiresAttacks, Verifiable):
         if randomised_attacks not in RANDOMISED_ATTACKS:
             raise UsageError(f"evaluator robust_auroc: randomised_attacks {randomised_attacks!r}; valid choices: "
                              f"{', '.join(RANDOMISED_ATTACKS)}")
-        if eot is not None and (isinstance(eot, bool) or not isinstance(eot, int) or eot < 1):
-            raise UsageError(f"evaluator robust_auroc: eot {eot!r}; valid choices: an integer >= 1, or null for the "
-                             "detector's own number of draws")
+        if eot is not None and (isinstance(eot, bool) or not isinstance(eot, int) or not 1 <= eot <= MAX_DRAWS):
+            raise UsageError(f"evaluator robust_auroc: eot {eot!r}; valid choices: an integer in [1, {MAX_DRAWS}] (the "
+                             "documented bound on draws), or null for the detector's own number of draws")
         return {"eot": [True], "plain": [False], "both": [False, True]}[randomised_attacks]
 
     @classmethod
@@ -168,8 +188,8 @@ class RobustAUROC(RequiresAttacks, Verifiable):
         methods = list(dict.fromkeys([*given, *standard]))
         families = cls.parse_families(params.get("randomised_attacks", "eot"), params.get("eot"))
         draws = {} if params.get("eot") is None else {"eot": params["eot"]}
-        queries = params.get("square_queries") or (SQUARE_QUERIES if str(plan.device).startswith("cuda")
-                                                   else CPU_SQUARE_QUERIES)
+        queries = params.get("square_queries")
+        default_queries = SQUARE_QUERIES if str(plan.device).startswith("cuda") else CPU_SQUARE_QUERIES
         natural = [dataset_name(spec) for spec in plan.data.ood]
         chosen = params.get("ood_sets") or natural
         unknown = [s for s in chosen if s not in natural]
@@ -185,14 +205,17 @@ class RobustAUROC(RequiresAttacks, Verifiable):
                 randomised = is_randomised(registry.get("detectors", det)) and method in GRADIENT_METHODS
                 for eot in families if randomised else [False]:
                     prefixes, extra = (EOT_PREFIXES, draws) if eot else (PREFIXES, {})
-                    extra = {"n_queries": queries} if method == "square" else extra
                     id_name, ood_name = prefixes["id", method] + det, prefixes["ood", method] + det
                     if not (registry.resolves("attacks", id_name) and registry.resolves("attacks", ood_name)):
                         continue
                     # the plain attacks' family: an EOT attack takes their attack_params (steps, eps, ...)
                     id_family, ood_family = PREFIXES["id", method].rstrip("_"), PREFIXES["ood", method].rstrip("_")
-                    out.append(({"name": id_name, **budget, **({"params": extra} if extra else {})}, id_family))
-                    out += [({"name": ood_name, **budget, "params": {"ood_set": s, **extra},
+                    id_extra, ood_extra = extra, extra
+                    if method == "square":
+                        id_extra = member_queries(plan, id_family, id_name, queries, default_queries)
+                        ood_extra = member_queries(plan, ood_family, ood_name, queries, default_queries)
+                    out.append(({"name": id_name, **budget, **({"params": id_extra} if id_extra else {})}, id_family))
+                    out += [({"name": ood_name, **budget, "params": {"ood_set": s, **ood_extra},
                               "label": f"{ood_name}-{s}"}, ood_family) for s in chosen]
         return out
 
