@@ -50,7 +50,7 @@ def test_too_few_resamples_for_a_bootstrap_are_refused_in_one_line(tmp_path, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and err == ["advopenood: error: ci.resamples: 50 resamples are too few for a bootstrap: its "
                                "percentiles would be too coarse for a 95 % interval; valid choices: at least 100, or "
-                               "ci.method delong or none, which draw no resamples"]
+                               "ci.method delong or none, which draw no resamples (from the flag --ci-resamples)"]
     assert not (tmp_path / "out").exists()
 
 

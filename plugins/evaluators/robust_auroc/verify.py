@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from advopenood_plugins.kit.verify_robust import (ROBUST_BOUNDS, ROBUST_METRICS, attack_class,  # noqa: F401
@@ -35,22 +36,37 @@ def verify_robust(run: Any) -> list[str]:
         atol=1e-6, table="robust_auroc.csv") + verify_entries(run, every) + verify_robust_paired(run, every, worst)
 
 
+def leaderboard_rows(robust: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The leaderboard's rule re-stated (docs/evaluators.md): per detector, at its largest eps, its ``ensemble`` rows
+    where it has any, else those of the first of PGD, APGD, APGD-aux and Square it has (else its first method in
+    sorted order), the EOT rows of that method where there are any."""
+    out: dict[str, pd.DataFrame] = {}
+    for det in dict.fromkeys(robust["detector"]):
+        part = robust[robust["detector"] == det]
+        part = part[np.isclose(part["eps"].astype(float), part["eps"].astype(float).max())]
+        have = list(part["method"])
+        method = next((m for m in ("ensemble", "pgd", "apgd", "apgd_aux", "square") if m in have), min(have))
+        part = part[part["method"] == method]
+        eot = part[part["attack_family"] == "eot"]
+        out[str(det)] = eot if len(eot) else part
+    return out
+
+
 def verify_entries(run: Any, robust: pd.DataFrame) -> list[str]:
     """The robust fields of ``leaderboard_openood.json``: per detector, the mean ``robust_auroc`` / ``robust_fpr95``
     over the near and the far sets (groups from ``ood.csv``'s natural rows) of the re-derived rows ``robust`` (the
     single-attack rows and the ensemble rows) that the leaderboard's one rule chooses
-    (:func:`~advopenood_plugins.kit.ensemble.robust_rows`: the ensemble where there is one), to two
+    (:func:`leaderboard_rows`, the rule re-stated apart from the writer's: the ensemble where there is one), to two
     decimals, and its eps and method; ``/`` for a detector without robust rows."""
     import json
 
     from advopenood.outputs.report import eps_label
-    from advopenood_plugins.kit.ensemble import robust_rows
 
     if not run.has("leaderboard_openood.json") or not run.has("ood.csv"):
         return []
     ood = run.table("ood.csv")
     groups = dict(zip(ood.loc[ood["attack"] == "none", "ood_set"], ood.loc[ood["attack"] == "none", "group"]))
-    chosen = robust_rows(robust) if len(robust) else {}
+    chosen = leaderboard_rows(robust) if len(robust) else {}
     lines = []
     for entry in json.loads((run.path / "leaderboard_openood.json").read_text()):
         det = entry["advopenood"]["detector"]
