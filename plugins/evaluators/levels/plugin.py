@@ -183,11 +183,6 @@ def set_bounds(ctx: RunContext, det: str, name: str) -> tuple[float, float]:
     return bounds["auroc_lo"], bounds["auroc_hi"]
 
 
-def worst_set(sets: dict[str, float]) -> str:
-    """The label of the set with the lowest AUROC (ties, to 1e-9: the first label in sorted order); "" for none."""
-    return choose_worst(sets, sets)[0]
-
-
 def conclusive(lo: float, hi: float, min_auroc: float) -> float:
     """1.0 when the interval excludes the bar (the pass or fail holds at 95 %), 0.0 when it contains it, NaN
     without an interval."""
