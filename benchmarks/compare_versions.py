@@ -6,6 +6,10 @@ each), in fresh stores of their own and with one torch thread:
 * the embedded demo (``advopenood demo``);
 * a ``robust_auroc,levels`` run on the pack's ResNet-20 (``--limit 64 --attack pgd --detectors msp,mds --evaluator
   ood,robust_auroc,levels``, the command of docs/evaluators.md, "Robust AUROC");
+* ``ensemble``: the same model and detectors (both deterministic) under ``ensemble: standard`` at a reduced budget
+  (32 + 32 images, APGD 10 iterations, Square 20 queries; the config is written to ``OUT/<tag>/ensemble.yaml``): the
+  check of issue 48 that choosing a randomised detector's worst set on attack noise left every deterministic cell as
+  it was;
 
 then ``advopenood verify`` of each folder by the install that wrote it, and compares every CSV and every score file
 (``scores/*.npz``) of the two installs byte for byte. Store keys, versions and timings (``run.json``,
@@ -24,12 +28,30 @@ import subprocess
 import time
 from pathlib import Path
 
+import yaml
+
 from _common import DATA
 
 RUNS = {
     "demo": ["demo"],
     "robust": ["run", "--config", "cifar10_resnet20", "--data-root", str(DATA), "--limit", "64", "--attack", "pgd",
                "--detectors", "msp,mds", "--evaluator", "ood,robust_auroc,levels"],
+    "ensemble": ["run", "--config", "{root}/ensemble.yaml", "--data-root", str(DATA), "--limit", "32"],
+}
+#: the ``ensemble`` run's config: the pack's ResNet-20 as the packaged ``cifar10_resnet20`` has it, two deterministic
+#: detectors, the standard ensemble at a budget a CPU runs in minutes
+ENSEMBLE = {
+    "name": "compare_ensemble", "seed": 0, "device": "cpu", "batch_size": 32,
+    "model": {"arch": "resnet20", "checkpoint": "resnet20_cifar10.pt", "num_classes": 10, "in_channels": 3,
+              "input_size": 32, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
+    "data": {"root": str(DATA), "dataset": "cifar10",
+             "id": {"kind": "npz", "path": "cifar10_test.npz", "name": "cifar10"},
+             "fit": {"kind": "npz", "path": "cifar10_train_10k.npz", "name": "cifar10_train"},
+             "ood": [{"kind": "npz", "path": "tin_test.npz", "name": "tin"}], "fit_limit": 2000},
+    "attacks": [], "detectors": ["msp", "mds"], "evaluators": ["ood", "robust_auroc"], "analyses": [],
+    "attack_params": {name: {"n_iter": 10} for name in
+                      ("robust_apgd_id", "robust_apgd_ood", "robust_apgd_aux_id", "robust_apgd_aux_ood")},
+    "evaluator_params": {"robust_auroc": {"ensemble": "standard", "square_queries": 20, "eps": ["8/255"]}},
 }
 
 
@@ -61,7 +83,9 @@ def main() -> None:
         root = args.out / tag
         root.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "ADVOPENOOD_CACHE": str(root / "cache"), "OMP_NUM_THREADS": "1"}
+        (root / "ensemble.yaml").write_text(yaml.safe_dump(ENSEMBLE, sort_keys=False))
         for name, cmd in RUNS.items():
+            cmd = [part.format(root=root) for part in cmd]
             run_s = timed([str(cli), *cmd, "--out", str(root / name), "--quiet", "--overwrite"], env,
                           root / f"{name}.log")
             verify_s = timed([str(cli), "verify", str(root / name)], env, root / f"{name}_verify.log")
