@@ -130,7 +130,8 @@ def check_composition(kind: str, name: str, families: dict[str, dict[str, tuple[
         prefix = max(prefixes, key=len)
         takes, pattern, _ = families[at][prefix]
         if (at, prefix) in peeled:
-            raise UsageError(f"{_singular(kind)} {shown(name)} composes family {pattern} twice; valid choices: {GRAMMAR}")
+            raise UsageError(f"{_singular(kind)} {shown(name)} composes family {pattern} twice; valid choices: "
+                             f"{GRAMMAR}")
         if peeled:
             outer_kind, outer_prefix = peeled[-1]
             outer = families[outer_kind][outer_prefix]

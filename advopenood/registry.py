@@ -54,7 +54,8 @@ from advopenood.plugin_registry import (GROUP_PREFIX, KINDS, MAX_COMPOSITION, En
 
 __all__ = ["GROUP_PREFIX", "KINDS", "MAX_COMPOSITION", "Entry", "Failure", "Family", "Registry", "check_declared",
            "check_params", "check_types", "clash_lines", "clashes", "create", "default", "discover", "entries",
-           "failure_message", "failures", "families", "family", "generated", "get", "iter_entries", "names", "overrides",
+           "failure_message", "failures", "families", "family", "generated", "get", "iter_entries", "names",
+           "overrides",
            "parse_names", "provide", "register", "registered", "resolves", "unregister", "using"]
 
 T = TypeVar("T")

@@ -164,7 +164,8 @@ def test_the_grammar_not_accepts_bounds_what_a_name_composes(fresh_registry):
     made.clear()
     with pytest.raises(UsageError, match=r"^detector 'zz1_zz2_msp' nests family zz2_<detector> inside zz1_<detector>, "
                                          r"which is of a kind \(detectors\) the name composes already; valid choices: "
-                                         rf"a name that composes each family at most once and at most {MAX_COMPOSITION}"):
+                                         rf"a name that composes each family at most once and at most "
+                                         rf"{MAX_COMPOSITION}"):
         registry.get("detectors", "zz1_zz2_msp")
     assert made == []
     registered = fresh_registry.registered_entries("detectors")

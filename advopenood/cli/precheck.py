@@ -40,8 +40,8 @@ def check_values(args: argparse.Namespace) -> None:
 def index_grammar(listing: dict) -> dict[str, dict[str, tuple[str, str, str]]]:
     """The families of the plugin index as :func:`~advopenood.plugin_names.parse_chain` reads them: kind -> prefix
     -> (the kind it takes, its pattern, what it wraps)."""
-    return {kind: {pattern.split("<")[0]: (row[4], pattern, row[5]) for pattern, row in listing["families"][kind].items()}
-            for kind in registry.KINDS}
+    return {kind: {pattern.split("<")[0]: (row[4], pattern, row[5])
+                   for pattern, row in listing["families"][kind].items()} for kind in registry.KINDS}
 
 
 def check_names(args: argparse.Namespace) -> None:
