@@ -1,7 +1,8 @@
 """The plugin index: ``advopenood --help`` and ``advopenood list`` answer from an index of the installed plugins
-instead of importing them (which imports torch): every name that resolves with its description, source and family,
-the families, and the analyses' subcommands, stored beside the cache and rebuilt whenever the entry points or any
-file they name changed."""
+instead of importing them (which imports torch): every registered name with its description and source, the families
+(what each takes and wraps, and the registered names it refuses), and the analyses' subcommands, stored beside the
+cache and rebuilt whenever the entry points or any file they name changed. It stores families, not their members: a
+generated name is checked by parsing it (:func:`advopenood.plugin_names.parse_chain`)."""
 from __future__ import annotations
 
 from importlib.metadata import entry_points
@@ -11,7 +12,7 @@ from advopenood import registry
 from advopenood.registry import GROUP_PREFIX, KINDS
 
 
-INDEX_VERSION = 6
+INDEX_VERSION = 7
 
 
 def _index_path() -> Any:
@@ -79,17 +80,20 @@ def _module_files(module: str) -> list[str]:
 
 def build_index() -> dict[str, Any]:
     """Import every plugin (entry points, families, providers) and describe it: ``{kind: {name: [description,
-    source, family]}}`` for every name that resolves, ``families: {kind: {pattern: [description, source, hint,
-    shorthand]}}``, ``commands: {command: help}`` of the analyses that declare one and ``clashes: {kind: {name or
-    pattern: line}}`` (:func:`advopenood.registry.clashes`: the names that do not resolve because of a clash)."""
+    source, ""]}}`` for every registered name (the third field, a member's family, is kept empty for readers of
+    earlier indexes), ``families: {kind: {pattern: [description, source, hint, shorthand, takes, wraps, refuses]}}``
+    (``refuses``: the registered names of ``takes`` whose member its ``accepts`` refuses), ``commands: {command:
+    help}`` of the analyses that declare one and ``clashes: {kind: {name or pattern: line}}``
+    (:func:`advopenood.registry.clashes`: the names that do not resolve because of a clash)."""
     from advopenood.capabilities import CommandAnalysis
 
-    held = registry.default().table
-    out: dict[str, Any] = {kind: {n: [e.description, e.source, "" if n in held[kind] else e.family]
-                                  for n, e in registry.entries(kind).items()} for kind in KINDS}
-    out["families"] = {kind: {p: [f.description, f.source, f.hint, f.shorthand]
+    reg = registry.default()
+    held = {kind: reg.registered_entries(kind) for kind in KINDS}
+    out: dict[str, Any] = {kind: {n: [e.description, e.source, ""] for n, e in held[kind].items()} for kind in KINDS}
+    out["families"] = {kind: {p: [f.description, f.source, f.hint, f.shorthand, f.takes, f.wraps,
+                                  sorted(n for n, e in held[f.takes].items() if not f.accepts(e.obj))]
                               for p, f in registry.families(kind).items()} for kind in KINDS}
-    out["commands"] = {obj.command: obj.command_help for obj in (e.obj for e in registry.entries("analyses").values())
+    out["commands"] = {obj.command: obj.command_help for obj in (e.obj for e in held["analyses"].values())
                        if isinstance(obj, type) and issubclass(obj, CommandAnalysis) and obj.command}
     out["failed"] = registry.failure_message()
     out["clashes"] = registry.clashes()

@@ -1,6 +1,7 @@
 """Plugin names, apart from the registry that holds them (:mod:`advopenood.plugin_registry`): the four kinds, the
-bound on what a name composes (:func:`check_composition`, checked before any look-up recurses, by the registry and by
-the CLI's check of its flags against the plugin index), a plugin's description and the one-line messages of a clash.
+grammar of a name (:data:`GRAMMAR`: :func:`check_composition` and :func:`parse_chain`, used before any look-up
+recurses by the registry and by the CLI's check of its flags against the plugin index, which stores the families, not
+their members), a plugin's description and the one-line messages of a clash.
 """
 from __future__ import annotations
 
@@ -13,9 +14,18 @@ from advopenood.errors import UsageError, shown
 
 KINDS = ("attacks", "detectors", "evaluators", "analyses")
 GROUP_PREFIX = "advopenood."
-#: the most families one name composes (``adaptive_apgd_eot_ross_msp`` composes two, ``adaptive_apgd_eot_`` of
-#: ``ross_``); a name composes each family at most once (:func:`check_composition`)
-MAX_COMPOSITION = 4
+#: the most families one name composes: one of each kind (``adaptive_apgd_eot_ross_msp`` composes two,
+#: ``adaptive_apgd_eot_`` of ``ross_``), so never more than there are kinds (:data:`GRAMMAR`)
+MAX_COMPOSITION = len(KINDS)
+#: what a family wraps (:class:`~advopenood.plugin_registry.Family`'s ``wraps``): ``registered``, only the
+#: registered plugins of the kind it takes (``ross_<detector>``: ``ross_msp``, never ``ross_smoothed_msp``);
+#: ``names``, those and the members of that kind's families, when that kind is another than its own
+#: (``adaptive_<detector>``: ``adaptive_msp`` and ``adaptive_ross_msp``)
+WRAPS = ("registered", "names")
+#: the grammar of a name, which the registry (not a family's ``accepts``) enforces, stated as messages quote it
+GRAMMAR = (f"a name that composes each family at most once and at most {MAX_COMPOSITION} families in all, one of "
+           "each kind, each wrapping a registered plugin or another kind's member (adaptive_apgd_eot_ross_msp "
+           "composes two: adaptive_apgd_eot_<detector> of ross_<detector> of msp)")
 #: the families a name composes, outermost first: ``(kind, prefix)`` each
 Chain = tuple[tuple[str, str], ...]
 
@@ -105,11 +115,12 @@ def _declares_override(obj: Any) -> bool:
     return vars(obj).get("overrides") is True if hasattr(obj, "__dict__") else False
 
 
-def check_composition(kind: str, name: str, families: dict[str, dict[str, tuple[str, str]]],
+def check_composition(kind: str, name: str, families: dict[str, dict[str, tuple[str, str, str]]],
                       registered: Callable[[str, str], bool]) -> None:
-    """Refuse a name that composes a family twice or more than :data:`MAX_COMPOSITION` families, before any look-up
-    recurses: its prefixes are peeled off in a loop, the longest matching first, until a ``registered`` name or a
-    rest that no prefix begins. ``families``: kind -> prefix -> (the kind it takes, its pattern)."""
+    """Refuse a name outside the grammar (:data:`GRAMMAR`) before any look-up recurses: its prefixes are peeled off
+    in a loop, the longest matching first, until a ``registered`` name or a rest that no prefix begins; a family met
+    twice, a second family of one kind, or a family under one that wraps only registered plugins is a UsageError.
+    ``families``: kind -> prefix -> (the kind it takes, its pattern, what it wraps: :data:`WRAPS`)."""
     peeled: list[tuple[str, str]] = []
     at, rest = kind, name
     while not registered(at, rest):
@@ -117,13 +128,35 @@ def check_composition(kind: str, name: str, families: dict[str, dict[str, tuple[
         if not prefixes:
             return
         prefix = max(prefixes, key=len)
-        takes, pattern = families[at][prefix]
-        twice = (at, prefix) in peeled
-        if twice or len(peeled) == MAX_COMPOSITION:
-            what = f"family {pattern} twice" if twice else f"more than {MAX_COMPOSITION} families"
-            raise UsageError(f"{_singular(kind)} {shown(name)} composes {what}; valid choices: a name that composes "
-                             f"each family at most once and at most {MAX_COMPOSITION} families in all "
-                             "(adaptive_apgd_eot_ross_msp composes two: adaptive_apgd_eot_<detector> of "
-                             "ross_<detector> of msp)")
+        takes, pattern, _ = families[at][prefix]
+        if (at, prefix) in peeled:
+            raise UsageError(f"{_singular(kind)} {shown(name)} composes family {pattern} twice; valid choices: "
+                             f"{GRAMMAR}")
+        if peeled:
+            outer_kind, outer_prefix = peeled[-1]
+            outer = families[outer_kind][outer_prefix]
+            if outer[2] == "registered" or any(k == at for k, _ in peeled):
+                why = "wraps only registered plugins" if outer[2] == "registered" else \
+                    f"is of a kind ({at}) the name composes already"
+                raise UsageError(f"{_singular(kind)} {shown(name)} nests family {pattern} inside {outer[1]}, which "
+                                 f"{why}; valid choices: {GRAMMAR}")
         peeled.append((at, prefix))
         at, rest = takes, rest[len(prefix):]
+
+
+def parse_chain(kind: str, name: str, families: dict[str, dict[str, tuple[str, str, str]]],
+                registered: Callable[[str, str], bool]) -> tuple[list[tuple[str, str]], str, str] | None:
+    """``name`` parsed by the grammar (:data:`GRAMMAR`, checked first by :func:`check_composition`): the families
+    it composes, outermost first as ``(kind, prefix)``, and its base plugin's kind and name; None when it parses to
+    no registered plugin. A name is validated by parsing, not by membership in a list of every name."""
+    check_composition(kind, name, families, registered)
+    chain: list[tuple[str, str]] = []
+    at, rest = kind, name
+    while not registered(at, rest):
+        prefixes = [p for p in families.get(at, {}) if rest.startswith(p) and len(rest) > len(p)]
+        if not prefixes:
+            return None
+        prefix = max(prefixes, key=len)
+        chain.append((at, prefix))
+        at, rest = families[at][prefix][0], rest[len(prefix):]
+    return chain, at, rest

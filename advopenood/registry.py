@@ -17,13 +17,16 @@ The built-in plugins in ``plugins/`` are found the same way, through this packag
 Generated plugins come in families (:func:`family`, :class:`Family`): a family is registered once with a name
 prefix and what it takes (``ross_`` takes a detector), and a name such as ``ross_msp`` or
 ``adaptive_apgd_eot_ross_msp`` is parsed into family and base plugin at look-up, its plugin made on the first
-look-up and kept (once per name per registry). ``advopenood list <kind>`` shows the families, ``--all`` every name.
+look-up and kept (once per name per registry). ``advopenood list <kind>`` shows the families, ``--all`` every name
+(streamed), ``--filter PATTERN`` the names that match.
 
 The registry is an instance (:class:`Registry`, as pluggy's ``PluginManager``): the package uses one
 (:func:`default`), which the module-level functions here read; a test takes a fresh one (:meth:`Registry.copy`,
 :func:`using`). Names are lower-case when registered and case-sensitive when looked up (``ROSS_MSP`` is no name; the
-message suggests ``ross_msp``). A name composes each family at most once and at most
-:data:`~advopenood.plugin_registry.MAX_COMPOSITION` families, checked before any look-up recurses.
+message suggests ``ross_msp``). What a name composes is bounded by the registry's grammar, not by a family's
+``accepts`` (:data:`~advopenood.plugin_names.GRAMMAR`: each family at most once, one family of each kind, so at most
+:data:`~advopenood.plugin_registry.MAX_COMPOSITION`; a family that ``wraps="registered"`` wraps no member), checked by
+parsing before any look-up recurses.
 
 It is strict, and a clash costs only its names: two plugins under one name are a *clash* (its line names both sources
 and the fix) unless exactly one of them declares ``overrides = True`` on itself (not inherited); the override is
@@ -51,7 +54,8 @@ from advopenood.plugin_registry import (GROUP_PREFIX, KINDS, MAX_COMPOSITION, En
 
 __all__ = ["GROUP_PREFIX", "KINDS", "MAX_COMPOSITION", "Entry", "Failure", "Family", "Registry", "check_declared",
            "check_params", "check_types", "clash_lines", "clashes", "create", "default", "discover", "entries",
-           "failure_message", "failures", "families", "family", "generated", "get", "names", "overrides",
+           "failure_message", "failures", "families", "family", "generated", "get", "iter_entries", "names",
+           "overrides",
            "parse_names", "provide", "register", "registered", "resolves", "unregister", "using"]
 
 T = TypeVar("T")
@@ -71,7 +75,7 @@ def register(kind: str, name: str | None = None, description: str | None = None,
 
 def family(kind: str, prefix: str, make: Callable[[str], Any] | None = None, *, accepts: Callable[[Any], bool],
            takes: str = "detectors", description: str = "", hint: str = "", source: str = "",
-           shorthand: str = "") -> Any:
+           shorthand: str = "", wraps: str = "names") -> Any:
     """Register a family of ``kind``: every name ``<prefix><base>`` where ``base`` resolves among ``takes`` to a
     plugin that ``accepts(plugin)`` is true of, made by ``make(base)`` on its first look-up (once per name; the
     name then resolves to that object). Its names are reserved as a registered plugin's are. Used as a decorator
@@ -80,9 +84,11 @@ def family(kind: str, prefix: str, make: Callable[[str], Any] | None = None, *, 
     name selecting one member per selected detector. An empty prefix is a UsageError naming the package; a second
     family under one prefix, or a family of another package whose prefix overlaps this one's (one begins the
     other), is a clash: the names of both are unusable (:func:`clashes`). A member is never a member of its own
-    family again (``accepts`` need not refuse them)."""
+    family again (``accepts`` need not refuse them). ``wraps`` (``registered`` or ``names``) and the registry's
+    grammar (:data:`~advopenood.plugin_names.GRAMMAR`: one family of each kind per name) bound what a name composes,
+    whatever ``accepts`` takes."""
     return _core.default().family(kind, prefix, make, accepts=accepts, takes=takes, description=description, hint=hint,
-                           source=source, shorthand=shorthand)
+                                  source=source, shorthand=shorthand, wraps=wraps)
 
 
 def generated(kind: str, name: str) -> bool:
@@ -160,6 +166,12 @@ def resolves(kind: str, name: str) -> bool:
     """Whether ``name`` resolves among ``kind`` (a registered plugin or a family's name), without listing all; a
     UsageError for a name a clash makes unusable or one that composes too many families."""
     return _core.default().resolve(kind, name) is not None
+
+
+def iter_entries(kind: str) -> Any:
+    """``(name, entry)`` of every name of ``kind`` that resolves, sorted, made one at a time (``list --all``
+    prints as it goes)."""
+    return _core.default().iter_entries(kind)
 
 
 def entries(kind: str) -> dict[str, Entry]:

@@ -1,13 +1,12 @@
 """Families, not generated classes (issue 41, item 5): a family is registered once with a name prefix and resolves
 its names at look-up, each made once per registry; ``advopenood list`` shows families, ``--all`` every name; the
 registry is an instance a test takes fresh; the names a family generates stay reserved (issue 39). Names are bounded
-(issue 49, item 3): a name composes each family at most once and at most ``MAX_COMPOSITION`` families, checked before
-any look-up recurses; a family with an empty prefix is refused, two packages' overlapping prefixes clash; a family
-whose ``accepts`` takes its own members lists a bounded set of names."""
+(issue 49, item 3; issue 51, item 4): the registry's grammar, not a family's ``accepts``, bounds what a name composes
+(each family at most once, one family of each kind), checked by parsing before any look-up recurses; a family with an
+empty prefix is refused, two packages' overlapping prefixes clash; a wrapper that accepts everything lists a bounded
+set of names in seconds."""
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import time
 
@@ -18,7 +17,6 @@ from advopenood.capabilities import is_differentiable
 from advopenood.cli.main import main
 from advopenood.errors import UsageError
 from advopenood.plugin_registry import MAX_COMPOSITION
-from conftest import pack_config
 
 
 def counting_family(reg: registry.Registry, calls: list[str]) -> None:
@@ -153,20 +151,27 @@ def test_a_self_nested_name_is_one_line_naming_the_limit(kind, name, fragment):
     assert time.monotonic() - started < 1
 
 
-def test_a_name_of_more_families_than_the_limit_is_refused_before_resolving(fresh_registry):
-    """Four third-party wrappers that take any detector: a name of all four resolves, one more family (ROSS) is
-    refused in one line, before any factory runs."""
+def test_the_grammar_not_accepts_bounds_what_a_name_composes(fresh_registry):
+    """Issue 51, item 4: four third-party wrappers that accept any detector. Each wraps a registered detector (an
+    attack family wraps their members: one family of each kind); a second family of one kind is refused in one line
+    naming the grammar, before any factory runs, and the listing holds each wrapper once per registered detector
+    (under 0.2 a name of all four resolved, and the listing grew with every wrapper's permutations)."""
     made: list[str] = []
     for i in range(1, 5):
         fresh_registry.family("detectors", f"zz{i}_", lambda d: made.append(d) or type(f"W{d}", (), {"__doc__": "W."}),
                               accepts=lambda obj: True, source="zz_chain.plugins")
-    assert registry.resolves("detectors", "zz1_zz2_zz3_zz4_msp") and made == ["msp", "zz4_msp", "zz3_zz4_msp",
-                                                                            "zz2_zz3_zz4_msp"]
+    assert all(registry.resolves("detectors", f"zz{i}_msp") for i in range(1, 5))
     made.clear()
-    with pytest.raises(UsageError, match=rf"^detector 'ross_zz1_zz2_zz3_zz4_msp' composes more than "
-                                         rf"{MAX_COMPOSITION} families; valid choices: "):
-        registry.get("detectors", "ross_zz1_zz2_zz3_zz4_msp")
-    assert made == [] and registry.resolves("detectors", "ross_zz1_zz2_zz3_msp")
+    with pytest.raises(UsageError, match=r"^detector 'zz1_zz2_msp' nests family zz2_<detector> inside zz1_<detector>, "
+                                         r"which is of a kind \(detectors\) the name composes already; valid choices: "
+                                         rf"a name that composes each family at most once and at most "
+                                         rf"{MAX_COMPOSITION}"):
+        registry.get("detectors", "zz1_zz2_msp")
+    assert made == []
+    registered = fresh_registry.registered_entries("detectors")
+    listed = registry.names("detectors")
+    assert len(listed) <= len(registered) * (1 + len(fresh_registry.families["detectors"]))
+    assert not [n for n in listed if sum(n.count(p) for p in ("zz1_", "zz2_", "zz3_", "zz4_", "ross_")) > 1]
 
 
 def test_a_family_with_an_empty_prefix_is_refused_naming_its_package(fresh_registry):
@@ -197,13 +202,14 @@ def test_families_of_two_packages_with_overlapping_prefixes_clash(fresh_registry
     assert "ross_msp" not in registry.names("detectors") and "smoothed_msp" in registry.names("detectors")
 
 
-#: a third party's family through the documented API (docs/plugins.md): ``accepts=is_differentiable`` takes its
-#: own members (``neg_msp`` is differentiable), so the listing of every name never ended
+#: a third party's family through the documented API (docs/plugins.md) that accepts every detector, its own members
+#: and every other family's included (``accepts`` bounds nothing): under 0.2 it and ``smoothed_`` wrapped each other
+#: and the listing of every name did not end
 NEG_FAMILY = '''"""neg_<detector>: a detector's confidence negated."""
-from advopenood.plugin import family, get, is_differentiable
+from advopenood.plugin import family, get
 
 
-@family("detectors", "neg_", accepts=is_differentiable, hint="a detector with a differentiable score")
+@family("detectors", "neg_", accepts=lambda obj: True, hint="any detector")
 def neg_detector(detector: str) -> type:
     """The base detector with its confidence negated."""
     base = get("detectors", detector)
@@ -217,34 +223,31 @@ def neg_detector(detector: str) -> type:
 '''
 
 
-def test_a_family_that_accepts_its_own_members_runs_and_lists_a_bounded_set(fresh_registry, tmp_path, data_root,
-                                                                           session_cache, monkeypatch):
-    """The issue's case: ``--detectors msp,neg_msp,neg_ross_msp`` ran for over 10 minutes without output (the
-    plugin index listed neg_neg_..._msp without end). It runs (a subprocess, so that a hang is a failure), and the
-    listing has each family once per name."""
+def test_a_wrapper_that_accepts_everything_lists_a_bounded_set_in_seconds(fresh_registry, tmp_path, monkeypatch,
+                                                                        capsys):
+    """Issue 51, item 4: the wrapper above, installed through an entry point: ``list detectors --all`` returns
+    within 5 s, each name composes one detector family, attacks wrap its members, and a nesting of two detector
+    families is refused by the grammar in one line (issue 49's ``neg_ross_msp`` ran for over 10 minutes without
+    output under 0.1)."""
     from test_strict_registry import make_dist
 
     site = tmp_path / "site"
     site.mkdir()
     make_dist(site, "zz-neg", {"zz_neg": NEG_FAMILY}, {"advopenood.detectors": ["neg = zz_neg"]})
-    config = pack_config(tmp_path / "cfg", data_root, {"attacks": [], "detector_params": {
-        "neg_ross_msp": {"n": 3, "val_size": 4}}})
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    done = subprocess.run([sys.executable, "-m", "advopenood.cli", "run", "--config", config, "--detectors",
-                           "msp,neg_msp,neg_ross_msp", "--out", str(tmp_path / "out"), "--quiet"], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert (tmp_path / "out" / "scores" / "neg_ross_msp.npz").is_file()
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setattr(plugin_registry, "_DISTS", dict(plugin_registry._DISTS))
     fresh_registry.discovered.clear()  # the package loads into the test's registry
     try:
-        listed = registry.names("detectors")
-        assert {"neg_msp", "neg_ross_msp", "ross_neg_msp", "neg_smoothed_msp"} <= set(listed)
-        assert not [n for n in listed if n.count("neg_") > 1] and len(listed) < 10 * len(fresh_registry.table[
-            "detectors"])
-        assert registry.resolves("attacks", "adaptive_neg_ross_msp")
-        with pytest.raises(UsageError, match="composes family neg_<detector> twice"):
-            registry.get("detectors", "neg_neg_msp")
+        started = time.monotonic()
+        assert main(["list", "detectors", "--all"]) == 0
+        assert time.monotonic() - started < 5
+        listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+        assert {"neg_msp", "neg_ross_msp", "neg_smoothed_msp"} & set(listed) == {"neg_msp"}
+        assert not [n for n in listed if sum(n.count(p) for p in ("neg_", "ross_", "smoothed_")) > 1]
+        assert registry.resolves("attacks", "adaptive_neg_msp")
+        for name, fragment in (("neg_neg_msp", "composes family neg_<detector> twice"),
+                               ("neg_ross_msp", "nests family ross_<detector> inside neg_<detector>")):
+            with pytest.raises(UsageError, match=fragment):
+                registry.get("detectors", name)
     finally:
         sys.modules.pop("zz_neg", None)

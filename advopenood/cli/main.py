@@ -162,6 +162,9 @@ def build_parser(store_index: bool = True) -> argparse.ArgumentParser:
             p.add_argument("kind", help=" | ".join(registry.KINDS))
             p.add_argument("--all", action="store_true", dest="every",
                            help="every name that resolves, one per line (the families' names too)")
+            p.add_argument("--filter", dest="pattern", metavar="PATTERN",
+                           help="only the names (of every one, as --all) that match the shell-style PATTERN, "
+                                "e.g. '*ross*'")
         if name == "verify":
             p.add_argument("run", help="a run's output folder (the --out of advopenood run)")
         for add in ANALYSIS_FLAGS if name in analyses else SUBCOMMAND_FLAGS.get(name, []):
@@ -183,31 +186,53 @@ def _plan(args: argparse.Namespace, **forced: Any) -> RunPlan:
     return load_plan(args.config or "demo", **flags)
 
 
-def cmd_list(kind: str, every: bool = False) -> int:
+def cmd_list(kind: str, every: bool = False, pattern: str | None = None) -> int:
     """One line per registered plugin of ``kind`` and one per family (its pattern, what it does and takes, and its
-    shorthand), or with ``every`` one line per name that resolves: the name first, then its description (from the
-    plugin index); a name or family that a clash makes unusable is listed as ``UNUSABLE`` with the clash's line. A
-    UsageError when a plugin package failed to load."""
+    shorthand), from the plugin index; with ``every`` one line per name that resolves, the name first, then its
+    description, printed as each is made (:func:`advopenood.registry.iter_entries`); with ``pattern`` (shell-style,
+    :mod:`fnmatch`, as timm's ``list_models(filter)``) only the names, of every one, that match it. A name or family
+    that a clash makes unusable is listed as ``UNUSABLE`` with the clash's line. A UsageError when a plugin package
+    failed to load."""
     if kind not in registry.KINDS:
         raise UsageError(f"unknown plugin kind {kind!r}; valid choices: {', '.join(registry.KINDS)}")
     listing = plugin_index.index()
     if listing.get("failed"):  # a list without the failed package's plugins would look complete
         raise UsageError(f"{listing['failed']} (advopenood list {kind} would lack its plugins)")
-    rows = {name: description for name, (description, _, family) in listing[kind].items() if every or not family}
-    if not every:
-        families = listing["families"][kind]
-        folded = {shorthand for *_, shorthand in families.values() if shorthand}
-        rows = {name: text for name, text in rows.items() if name not in folded}
-        for pattern, (description, _, takes, shorthand) in families.items():
-            rows[pattern] = " ".join([description, f"For {takes}." if takes else "",
-                                      f"'{shorthand}' selects one per selected detector." if shorthand else ""]).strip()
-    rows.update({name: f"UNUSABLE: {line}" for name, line in (listing.get("clashes") or {}).get(kind, {}).items()})
-    rows = dict(sorted(rows.items()))
+    unusable = {name: f"UNUSABLE: {line}" for name, line in (listing.get("clashes") or {}).get(kind, {}).items()}
+    if every or pattern is not None:
+        return _stream(kind, unusable, pattern)
+    rows = {name: description for name, (description, *_) in listing[kind].items()}
+    families = listing["families"][kind]
+    folded = {row[3] for row in families.values() if row[3]}
+    rows = {name: text for name, text in rows.items() if name not in folded}
+    for family_pattern, (description, _, takes, shorthand, *_) in families.items():
+        rows[family_pattern] = " ".join([description, f"For {takes}." if takes else "",
+                                         f"'{shorthand}' selects one per selected detector." if shorthand else ""]
+                                        ).strip()
+    rows = dict(sorted({**rows, **unusable}.items()))
     width = max((len(n) for n in rows), default=0)
+    return _print_rows(((name, text) for name, text in rows.items()), width)
+
+
+def _stream(kind: str, unusable: dict[str, str], pattern: str | None) -> int:
+    """``list --all`` / ``--filter``: every name that resolves (and matches ``pattern``), in order, each printed as
+    it is made; the column width is that of the longest name the grammar allows, known before any is made."""
+    import fnmatch
+    import heapq
+
+    def keep(name: str) -> bool:
+        return pattern is None or fnmatch.fnmatchcase(name, pattern)
+
+    width = max((len(n) for n in registry.default().names_by_grammar(kind) if keep(n)), default=0)
+    made = ((name, entry.description) for name, entry in registry.iter_entries(kind) if keep(name))
+    return _print_rows(heapq.merge(made, sorted((n, t) for n, t in unusable.items() if keep(n))), width)
+
+
+def _print_rows(rows: Any, width: int) -> int:
+    """Print ``(name, text)`` rows as they come, the names padded to ``width``; quiet when the reader left."""
     try:
-        for name, description in rows.items():
-            print(f"{name:<{width}}  {description}")
-        sys.stdout.flush()
+        for name, description in rows:
+            print(f"{name:<{width}}  {description}", flush=True)
     except BrokenPipeError:  # `advopenood list attacks | head -1`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the flush at exit is quiet too
     return 0
@@ -307,7 +332,7 @@ def _main(argv: list[str]) -> int:
             return 0
         args = parser.parse_args(argv)
         if args.command == "list":
-            return cmd_list(args.kind, args.every)
+            return cmd_list(args.kind, args.every, args.pattern)
         if args.command == "verify":
             return cmd_verify(args.run)
         precheck(args)  # bad flags and names are refused before torch and the plugins load

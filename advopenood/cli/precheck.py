@@ -9,7 +9,7 @@ import argparse
 
 from advopenood import plugin_index, registry
 from advopenood.errors import UsageError, choice_message
-from advopenood.plugin_registry import _singular, check_composition
+from advopenood.plugin_names import _singular, parse_chain
 from advopenood.flags import CI_METHODS, MAX_RESAMPLES, MIN_RESAMPLES, parse_eps, too_few_resamples
 
 #: flag (argparse dest) -> the plugin kind its comma-separated names select
@@ -37,18 +37,25 @@ def check_values(args: argparse.Namespace) -> None:
         raise UsageError(f"ci.resamples: {too_few_resamples(resamples)}")
 
 
+def index_grammar(listing: dict) -> dict[str, dict[str, tuple[str, str, str]]]:
+    """The families of the plugin index as :func:`~advopenood.plugin_names.parse_chain` reads them: kind -> prefix
+    -> (the kind it takes, its pattern, what it wraps)."""
+    return {kind: {pattern.split("<")[0]: (row[4], pattern, row[5])
+                   for pattern, row in listing["families"][kind].items()} for kind in registry.KINDS}
+
+
 def check_names(args: argparse.Namespace) -> None:
-    """Every name of the plugin flags is in the plugin index (case-sensitive; ``all`` selects every detector); a
-    name a clash makes unusable is refused with the clash's line. With a plugin package that failed to load the
-    index is incomplete, and with a clash a name made from a clashing one is missing from it: the full check after
-    loading names the failure or the clash instead."""
+    """Every name of the plugin flags parses by the grammar (:data:`~advopenood.plugin_names.GRAMMAR`) to a
+    registered plugin of the plugin index, each family over a registered plugin it accepts (case-sensitive; ``all``
+    selects every detector); whether a family accepts another family's member is left to the full look-up, as is
+    anything with a failed plugin package or a clash (the index is incomplete then: the full check after loading
+    names the failure or the clash instead). A name a clash makes unusable is refused with the clash's line."""
     listing = plugin_index.index(store=False)
     if listing.get("failed"):
         return
     clashes = listing.get("clashes") or {}
-    plural = {_singular(kind): kind for kind in registry.KINDS}
-    families = {kind: {pattern.split("<")[0]: (plural[pattern.split("<")[1].rstrip(">")], pattern)
-                       for pattern in listing["families"][kind]} for kind in registry.KINDS}
+    families = index_grammar(listing)
+    registered = lambda k, n: n in listing[k]  # noqa: E731
     for flag, kind in NAME_FLAGS.items():
         value = getattr(args, flag, None)
         if value is None:
@@ -57,12 +64,29 @@ def check_names(args: argparse.Namespace) -> None:
         if names == ["all"]:
             continue
         for name in names:
-            check_composition(kind, name, families, lambda k, n: n in listing[k] and not listing[k][n][2])
+            parsed = parse_chain(kind, name, families, registered)
             if name in clashes.get(kind, {}):
                 raise UsageError(clashes[kind][name])
-            if name not in listing[kind] and not any(clashes.values()):
-                singular = kind[:-1] if kind != "analyses" else "analysis"
-                raise UsageError(choice_message(singular, name, sorted(listing[kind]), f"advopenood list {kind}"))
+            if (parsed is None or _refused(listing, families, *parsed)) and not any(clashes.values()):
+                raise UsageError(choice_message(_singular(kind), name, suggestions(listing, kind),
+                                                f"advopenood list {kind}"))
+
+
+def _refused(listing: dict, families: dict, chain: list[tuple[str, str]], _: str, base: str) -> bool:
+    """Whether the innermost family of ``chain`` refuses its registered ``base`` (the index's ``refuses``)."""
+    if not chain:
+        return False
+    kind, prefix = chain[-1]
+    return base in listing["families"][kind][families[kind][prefix][1]][6]
+
+
+def suggestions(listing: dict, kind: str) -> list[str]:
+    """The names a message suggests from: the registered ones and each family's prefix before each registered
+    name it accepts (made here, for the message only; a name is validated by parsing)."""
+    out = set(listing[kind])
+    for pattern, row in listing["families"][kind].items():
+        out |= {pattern.split("<")[0] + base for base in listing[row[4]] if base not in row[6]}
+    return sorted(out)
 
 
 def precheck(args: argparse.Namespace) -> None:

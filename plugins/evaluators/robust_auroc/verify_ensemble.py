@@ -1,7 +1,7 @@
 """Re-derivation of the ensemble rows of ``robust_auroc.csv``, of ``robust_ensemble.csv`` and of the
 ``masking_suspected`` column (``advopenood verify``), written apart from ``ensemble.py``.
 
-The sets come from ``run.json`` through :func:`~advopenood_plugins.evaluators.robust_auroc.verify.robust_sets`; the
+The sets come from ``run.json`` through :func:`~advopenood_plugins.kit.verify_robust.robust_sets`; the
 per-image worst case is a plain loop over images; every AUROC and bootstrap replicate comes from the independent
 checker :mod:`advopenood.evaluation.oracle` (Mann-Whitney AUROC, the cell's seeded resamples as a loop).
 """
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from advopenood.evaluation import oracle
-from advopenood_plugins.evaluators.robust_auroc.verify import ROBUST_BOUNDS, ROBUST_METRICS, robust_bounds, robust_sets
+from advopenood_plugins.kit.verify_robust import ROBUST_BOUNDS, ROBUST_METRICS, robust_bounds, robust_sets
 
 #: the order attacks join the ensemble, as the writer documents it (``<method>`` or ``<method>_eot``)
 JOIN_ORDER = ["apgd", "apgd_eot", "apgd_aux", "apgd_aux_eot", "pgd", "pgd_eot", "square"]
