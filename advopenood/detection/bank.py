@@ -51,12 +51,10 @@ def create_detector(name: str, backend: str, params: dict[str, Any] | None = Non
     return det
 
 
-def evaluation_noise_seeds(names: Iterable[str], params: dict[str, dict] | None, seed: int) -> dict[str, int]:
-    """The seed of the evaluation noise of every randomised detector in ``names``
-    (:meth:`~advopenood.capabilities.Randomised.evaluation_noise_seed`; ``run.json``'s ``evaluation_noise_seed``)."""
-    params = {str(k).lower(): dict(v or {}) for k, v in (params or {}).items()}
-    return {name: create_detector(name, "pytorch-ood", params.get(name), seed=seed).evaluation_noise_seed()
-            for name in names if is_randomised(registry.get("detectors", name))}
+def evaluation_noise_seeds(dets: dict[str, Postprocessor]) -> dict[str, int]:
+    """The seed of the evaluation noise of every randomised detector of ``dets`` (the run's, as constructed once:
+    :meth:`~advopenood.capabilities.Randomised.evaluation_noise_seed`; ``run.json``'s ``evaluation_noise_seed``)."""
+    return {name: det.evaluation_noise_seed() for name, det in dets.items() if is_randomised(det)}
 
 
 def backend_label(name: str, resolved: str) -> str:
@@ -277,15 +275,10 @@ def _barrier(world_size: int) -> None:
         dist.barrier()
 
 
-def check_detectors(names: list[str], params: dict[str, dict] | None) -> dict[str, dict]:
-    """Raise a UsageError for an unknown detector, parameters for an unknown detector, or an unknown parameter of
-    a built-in detector (its ``Postprocessor`` class checks them); returns ``params`` keyed by lower-case name.
-    Cheap, so a run calls it before any work."""
+def detector_params(params: dict[str, dict] | None) -> dict[str, dict]:
+    """``params`` keyed by lower-case detector name; a UsageError for parameters given for an unknown detector
+    (checked without constructing anything: the run constructs each detector once, :func:`create_detector`)."""
     params = {str(k).lower(): dict(v or {}) for k, v in (params or {}).items()}
-    for key in [n.strip().lower() for n in names]:
-        obj = registry.get("detectors", key)
-        if inspect.isclass(obj) and issubclass(obj, Postprocessor):
-            obj(**params.get(key, {}))
     stray = sorted(set(params) - set(registry.names("detectors")))
     if stray:
         raise UsageError(f"parameters given for unknown detector {stray[0]!r}; "
