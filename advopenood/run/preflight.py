@@ -304,11 +304,14 @@ def checkpoint_path(plan: RunPlan) -> Path | None:
 
 
 def check_model(plan: RunPlan) -> None:
-    """A checkpoint is planned or a training recipe is given; the checkpoint itself is checked by loading it, once,
-    when the run is resolved (:func:`load_checkpoint`)."""
-    if checkpoint_path(plan) is None and plan.model.train is None:
+    """A checkpoint file is planned and present, or a training recipe is given; what the checkpoint holds is checked
+    by loading it, once, when the run is resolved (:func:`load_checkpoint`)."""
+    path = checkpoint_path(plan)
+    if path is None and plan.model.train is None:
         raise UsageError("model has neither checkpoint nor train; valid choices: model.checkpoint: FILE "
                          "(relative to the data root) or model.train: {epochs, lr, batch}")
+    if path is not None and not path.is_file():
+        raise UsageError(f"checkpoint {str(path)!r} not found")
 
 
 def load_checkpoint(plan: RunPlan) -> Any:
