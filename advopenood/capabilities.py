@@ -141,7 +141,7 @@ class DetectorAware(abc.ABC):
         """The attacked detector's confidence of ``x`` (higher = more ID), without gradients."""
 
     def use_fitted(self, detector: Any) -> None:
-        """The run's own fitted detector (a handle, :class:`advopenood.detection.scoring.FittedDetector`:
+        """The run's own fitted detector (a handle, :class:`advopenood.detection.bank.FittedDetector`:
         ``detector.get()`` is the detector the run scores with, fitted once on first need; ``detector.memo`` keeps
         what the run's attacks derive from it); the core calls it after :meth:`bind` (:func:`bind_attack`). An
         attack that does not override it fits its own detector from what :meth:`bind` gave it."""

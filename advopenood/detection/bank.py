@@ -286,6 +286,45 @@ def detector_params(params: dict[str, dict] | None) -> dict[str, dict]:
     return params
 
 
+def build_detectors(names: list[str], backend: str, params: dict[str, dict] | None, **settings: Any
+                    ) -> tuple[dict[str, Postprocessor], dict[str, str], dict[str, str]]:
+    """Every detector of ``names`` constructed once with its parameters (:func:`create_detector`; ``settings``: its
+    ``num_classes``, ``device``, ``seed``, ``batch_size``, ``progress``): ``(built, errors, traces)``, a detector
+    that fails to build skipped with its reason in ``errors``. An unknown name or parameter (a UsageError) raises,
+    as do parameters given for an unknown detector (:func:`detector_params`)."""
+    params = detector_params(params)
+    built: dict[str, Postprocessor] = {}
+    errors: dict[str, str] = {}
+    traces: dict[str, str] = {}
+    for key in [n.strip().lower() for n in names]:
+        try:
+            built[key] = create_detector(key, backend, params.get(key), **settings)
+        except UsageError:
+            raise
+        except Exception as exc:  # a broken detector is skipped, never fatal for the others
+            _fail(errors, traces, key, "construction", exc)
+    return built, errors, traces
+
+
+class FittedDetector:
+    """A run's detector as an attack on it holds it (:meth:`advopenood.capabilities.DetectorAware.use_fitted`;
+    ``bank``: the run's :class:`~advopenood.detection.scoring.RunBank`): :meth:`get` is the bank's fitted detector
+    itself (fitted on first need), not a copy; ``memo`` keeps what the run's attacks derive from it (e.g. its
+    calibration on the fit set), shared by all of them."""
+
+    def __init__(self, bank: Any, name: str):
+        self.bank, self.name = bank, name
+        self.memo: dict[str, Any] = {}
+
+    def get(self) -> Postprocessor:
+        """The fitted detector."""
+        return self.bank.fitted(self.name)
+
+    def prefit(self) -> None:
+        """Fit it now (under torchrun every rank calls this at the same point, before any rank's attack needs it)."""
+        self.bank.fit([self.name])
+
+
 #: Fit work counters of :func:`fit_detectors` (``DetectorBank.work``), all zero.
 FIT_WORK = {"fits_computed": 0, "fit_states_reused": 0, "fit_pass_computed": 0, "fit_pass_reused": 0}
 

@@ -23,8 +23,8 @@ from advopenood.detection.bank import (
     _detector_key,
     _fail,
     backend_label,
-    create_detector,
-    detector_params,
+    FittedDetector,
+    build_detectors,
     fit_subset,
     join_batches,
     reads_outputs_only,
@@ -150,26 +150,6 @@ def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dat
     return bank
 
 
-def build_detectors(names: list[str], backend: str, params: dict[str, dict] | None, **settings: Any
-                    ) -> tuple[dict[str, Postprocessor], dict[str, str], dict[str, str]]:
-    """Every detector of ``names`` constructed once with its parameters (:func:`create_detector`; ``settings``: its
-    ``num_classes``, ``device``, ``seed``, ``batch_size``, ``progress``): ``(built, errors, traces)``, a detector
-    that fails to build skipped with its reason in ``errors``. An unknown name or parameter (a UsageError) raises,
-    as do parameters given for an unknown detector (:func:`detector_params`)."""
-    params = detector_params(params)
-    built: dict[str, Postprocessor] = {}
-    errors: dict[str, str] = {}
-    traces: dict[str, str] = {}
-    for key in [n.strip().lower() for n in names]:
-        try:
-            built[key] = create_detector(key, backend, params.get(key), **settings)
-        except UsageError:
-            raise
-        except Exception as exc:  # a broken detector is skipped, never fatal for the others
-            _fail(errors, traces, key, "construction", exc)
-    return built, errors, traces
-
-
 def _restore_states(dets: dict[str, Postprocessor], fitting: list[str], det_keys: dict[str, str], model: nn.Module,
                     cache: ScoreCache | None, refit: set[str], work: dict[str, int]) -> list[str]:
     """The detectors of ``fitting`` still to fit: the others' fitted states are read back from the store."""
@@ -197,10 +177,11 @@ def _fit_one(det: Postprocessor, key: str, model: nn.Module, fit_data: Dataset, 
 
 
 class RunBank(LazyBank):
-    """The run's detectors: each constructed once (:func:`build_detectors`, when the run is resolved), fitted once on
-    first need (a stored fitted state read back where there is one), then scored by the detect stage, handed to the
-    attacks that target them (:meth:`handle`) and to the analyses (``ctx.bank``). :meth:`bind` gives it the run's
-    model and fit set (the prepare stage builds them); nothing else constructs or fits a copy of a detector."""
+    """The run's detectors: each constructed once (:func:`~advopenood.detection.bank.build_detectors`, when the run is
+    resolved), fitted once on first need (a stored fitted state read back where there is one), then scored by the
+    detect stage, handed to the attacks that target them (:meth:`handle`) and to the analyses (``ctx.bank``).
+    :meth:`bind` gives it the run's model and fit set (the prepare stage builds them); nothing else constructs or
+    fits a copy of a detector."""
 
     def __init__(self, built: dict[str, Postprocessor], order: list[str], errors: dict[str, str],
                  traces: dict[str, str], backend: str, device: torch.device, *, seed: int, batch_size: int,
@@ -260,32 +241,15 @@ class RunBank(LazyBank):
         return self._handles[name]
 
 
-class FittedDetector:
-    """A run's detector as an attack on it holds it (:meth:`advopenood.capabilities.DetectorAware.use_fitted`):
-    :meth:`get` is the bank's fitted detector itself (fitted on first need), not a copy; ``memo`` keeps what the
-    run's attacks derive from it (e.g. its calibration on the fit set), shared by all of them."""
-
-    def __init__(self, bank: RunBank, name: str):
-        self.bank, self.name = bank, name
-        self.memo: dict[str, Any] = {}
-
-    def get(self) -> Postprocessor:
-        """The fitted detector."""
-        return self.bank.fitted(self.name)
-
-    def prefit(self) -> None:
-        """Fit it now (under torchrun every rank calls this at the same point, before any rank's attack needs it)."""
-        self.bank.fit([self.name])
-
-
 def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset,
               sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]], *, batch_size: int,
               device: torch.device, seed: int, params: dict[str, dict] | None = None,
               progress: bool = True, cache: ScoreCache | None = None,
               identities: dict[str, dict[str, Any]] | None = None, model_hash: str = "",
               rank: int = 0, world_size: int = 1, recompute: set[str] | None = None) -> ScoreResult:
-    """Construct (:func:`build_detectors`), fit and score every detector in ``names`` with one shared network pass
-    per batch: :func:`score_bank` on a new :class:`RunBank` (a run scores the bank it resolved instead).
+    """Construct (:func:`~advopenood.detection.bank.build_detectors`), fit and score every detector in ``names`` with
+    one shared network pass per batch: :func:`score_bank` on a new :class:`RunBank` (a run scores the bank it
+    resolved instead).
 
     ``sets`` maps a set name to a zero-argument callable yielding ``(x, y)`` batches of [0, 1] images. With a
     ``cache`` (and each set's identity in ``identities``), score vectors already in the store are read back,

@@ -186,7 +186,7 @@ def generate_sets(plan: RunPlan, model: Classifier, id_set, device: torch.device
 
     Detector-aware attacks are bound to the fit set (:func:`advopenood.capabilities.bind_attack`) first, and to
     the run's fitted detector (``handles``: set name -> the run's handle on the attacked detector,
-    :class:`advopenood.detection.scoring.FittedDetector`; under torchrun fitted now, on every rank, when the set has
+    :class:`advopenood.detection.bank.FittedDetector`; under torchrun fitted now, on every rank, when the set has
     shards to generate); then, with ``progress`` on rank 0, the plan of the stage goes to stderr
     (:func:`plan_lines`). Under torchrun each rank
     attacks the shards ``i % world_size == rank`` into the shared store; after a barrier rank 0 writes the

@@ -40,13 +40,6 @@ def distributed() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def rank_device(device: str) -> torch.device:
-    """``cuda`` becomes ``cuda:<LOCAL_RANK>`` under torchrun; other devices are kept."""
-    if device == "cuda" and "LOCAL_RANK" in os.environ:
-        return torch.device(f"cuda:{os.environ['LOCAL_RANK']}")
-    return torch.device(device)
-
-
 def load_model(plan: RunPlan, fit_set, device: torch.device, progress: bool = True) -> Classifier:
     """The planned classifier: a checkpoint (relative to the data root), or, with ``model.train``, the
     architecture trained on the fit set on first use and cached."""

@@ -12,6 +12,7 @@ part twice.
 """
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,11 +26,11 @@ from advopenood.capabilities import is_detector_aware
 from advopenood.config.loading import apply_overrides
 from advopenood.config.plan import AttackSpec, RunPlan, cache_dir, check_sources
 from advopenood.data.datasets import dataset_name
+from advopenood.detection.bank import FittedDetector, build_detectors
 from advopenood.detection.openood_backend import OpenOODPostprocessor, resolve_backend
 from advopenood.detection.scorecache import ScoreCache
-from advopenood.detection.scoring import FittedDetector, RunBank, build_detectors
+from advopenood.detection.scoring import RunBank
 from advopenood.run.preflight import build_plugins, load_checkpoint, preflight
-from advopenood.run.prepare import rank_device
 
 #: the backend of a detector an attack fits for itself: the pytorch-ood implementation, differentiable
 ATTACK_BACKEND = "pytorch-ood"
@@ -60,6 +61,13 @@ class ResolvedRun:
     def banks(self) -> tuple[RunBank, ...]:
         """The run's detector banks (its own, and that of the attacks' other targets)."""
         return tuple(b for b in (self.bank, self.targets) if b is not None)
+
+
+def rank_device(device: str) -> torch.device:
+    """``cuda`` becomes ``cuda:<LOCAL_RANK>`` under torchrun; other devices are kept."""
+    if device == "cuda" and "LOCAL_RANK" in os.environ:
+        return torch.device(f"cuda:{os.environ['LOCAL_RANK']}")
+    return torch.device(device)
 
 
 def _bank(plan: RunPlan, names: list[str], backend: str) -> RunBank:
