@@ -140,6 +140,12 @@ class DetectorAware(abc.ABC):
     def detector_score(self, x: Tensor) -> Tensor:
         """The attacked detector's confidence of ``x`` (higher = more ID), without gradients."""
 
+    def use_fitted(self, detector: Any) -> None:
+        """The run's own fitted detector (a handle, :class:`advopenood.detection.bank.FittedDetector`:
+        ``detector.get()`` is the detector the run scores with, fitted once on first need; ``detector.memo`` keeps
+        what the run's attacks derive from it); the core calls it after :meth:`bind` (:func:`bind_attack`). An
+        attack that does not override it fits its own detector from what :meth:`bind` gave it."""
+
 
 class Invertible(abc.ABC):
     """An attack with an inverted twin (e.g. seeking detected rather than undetected examples)."""
@@ -248,14 +254,17 @@ def is_detector_aware(attack: Any) -> bool:
 
 
 def bind_attack(attack: Any, model: Any, fit_set: Any, *, seed: int, batch_size: int, device: torch.device | str,
-                detector_params: Mapping[str, Any] | None = None) -> Any:
+                detector_params: Mapping[str, Any] | None = None, fitted: Any = None) -> Any:
     """Bind a :class:`DetectorAware` attack to the model, the fit set, the run's seed and batch size and the run's
-    ``detector_params`` entry for its detector (so it attacks the detector the run evaluates); other attacks are
-    returned unchanged."""
+    ``detector_params`` entry for its detector (so it attacks the detector the run evaluates), then, with
+    ``fitted`` (the run's handle on that detector), to the run's fitted detector itself
+    (:meth:`DetectorAware.use_fitted`); other attacks are returned unchanged."""
     if isinstance(attack, DetectorAware):
         params = {str(k).lower(): v for k, v in (detector_params or {}).items()}
         attack.bind(model, fit_set, seed=int(seed), batch_size=int(batch_size), device=device,
                     detector_params=params.get(attack.detector))
+        if fitted is not None:
+            attack.use_fitted(fitted)
     return attack
 
 

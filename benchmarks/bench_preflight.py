@@ -3,7 +3,7 @@
 Run: ``python benchmarks/bench_preflight.py``. Each config is checked in a new process (imports included, as a
 user's failing command would pay them): load the YAML and validate it with the flags, then resolve the run
 (:func:`advopenood.run.resolved.resolve`: :func:`advopenood.run.preflight.preflight` (folders, data headers,
-checkpoint, backend) and every plugin constructed). The median of three runs is reported.
+backend), then the checkpoint loaded and every plugin constructed). The median of three runs is reported.
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from advopenood.run import pipeline
 from advopenood.run.detect import Detected
 from advopenood.run.evaluate import Evaluated, call_plugin
 from advopenood.run.report import Reported
-from advopenood_plugins.kit import robust as kit_robust
+from advopenood.evaluation import shared as kit_robust  # the robust table's home (re-exported by the kit)
 from advopenood_plugins.kit.ood import SET_GROUPS
 from advopenood_plugins.kit.robust import ROBUST_TABLE
 

@@ -70,3 +70,42 @@ def test_a_run_enters_each_stage_once_in_order(tmp_path, session_cache, command,
     entered, callbacks = _trace_run(argv[:10] if command == "attack" else argv)
     assert entered == stages
     assert callbacks == []
+
+
+def test_plugins_read_a_frozen_view_and_the_evaluate_stage_returns_what_happened(tmp_path):
+    """Issue 51: a plugin gets a read-only view (``RunView``; the frozen ``RunContext``), reading ``plot_dir`` writes
+    nothing, and a plugin's failure and nothing-to-compute entry come back in the stage's result, not written into
+    the context the plugins share."""
+    import dataclasses
+
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from advopenood.evaluation.context import CleanRecord, RunContext
+    from advopenood.outputs.results import Results
+    from advopenood.plugin import RunView
+    from advopenood.run.evaluate import evaluate
+
+    class Broken:
+        def __call__(self, ctx):
+            raise RuntimeError("no table today")
+
+    class Empty:
+        def __call__(self, ctx):
+            assert ctx.plot_dir.is_dir()  # the stage makes it while the plugin runs
+            return Results(empty_reason="nothing to compare")
+
+    ctx = RunContext(None, tmp_path, None, torch.device("cpu"), 0, "d", "a", None, None, {}, {},
+                     CleanRecord(np.zeros(0), np.zeros(0)))
+    assert isinstance(ctx, RunView) and ctx.plot_dir == tmp_path / "plots"
+    assert not ctx.plot_dir.exists()  # reading where figures go makes no folder
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ctx.seed = 1  # type: ignore[misc]
+    evaluated = evaluate(ctx, [("evaluator:zzbroken", Broken()), ("analysis:zzempty", Empty())],
+                         pd.DataFrame())
+    assert evaluated.errors == {"evaluator:zzbroken": "RuntimeError: no table today"}
+    assert "no table today" in evaluated.traces["evaluator:zzbroken"]
+    assert evaluated.nothing_computed == {"analysis:zzempty": "nothing to compare"}
+    assert ctx.plugin_errors == {} and ctx.nothing_computed == {} and ctx.traces == {}
+    assert not (tmp_path / "plots").exists()  # made while each plugin ran, removed as it stayed empty

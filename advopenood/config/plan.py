@@ -4,7 +4,8 @@
 run validates it again; :func:`advopenood.run.resolved.resolve` makes it the run's
 :class:`~advopenood.run.resolved.ResolvedRun`, the preflight checks it, the pipeline executes it, plugins read it
 (``ctx.plan``) and ``run.json``'s ``config`` is its dump. Nothing downstream reads raw config dictionaries. The
-attack specs (one per adversarial set) are resolved here too (:func:`expand_attacks`), each attack constructed once.
+attack specs (one per adversarial set) are resolved here too (:func:`expand_attacks`): configuration only; the plan
+constructs no plugin (:func:`advopenood.run.resolved.resolve` constructs each attack once).
 """
 from __future__ import annotations
 
@@ -33,9 +34,6 @@ class RunPlan(RunConfig):
     _source: str = PrivateAttr("config")
     _folder: Path | None = PrivateAttr(None)
     _positions: dict = PrivateAttr(default_factory=dict)
-    #: set name -> the attack object :func:`expand_attacks` constructed for it, until :meth:`take_attacks` hands
-    #: it to a run (shared with :meth:`on_device`'s copy)
-    _built: dict = PrivateAttr(default_factory=dict)
 
     @property
     def source(self) -> str:
@@ -59,17 +57,9 @@ class RunPlan(RunConfig):
 
     @cached_property
     def attack_specs(self) -> tuple[AttackSpec, ...]:
-        """One spec per adversarial set, parameters fully resolved (:func:`expand_attacks`)."""
-        return tuple(expand_attacks(self, self.model.input_size, self._built))
-
-    def take_attacks(self) -> tuple[tuple[AttackSpec, Any], ...]:
-        """Each attack spec with its attack object: the one constructed when the specs were resolved, handed out
-        once (a run binds it to its model); when the same plan runs again, its attacks are constructed anew."""
-        from advopenood.attacks.base import build_attack
-
-        made = [(spec, self._built.pop(spec.set_name, None)) for spec in self.attack_specs]
-        return tuple((spec, build_attack(spec.attack, spec.params) if attack is None else attack)
-                     for spec, attack in made)
+        """One spec per adversarial set, parameters fully resolved (:func:`expand_attacks`): configuration, no
+        attack constructed."""
+        return tuple(expand_attacks(self, self.model.input_size))
 
     @property
     def cache(self) -> Path:
@@ -123,7 +113,7 @@ class RunPlan(RunConfig):
 
     def on_device(self, device: str) -> RunPlan:
         """This plan on ``device`` (a rank's ``cuda:<LOCAL_RANK>`` under torchrun): a copy of the validated values,
-        not validated again; its attack specs and attacks (which do not depend on the device) are kept."""
+        not validated again; its attack specs (which do not depend on the device) are kept."""
         return self.model_copy(update={"device": device})
 
     def replace(self, **changes: Any) -> RunPlan:
@@ -172,17 +162,18 @@ class AttackSpec:
     params: dict[str, Any]
 
 
-def expand_attacks(plan: RunConfig, input_size: int, built: dict[str, Any] | None = None) -> list[AttackSpec]:
+def expand_attacks(plan: RunConfig, input_size: int) -> list[AttackSpec]:
     """The plan's ``attacks`` (names or ``{name, eps, params, label}``) -> one spec per (attack, eps).
 
     Parameters, lowest precedence first: the attack's ``defaults``, the protocol's ``protocol_defaults``,
     ``attack_params.<family>``, ``attack_params.<name>``, the entry's ``params``; an eps list gives one set per
     eps, named ``<attack>@<eps>``. A registered *family* (:class:`~advopenood.capabilities.AttackFamily`, e.g. one
     attack per selected detector) stands for its members, each taking the family's ``attack_params`` and the
-    entry's eps and params. Parameters are validated by constructing the attack; ``built`` (when given) keeps
-    each constructed attack by set name, so that a run constructs none again (:meth:`RunPlan.take_attacks`).
+    entry's eps and params. Parameters are checked against the attack's declared ones without constructing it
+    (:func:`advopenood.registry.check_declared`); :func:`advopenood.run.resolved.resolve` constructs each attack
+    once, which checks the values.
     """
-    from advopenood.attacks.base import attack_params, build_attack
+    from advopenood.attacks.base import attack_params
 
     specs: list[AttackSpec] = []
     by_name = plan.attack_params
@@ -199,11 +190,9 @@ def expand_attacks(plan: RunConfig, input_size: int, built: dict[str, Any] | Non
         eps_list = list(eps_list) if isinstance(eps_list, (list, tuple)) else [eps_list]
         for eps in eps_list:
             full = {**params, "eps": None if eps is None else parse_eps(eps)}
-            made = build_attack(name, full)
+            registry.check_declared("attacks", name, full)
             label = entry.get("label") or name
             specs.append(AttackSpec(f"{label}@{full['eps']:.4g}" if len(eps_list) > 1 else label, name, full))
-            if built is not None:
-                built[specs[-1].set_name] = made
     names = [s.set_name for s in specs]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

@@ -51,12 +51,10 @@ def create_detector(name: str, backend: str, params: dict[str, Any] | None = Non
     return det
 
 
-def evaluation_noise_seeds(names: Iterable[str], params: dict[str, dict] | None, seed: int) -> dict[str, int]:
-    """The seed of the evaluation noise of every randomised detector in ``names``
-    (:meth:`~advopenood.capabilities.Randomised.evaluation_noise_seed`; ``run.json``'s ``evaluation_noise_seed``)."""
-    params = {str(k).lower(): dict(v or {}) for k, v in (params or {}).items()}
-    return {name: create_detector(name, "pytorch-ood", params.get(name), seed=seed).evaluation_noise_seed()
-            for name in names if is_randomised(registry.get("detectors", name))}
+def evaluation_noise_seeds(dets: dict[str, Postprocessor]) -> dict[str, int]:
+    """The seed of the evaluation noise of every randomised detector of ``dets`` (the run's, as constructed once:
+    :meth:`~advopenood.capabilities.Randomised.evaluation_noise_seed`; ``run.json``'s ``evaluation_noise_seed``)."""
+    return {name: det.evaluation_noise_seed() for name, det in dets.items() if is_randomised(det)}
 
 
 def backend_label(name: str, resolved: str) -> str:
@@ -277,20 +275,54 @@ def _barrier(world_size: int) -> None:
         dist.barrier()
 
 
-def check_detectors(names: list[str], params: dict[str, dict] | None) -> dict[str, dict]:
-    """Raise a UsageError for an unknown detector, parameters for an unknown detector, or an unknown parameter of
-    a built-in detector (its ``Postprocessor`` class checks them); returns ``params`` keyed by lower-case name.
-    Cheap, so a run calls it before any work."""
+def detector_params(params: dict[str, dict] | None) -> dict[str, dict]:
+    """``params`` keyed by lower-case detector name; a UsageError for parameters given for an unknown detector
+    (checked without constructing anything: the run constructs each detector once, :func:`create_detector`)."""
     params = {str(k).lower(): dict(v or {}) for k, v in (params or {}).items()}
-    for key in [n.strip().lower() for n in names]:
-        obj = registry.get("detectors", key)
-        if inspect.isclass(obj) and issubclass(obj, Postprocessor):
-            obj(**params.get(key, {}))
     stray = sorted(set(params) - set(registry.names("detectors")))
     if stray:
         raise UsageError(f"parameters given for unknown detector {stray[0]!r}; "
                          f"valid choices: {', '.join(registry.names('detectors'))}")
     return params
+
+
+def build_detectors(names: list[str], backend: str, params: dict[str, dict] | None, **settings: Any
+                    ) -> tuple[dict[str, Postprocessor], dict[str, str], dict[str, str]]:
+    """Every detector of ``names`` constructed once with its parameters (:func:`create_detector`; ``settings``: its
+    ``num_classes``, ``device``, ``seed``, ``batch_size``, ``progress``): ``(built, errors, traces)``, a detector
+    that fails to build skipped with its reason in ``errors``. An unknown name or parameter (a UsageError) raises,
+    as do parameters given for an unknown detector (:func:`detector_params`)."""
+    params = detector_params(params)
+    built: dict[str, Postprocessor] = {}
+    errors: dict[str, str] = {}
+    traces: dict[str, str] = {}
+    for key in [n.strip().lower() for n in names]:
+        try:
+            built[key] = create_detector(key, backend, params.get(key), **settings)
+        except UsageError:
+            raise
+        except Exception as exc:  # a broken detector is skipped, never fatal for the others
+            _fail(errors, traces, key, "construction", exc)
+    return built, errors, traces
+
+
+class FittedDetector:
+    """A run's detector as an attack on it holds it (:meth:`advopenood.capabilities.DetectorAware.use_fitted`;
+    ``bank``: the run's :class:`~advopenood.detection.scoring.RunBank`): :meth:`get` is the bank's fitted detector
+    itself (fitted on first need), not a copy; ``memo`` keeps what the run's attacks derive from it (e.g. its
+    calibration on the fit set), shared by all of them."""
+
+    def __init__(self, bank: Any, name: str):
+        self.bank, self.name = bank, name
+        self.memo: dict[str, Any] = {}
+
+    def get(self) -> Postprocessor:
+        """The fitted detector."""
+        return self.bank.fitted(self.name)
+
+    def prefit(self) -> None:
+        """Fit it now (under torchrun every rank calls this at the same point, before any rank's attack needs it)."""
+        self.bank.fit([self.name])
 
 
 #: Fit work counters of :func:`fit_detectors` (``DetectorBank.work``), all zero.

@@ -23,8 +23,8 @@ from advopenood.detection.bank import (
     _detector_key,
     _fail,
     backend_label,
-    check_detectors,
-    create_detector,
+    FittedDetector,
+    build_detectors,
     fit_subset,
     join_batches,
     reads_outputs_only,
@@ -92,8 +92,10 @@ def check_classes(labels: Tensor, num_classes: int) -> None:
 def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dataset, *, batch_size: int,
                   device: torch.device, seed: int, params: dict[str, dict] | None = None,
                   progress: bool = True, cache: ScoreCache | None = None, model_hash: str = "",
-                  rank: int = 0, world_size: int = 1, refit: set[str] | None = None) -> DetectorBank:
-    """Build and fit every detector in ``names`` with one shared pass over the fit set.
+                  rank: int = 0, world_size: int = 1, refit: set[str] | None = None,
+                  built: dict[str, Postprocessor] | None = None) -> DetectorBank:
+    """Fit every detector in ``names`` with one shared pass over the fit set: the detectors of ``built`` (constructed
+    once for the run, :class:`RunBank`; fitted in place), else each built here from ``params``.
 
     A detector that fails to build or fit is skipped with its reason in ``errors``; the others go on.
     An unknown detector name (or parameter) raises :class:`~advopenood.errors.UsageError` before any work.
@@ -104,7 +106,6 @@ def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dat
     ``refit``: detectors fitted again even when a fitted state is stored.
     """
     resolved = resolve_backend(backend)
-    params = check_detectors(names, params)
     keys = [n.strip().lower() for n in names]
     device = torch.device(device)
     num_classes = fc_layer(model).out_features
@@ -112,12 +113,10 @@ def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dat
     traces: dict[str, str] = {}
     seconds: dict[str, float] = {}
     work = dict(FIT_WORK)
-    dets = {}
-    for key in keys:
-        det = _constructed(key, resolved, params, errors, traces, num_classes=num_classes, device=device, seed=seed,
-                           batch_size=batch_size, progress=progress)
-        if det is not None:
-            dets[key] = det
+    if built is None:
+        built, errors, traces = build_detectors(keys, resolved, params, num_classes=num_classes, device=device,
+                                                seed=seed, batch_size=batch_size, progress=progress)
+    dets = {k: built[k] for k in keys if k in built}
     model.eval()
 
     fitting = [k for k, d in dets.items() if d.requires_fit]
@@ -151,19 +150,6 @@ def fit_detectors(names: list[str], backend: str, model: nn.Module, fit_set: Dat
     return bank
 
 
-def _constructed(key: str, resolved: str, params: dict[str, dict], errors: dict[str, str], traces: dict[str, str],
-                 **settings: Any) -> Postprocessor | None:
-    """Detector ``key`` built with its parameters; ``None`` (its reason in ``errors``) when it fails to build. An
-    unknown name or parameter (a UsageError) raises."""
-    try:
-        return create_detector(key, resolved, params.get(key), **settings)
-    except UsageError:
-        raise
-    except Exception as exc:  # a broken detector is skipped, never fatal for the others
-        _fail(errors, traces, key, "construction", exc)
-        return None
-
-
 def _restore_states(dets: dict[str, Postprocessor], fitting: list[str], det_keys: dict[str, str], model: nn.Module,
                     cache: ScoreCache | None, refit: set[str], work: dict[str, int]) -> list[str]:
     """The detectors of ``fitting`` still to fit: the others' fitted states are read back from the store."""
@@ -190,13 +176,80 @@ def _fit_one(det: Postprocessor, key: str, model: nn.Module, fit_data: Dataset, 
     det.fit(model, outputs, labels, batches)
 
 
+class RunBank(LazyBank):
+    """The run's detectors: each constructed once (:func:`~advopenood.detection.bank.build_detectors`, when the run is
+    resolved), fitted once on first need (a stored fitted state read back where there is one), then scored by the
+    detect stage, handed to the attacks that target them (:meth:`handle`) and to the analyses (``ctx.bank``).
+    :meth:`bind` gives it the run's model and fit set (the prepare stage builds them); nothing else constructs or
+    fits a copy of a detector."""
+
+    def __init__(self, built: dict[str, Postprocessor], order: list[str], errors: dict[str, str],
+                 traces: dict[str, str], backend: str, device: torch.device, *, seed: int, batch_size: int,
+                 progress: bool = True, cache: ScoreCache | None = None, recompute: set[str] | None = None):
+        super().__init__(self._fit_built, order, errors, backend, None, torch.device(device))
+        self.built = built
+        self.traces.update(traces)
+        self.seed, self.batch_size, self.progress, self.cache = int(seed), int(batch_size), bool(progress), cache
+        self.recompute = set(recompute or ())
+        self.fit_set: Dataset | None = None
+        self.model_hash, self.rank, self.world_size = "", 0, 1
+        self._handles: dict[str, FittedDetector] = {}
+
+    def bind(self, model: nn.Module, fit_set: Dataset, *, model_hash: str, rank: int = 0, world_size: int = 1,
+             progress: bool | None = None) -> None:
+        """The model the detectors read and the fit set they fit on; ``rank`` / ``world_size``: how fits are
+        sharded (under torchrun every rank fits the same detectors at the same point); ``progress``: whether fits
+        show progress bars (the run's switch)."""
+        if world_size > 1 and self.cache is None:
+            raise UsageError("sharded scoring over torchrun ranks needs the shared store (a ScoreCache)")
+        self.model, self.fit_set, self.model_hash = model, fit_set, model_hash
+        self.rank, self.world_size = rank, world_size
+        if progress is not None:
+            self.progress = bool(progress)
+            for det in self.built.values():
+                det.progress = self.progress
+
+    def unshard(self) -> None:
+        """Later fits run on this process alone (the analyses' fits, on rank 0 after the detect stage)."""
+        self.rank, self.world_size = 0, 1
+
+    def _fit_built(self, names: list[str]) -> DetectorBank:
+        if self.model is None or self.fit_set is None:
+            raise RuntimeError("the run's detectors are fitted after bind(model, fit_set, ...)")
+        return fit_detectors(names, self.backend, self.model, self.fit_set, batch_size=self.batch_size,
+                             device=self.device, seed=self.seed, progress=self.progress, cache=self.cache,
+                             model_hash=self.model_hash, rank=self.rank, world_size=self.world_size,
+                             refit=self.recompute, built=self.built)
+
+    def key(self, name: str) -> str:
+        """The store key of detector ``name``'s fitted state and scores (:func:`~advopenood.detection.scorecache.
+        detector_key`)."""
+        return _detector_key(self.built[name], name, self.backend, self.model_hash, self.fit_set, self.seed,
+                             self.batch_size)
+
+    def fitted(self, name: str) -> Postprocessor:
+        """Detector ``name``, fitted (once: on its first need); a RuntimeError with its reason when it failed."""
+        self.fit([name])
+        if name not in self.dets:
+            raise RuntimeError(f"detector {name!r}: {self.errors.get(name, 'it did not fit')}")
+        return self.dets[name]
+
+    def handle(self, name: str) -> FittedDetector:
+        """The one handle on detector ``name`` that the run's attacks on it share (:class:`FittedDetector`)."""
+        if name not in self._handles:
+            self._handles[name] = FittedDetector(self, name)
+        return self._handles[name]
+
+
 def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset,
               sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]], *, batch_size: int,
               device: torch.device, seed: int, params: dict[str, dict] | None = None,
               progress: bool = True, cache: ScoreCache | None = None,
               identities: dict[str, dict[str, Any]] | None = None, model_hash: str = "",
               rank: int = 0, world_size: int = 1, recompute: set[str] | None = None) -> ScoreResult:
-    """Fit (:func:`fit_detectors`) and score every detector in ``names`` with one shared network pass per batch.
+    """Construct (:func:`~advopenood.detection.bank.build_detectors`), fit and score every detector in ``names`` with
+    one shared network pass per batch: :func:`score_bank` on a new :class:`RunBank` (a run scores the bank it
+    resolved instead).
 
     ``sets`` maps a set name to a zero-argument callable yielding ``(x, y)`` batches of [0, 1] images. With a
     ``cache`` (and each set's identity in ``identities``), score vectors already in the store are read back,
@@ -215,63 +268,48 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
     replaced; the sets they score run their network pass again.
     """
     resolved = resolve_backend(backend)
-    params = check_detectors(names, params)
     keys = [n.strip().lower() for n in names]
-    device = torch.device(device)
-    if world_size > 1 and cache is None:
-        raise UsageError("sharded scoring over torchrun ranks needs the shared store (a ScoreCache)")
-    sharding = {"rank": rank, "world_size": world_size}
-    recompute = set(recompute or ())
-
-    def fit(subset: list[str]) -> DetectorBank:
-        return fit_detectors(subset, resolved, model, fit_set, batch_size=batch_size, device=device, seed=seed,
-                             params=params, progress=progress, cache=cache, model_hash=model_hash,
-                             refit=recompute, **sharding)
-
-    if cache is None:
-        return _score_unstored(fit(keys), sets, keys, resolved, progress)
-    return _score_stored(fit, sharding, keys, resolved, params, model, fit_set, sets, identities or {}, cache,
-                         recompute, batch_size=batch_size, device=device, seed=seed, model_hash=model_hash, rank=rank,
-                         world_size=world_size, progress=progress)
+    built, errors, traces = build_detectors(keys, resolved, params, num_classes=fc_layer(model).out_features,
+                                            device=device, seed=seed, batch_size=batch_size)
+    bank = RunBank(built, keys, errors, traces, resolved, torch.device(device), seed=seed, batch_size=batch_size,
+                   progress=progress, cache=cache, recompute=recompute)
+    bank.bind(model, fit_set, model_hash=model_hash, rank=rank, world_size=world_size, progress=progress)
+    return score_bank(bank, sets, identities or {}, progress)
 
 
-def _score_stored(fit: Callable[[list[str]], DetectorBank], sharding: dict[str, int], keys: list[str], resolved: str,
-                  params: dict[str, dict], model: nn.Module, fit_set: Dataset,
-                  sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]],
-                  identities: dict[str, dict[str, Any]], cache: ScoreCache, recompute: set[str], *, batch_size: int,
-                  device: torch.device, seed: int, model_hash: str, rank: int, world_size: int,
-                  progress: bool) -> ScoreResult:
-    """:func:`score_all` with a store: stored score vectors read back, only the missing ones computed (this rank's
-    share under torchrun, merged on rank 0). ``fit`` fits a subset with ``sharding`` (made unsharded once the
-    run's own fits are done, for the analyses' later fits on rank 0)."""
-    num_classes = fc_layer(model).out_features
-    errors: dict[str, str] = {}
-    traces: dict[str, str] = {}
-    det_keys: dict[str, str] = {}
-    constructed: dict[str, Postprocessor] = {}
-    for key in keys:
-        det = _constructed(key, resolved, params, errors, traces, num_classes=num_classes, device=device, seed=seed,
-                           batch_size=batch_size)
-        if det is not None:
-            constructed[key] = det
-            det_keys[key] = _detector_key(det, key, resolved, model_hash, fit_set, seed, batch_size)
+def score_bank(bank: RunBank, sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]],
+               identities: dict[str, dict[str, Any]], progress: bool = True) -> ScoreResult:
+    """Every detector of the run's ``bank`` (bound: :meth:`RunBank.bind`) scored on ``sets`` (:func:`score_all`
+    states the rules); the bank's detectors are fitted here only where a score vector is missing from the store."""
+    if bank.cache is None:
+        bank.fit_all()
+        return _score_unstored(bank, sets, bank.order, bank.backend, progress)
+    return _score_stored(bank, sets, identities, progress)
+
+
+def _score_stored(bank: RunBank, sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]],
+                  identities: dict[str, dict[str, Any]], progress: bool) -> ScoreResult:
+    """:func:`score_bank` with a store: stored score vectors read back, only the missing ones computed (this rank's
+    share under torchrun, merged on rank 0); later fits (the analyses', on rank 0) run unsharded."""
+    keys, resolved, cache, recompute = bank.order, bank.backend, bank.cache, bank.recompute
+    rank, world_size, model = bank.rank, bank.world_size, bank.model
+    det_keys = {key: bank.key(key) for key in keys if key in bank.built}
     found = _stored_scores(det_keys, sets, identities, cache, recompute)
     reused = sum(len(v) for v in found.values())
-    bank = LazyBank(fit, list(det_keys), errors, resolved, model, device)
-    bank.traces.update(traces)
     need = [k for k in det_keys if len(found[k]) < len(sets)]
     bank.fit(need)
-    sharding.update(rank=0, world_size=1)  # later fits (analyses, on rank 0 alone) run unsharded
+    bank.unshard()
     todo = {set_name: [k for k in need if set_name not in found[k] and k in bank.dets] for set_name in sets}
     select = None if world_size == 1 else (lambda b: b % world_size == rank)
     share, pass_work = _score_sets(bank, sets, todo, identities, cache, recompute, select, progress, model=model,
-                                   model_hash=model_hash, batch_size=batch_size, device=device, world_size=world_size)
+                                   model_hash=bank.model_hash, batch_size=bank.batch_size, device=bank.device,
+                                   world_size=world_size)
     fitted = lambda: len([k for k in need if k not in bank.errors])  # noqa: E731
     if world_size > 1:
         share = _merged_shares(share, bank, cache, todo, need, det_keys, {k: identities[k] for k in sets}, rank,
                                world_size)
     # every rank scores its share of the attack-stream confidences (their exchange is a barrier too)
-    selection, selection_work = _stored_selection(bank, det_keys, constructed, sets, identities, cache, recompute,
+    selection, selection_work = _stored_selection(bank, det_keys, bank.built, sets, identities, cache, recompute,
                                                   progress, rank=rank, world_size=world_size)
     if share is None:
         return ScoreResult({}, bank.errors, resolved, bank.seconds, bank,

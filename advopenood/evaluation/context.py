@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -55,10 +55,86 @@ class Outcome:
     kept: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass
+@runtime_checkable
+class RunView(Protocol):
+    """What an evaluator or analysis may read of a run: a read-only view (the core hands plugins a frozen
+    :class:`RunContext`, which satisfies it; a plugin reads, never writes). ``scores[detector][set_name]`` holds
+    per-sample detector confidences (higher = more in-distribution, OpenOOD's convention); set names are ``"id"``,
+    the natural OOD set names and the attack set names (``adv_sets`` keys). The run's settings are the plan's
+    (``plan``: seed, device, batch size, protocol, every parameter section); ``seed``, ``device``, ``batch_size``
+    and ``protocol`` are the same values, kept for plugins that read them directly."""
+
+    @property
+    def plan(self) -> RunPlan: ...
+    @property
+    def out(self) -> Path: ...
+    @property
+    def model(self) -> Classifier: ...
+    @property
+    def device(self) -> torch.device: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def dataset(self) -> str: ...
+    @property
+    def arch(self) -> str: ...
+    @property
+    def id_set(self) -> Dataset: ...
+    @property
+    def fit_set(self) -> Dataset: ...
+    @property
+    def ood_sets(self) -> Mapping[str, Dataset]: ...
+    @property
+    def adv_sets(self) -> Mapping[str, AdvSet]: ...
+    @property
+    def clean(self) -> CleanRecord: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def protocol(self) -> str: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def progress(self) -> bool: ...
+    @property
+    def backend(self) -> str: ...
+    @property
+    def backends(self) -> Mapping[str, str]: ...
+    @property
+    def scores(self) -> Mapping[str, Mapping[str, np.ndarray]]: ...
+    @property
+    def selection(self) -> Mapping[str, Mapping[str, np.ndarray]]: ...
+    @property
+    def detector_errors(self) -> Mapping[str, str]: ...
+    @property
+    def bank(self) -> DetectorBank | None: ...
+    @property
+    def attacks(self) -> Mapping[str, Any]: ...
+    @property
+    def intervals(self) -> IntervalPolicy: ...
+    @property
+    def positive_sets(self) -> dict[str, AdvSet]: ...
+    @property
+    def id_adv_sets(self) -> dict[str, AdvSet]: ...
+    @property
+    def positives_rule(self) -> str: ...
+    @property
+    def plot_dir(self) -> Path: ...
+
+    def choice_scores(self, detector: str) -> Mapping[str, np.ndarray]: ...
+
+    def backend_of(self, detector: str) -> str: ...
+
+    def success(self, name: str) -> np.ndarray: ...
+
+    def ood_positives(self, name: str) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
 class RunContext:
-    """Everything a plugin may read. ``scores[detector][set_name]`` holds per-sample detector confidences
-    (higher = more in-distribution, OpenOOD's convention); set names are ``"id"``, the natural OOD set
+    """What a run hands its plugins (a :class:`RunView`): frozen, each stage returns a new one
+    (``dataclasses.replace``) instead of writing into it. ``scores[detector][set_name]`` holds per-sample detector
+    confidences (higher = more in-distribution, OpenOOD's convention); set names are ``"id"``, the natural OOD set
     names and the attack names (``adv_sets`` keys). ``scores`` is empty when no detector was selected."""
 
     #: the run plan (:class:`advopenood.config.plan.RunPlan`): every setting, typed, read by attribute
@@ -98,8 +174,11 @@ class RunContext:
     nothing_computed: dict[str, str] = field(default_factory=dict)
     #: the traceback of each failure (``detector:<name>`` or the plugin's label), for ``errors.log``
     traces: dict[str, str] = field(default_factory=dict)
-    #: the fitted detectors (:class:`advopenood.detectors.DetectorBank`); ``bank.score(sets)`` scores new sets
+    #: the run's detectors (:class:`advopenood.detectors.DetectorBank`, constructed once, fitted on first need);
+    #: ``bank.score(sets)`` scores new sets
     bank: DetectorBank | None = None
+    #: the run's attacks by set name, as constructed once and bound (an analysis runs these, never a rebuilt copy)
+    attacks: Mapping[str, Any] = field(default_factory=dict)
     #: set on the context a finished run returns (:func:`advopenood.run.pipeline.run`); empty before
     outcome: Outcome = field(default_factory=Outcome)
 
@@ -175,6 +254,6 @@ class RunContext:
 
     @property
     def plot_dir(self) -> Path:
-        path = self.out / "plots"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        """Where a plugin saves its figures (``<out>/plots``); the evaluate stage makes it while each plugin runs
+        (:func:`advopenood.run.evaluate.run_plugin`): reading it writes nothing."""
+        return self.out / "plots"

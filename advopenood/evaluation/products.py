@@ -6,8 +6,9 @@ plugin may read). An evaluator (or analysis) that reads one declares it on its c
 holds one :class:`Products` per run, computes each declared product the first time a plugin needs it and hands
 every later plugin that declares it the same result (each a copy of its own, :func:`copy.copy`: a DataFrame is
 copied, so one reader's change never reaches the next). A plugin that declares nothing is called ``plugin(ctx)``,
-as before. The core declares no product of its own and names no plugin: the built-in ones (the robust table, the
-natural sets' groups) live in the plugin kit.
+as before. The products the built-ins share (the robust table, the natural sets' groups) are defined in
+:mod:`advopenood.evaluation.shared` and public through :mod:`advopenood.plugin`, so that a third party's evaluator
+reads them as a built-in does; the core names no plugin.
 """
 from __future__ import annotations
 

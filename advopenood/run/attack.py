@@ -6,7 +6,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -95,11 +95,12 @@ class Bound:
 
 
 def _bind(plan: RunPlan, spec: AttackSpec, attack: Any, model: Classifier, id_set, fit_set,
-          ood_sets: dict[str, Any], device: torch.device) -> Bound:
-    """The attack of one spec (constructed when the run was resolved), bound to the fit set, and its source set."""
+          ood_sets: dict[str, Any], device: torch.device, fitted: Any = None) -> Bound:
+    """The attack of one spec (constructed when the run was resolved), bound to the fit set and (``fitted``: the
+    run's handle on its detector) to the run's fitted detector, and its source set."""
     source, data = source_set(spec, id_set, ood_sets)
     bind_attack(attack, model, fit_set, seed=plan.seed, batch_size=plan.batch_size, device=device,
-                detector_params=plan.param_section("detector_params"))
+                detector_params=plan.param_section("detector_params"), fitted=fitted)
     return Bound(spec, attack, source, data)
 
 
@@ -178,12 +179,16 @@ def _guard(errors: dict[str, str] | None, traces: dict[str, str] | None, world_s
 def generate_sets(plan: RunPlan, model: Classifier, id_set, device: torch.device, *,
                   attacks: tuple[tuple[AttackSpec, Any], ...], fit_set, ood_sets: dict[str, Any], rank: int = 0,
                   world_size: int = 1, progress: bool = True, errors: dict[str, str] | None = None,
-                  traces: dict[str, str] | None = None) -> dict[str, AdvSet]:
+                  traces: dict[str, str] | None = None, handles: Mapping[str, Any] | None = None
+                  ) -> dict[str, AdvSet]:
     """One adversarial set per spec of ``attacks`` (each with its attack, constructed once when the run was
     resolved), from the store when it is already there.
 
-    Detector-aware attacks are bound to the fit set (:func:`advopenood.capabilities.bind_attack`) first; then, with
-    ``progress`` on rank 0, the plan of the stage goes to stderr (:func:`plan_lines`). Under torchrun each rank
+    Detector-aware attacks are bound to the fit set (:func:`advopenood.capabilities.bind_attack`) first, and to
+    the run's fitted detector (``handles``: set name -> the run's handle on the attacked detector,
+    :class:`advopenood.detection.bank.FittedDetector`; under torchrun fitted now, on every rank, when the set has
+    shards to generate); then, with ``progress`` on rank 0, the plan of the stage goes to stderr
+    (:func:`plan_lines`). Under torchrun each rank
     attacks the shards ``i % world_size == rank`` into the shared store; after a barrier rank 0 writes the
     manifests, and every rank sees the complete sets.
     With ``errors`` (one process only), an attack that raises (or whose output fails
@@ -193,10 +198,15 @@ def generate_sets(plan: RunPlan, model: Classifier, id_set, device: torch.device
     """
     store = AdvStore(plan.cache / "adv", shard_size=plan.shard_size)
     model_hash = weights_hash(model)
+    handles = dict(handles or {})
     bound = [b for b in (_guard(errors, traces, world_size, f"attack:{spec.set_name}",
                                 lambda spec=spec, made=made: _bind(plan, spec, made, model, id_set, fit_set,
-                                                                   ood_sets, device))
+                                                                   ood_sets, device, handles.get(spec.set_name)))
                          for spec, made in attacks) if b is not None]
+    for b in bound if world_size > 1 else ():  # a sharded fit is collective: never inside one rank's shard
+        if b.spec.set_name in handles and store.pending(b.data, b.attack, model_hash=model_hash, seed=plan.seed,
+                                                        recompute=plan.recomputes(b.spec.set_name)):
+            handles[b.spec.set_name].prefit()
     if progress and rank == 0:
         for line in plan_lines(plan, bound, store, model_hash, device):
             print(f"advopenood: {line}", file=sys.stderr, flush=True)
@@ -225,19 +235,22 @@ def attack(setup: Setup, inputs: Inputs) -> Attacked:
     device, seed, bs = torch.device(plan.device), plan.seed, plan.batch_size
     model, id_set = inputs.model, inputs.id_set
     t = time.perf_counter()
+    model_hash = weights_hash(model)
+    for bank in setup.run.banks():  # the run's detectors read this model and fit on this fit set
+        bank.bind(model, inputs.fit_set, model_hash=model_hash, rank=rank, world_size=setup.world_size,
+                  progress=setup.progress)
     clean = clean_predictions(model, id_set, bs, device, setup.progress, plan.num_workers)
     errors: dict[str, str] = {}
     traces: dict[str, str] = {}
     adv_sets = generate_sets(plan, model, id_set, device, attacks=setup.attacks, fit_set=inputs.fit_set,
                              ood_sets=inputs.ood_sets, rank=rank, world_size=setup.world_size,
-                             progress=setup.progress, errors=errors, traces=traces)
+                             progress=setup.progress, errors=errors, traces=traces, handles=setup.run.handles)
     seconds = time.perf_counter() - t
     dataset, arch = plan.data.dataset or id_set.name, model.arch
     ctx = RunContext(plan, setup.out, model, device, seed, dataset, arch, id_set, inputs.fit_set, inputs.ood_sets,
-                     adv_sets, clean, batch_size=bs, protocol=plan.protocol, rank=rank, progress=setup.progress)
-    ctx.plugin_errors.update(errors)
-    ctx.traces.update(traces)
-    ctx.warnings.extend(inputs.warnings)
+                     adv_sets, clean, batch_size=bs, protocol=plan.protocol, rank=rank, progress=setup.progress,
+                     plugin_errors=errors, warnings=list(inputs.warnings), traces=traces, bank=setup.run.bank,
+                     attacks={spec.set_name: made for spec, made in setup.attacks})
     if rank != 0:
         return Attacked(ctx, None, seconds)
     rows = [asr_row(a, dataset, arch, seed, clean.accuracy, ctx.protocol, ctx.intervals) for a in adv_sets.values()]

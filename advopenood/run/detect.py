@@ -11,11 +11,9 @@ import numpy as np
 
 from advopenood import io as aio
 from advopenood.data.datasets import make_loader
-from advopenood.detection.scorecache import ScoreCache
 from advopenood.detection.bank import ScoreResult
-from advopenood.detection.scoring import score_all
+from advopenood.detection.scoring import score_bank
 from advopenood.evaluation.context import RunContext
-from advopenood.models.classifier import weights_hash
 
 
 @dataclass(frozen=True)
@@ -47,12 +45,13 @@ def with_scores(ctx: RunContext, result: ScoreResult) -> RunContext:
                                backends=dict(result.backends), bank=result.bank, traces=traces)
 
 
-def score(ctx: RunContext, progress: bool, world_size: int = 1) -> ScoreResult | None:
-    """Detector confidences for ID, natural OOD and every adversarial set (one shared pass per set); score
-    vectors already in the store (``<cache>/scores``) are read back instead of computed; None without detectors.
-    Under torchrun every rank calls it and scores its share (:func:`advopenood.detectors.score_all`)."""
-    plan = ctx.plan
-    if not plan.detectors:
+def score(ctx: RunContext, progress: bool) -> ScoreResult | None:
+    """Detector confidences for ID, natural OOD and every adversarial set (one shared pass per set) from the run's
+    detectors (``ctx.bank``, constructed once when the run was resolved, bound in the attack stage); score vectors
+    already in the store (``<cache>/scores``) are read back instead of computed; None without detectors. Under
+    torchrun every rank calls it and scores its share (:func:`advopenood.detection.scoring.score_bank`)."""
+    plan, bank = ctx.plan, ctx.bank
+    if not plan.detectors or bank is None:
         return None
     bs, workers = ctx.batch_size, plan.num_workers
     sets: dict[str, Callable[[], Any]] = {"id": lambda: make_loader(ctx.id_set, bs, workers)}
@@ -63,11 +62,7 @@ def score(ctx: RunContext, progress: bool, world_size: int = 1) -> ScoreResult |
     for name, adv in ctx.adv_sets.items():
         sets[name] = lambda adv=adv: adv.iter_batches(bs)
         identities[name] = {"adv": adv.key, "quantize": adv.quantize}
-    return score_all(list(plan.detectors), plan.detector_backend, ctx.model, ctx.fit_set, sets,
-                     batch_size=bs, device=ctx.device, seed=ctx.seed, params=plan.param_section("detector_params"),
-                     progress=progress, cache=ScoreCache(plan.cache / "scores"), identities=identities,
-                     model_hash=weights_hash(ctx.model), rank=ctx.rank, world_size=world_size,
-                     recompute={d for d in plan.detectors if plan.recomputes(d)})
+    return score_bank(bank, sets, identities, progress)
 
 
 def write_scores(ctx: RunContext) -> None:
@@ -88,10 +83,10 @@ def write_scores(ctx: RunContext) -> None:
         aio.write_npz(ctx.out / "scores" / f"{det}.npz", {**arrays, **masks})
 
 
-def detect(ctx: RunContext, world_size: int) -> Detected:
+def detect(ctx: RunContext) -> Detected:
     """The stage: the scores (every rank scores its share) in a new context and, on rank 0, the score files."""
     t = time.perf_counter()
-    result = score(ctx, ctx.progress, world_size)
+    result = score(ctx, ctx.progress)
     scored = ctx if result is None else with_scores(ctx, result)
     if ctx.rank == 0:
         write_scores(scored)

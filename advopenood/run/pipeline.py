@@ -80,11 +80,11 @@ def _locked(resolved: ResolvedRun, *, progress: bool, export_png: bool, latex: s
             aio.check_output_folder(final)
         seed_everything(plan.seed)
         progress = progress and rank == 0
-        inputs = prepare(plan, progress)
+        inputs = prepare(plan, progress, resolved.model)
         for line in inputs.warnings if rank == 0 else ():
             print(f"advopenood: warning: {line}", file=sys.stderr)
-        setup = Setup(plan, resolved.attacks, aio.begin_output(final) if rank == 0 else final, final, rank,
-                      world_size, progress, resolved.attack_only, export_png, latex)
+        setup = Setup(resolved, aio.begin_output(final) if rank == 0 else final, final, rank, world_size, progress,
+                      export_png, latex)
         timings = {"setup": time.perf_counter() - t0}
         try:
             return _stages(setup, inputs, list(resolved.plugins), timings, t0)
@@ -101,14 +101,18 @@ def _stages(setup: Setup, inputs: Inputs, plugins: list[tuple[str, Any]], timing
     attacked = attack(setup, inputs)
     ctx = attacked.ctx
     timings["attacks"] = attacked.seconds
-    detected = None if setup.attack_only else detect(ctx, setup.world_size)
+    detected = None if setup.attack_only else detect(ctx)
     if detected is not None:
         ctx = detected.ctx
         timings["detectors"] = detected.seconds
     if setup.rank != 0:
         return ctx
     evaluated = None if setup.attack_only else evaluate(ctx, plugins, attacked.asr)
-    timings.update(evaluated.seconds if evaluated is not None else {})
+    if evaluated is not None:  # what the plugins did, returned by the stage: the context the report reads
+        timings.update(evaluated.seconds)
+        ctx = dataclasses.replace(ctx, plugin_errors={**ctx.plugin_errors, **evaluated.errors},
+                                  traces={**ctx.traces, **evaluated.traces},
+                                  nothing_computed={**ctx.nothing_computed, **evaluated.nothing_computed})
     reported = report(setup, ctx, timings, t0, detected, evaluated)
     kept: dict[str, str] = {}
     aio.commit_output(setup.out, setup.final, kept=kept)

@@ -5,10 +5,10 @@
 the set names (safe as file names and keys, unique: :func:`check_names`), the device, the detector backend,
 the output and cache folders, every data file (present, readable, the right dtype and layout from the file
 headers; ``.npz`` CRCs, finite float pixels, every listed image's header, at least one image per set), the
-checkpoint (loadable with ``weights_only=True``, matching the architecture, finite weights), and every
-attack's and detector's name and parameters (by constructing them). Cheap checks come first, so most bad inputs
-fail before torch is imported. :func:`advopenood.run.resolved.resolve` runs it on the validated plan, then
-constructs the evaluators and analyses (:func:`build_plugins`).
+checkpoint's presence, and ``recompute``'s names. Cheap checks come first, so most bad inputs fail before torch is
+imported. :func:`advopenood.run.resolved.resolve` runs it on the validated plan, then builds each part of the run
+once, which checks it: the model (:func:`load_checkpoint`), every attack and detector with its parameters, the
+evaluators and analyses (:func:`build_plugins`). Nothing is constructed only to be checked.
 """
 from __future__ import annotations
 
@@ -304,18 +304,26 @@ def checkpoint_path(plan: RunPlan) -> Path | None:
 
 
 def check_model(plan: RunPlan) -> None:
-    """A checkpoint loads with ``weights_only=True`` into the architecture, with finite weights (or a training
-    recipe is given)."""
-    m = plan.model
+    """A checkpoint file is planned and present, or a training recipe is given; what the checkpoint holds is checked
+    by loading it, once, when the run is resolved (:func:`load_checkpoint`)."""
+    path = checkpoint_path(plan)
+    if path is None and plan.model.train is None:
+        raise UsageError("model has neither checkpoint nor train; valid choices: model.checkpoint: FILE "
+                         "(relative to the data root) or model.train: {epochs, lr, batch}")
+    if path is not None and not path.is_file():
+        raise UsageError(f"checkpoint {str(path)!r} not found")
+
+
+def load_checkpoint(plan: RunPlan) -> Any:
+    """The run's classifier from its checkpoint on the plan's device, loaded once (``weights_only=True``, matching
+    the architecture, finite weights: a one-line UsageError otherwise); None for a model trained on first use
+    (the prepare stage trains it, :func:`advopenood.run.prepare.load_model`)."""
     path = checkpoint_path(plan)
     if path is None:
-        if m.train is None:
-            raise UsageError("model has neither checkpoint nor train; valid choices: model.checkpoint: FILE "
-                             "(relative to the data root) or model.train: {epochs, lr, batch}")
-        return
-    from advopenood.models.classifier import build_model
+        return None
+    from advopenood.models.classifier import build_from_config
 
-    build_model(m.arch, m.num_classes, path, input_size=m.input_size, in_channels=m.in_channels)
+    return build_from_config(plan.model, path, plan.device)
 
 
 def check_runtime(plan: RunPlan) -> None:
@@ -335,18 +343,9 @@ def check_runtime(plan: RunPlan) -> None:
         resolve_backend("openood")
 
 
-def check_plugins(plan: RunPlan) -> None:
-    """Every attack and detector builds with its parameters (the attacks as the plan's specs are resolved); OOD->ID
-    attacks have a source; ``recompute`` names a set or detector of the run. (The evaluators and analyses are
-    constructed, once, by :func:`advopenood.run.resolved.resolve` after these checks: :func:`build_plugins`.)"""
-    from advopenood.config.plan import check_sources
-    from advopenood.data.datasets import dataset_name
-    from advopenood.detection.bank import check_detectors
-
-    specs = list(plan.attack_specs)
-    check_sources(specs, [dataset_name(s) for s in plan.data.ood])
-    check_detectors(list(plan.detectors), plan.param_section("detector_params"))
-    known = [s.set_name for s in specs] + list(plan.detectors)
+def check_recompute(plan: RunPlan) -> None:
+    """``recompute`` names a set or detector of the run."""
+    known = [s.set_name for s in plan.attack_specs] + list(plan.detectors)
     for name in plan.recompute:
         if name != "all" and name not in known:
             raise UsageError(f"recompute: {name!r} is neither an attack set nor a detector of this run; valid choices: "
@@ -415,5 +414,5 @@ def preflight(plan: RunPlan, *, overwrite: bool = False) -> Path:
     check_data(plan)
     check_runtime(plan)
     check_model(plan)
-    check_plugins(plan)
+    check_recompute(plan)
     return output

@@ -5,7 +5,7 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -15,6 +15,9 @@ from advopenood.data.datasets import build_dataset, limit_dataset, range_warning
 from advopenood.models.classifier import Classifier, build_from_config, set_precision
 from advopenood.models.training import trained_model
 from advopenood.run.preflight import checkpoint_path
+
+if TYPE_CHECKING:
+    from advopenood.run.resolved import ResolvedRun
 
 
 def seed_everything(seed: int) -> None:
@@ -37,13 +40,6 @@ def distributed() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def rank_device(device: str) -> torch.device:
-    """``cuda`` becomes ``cuda:<LOCAL_RANK>`` under torchrun; other devices are kept."""
-    if device == "cuda" and "LOCAL_RANK" in os.environ:
-        return torch.device(f"cuda:{os.environ['LOCAL_RANK']}")
-    return torch.device(device)
-
-
 def load_model(plan: RunPlan, fit_set, device: torch.device, progress: bool = True) -> Classifier:
     """The planned classifier: a checkpoint (relative to the data root), or, with ``model.train``, the
     architecture trained on the fit set on first use and cached."""
@@ -55,21 +51,34 @@ def load_model(plan: RunPlan, fit_set, device: torch.device, progress: bool = Tr
 
 @dataclass(frozen=True)
 class Setup:
-    """How this process runs the plan: where it writes (``out``: the staging folder on rank 0; ``final``: the
-    output folder), its rank and world size under torchrun, and the run's switches; ``attacks``: each attack spec
-    with its attack, constructed once (:class:`advopenood.run.resolved.ResolvedRun`)."""
+    """How this process runs the resolved run (``run``: its plan, the one carrier of the run's settings, and every
+    part built once): where it writes (``out``: the staging folder on rank 0; ``final``: the output folder), its
+    rank and world size under torchrun, and the switches of this call."""
 
-    plan: RunPlan
-    attacks: tuple[tuple[AttackSpec, Any], ...]
+    run: ResolvedRun
     out: Path
     final: Path
     rank: int
     world_size: int
     progress: bool
-    attack_only: bool
     export_png: bool
     #: ``tables.tex``: ``headline`` (the headline tables) or ``all`` (every CSV too)
     latex: str = "headline"
+
+    @property
+    def plan(self) -> RunPlan:
+        """The run's plan."""
+        return self.run.plan
+
+    @property
+    def attacks(self) -> tuple[tuple[AttackSpec, Any], ...]:
+        """Each attack spec with its attack, constructed once (:class:`advopenood.run.resolved.ResolvedRun`)."""
+        return self.run.attacks
+
+    @property
+    def attack_only(self) -> bool:
+        """Whether the run stops after the attack stage."""
+        return self.run.attack_only
 
 
 @dataclass(frozen=True)
@@ -85,8 +94,10 @@ class Inputs:
     warnings: tuple[str, ...] = ()
 
 
-def prepare(plan: RunPlan, progress: bool = True) -> Inputs:
-    """Model, ID test set (limited), fit set and natural OOD sets of the plan (checked by the preflight)."""
+def prepare(plan: RunPlan, progress: bool = True, model: Classifier | None = None) -> Inputs:
+    """Model, ID test set (limited), fit set and natural OOD sets of the plan (checked by the preflight); ``model``:
+    the one the run loaded from its checkpoint when it was resolved (else it is trained here, or read from the
+    model cache)."""
     m, d = plan.model, plan.data
 
     def build(spec: Any) -> Any:
@@ -99,7 +110,7 @@ def prepare(plan: RunPlan, progress: bool = True) -> Inputs:
         ds = build(spec)
         ood_sets[ds.name] = limit_dataset(ds, d.ood_limit or plan.limit, plan.seed)
     device = torch.device(plan.device)
-    model = load_model(plan, fit_set, device, progress)
+    model = load_model(plan, fit_set, device, progress) if model is None else model
     model.precision = set_precision(model, device, plan.amp, plan.channels_last)
     sets = (id_set, fit_set, *ood_sets.values())
     warnings = tuple(dict.fromkeys(w for w in map(range_warning, sets) if w))  # the fit set may be the ID set

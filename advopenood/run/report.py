@@ -76,8 +76,9 @@ def run_info(ctx: RunContext, timings: dict[str, float], detector_work: Mapping[
         "detector_backend": ctx.backend,
         "detector_backends": ctx.backends,
         "detector_errors": ctx.detector_errors,
-        "evaluation_noise_seed": evaluation_noise_seeds(ctx.scores, ctx.plan.param_section("detector_params"),
-                                                        ctx.seed),
+        "evaluation_noise_seed": evaluation_noise_seeds({name: det for name, det in getattr(ctx.bank, "built",
+                                                                                            {}).items()
+                                                         if name in ctx.scores}),
         "plugin_errors": ctx.plugin_errors,
         "plugin_overrides": registry.overrides(),
         "nothing_computed": ctx.nothing_computed,

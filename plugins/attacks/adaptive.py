@@ -157,7 +157,11 @@ class JointLinfPGD(fb.attacks.LinfPGD):
 
 class AdaptiveAttack(Attack, DetectorAware, Invertible):
     """Base of ``adaptive_<det>`` / ``adaptive_ood_<det>``: call :meth:`bind` with the ID fit data first
-    (the pipeline does); the detector is fitted on first use."""
+    (the pipeline does, then hands it the run's fitted detector: :meth:`use_fitted`); the detector is fitted on
+    first use."""
+
+    #: the run's handle on the attacked detector (:meth:`use_fitted`); None: the attack fits its own
+    _fitted: Any = None
 
     norm = "linf"
     objective = "adaptive"
@@ -194,8 +198,13 @@ class AdaptiveAttack(Attack, DetectorAware, Invertible):
                        "device": torch.device(device), "params": params}
         self.context = {"fit": fit_set.identity(), "detector": self.detector, "detector_params": params,
                         "fit_seed": int(seed), "detector_code": detector_code(self.detector)}
-        self._target = None
+        self._target = self._fitted = None
         return self
+
+    def use_fitted(self, detector: Any) -> None:
+        """Attack the run's fitted detector (the handle :func:`advopenood.capabilities.bind_attack` passes), not a
+        copy fitted for the attack; it is fitted on the attack's first need (from the store where it can be)."""
+        self._fitted, self._target = detector, None
 
     @property
     def target(self) -> DetectorTarget:
@@ -211,12 +220,20 @@ class AdaptiveAttack(Attack, DetectorAware, Invertible):
         return self._target
 
     def _fit_target(self, b: dict[str, Any]) -> DetectorTarget:
-        """The detector fitted on the bound fit data and calibrated (:func:`calibrate`)."""
-        bank = fit_detectors([self.detector], "pytorch-ood", b["net"], b["fit_set"], batch_size=b["batch_size"],
-                             device=b["device"], seed=b["seed"], params={self.detector: b["params"]}, progress=False)
-        if self.detector not in bank.dets:
-            raise RuntimeError(f"attack {self.name!r}: {bank.errors.get(self.detector, 'detector did not fit')}")
-        det = bank.dets[self.detector]
+        """The run's fitted detector (:meth:`use_fitted`), else the detector fitted here on the bound fit data,
+        calibrated (:func:`calibrate`)."""
+        if self._fitted is not None:
+            try:
+                det = self._fitted.get()
+            except RuntimeError as exc:
+                raise RuntimeError(f"attack {self.name!r}: {exc}") from None
+        else:
+            bank = fit_detectors([self.detector], "pytorch-ood", b["net"], b["fit_set"], batch_size=b["batch_size"],
+                                 device=b["device"], seed=b["seed"], params={self.detector: b["params"]},
+                                 progress=False)
+            if self.detector not in bank.dets:
+                raise RuntimeError(f"attack {self.name!r}: {bank.errors.get(self.detector, 'detector did not fit')}")
+            det = bank.dets[self.detector]
         if not is_differentiable(det):
             raise UsageError(f"attack {self.name!r}: detector {self.detector!r} declares no differentiable score; "
                              "valid choices: detectors that subclass advopenood.capabilities.DifferentiableDetector")
@@ -318,28 +335,22 @@ class EOTAttack:
         return target
 
 
-#: fitted detectors shared between attacks (:class:`SharedTarget`), oldest dropped first
-_SHARED: dict[tuple[int, str, str], DetectorTarget] = {}
-MAX_SHARED = 32
-
-
 class SharedTarget:
-    """Mixin (before :class:`AdaptiveAttack` in the bases): the fitted, calibrated detector is shared by every such
-    attack bound to the same network, device, fit data, detector parameters and seed (its :attr:`context`), so a
-    run's ID-side and OOD-side sets, or its sets at several eps, fit it once."""
+    """Mixin (before :class:`AdaptiveAttack` in the bases): the calibrated detector is shared by every such attack on
+    the run's fitted detector (:meth:`AdaptiveAttack.use_fitted`) with the same device, fit data, detector
+    parameters and seed (its :attr:`context`), through the run's handle on it (``memo``), so a run's ID-side and
+    OOD-side sets, or its sets at several eps, calibrate it once. An attack outside a run fits and calibrates its
+    own."""
 
     @property
     def target(self) -> DetectorTarget:
-        if self._target is None and self._bound is not None:
-            key = (id(self._bound["net"]), str(self._bound["device"]),
-                   json.dumps(self.context, sort_keys=True, default=str))
-            cached = _SHARED.get(key)
+        if self._target is None and self._bound is not None and self._fitted is not None:
+            key = json.dumps([str(self._bound["device"]), self.context], sort_keys=True, default=str)
+            cached = self._fitted.memo.get(key)
             if cached is not None and cached.net is self._bound["net"]:
                 self._target = cached
             else:
-                self._target = _SHARED[key] = AdaptiveAttack.target.fget(self)
-                while len(_SHARED) > MAX_SHARED:
-                    _SHARED.pop(next(iter(_SHARED)))
+                self._target = self._fitted.memo[key] = AdaptiveAttack.target.fget(self)
         return AdaptiveAttack.target.fget(self)
 
 

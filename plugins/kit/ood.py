@@ -1,6 +1,7 @@
 """What the ``ood`` evaluator shares with others: one cell's metrics with their interval (:func:`metric_row`; the
 ``smoothed`` evaluator's rows are ``ood.csv``'s cells) and the group of every natural set (:func:`set_groups`, the
-product :data:`SET_GROUPS`, read by ``ood`` and ``levels``)."""
+product :data:`SET_GROUPS`, read by ``ood`` and ``levels``: defined in the core, :mod:`advopenood.evaluation.shared`,
+public through :mod:`advopenood.plugin`, re-exported here)."""
 from __future__ import annotations
 
 import math
@@ -8,12 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from advopenood.data.benchmarks import natural_group
-from advopenood.data.datasets import dataset_name
 from advopenood.evaluation.context import RunContext
 from advopenood.evaluation.intervals import IntervalPolicy
 from advopenood.evaluation.metrics import ood_metrics
-from advopenood.evaluation.products import Product
+from advopenood.evaluation.shared import SET_GROUPS, set_groups  # noqa: F401
 
 #: the four metrics of a cell (OpenOOD's), in percent
 METRICS = ("fpr95", "auroc", "aupr_in", "aupr_out")
@@ -39,15 +38,3 @@ def metric_row(conf_id: np.ndarray, conf_ood: np.ndarray, ctx: RunContext | None
         replicates[key] = reps
     base["error"] = base["error"] or reason
     return {**values, **bounds, **base}
-
-
-def set_groups(ctx: RunContext) -> dict[str, str]:
-    """Group of every natural set of the run: the data entry's ``group``, else OpenOOD v1.5's for
-    ``data.dataset`` (:func:`advopenood.data.benchmarks.natural_group`)."""
-    data = ctx.plan.data
-    declared = {dataset_name(spec): spec.group for spec in data.ood}
-    return {name: declared.get(name) or natural_group(data.dataset or ctx.dataset, name) for name in ctx.ood_sets}
-
-
-#: the product: :func:`set_groups` of the run, computed once for every evaluator that declares it
-SET_GROUPS: Product[dict[str, str]] = Product("set_groups", set_groups, "the group of every natural set")

@@ -68,14 +68,18 @@ class BinarizationTest(CommandAnalysis):
         self.detector_fpr = float(detector_fpr)
 
     def _attack(self, ctx: RunContext, name: str) -> Attack:
-        """The run's attack: the parameters its adversarial set was made with, else defaults + ``attack_params``;
-        a detector-adaptive attack is bound to the run's fit set and detector parameters."""
+        """The run's attack of set ``name`` as the run built and bound it (``ctx.attacks``); else one built here: the
+        parameters its adversarial set was made with, else defaults + ``attack_params``, a detector-adaptive attack
+        bound to the run's fit set and detector parameters."""
+        attacks = getattr(ctx, "attacks", None) or {}
         attack_name = name if name not in ctx.adv_sets else ctx.adv_sets[name].attack
-        cls = get("attacks", attack_name)
+        cls = type(attacks[name]) if name in attacks else get("attacks", attack_name)
         if cls.source != "id" and not issubclass(cls, DetectorTestForms):
             raise UsageError(f"attack {name!r} perturbs OOD images; the binarization test needs an attack on ID "
                              "images (valid choices: any attack whose class declares source 'id', or one with "
                              "DetectorTestForms)")
+        if name in attacks:
+            return attacks[name]
         if name in ctx.adv_sets:
             attack = build_attack(attack_name, ctx.adv_sets[name].params)
         else:

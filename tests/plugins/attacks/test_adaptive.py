@@ -20,7 +20,7 @@ from advopenood.detection.scoring import fit_detectors
 from advopenood.detection.outputs import forward_outputs, grad_outputs
 from advopenood.errors import UsageError
 from advopenood.run.pipeline import run
-from advopenood.run.preflight import preflight
+from advopenood.run.resolved import resolve
 from advopenood.attacks.store import AdvStore
 from advopenood_plugins.detectors import BUILTIN_DETECTORS
 
@@ -132,7 +132,7 @@ def test_bad_adaptive_input_is_one_clear_error(cifar_model, cifar_batch, data_ro
     cfg["data"]["ood"] = []
     cfg = apply_overrides(cfg, data_root=str(data_root), limit=8, attack="adaptive_ood_msp", out=str(tmp_path))
     with pytest.raises(UsageError, match="ood_set None is not one of the run's OOD sets"):
-        preflight(cfg)
+        resolve(cfg)
 
 
 def test_binarization_detector_variant_runs_with_an_adaptive_attack(data_root, session_cache, tmp_path):
@@ -232,11 +232,8 @@ def test_an_attacks_images_do_not_depend_on_whether_its_detector_was_fitted_befo
     x, y = cifar_batch[0][:4], cifar_batch[1][:4]
     params = {"eps": 8 / 255, **({"steps": 2} if "hekal" in name or "robust" in name else {"steps": 2, "lam": [1.0]})}
     det = {"n": 3, "val_size": 32} if "ross" in name else {}
-    from advopenood_plugins.attacks import adaptive
-
     images = []
     for fitted_first in (True, False):
-        adaptive._SHARED.clear()  # the robust and hekal attacks share fitted detectors
         attack = build_attack(name, params, input_size=32).bind(cifar_model, fit, seed=0, batch_size=48, device="cpu",
                                                                  detector_params=det)
         if fitted_first:

@@ -527,7 +527,7 @@ def patch_run(cifar_model, cifar_test, tmp_path_factory):
     out = tmp_path_factory.mktemp("mead_patch")
     attacks = {"pgd": ("pgd", {"steps": 3}), "fgsm": ("fgsm", {}), "mpgd": ("mpgd", {"steps": 3})}
     ctx = build_context(cifar_model, cifar_test, attacks, out, n=32)
-    ctx.protocol = "lorenz2024"
+    ctx = dataclasses.replace(ctx, protocol="lorenz2024")  # the context is frozen
     return ctx, registry.get("evaluators", "mead")()(ctx)
 
 
@@ -580,7 +580,7 @@ def df_run(cifar_model, cifar_test, tmp_path_factory):
     view of the adversarial images."""
     ctx = build_context(cifar_model, cifar_test, L2_ATTACKS, tmp_path_factory.mktemp("mead_df"), n=64,
                         quantize="uint8_trunc")
-    ctx.protocol = "lorenz2024"
+    ctx = dataclasses.replace(ctx, protocol="lorenz2024")  # the context is frozen
     return ctx, registry.get("evaluators", "mead")()(ctx)
 
 

@@ -2,6 +2,7 @@
 CIFAR-10 adversarial sets under both positive rules, and the ``verify`` hook."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -166,7 +167,7 @@ def sweep_ctx(cifar_model, cifar_test, tmp_path_factory):
 
 def evaluate(ctx, protocol: str, **params):
     """The ``multiattack`` evaluator on ``ctx`` under ``protocol``."""
-    ctx.protocol = protocol
+    ctx = dataclasses.replace(ctx, protocol=protocol)  # the context is frozen: a new one under that protocol
     return ctx, registry.get("evaluators", "multiattack")(**params)(ctx)
 
 

@@ -389,7 +389,7 @@ def test_the_robust_table_is_a_product_computed_once_per_run_for_its_own_scores_
     from advopenood.config.schema import CISection
     from advopenood.evaluation.products import Products
     from advopenood_plugins.evaluators.robust_auroc.plugin import robust_table
-    from advopenood_plugins.kit import robust as kit_robust
+    from advopenood.evaluation import shared as kit_robust  # the robust table's home (re-exported by the kit)
     from advopenood_plugins.kit.robust import ROBUST_TABLE
 
     ctx, out = robust_run
