@@ -82,3 +82,15 @@ def test_the_readmes_protocol_list_is_every_protocol():
     row = next(line for line in (REPO / "README.md").read_text().splitlines() if "protocols (`" in line)
     listed = re.findall(r"`(\w+)`", row.split("protocols (", 1)[1].split(")", 1)[0])
     assert sorted(listed) == sorted(PROTOCOLS)
+
+
+def test_the_refusal_times_quoted_are_the_recorded_benchmarks():
+    """docs/cli.md and benchmarks/README.md quote bench_refusals.py's recorded SUMMARY: its case count and its
+    slowest and median CPU times."""
+    summary = (RECORDED / "bench_refusals.txt").read_text().split("SUMMARY refusals: ", 1)[1]
+    cases = re.match(r"(\d+) cases", summary)[1]
+    slowest, median = re.search(r"cpu: slowest '[^']+' ([\d.]+) s, median ([\d.]+) s", summary).groups()
+    assert "0 not a one-line exit 2" in summary
+    for page in ("docs/cli.md", "benchmarks/README.md"):
+        text = (REPO / page).read_text()
+        assert f"{cases} " in text and f"{slowest} s" in text and f"median {median} s" in text, page
