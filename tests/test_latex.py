@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from advopenood.outputs.latex import latex_table, write_latex
+from advopenood.outputs.latex import flush_floats, latex_table, write_latex
 
 #: what the wrappers need: texlive-latex-recommended (booktabs) and texlive-science (siunitx), e.g. with apt
 NEEDS = "pdflatex with booktabs and siunitx (apt-get install texlive-latex-extra texlive-science)"
@@ -68,13 +68,15 @@ def _robust_like(n_detectors: int, n_sets: int) -> pd.DataFrame:
 
 @pytest.mark.parametrize("options", ["", "twocolumn"])
 def test_a_wide_long_table_is_split_into_floats_that_fit(options, tmp_path):
-    """A robust-style headline of 17 detectors x 5 sets (85 rows, four interval columns, long names): split by rows
-    and columns into floats that each fit; every cell's numbers are in the floats."""
-    table = _robust_like(17, 5)
+    """A robust-style headline of 17 detectors x 12 sets (204 rows, four interval columns, long names): split by
+    rows and columns into floats that each fit, the detector and the set in each, and placed in groups (LaTeX holds
+    at most 18 floats it has not placed)."""
+    table = _robust_like(17, 12)
     tex = tmp_path / "robust.tex"
-    tex.write_text(latex_table(table, "robust_auroc.csv", "Robust AUROC", keys=2))
+    tex.write_text(flush_floats(latex_table(table, "robust_auroc.csv", "Robust AUROC")))
     text = tex.read_text()
-    assert text.count("\\begin{table}") >= 3 and "longtable" not in text
+    assert text.count("\\begin{table}") > 18 and "\\clearpage" in text and "longtable" not in text
+    assert all(row.startswith("detector & ood\\_set &") for row in re.findall(r"\\toprule\n(.*)", text))
     assert overfull(tex, options, tmp_path) == []
 
 

@@ -36,6 +36,9 @@ COLUMN_PT = 200.0
 SMALL_PT, FOOTNOTE_PT = 4.6, 3.8
 #: the space between columns, each side (``\tabcolsep``), in points
 TABCOLSEP_PT = 4.0
+#: floats between two ``\clearpage`` in a file of more: LaTeX holds at most 18 floats it has not placed ("Too many
+#: unprocessed floats"), and a run with many sets has more
+FLUSH_FLOATS = 10
 #: the core's own table, in the headline tables
 CORE_TABLES = ("asr.csv",)
 _SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
@@ -190,8 +193,8 @@ def latex_table(table: pd.DataFrame, name: str, caption: str = "", keys: int | N
 
 
 def headline_tables(out_dir: Path) -> list[str]:
-    """The report's headline sections' tables as LaTeX (:func:`latex_table`: the first column the row key, the
-    rest split into floats that fit a column)."""
+    """The report's headline sections' tables as LaTeX (:func:`latex_table`: the leading text columns, e.g. the
+    detector, the row key; the rest split into floats that fit a column)."""
     parts = []
     for section in read_sections(out_dir):
         if not section.headline:
@@ -201,9 +204,20 @@ def headline_tables(out_dir: Path) -> list[str]:
             frame = item.frame.reset_index() if item.frame.index.name is not None else item.frame
             if frame.empty:  # nothing scored (a run without detectors): no headline table to set
                 continue
-            parts.append(latex_table(frame.astype(str), f"headline-{k + 1}", f"{section.title}: {item.caption}",
-                                     keys=1).rstrip())
+            parts.append(latex_table(frame.astype(str), f"headline-{k + 1}", f"{section.title}: {item.caption}")
+                         .rstrip())
     return parts
+
+
+def flush_floats(text: str) -> str:
+    """``text`` with a ``\\clearpage`` before every :data:`FLUSH_FLOATS`-th float after the first, where it holds more
+    than :data:`FLUSH_FLOATS`."""
+    floats = text.split("\\begin{table}")
+    if len(floats) - 1 <= FLUSH_FLOATS:
+        return text
+    return floats[0] + "".join(("\\clearpage % place the floats so far (LaTeX holds at most 18)\n\n"
+                                if i and i % FLUSH_FLOATS == 0 else "") + "\\begin{table}" + f
+                               for i, f in enumerate(floats[1:]))
 
 
 def write_latex(out_dir: Path, mode: str = "headline") -> Path:
@@ -226,5 +240,5 @@ def write_latex(out_dir: Path, mode: str = "headline") -> Path:
             continue
         parts.append(latex_table(table, name).rstrip())
     target = out_dir / LATEX_FILE
-    aio.write_text(target, "\n\n".join(parts) + "\n")
+    aio.write_text(target, flush_floats("\n\n".join(parts) + "\n"))
     return target
