@@ -16,15 +16,17 @@ import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import pandas as pd
 
 from advopenood import deprecated
 from advopenood.errors import UsageError
 # advopenood.io.CommitError and advopenood.io.sha256_file are these
 from advopenood.swap import CommitError, Swap, commit_error, entry, lstat, sha256_file, unchanged
+
+if TYPE_CHECKING:  # pandas loads where a table is written, not where a config is checked
+    import pandas as pd
 
 
 def _umask_mode() -> int:

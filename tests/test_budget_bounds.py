@@ -23,12 +23,15 @@ ITERATIONS = f"valid choices: an integer in [1, {MAX_ITERATIONS}] (the documente
 
 
 def _run(tmp_path: Path, extra: str, *flags: str) -> list[str]:
-    """``run --config`` of the CIFAR-10 config with ``extra`` appended and ``flags``. Its data root does not exist:
-    a config that passes the plan's checks is refused later for that (so no case runs on a code without the
+    """``run --config`` of the CIFAR-10 config with ``extra`` appended and ``flags``. Its data files are not ``.npz``
+    files: a config that passes the plan's checks is refused later for that (so no case runs on a code without the
     bounds either)."""
+    from test_hostile_config import unreadable_data
+
     text = (REPO / "configs" / "cifar10_resnet20.yaml").read_text(encoding="utf-8")
     path = tmp_path / "bounds.yaml"
-    path.write_text(text.replace("root: ../../shared/data", f"root: {tmp_path / 'no-data'}") + extra, encoding="utf-8")
+    path.write_text(text.replace("root: ../../shared/data", f"root: {unreadable_data(tmp_path, text)}") + extra,
+                    encoding="utf-8")
     return ["run", "--config", str(path), "--detectors", "msp", "--out", str(tmp_path / "out"), *flags]
 
 

@@ -429,6 +429,47 @@ def test_bad_flags_are_refused_before_torch_loads(case, tmp_path, indexed_cache)
     assert not (tmp_path / "out").exists()
 
 
+#: config, value, folder and file mistakes refused before torch loads (issue 50, item 9): flags -> what the line says
+REFUSED_EARLY = {"eps": (["--eps", "-0.1"], "--eps -0.1 is out of range"),
+                 "seed": (["--seed", "-1"], "seed: Input should be greater than or equal to 0 (got -1) (from the flag "
+                                            "--seed)"),
+                 "config name": (["--config", "cifar10_resnet2"], "config 'cifar10_resnet2' not found"),
+                 "key": (["--config", "{tmp}/bad.yaml"], "unknown key attackz; did you mean attacks? (bad.yaml line 2"),
+                 "out": (["--out", "{tmp}/a_file"], "output folder '{tmp}/a_file' is a file"),
+                 "data root": (["--data-root", "{tmp}/nosuch"], "data root '{tmp}/nosuch' is not a folder")}
+
+
+def test_config_folder_and_file_mistakes_are_refused_before_torch_loads(tmp_path, indexed_cache):
+    """A bad key or value in the YAML, a mistyped config name, a flag's value the schema refuses (named by its flag),
+    an output folder that is a file, a missing data root, ``--device cuda`` without a GPU driver and ``verify`` of a
+    missing folder: each exit 2 in one line, and none of them imports torch or a plugin (one process for all)."""
+    import json
+
+    from advopenood.run.preflight import GPU_DRIVER_PATHS
+
+    (tmp_path / "bad.yaml").write_text("name: demo\nattackz: [pgd]\n")
+    (tmp_path / "a_file").write_text("x\n")
+    cases = {k: ([a.format(tmp=tmp_path) for a in flags], text.format(tmp=tmp_path))
+             for k, (flags, text) in REFUSED_EARLY.items()}
+    argvs = {k: ["run", "--config", "demo", "--out", str(tmp_path / "out"), *flags] for k, (flags, _) in cases.items()}
+    argvs["verify"], cases["verify"] = ["verify", str(tmp_path / "nosuch")], ([], "does not exist")
+    if not any(os.path.exists(p) for p in GPU_DRIVER_PATHS):
+        argvs["cuda"] = ["run", "--config", "demo", "--out", str(tmp_path / "out"), "--device", "cuda"]
+        cases["cuda"] = ([], "device 'cuda' is not available on this machine")
+    probe = ("import sys, json; from advopenood.cli.main import main\n"
+             "for name, argv in json.loads(sys.argv[1]).items():\n"
+             "    print(name, file=sys.stderr); rc = main(argv)\n"
+             "    print(name, rc, 'torch' in sys.modules, any(m.startswith('advopenood_plugins') for m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe, json.dumps(argvs)], capture_output=True, text=True,
+                          env={**os.environ, "ADVOPENOOD_CACHE": str(indexed_cache)})
+    assert done.stdout.splitlines() == [f"{name} 2 False False" for name in argvs], (done.stdout, done.stderr[-3000:])
+    lines = done.stderr.splitlines()
+    for name, (_, text) in cases.items():  # each case: its name, then its one line
+        said = lines[lines.index(name) + 1]
+        assert said.startswith("advopenood: error: ") and text in said, (name, said)
+    assert len(lines) == 2 * len(cases) and not (tmp_path / "out").exists()
+
+
 def test_list_into_a_closed_pipe_ends_quietly():
     """``advopenood list attacks | head -1``: the reader leaves early; no BrokenPipeError traceback, exit 0."""
     proc = subprocess.Popen([sys.executable, "-m", "advopenood.cli", "list", "attacks"], stdout=subprocess.PIPE,

@@ -3,6 +3,7 @@ traceback, an unbounded expansion or a silently different run."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,13 +18,25 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _config(tmp_path: Path, old: str = "", new: str = "", extra: str = "") -> list[str]:
     """``run --config`` of the CIFAR-10 config with ``old`` replaced by ``new`` and ``extra`` appended. Its data
-    root does not exist: a config that passes the config checks is refused later for that, never run."""
+    files are not ``.npz`` files (:func:`unreadable_data`): a config that passes the plan's checks is refused later for
+    that, never run."""
     text = (REPO / "configs" / "cifar10_resnet20.yaml").read_text(encoding="utf-8")
     assert old in text
-    text = text.replace("root: ../../shared/data", f"root: {tmp_path / 'no-data'}").replace(old, new) + extra
+    text = text.replace("root: ../../shared/data", f"root: {unreadable_data(tmp_path, text)}").replace(old, new) + extra
     path = tmp_path / "hostile.yaml"
     path.write_text(text, encoding="utf-8")
     return ["run", "--config", str(path)]
+
+
+def unreadable_data(tmp_path: Path, text: str) -> Path:
+    """A data root holding every file a config's text names (its ``path:`` values and checkpoint), none of them
+    readable as what it should be: the CLI's checks before torch loads find each present, and the preflight refuses
+    the first after the plan's checks passed."""
+    root = tmp_path / "unreadable-data"
+    root.mkdir(exist_ok=True)
+    for name in re.findall(r"(?:path|checkpoint): ([\w.]+)", text):
+        (root / name).write_text("not what it should be\n")
+    return root
 
 
 def _aliases(levels: int) -> str:

@@ -68,18 +68,19 @@ def test_tables_tex_writes_budgets_as_grey_levels(eps, shown):
     assert [c.strip() for c in row.split("&")] == ["pgd", shown, "97.50"]
 
 
-def test_a_table_wider_than_a_page_is_scaled_to_its_width():
-    wide = latex_table(pd.DataFrame({f"c{i}": [1.5] for i in range(18)}), "asr.csv")
-    narrow = latex_table(pd.DataFrame({f"c{i}": [1.5] for i in range(4)}), "x.csv")
-    assert "\\resizebox{\\linewidth}{!}{%\n\\begin{tabular}" in wide and "\\end{tabular}}" in wide
-    assert "resizebox" not in narrow
+def test_a_table_wider_than_a_column_is_split_by_columns_never_scaled():
+    wide = latex_table(pd.DataFrame({"name": ["a", "b"], **{f"c{i}": [1.5, 2.5] for i in range(18)}}), "asr.csv")
+    narrow = latex_table(pd.DataFrame({"name": ["a", "b"], **{f"c{i}": [1.5, 2.5] for i in range(2)}}), "x.csv")
+    assert "resizebox" not in wide and wide.count("\\begin{table}") > 1 and "columns 1 of" in wide
+    assert all(row.startswith("name &") for row in re.findall(r"\\toprule\n(.*)", wide))  # the key in every float
+    assert narrow.count("\\begin{table}") == 1
 
 
-def test_a_table_longer_than_a_page_is_a_longtable():
+def test_a_table_longer_than_a_page_is_split_by_rows_never_a_longtable():
     short = latex_table(pd.DataFrame({"x": np.arange(PAGE_ROWS, dtype=float)}), "short.csv")
     long = latex_table(pd.DataFrame({"x": np.arange(PAGE_ROWS + 1, dtype=float)}), "long.csv")
-    assert "\\begin{table}" in short and "longtable" not in short
-    assert "\\begin{longtable}" in long and "\\begin{table}" not in long
+    assert short.count("\\begin{table}") == 1 and "longtable" not in short + long
+    assert long.count("\\begin{table}") == 2 and f"rows {PAGE_ROWS + 1}-{PAGE_ROWS + 1} of {PAGE_ROWS + 1}" in long
 
 
 def test_long_tables_and_lists_are_shortened_in_the_html_and_whole_in_markdown(tmp_path):

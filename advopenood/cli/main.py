@@ -172,18 +172,24 @@ def build_parser(store_index: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
-def _plan(args: argparse.Namespace, **forced: Any) -> RunPlan:
-    """The run plan of a subcommand's config and flags (``forced`` values replace flags), validated once
-    (:func:`advopenood.config.loading.load_plan`)."""
-    from advopenood.config.loading import load_plan
-
+def plan_flags(args: argparse.Namespace, **forced: Any) -> dict[str, Any]:
+    """The keywords of :func:`advopenood.config.loading.load_plan` that a subcommand's flags set (``forced`` values
+    replace flags)."""
     names = ("data_root", "out", "protocol", "attack", "eps", "detectors", "detector_backend", "evaluator", "analysis",
              "limit", "device", "seed", "cache_dir", "shard_size", "num_workers", "amp", "recompute", "ci",
              "ci_resamples")
     flags = {k: getattr(args, k, None) for k in names}
     flags["channels_last"] = flags["amp"]
     flags.update({k: v for k, v in forced.items() if v is not None})
-    return load_plan(args.config or "demo", **flags)
+    return flags
+
+
+def _plan(args: argparse.Namespace, **forced: Any) -> RunPlan:
+    """The run plan of a subcommand's config and flags (``forced`` values replace flags), validated once
+    (:func:`advopenood.config.loading.load_plan`)."""
+    from advopenood.config.loading import load_plan
+
+    return load_plan(args.config or "demo", **plan_flags(args, **forced))
 
 
 def cmd_list(kind: str, every: bool = False, pattern: str | None = None) -> int:
@@ -241,6 +247,9 @@ def _print_rows(rows: Any, width: int) -> int:
 def cmd_verify(run: str) -> int:
     """Print every difference between a run's tables and their re-derivation, and every file that differs from its
     recorded digest; 1 if there is one, else 0."""
+    from advopenood.evaluation.runfiles import RunFiles
+
+    RunFiles.open(run)  # a folder that is not a run's is refused before torch loads
     from advopenood.evaluation.verify import verify_run
 
     found = verify_run(run)
@@ -335,7 +344,8 @@ def _main(argv: list[str]) -> int:
             return cmd_list(args.kind, args.every, args.pattern)
         if args.command == "verify":
             return cmd_verify(args.run)
-        precheck(args)  # bad flags and names are refused before torch and the plugins load
+        # bad flags, names, config keys and values, folders and files are refused before torch and the plugins load
+        precheck(args, plan_flags(args, **FORCED.get(args.command, {})))
         from advopenood.run import pipeline
         from advopenood.run.resolved import resolve
 

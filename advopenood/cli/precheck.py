@@ -1,11 +1,13 @@
 """The checks a run's flags pass before torch or any plugin loads, so that a bad value is refused at once (one line,
 exit 2): the budgets of ``--eps``, the interval flags, and the plugin names of ``--attack``, ``--detectors``,
 ``--evaluator`` and ``--analysis`` against the plugin index (:func:`advopenood.plugin_index.index`: names read from its
-stored file, generated families included, no import). Everything else (the config file's own values, plugin
-parameters, files) is checked as before, by the config schema and the preflight, before any work."""
+stored file, generated families included, no import), then the config file's keys and values with the flags applied
+and the preflight's checks that read no file (:func:`check_plan`). Plugin parameters, the files' contents and the
+checkpoint are checked as before, by the plan and the preflight, before any work."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from advopenood import plugin_index, registry
 from advopenood.errors import UsageError, choice_message
@@ -23,8 +25,9 @@ def check_values(args: argparse.Namespace) -> None:
     eps = getattr(args, "eps", None)
     if eps is not None:
         for value in str(eps).split(","):
-            if value.strip():
-                parse_eps(value)
+            if value.strip() and parse_eps(value) <= 0:
+                raise UsageError(f"--eps {value.strip()} is out of range; valid choices: eps > 0 (at most 1 for an "
+                                 "linf attack: images are in [0, 1], e.g. 8/255 = 0.0314)")
     ci = getattr(args, "ci", None)
     if ci is not None and ci not in CI_METHODS:
         raise UsageError(f"ci.method (--ci) {ci!r} is not an interval method; valid choices: {', '.join(CI_METHODS)}")
@@ -89,7 +92,21 @@ def suggestions(listing: dict, kind: str) -> list[str]:
     return sorted(out)
 
 
-def precheck(args: argparse.Namespace) -> None:
-    """:func:`check_values` then :func:`check_names`: what a run's flags must be, before anything heavy loads."""
+def check_plan(args: argparse.Namespace, flags: dict[str, Any]) -> None:
+    """The config with the flags applied (``flags``: :func:`advopenood.config.loading.load_plan`'s keywords) as far
+    as it is checked without a plugin (:func:`advopenood.config.loading.check_config`: the file, every key and
+    value), then the preflight's checks that read no file (:func:`advopenood.run.preflight.precheck`: the output
+    and cache folders, the data files and checkpoint present, a GPU driver for ``--device cuda``)."""
+    from advopenood.config.loading import check_config
+    from advopenood.run.preflight import precheck as preflight_precheck
+
+    preflight_precheck(check_config(args.config or "demo", **flags), overwrite=getattr(args, "overwrite", False))
+
+
+def precheck(args: argparse.Namespace, flags: dict[str, Any] | None = None) -> None:
+    """:func:`check_values`, :func:`check_names`, then with ``flags`` :func:`check_plan`: what a run's flags and
+    config must be, before anything heavy loads."""
     check_values(args)
     check_names(args)
+    if flags is not None:
+        check_plan(args, flags)

@@ -195,6 +195,16 @@ def load_plan(spec: str, **flags: Any) -> RunPlan:
     return _overridden(raw, folder, label, positions, **flags)
 
 
+def check_config(spec: str, **flags: Any) -> RunPlan:
+    """What :func:`load_plan` checks without a plugin or torch, for the CLI to refuse a bad run before they load:
+    the YAML file (found, readable, valid, each key once) and every key and value of the schema, the flags applied
+    (a bad value a flag set is named by its flag). The plugin names and parameters, the budgets' attacks and the
+    architecture are left to :func:`load_plan`; the plan returned (its names not resolved) is for the preflight's
+    checks of folders and files (:func:`advopenood.run.preflight.precheck`), not for a run."""
+    raw, folder, label, positions = read_config(spec)
+    return _overridden(raw, folder, label, positions, plugins=False, **flags)
+
+
 # --- validation --------------------------------------------------------------------------------------------------
 
 
@@ -319,22 +329,26 @@ def _error_line(err: dict[str, Any], raw: dict[str, Any], source: str,
 
 
 def validate(raw: Any, *, source: str = "config", folder: Path | None = None,
-             positions: Positions | None = None) -> RunPlan:
+             positions: Positions | None = None, plugins: bool = True) -> RunPlan:
     """Validate a raw config (a mapping, or a plan to re-check) into the :class:`RunPlan` (plugin names checked
     against the registry, ``all`` expanded): one validation, the resolved names put in by a copy.
 
     The first problem raises a UsageError of one line: its key path, what is wrong, the valid keys or
-    choices, and the YAML line and column when the key came from a file.
+    choices, and the YAML line and column when the key came from a file. With ``plugins`` False, only what needs
+    no plugin and no torch (:func:`check_config`): the names stay unresolved and the architecture unchecked.
     """
     raw = raw.dump() if isinstance(raw, RunPlan) else thaw(raw)
     positions = dict(positions or {})
     _check_finite(raw, (), source, positions)
     try:
-        plan = RunPlan.model_validate(raw)
+        plan = RunPlan.model_validate(raw, context={"plugins": plugins})
     except ValidationError as exc:
         # a typo explains the rest; a union member that does not take the value's shape explains nothing
         errors = sorted(exc.errors(), key=lambda e: (e["type"] != "extra_forbidden", _wrong_member(e, raw)))
         raise UsageError(_error_line(errors[0], raw, source, positions)) from None
+    if not plugins:
+        plan._source, plan._folder, plan._positions = source, folder, positions
+        return plan
     resolved: dict[str, Any] = {kind: registry.parse_names(kind, list(getattr(plan, kind)))
                                 for kind in ("detectors", "evaluators", "analyses")}
     for section, kind in (("attack_params", "attacks"), ("detector_params", "detectors"),
@@ -389,16 +403,17 @@ def _overridden(raw: dict[str, Any], config_dir: Path | None, source: str = "con
                 limit: int | None = None, device: str | None = None, seed: int | None = None,
                 cache_dir: str | None = None, shard_size: int | None = None, num_workers: int | None = None,
                 amp: bool | None = None, channels_last: bool | None = None, recompute: str | None = None,
-                ci: str | None = None, ci_resamples: int | None = None) -> RunPlan:
+                ci: str | None = None, ci_resamples: int | None = None, plugins: bool = True) -> RunPlan:
     """A raw config (changed in place) with the CLI's flags applied, its data root resolved once
     (:func:`resolve_data_root`) and the whole validated once (:func:`validate`, ``source``, ``positions`` and
     ``folder`` for its messages: a bad value a flag set is named by its flag, ``--seed``, not by the file's line of
-    the key it replaced); with ``eps``, one threat model per budget (:func:`check_one_threat`)."""
+    the key it replaced); with ``eps``, one threat model per budget (:func:`check_one_threat`). With ``plugins``
+    False (:func:`check_config`) ``eps`` is not applied: which attacks take a budget is the plugins' to say."""
     positions = dict(positions or {})
     resolve_data_root(raw, config_dir, data_root)
     if data_root is not None and isinstance(raw.get("data"), dict):
         _flagged(positions, ("data", "root"), "--data-root")
-    _override_attacks(raw, attack, eps, positions)
+    _override_attacks(raw, attack, eps if plugins else None, positions)
     for key, value, flag in (("protocol", protocol, "--protocol"), ("detectors", detectors, "--detectors"),
                              ("detector_backend", detector_backend, "--detector-backend"), ("limit", limit, "--limit"),
                              ("device", device, "--device"), ("seed", seed, "--seed"),
@@ -417,8 +432,8 @@ def _overridden(raw: dict[str, Any], config_dir: Path | None, source: str = "con
         for key, value, flag in (("method", ci, "--ci"), ("resamples", ci_resamples, "--ci-resamples")):
             if value is not None:
                 _flagged(positions, ("ci", key), flag)
-    result = validate(raw, source=source, folder=folder, positions=positions)
-    if eps is not None:
+    result = validate(raw, source=source, folder=folder, positions=positions, plugins=plugins)
+    if eps is not None and plugins:
         check_one_threat(list(result.attack_specs), f"--eps {eps}")
     return result
 

@@ -26,11 +26,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from advopenood.attacks.store import Quantize, quantize  # noqa: F401  (quantize re-exported: protocols.quantize)
 from advopenood.errors import UsageError
 
 if TYPE_CHECKING:
-    pass
+    from advopenood.attacks.store import Quantize
 
 Positives = Literal["successful", "all"]
 
@@ -92,3 +91,13 @@ def get(name: str) -> Protocol:
     if name not in PROTOCOLS:
         raise UsageError(f"unknown protocol {name!r}; valid choices: {', '.join(PROTOCOLS)}")
     return PROTOCOLS[name]
+
+
+def __getattr__(name: str) -> Any:
+    """``protocols.quantize`` and ``protocols.Quantize``, re-exported from :mod:`advopenood.attacks.store` when first
+    read: a config is checked without importing torch (the CLI's refusals come before it loads)."""
+    if name in ("quantize", "Quantize"):
+        from advopenood.attacks import store
+
+        return getattr(store, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,14 +20,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
-import pandas as pd
 
 from advopenood.claims import json_type
 from advopenood.config.schema import MAX_RESAMPLES
 from advopenood.errors import UsageError
+
+if TYPE_CHECKING:  # pandas loads where a table is read: `advopenood verify` refuses a folder before it does
+    import pandas as pd
 
 #: the largest file of a run folder that verify reads or hashes (256 MiB): no file a run writes comes near it (its
 #: largest, ``report.html`` with its plots inline or a score file of a large benchmark, hold a few MiB)
@@ -227,6 +229,8 @@ class RunFiles:
     def table(self, name: str, needs: Sequence[str] = ()) -> pd.DataFrame:
         """A CSV of the run as written (empty cells are NaN); :class:`Unreadable` when it is missing, not a file
         verify reads (:meth:`problem`), holds no CSV table (an emptied file) or lacks a column of ``needs``."""
+        import pandas as pd
+
         problem = self.problem(name)
         if problem:
             raise Unreadable(f"{name}: missing (the run wrote it)" if problem == "missing" else f"{name}: {problem}")
@@ -289,6 +293,8 @@ def as_csv_float(value: float) -> float:
 def same_cell(want: Any, have: Any, atol: float) -> bool:
     """Whether a written cell holds the re-derived value: NaN for NaN; for numbers, the value as a CSV writes it
     (a re-derivation that lands within ``atol`` of a rounding boundary may round either way)."""
+    import pandas as pd
+
     w_na, h_na = pd.isna(want), pd.isna(have)
     if w_na or h_na:
         return bool(w_na and h_na)
@@ -305,6 +311,8 @@ def compare(expected: pd.DataFrame, written: pd.DataFrame, keys: list[str], colu
     ``keys``: a missing, extra or repeated row, a missing column, or a cell of ``columns`` whose written number is
     not the re-derived one as the CSV writes it (6 significant digits; ``atol`` is the arithmetic slack of the
     re-derivation)."""
+    import pandas as pd
+
     prefix = f"{table}: " if table else ""
     lines = [f"{prefix}column {c!r} is missing" for c in keys + columns if c not in written.columns]
     if any(c not in written.columns for c in keys):
@@ -327,12 +335,16 @@ def compare(expected: pd.DataFrame, written: pd.DataFrame, keys: list[str], colu
 
 def key_text(value: Any) -> str:
     """A key cell as text (``""`` for a missing one)."""
+    import pandas as pd
+
     return "" if pd.isna(value) else str(value)
 
 
 def key_matches(column: pd.Series, value: str) -> np.ndarray:
     """The rows whose key cell is ``value``: as text, or for a numeric column as the CSV writes the number (6
     significant digits: a claim may hold the number unrounded)."""
+    import pandas as pd
+
     text = column.map(key_text).to_numpy() == value
     if not pd.api.types.is_numeric_dtype(column) or value == "":
         return text

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from advopenood.errors import UsageError
 from advopenood.spec import StrictModel, choice_message
@@ -35,7 +35,9 @@ class ModelSpec(StrictModel):
 
     @field_validator("arch")
     @classmethod
-    def _known_arch(cls, value: str) -> str:
+    def _known_arch(cls, value: str, info: ValidationInfo) -> str:
+        if not (info.context or {}).get("plugins", True):  # a check before torch loads: the plan's full one names it
+            return value
         from advopenood.models.backbones import TIMM_PREFIX, ZOO_PREFIX, check_timm_name
         from advopenood.models.classifier import ARCHS
 

@@ -326,6 +326,47 @@ def load_checkpoint(plan: RunPlan) -> Any:
     return build_from_config(plan.model, path, plan.device)
 
 
+#: what a machine with a GPU torch can use as ``cuda`` has: NVIDIA's driver, or AMD's (ROCm's torch calls it cuda)
+GPU_DRIVER_PATHS = ("/proc/driver/nvidia/gpus", "/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd")
+
+
+def check_gpu_driver(device: str) -> None:
+    """A ``cuda`` device on a machine with no GPU driver (none of :data:`GPU_DRIVER_PATHS`) is refused without
+    importing torch; where a driver is present, :func:`check_runtime` asks torch (``torch.cuda.is_available``)."""
+    if device.startswith("cuda") and not any(os.path.exists(p) for p in GPU_DRIVER_PATHS):
+        raise UsageError(f"device {device!r} is not available on this machine (it has no NVIDIA or AMD GPU driver); "
+                         "valid choices: cpu")
+
+
+def check_paths(plan: RunPlan) -> None:
+    """Every file and folder the plan names exists (the data root, each data file, the checkpoint): what
+    :func:`check_data` and :func:`check_model` check first, in their words, without reading a file."""
+    data, root = plan.data, plan.data_root
+    if root is not None and not root.is_dir():
+        raise UsageError(f"data root {str(root)!r} is not a folder; pass --data-root DIR holding the config's data files")
+    for spec in [data.id, *([data.fit] if data.fit else []), *data.ood]:
+        if spec.kind == "npz" and not _resolve(spec.path, root).is_file():
+            raise UsageError(f"data file {str(_resolve(spec.path, root))!r} not found; pass --data-root DIR holding "
+                             "the config's data files")
+        if spec.kind == "idx":
+            for path in (_resolve(spec.images, root), _resolve(spec.labels, root)):
+                if not path.is_file() or not os.access(path, os.R_OK):
+                    raise UsageError(f"IDX file {str(path)!r} not found or unreadable; pass --data-root DIR holding it")
+    path = checkpoint_path(plan)
+    if path is not None and not path.is_file():
+        raise UsageError(f"checkpoint {str(path)!r} not found")
+
+
+def precheck(plan: RunPlan, *, overwrite: bool = False) -> None:
+    """The checks of :func:`preflight` that need no plugin, no torch and no file read, on a plan whose names are not
+    resolved (:func:`advopenood.config.loading.check_config`): the output and cache folders, the files named, the
+    GPU driver. The CLI runs them before torch loads; :func:`preflight` runs them again, in full."""
+    check_output(plan.output, overwrite)
+    check_folder(plan.cache, "cache folder")
+    check_paths(plan)
+    check_gpu_driver(plan.device)
+
+
 def check_runtime(plan: RunPlan) -> None:
     """The device exists and an explicitly chosen detector backend is installed."""
     device = plan.device
