@@ -78,7 +78,8 @@ FSOOD_COLUMNS = ["dataset", "arch", "detector", "backend", "ood_set", "group", *
                  "n_id", "n_ood", "csid_sets", "protocol", "error"]
 LEADERBOARD_COLUMNS = ["dataset", "arch", "detector", "backend", "id_acc",
                        *bound_columns(["near_fpr95", "near_auroc", "far_fpr95", "far_auroc", "adv_fpr95", "adv_auroc"]),
-                       "n_near", "n_far", "n_adv", "ci", *[f"{m}_rank" for m in RANKED]]
+                       "n_near", "n_far", "n_adv", "near_sets", "far_sets", "adv_sets", "ci",
+                       *[f"{m}_rank" for m in RANKED]]
 FSOOD_LEADERBOARD_COLUMNS = ["csid_acc", *bound_columns(["fsood_near_fpr95", "fsood_near_auroc", "fsood_far_fpr95",
                                                          "fsood_far_auroc"]), *[f"{m}_rank" for m in FSOOD_RANKED]]
 
@@ -123,24 +124,47 @@ def _group_mean(part: pd.DataFrame, metric: str) -> float:
     return float(part[metric].mean(skipna=False)) if len(part) else math.nan
 
 
-def _group_cells(part: pd.DataFrame, prefix: str, keys: list[str], replicates: Replicates) -> dict[str, float]:
-    """``<prefix>_fpr95`` / ``<prefix>_auroc`` group means with their intervals: the mean of the sets' bootstrap
-    replicates (:func:`advopenood.evaluation.intervals.mean_interval`; empty without replicates, e.g. under
-    ``delong``). ``keys``: each row's cell key."""
+def _group_cells(part: pd.DataFrame, prefix: str, keys: list[str], replicates: Replicates,
+                 shared: dict[str, tuple[float, float]] | None = None) -> dict[str, float]:
+    """``<prefix>_fpr95`` / ``<prefix>_auroc`` group means with their intervals: ``shared``'s where given (the
+    sets' ID images resampled once for all of them, :meth:`~advopenood.evaluation.intervals.IntervalPolicy.shared_mean`),
+    else the mean of the sets' own bootstrap replicates (:func:`advopenood.evaluation.intervals.mean_interval`;
+    empty without replicates, e.g. under ``delong``). ``keys``: each row's cell key."""
     out: dict[str, float] = {}
     for metric in ("fpr95", "auroc"):
         parts = [replicates.get(k, {}).get(metric, np.empty(0)) for k in keys]
         lo, hi = mean_interval(parts) if len(part) else (math.nan, math.nan)
+        if shared is not None:
+            lo, hi = shared.get(metric, (math.nan, math.nan)) if len(part) else (math.nan, math.nan)
         out.update({f"{prefix}_{metric}": _group_mean(part, metric), f"{prefix}_{metric}_lo": lo,
                     f"{prefix}_{metric}_hi": hi})
     return out
 
 
+def shared_means(ctx: RunContext, df: pd.DataFrame, masks: dict[str, np.ndarray | None]
+                 ) -> dict[tuple[str, str], dict[str, tuple[float, float]]]:
+    """Per scored detector and leaderboard group (``near``, ``far``, ``adv``): the interval of its mean over the
+    group's sets of ``df`` (``ood.csv``) with the ID images resampled once per replicate for all of them
+    (:meth:`~advopenood.evaluation.intervals.IntervalPolicy.shared_mean`, cell key ``mean|<det>|<group>``);
+    ``masks``: each set's positive rows, as ``ood.csv`` used them."""
+    out = {}
+    for det, part in df[df["detector"].isin(list(ctx.scores))].groupby("detector", sort=False):
+        scores = ctx.scores[det]
+        for group, prefix in (("near", "near"), ("far", "far"), (ADVERSARIAL, "adv")):
+            sets = list(part.loc[part["group"] == group, "ood_set"])
+            oods = [scores[s] if masks.get(s) is None else scores[s][masks[s]] for s in sets]
+            out[det, prefix] = ctx.intervals.shared_mean(cell_key("mean", det, prefix), scores["id"], oods)
+    return out
+
+
 def leaderboard(df: pd.DataFrame, id_acc: float, fsood: pd.DataFrame | None = None,
-                csid_acc: float = math.nan, replicates: Replicates | None = None) -> pd.DataFrame:
+                csid_acc: float = math.nan, replicates: Replicates | None = None,
+                shared: dict[tuple[str, str], dict[str, tuple[float, float]]] | None = None) -> pd.DataFrame:
     """One row per detector: near/far-OOD FPR95 and AUROC means and ID accuracy (OpenOOD's columns) next to the
-    mean over the adversarial sets; with ``fsood`` rows, their near/far means and the csid accuracy. Each mean's
-    interval comes from the cells' ``replicates`` (keys ``cell_key("ood"|"fsood", detector, ood_set)``)."""
+    mean over the adversarial sets, ``<group>_sets`` naming the sets each mean averages; with ``fsood`` rows, their
+    near/far means and the csid accuracy. A mean's interval is ``shared[(detector, group)]`` where given (its sets'
+    shared ID images resampled once per replicate: :func:`shared_means`), else it comes from the cells'
+    ``replicates`` (keys ``cell_key("ood"|"fsood", detector, ood_set)``)."""
     reps = replicates or {}
     method = str(df["ci"].iloc[0]) if "ci" in df and len(df) else "none"
     rows = []
@@ -148,8 +172,10 @@ def leaderboard(df: pd.DataFrame, id_acc: float, fsood: pd.DataFrame | None = No
         row: dict[str, Any] = {"dataset": dataset, "arch": arch, "detector": det, "backend": backend, "id_acc": id_acc}
         for group, prefix in (("near", "near"), ("far", "far"), (ADVERSARIAL, "adv")):
             sub = part[part["group"] == group]
-            row.update(_group_cells(sub, prefix, [cell_key("ood", det, s) for s in sub["ood_set"]], reps))
+            row.update(_group_cells(sub, prefix, [cell_key("ood", det, s) for s in sub["ood_set"]], reps,
+                                    None if shared is None else shared.get((det, prefix), {})))
             row[f"n_{prefix}"] = len(sub)
+            row[f"{prefix}_sets"] = ",".join(map(str, sub["ood_set"]))
         row["ci"] = method if method.startswith("bootstrap") else "none"
         if fsood is not None:
             fs = fsood[fsood["detector"] == det]
@@ -276,7 +302,8 @@ class OODEvaluator(Verifiable):
         out = Results(tables={"ood.csv": df, "table_ood.csv": table, "table_ood.md": table})
         csid = [name for name, group in groups.items() if group == "csid"]
         fsood = self._fsood(ctx, groups, csid, replicates) if csid else None
-        board = leaderboard(df, ctx.clean.accuracy, fsood, accuracy_with(ctx, csid) if csid else math.nan, replicates)
+        board = leaderboard(df, ctx.clean.accuracy, fsood, accuracy_with(ctx, csid) if csid else math.nan, replicates,
+                            shared_means(ctx, df, {s: m for _, _, s, m in self._targets(ctx)}))
         robust, ensemble = products[ROBUST_TABLE], products[ENSEMBLE].rows
         robust = pd.concat([robust, ensemble], ignore_index=True) if len(robust) and len(ensemble) else robust
         out.tables.update({"leaderboard.csv": board, "leaderboard.md": board,

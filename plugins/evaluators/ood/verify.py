@@ -18,7 +18,7 @@ import pandas as pd
 
 from advopenood.evaluation import oracle
 from advopenood_plugins.evaluators.ood.verify_paired import verify_paired
-from advopenood_plugins.kit.verify import BOUNDS, METRICS, Draws, rederive_bounds
+from advopenood_plugins.kit.verify import BOUNDS, METRICS, Draws, ci_plan, rederive_bounds
 
 #: the numbers of ``table_adaptive.csv`` that verify re-derives
 ADAPTIVE_VALUES = ["auroc_baseline", "auroc_adaptive", "delta_auroc", "fpr95_baseline", "fpr95_adaptive"]
@@ -187,26 +187,49 @@ def rederive_table_adaptive(run: Any, rederived: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["detector", "attack", "baseline", *ADAPTIVE_VALUES, "n_ood"])
 
 
-def rederive_leaderboard(ood: pd.DataFrame, draws: Draws | None = None) -> pd.DataFrame:
+def rederive_leaderboard(ood: pd.DataFrame, draws: Draws | None = None, run: Any = None) -> pd.DataFrame:
     """Per detector, the plain means of the (re-derived) ood rows of each group, near / far / adversarial (NaN if
-    any member is NaN), as OpenOOD's ``nearood`` / ``farood`` rows; each mean's interval the percentiles of the
-    mean of its cells' replicates (NaN without them)."""
+    any member is NaN), as OpenOOD's ``nearood`` / ``farood`` rows, and the sets each averages (``<group>_sets``).
+    Each mean's interval: with ``run`` (its scores), the checker's mean over sets that share the ID images
+    (:func:`advopenood.evaluation.oracle.shared_mean_interval`, key ``mean|<det>|<group>``; NaN unless the run's
+    method is the bootstrap and every set has at least 2 images); without, the percentiles of the mean of its cells'
+    replicates (NaN without them)."""
     draws = draws or {}
+    plan = ci_plan(run) if run is not None else None
     rows = []
     for det, part in ood.groupby("detector", sort=False):
         row: dict[str, Any] = {"detector": det}
         for group, prefix in (("near", "near"), ("far", "far"), ("adversarial", "adv")):
             sub = part[part["group"] == group]
+            shared = _shared_bounds(run, plan, det, prefix, sub) if plan is not None else None
             for m in ("fpr95", "auroc"):
                 vals = sub[m].to_numpy(float)
                 row[f"{prefix}_{m}"] = math.nan if not len(vals) or np.isnan(vals).any() else float(vals.sum() / len(vals))
                 reps = [draws.get(f"ood|{det}|{s}", {}).get(m) for s in sub["ood_set"]]
                 ok = bool(reps) and all(r is not None for r in reps)
                 lo, hi = oracle.percentile_interval(sum(reps) / len(reps)) if ok else (math.nan, math.nan)
-                row[f"{prefix}_{m}_lo"], row[f"{prefix}_{m}_hi"] = lo, hi
+                row[f"{prefix}_{m}_lo"], row[f"{prefix}_{m}_hi"] = (lo, hi) if shared is None else shared[m]
             row[f"n_{prefix}"] = len(sub)
+            row[f"{prefix}_sets"] = ",".join(map(str, sub["ood_set"])) or math.nan
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _shared_bounds(run: Any, plan: Any, det: str, prefix: str, sub: pd.DataFrame) -> dict[str, tuple[float, float]]:
+    """A group mean's ``{metric: (lo, hi)}`` with the ID images resampled once for all its sets (the ood rows
+    ``sub``, each set's positives as the row says); NaN where there is none."""
+    nan = {m: (math.nan, math.nan) for m in ("fpr95", "auroc")}
+    if not plan.bootstrap or not len(sub):
+        return nan
+    arrays = run.scores(det)
+    oods = []
+    for r in sub.to_dict("records"):
+        conf = arrays[r["ood_set"]].astype(float)
+        oods.append(conf[arrays[f"{r['ood_set']}.success"].astype(bool)] if r["positives"] == "successful" else conf)
+    conf_id = arrays["id"].astype(float)
+    if min(len(conf_id), *(len(o) for o in oods)) < 2 or any(np.isnan(a).any() for a in (conf_id, *oods)):
+        return nan
+    return oracle.shared_mean_interval(conf_id, oods, plan.seed, f"mean|{det}|{prefix}", plan.resamples)
 
 
 def rederive_fsood(run: Any, rederived: pd.DataFrame) -> pd.DataFrame:
@@ -249,7 +272,7 @@ def verify(run: Any) -> list[str]:
     lines += compare(rederived, ood[scored], KEYS, [*METRICS, *BOUNDS, "ci", "n_id", "n_ood"], atol=1e-6,
                      table="ood.csv")
     lines += compare(unscored_rows(run, KEYS), ood[~scored], KEYS, [], table="ood.csv")
-    board_of = rederive_leaderboard(rederived, draws)
+    board_of = rederive_leaderboard(rederived[rederived["detector"].isin(run.detectors)], draws, run)
     boards: list[pd.DataFrame] = []
 
     def check_board(board: pd.DataFrame) -> list[str]:
@@ -257,7 +280,8 @@ def verify(run: Any) -> list[str]:
         means = [f"{g}_{m}" for g in ("near", "far", "adv") for m in ("fpr95", "auroc")]
         mine = board["detector"].isin(run.detectors)
         return compare(board_of, board[mine], ["detector"], [*means, *[f"{c}_{end}" for c in means for end in
-                                                                        ("lo", "hi")], "n_near", "n_far", "n_adv"],
+                                                                        ("lo", "hi")], "n_near", "n_far", "n_adv",
+                                                                        "near_sets", "far_sets", "adv_sets"],
                        atol=1e-6, table="leaderboard.csv") + \
             compare(unscored_rows(run, ["detector"]), board[~mine], ["detector"], [], table="leaderboard.csv")
 
