@@ -93,7 +93,7 @@ def test_a_mean_over_sets_sharing_the_id_images_is_as_wide_as_its_sampling_varia
         conf_id = rng.normal(0.5, 1, n)
         oods = [rng.normal(0, 1, n) for _ in range(sets)]
         means.append(np.mean([100 * (conf_id[:, None] > o[None, :]).mean() for o in oods]))
-        paired.append(policy.shared_mean(f"mean|{r}", conf_id, oods, ("auroc",))["auroc"])
+        paired.append(policy.shared_mean(f"mean|{r}", conf_id, dict(enumerate(oods)), ("auroc",))["auroc"])
         own = [policy.paired(f"ood|{r}|{i}", [(conf_id, o)], ("auroc",))[0]["auroc"] for i, o in enumerate(oods)]
         apart.append(iv.mean_interval(own))
     spread = 2 * 1.96 * np.std(means)
@@ -102,3 +102,12 @@ def test_a_mean_over_sets_sharing_the_id_images_is_as_wide_as_its_sampling_varia
     assert width >= 0.9 * spread, (width, spread)
     assert np.mean((paired[:, 0] <= truth) & (truth <= paired[:, 1])) >= 0.9
     assert np.mean(apart[:, 1] - apart[:, 0]) < 0.7 * spread  # the sets taken as independent samples
+
+
+@pytest.mark.parametrize("n", [1, 7, 10, 1000])
+def test_wilson_bounds_a_share_of_0_or_1_exactly(n):
+    """A share of 0 (of 1) has the lower (upper) Wilson bound exactly 0 (100), in the writer and the checker: a
+    table never shows 0 outside its own interval (gradcam_summary's ``[2.78e-15, 39.03]``)."""
+    for wilson in (iv.wilson, oracle.wilson):
+        assert wilson(0, n)[0] == 0.0 and wilson(n, n)[1] == 100.0
+        assert 0 < wilson(0, n)[1] < 100 and 0 < wilson(n, n)[0] < 100

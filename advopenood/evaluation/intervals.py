@@ -283,22 +283,22 @@ def metric_intervals(conf_id: np.ndarray, conf_ood: np.ndarray, method: str, see
     return IntervalPolicy(method, resamples, seed).cell(key, conf_id, conf_ood)
 
 
-def shared_id_replicates(conf_id: np.ndarray, oods: Sequence[np.ndarray], seed: int, key: str,
+def shared_id_replicates(conf_id: np.ndarray, oods: dict[str, np.ndarray], seed: int, key: str,
                          resamples: int = DEFAULT_RESAMPLES, metrics: Iterable[str] = METRICS
                          ) -> list[dict[str, np.ndarray]]:
-    """Each set's replicates for a mean over sets that share their ID images (a detector's near / far /
-    adversarial mean): replicate ``b`` resamples the ID images ONCE for every set (the ``(resamples, n_id)`` draws
-    of :func:`generator` ``(seed, key)``), and each set's OOD images with its own generator ``(seed, key|<i>)``
-    (``i``: the set's position), each with replacement at its size. The mean of the sets' replicates ``b`` is then
+    """Each set's replicates (in the order of ``oods``: set name -> its OOD confidences) for a mean over sets that
+    share their ID images (a detector's near / far / adversarial mean): replicate ``b`` resamples the ID images ONCE
+    for every set (the ``(resamples, n_id)`` draws of :func:`generator` ``(seed, key)``), and each set's OOD images
+    with its own generator ``(seed, key|<set name>)``, each with replacement at its size. The mean of the sets' replicates ``b`` is then
     a replicate of the mean: resampling the shared ID images apart per set would treat the sets as independent
     samples, and the mean's interval would be narrower than its sampling variation. Drawn a block of rows at a
     time (:data:`DRAW_BLOCK`)."""
     conf_id = np.asarray(conf_id, dtype=np.float64).ravel()
-    oods = [np.asarray(o, dtype=np.float64).ravel() for o in oods]
+    rng_ood = [generator(seed, f"{key}|{name}") for name in oods]
+    oods = [np.asarray(o, dtype=np.float64).ravel() for o in oods.values()]
     wanted, n_id = tuple(metrics), len(conf_id)
     prepared = [_cell(conf_id, o) for o in oods]
     rng_id = generator(seed, key)
-    rng_ood = [generator(seed, f"{key}|{i}") for i in range(len(oods))]
     rows = max(1, DRAW_BLOCK // max([n_id, *(len(o) for o in oods)]))
     parts: list[list[dict[str, np.ndarray]]] = [[] for _ in oods]
     for start in range(0, resamples, rows):
@@ -349,12 +349,18 @@ def metric_kind(metric: str) -> str:
     return "auroc" if metric.endswith("auroc") else "fpr95" if metric.endswith("fpr95") else "aupr"
 
 
+#: how close (points) an interval's ends are to each other or to 0 / 100 to count as a point or at the bound: far
+#: under the tables' precision, far over floating-point sums' rounding (a resample's AUPR of 99.99999999999997)
+BOUND_TOL = 1e-6
+
+
 def at_bound(metric: str, lo: float, hi: float) -> bool:
     """Whether a percentile (or DeLong) interval of ``metric`` (percent) takes the method of :data:`AT_BOUND`: it
-    collapsed to a point (every resample equal) or, for an AUROC or an FPR95, reaches 0 or 100."""
+    collapsed to a point (every resample equal) or, for an AUROC or an FPR95, reaches 0 or 100 (each to
+    :data:`BOUND_TOL`)."""
     if math.isnan(lo) or math.isnan(hi):
         return False
-    return lo == hi or (metric_kind(metric) != "aupr" and (lo <= 0.0 or hi >= 100.0))
+    return hi - lo <= BOUND_TOL or (metric_kind(metric) != "aupr" and (lo <= BOUND_TOL or hi >= 100.0 - BOUND_TOL))
 
 
 def bound_rule(metric: str, value: float, lo: float, hi: float, n_id: int, n_ood: int) -> tuple[float, float, str]:
@@ -405,13 +411,16 @@ def holm(p_values: Sequence[float]) -> np.ndarray:
 
 def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
     """Wilson's (1927) score interval on a share, in percent: ``(p + z^2/2n +- z sqrt(p(1-p)/n + z^2/4n^2)) /
-    (1 + z^2/n)``; NaN when ``n`` is 0."""
+    (1 + z^2/n)``; NaN when ``n`` is 0. Its bound at a share of 0 (1) is exactly 0 (100): the formula's value
+    there, which floating point would leave a rounding error away (``5.6e-15``)."""
     if n <= 0:
         return math.nan, math.nan
     p = successes / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return 100.0 * max(0.0, centre - half), 100.0 * min(1.0, centre + half)
+    lo = 0.0 if successes <= 0 else max(0.0, centre - half)
+    hi = 1.0 if successes >= n else min(1.0, centre + half)
+    return 100.0 * lo, 100.0 * hi
 
 
 Cell = tuple[np.ndarray, np.ndarray]
@@ -510,18 +519,18 @@ class IntervalPolicy:
         """A group mean's interval from its sets' replicates (:func:`mean_interval`)."""
         return mean_interval(parts)
 
-    def shared_mean(self, key: str, conf_id: np.ndarray, oods: Sequence[np.ndarray],
+    def shared_mean(self, key: str, conf_id: np.ndarray, oods: dict[str, np.ndarray],
                     metrics: Iterable[str] = ("fpr95", "auroc")) -> dict[str, tuple[float, float]]:
         """``{metric: (lo, hi)}``: the interval of the mean over ``oods`` of a detector whose sets share the ID
         images ``conf_id``, from replicates that resample them once for all sets (:func:`shared_id_replicates`);
         NaN bounds when a set has too few images or NaN scores, or the method is not ``bootstrap``."""
         wanted = tuple(metrics)
         nan = {m: (math.nan, math.nan) for m in wanted}
-        arrays = [np.asarray(conf_id, float).ravel(), *(np.asarray(o, float).ravel() for o in oods)]
+        arrays = [np.asarray(conf_id, float).ravel(), *(np.asarray(o, float).ravel() for o in oods.values())]
         if not self.bootstrap or not oods or any(too_few(len(arrays[0]), len(o)) for o in arrays[1:]) or \
                 any(np.isnan(a).any() for a in arrays):
             return nan
-        reps = shared_id_replicates(arrays[0], arrays[1:], self.seed, key, self.resamples, wanted)
+        reps = shared_id_replicates(arrays[0], oods, self.seed, key, self.resamples, wanted)
         return {m: percentile(np.mean([r[m] for r in reps], axis=0)) for m in wanted}
 
     def difference(self, cell_a: Cell, cell_b: Cell, reps_a: np.ndarray | None, reps_b: np.ndarray | None

@@ -244,18 +244,18 @@ def seeded_replicates(cells: list[tuple[np.ndarray, np.ndarray]], seed: int, key
     return out
 
 
-def shared_mean_interval(conf_id: np.ndarray, oods: Sequence[np.ndarray], seed: int, key: str, resamples: int,
+def shared_mean_interval(conf_id: np.ndarray, oods: Mapping[str, np.ndarray], seed: int, key: str, resamples: int,
                          wanted: Iterable[str] = ("fpr95", "auroc")) -> dict[str, tuple[float, float]]:
     """The percentile interval of a mean over sets that share their ID images: each resample draws the ID indices
     once for every set (PCG64 seeded by :func:`cell_seed` of ``key``) and each set's OOD indices from its own
-    generator (``key|<i>``, ``i`` the set's position); the mean's replicate is the mean of the sets' metrics on
+    generator (``key|<set name>``; ``oods``: set name -> OOD confidences); the mean's replicate is the mean of the sets' metrics on
     those draws (:func:`replicates`), a block of at most :data:`HELD` indices a side at a time."""
     wanted = tuple(wanted)
     conf_id = np.asarray(conf_id, dtype=np.float64).ravel()
-    oods = [np.asarray(o, dtype=np.float64).ravel() for o in oods]
+    each = [np.random.Generator(np.random.PCG64(cell_seed(seed, f"{key}|{name}"))) for name in oods]
+    oods = [np.asarray(o, dtype=np.float64).ravel() for o in oods.values()]
     rows = max(1, HELD // max([len(conf_id), *(len(o) for o in oods)]))
     ids = np.random.Generator(np.random.PCG64(cell_seed(seed, key)))
-    each = [np.random.Generator(np.random.PCG64(cell_seed(seed, f"{key}|{i}"))) for i in range(len(oods))]
     means: dict[str, list[np.ndarray]] = {m: [] for m in wanted}
     for start in range(0, resamples, rows):
         size = min(rows, resamples - start)
@@ -321,7 +321,8 @@ def wilson(successes: int, n: int) -> tuple[float, float]:
         return math.nan, math.nan
     z2, share = _z() ** 2, successes / n
     roots = np.sort(np.real(np.roots([1 + z2 / n, -(2 * share + z2 / n), share * share])))
-    return 100.0 * float(np.clip(roots[0], 0, 1)), 100.0 * float(np.clip(roots[-1], 0, 1))
+    lo, hi = float(np.clip(roots[0], 0, 1)), float(np.clip(roots[-1], 0, 1))
+    return 100.0 * (0.0 if successes == 0 else lo), 100.0 * (1.0 if successes == n else hi)  # p itself at 0 or 1
 
 
 def delong_difference_p(cell_a: tuple[np.ndarray, np.ndarray], cell_b: tuple[np.ndarray, np.ndarray]) -> float:
@@ -378,10 +379,11 @@ def newcombe(auroc_pct: float, n_id: int, n_ood: int) -> tuple[float, float]:
 
 def at_bound(metric: str, lo: float, hi: float) -> bool:
     """Whether an interval takes the method at a bound: it is one point, or (an AUROC or an FPR95: a column ending in
-    ``auroc`` or ``fpr95``) it reaches 0 or 100; never without an interval."""
+    ``auroc`` or ``fpr95``) it reaches 0 or 100, each to 1e-6 points; never without an interval."""
     if math.isnan(lo) or math.isnan(hi):
         return False
-    return lo == hi or (metric.endswith(("auroc", "fpr95")) and (lo <= 0 or hi >= 100))
+    near = 1e-6  # points: floating-point sums leave a resample's 100 at 99.99999999999997
+    return abs(hi - lo) <= near or (metric.endswith(("auroc", "fpr95")) and (lo <= near or hi >= 100 - near))
 
 
 def bounded(metric: str, value: float, lo: float, hi: float, n_id: int, n_ood: int) -> tuple[float, float, str]:
