@@ -41,8 +41,8 @@ from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 import numpy as np
 
 from advopenood.evaluation.intervalstore import IntervalStore
-from advopenood.evaluation.metrics import (TPR_LEVEL, Z95, auroc_difference_interval, auroc_difference_p, auroc_interval,
-                                          ood_metrics)
+from advopenood.evaluation.metrics import (TPR_LEVEL, Z95, auroc_difference_interval, auroc_difference_p,
+                                          auroc_interval, ood_metrics)
 
 METHODS = ("bootstrap", "delong", "none")
 DEFAULT_RESAMPLES = 2000
@@ -289,10 +289,10 @@ def shared_id_replicates(conf_id: np.ndarray, oods: dict[str, np.ndarray], seed:
     """Each set's replicates (in the order of ``oods``: set name -> its OOD confidences) for a mean over sets that
     share their ID images (a detector's near / far / adversarial mean): replicate ``b`` resamples the ID images ONCE
     for every set (the ``(resamples, n_id)`` draws of :func:`generator` ``(seed, key)``), and each set's OOD images
-    with its own generator ``(seed, key|<set name>)``, each with replacement at its size. The mean of the sets' replicates ``b`` is then
-    a replicate of the mean: resampling the shared ID images apart per set would treat the sets as independent
-    samples, and the mean's interval would be narrower than its sampling variation. Drawn a block of rows at a
-    time (:data:`DRAW_BLOCK`)."""
+    with its own generator ``(seed, key|<set name>)``, each with replacement at its size. The mean of the sets'
+    replicates ``b`` is then a replicate of the mean: resampling the shared ID images apart per set would treat the
+    sets as independent samples, and the mean's interval would be narrower than its sampling variation. Drawn a
+    block of rows at a time (:data:`DRAW_BLOCK`)."""
     conf_id = np.asarray(conf_id, dtype=np.float64).ravel()
     rng_ood = [generator(seed, f"{key}|{name}") for name in oods]
     oods = [np.asarray(o, dtype=np.float64).ravel() for o in oods.values()]

@@ -248,8 +248,8 @@ def shared_mean_interval(conf_id: np.ndarray, oods: Mapping[str, np.ndarray], se
                          wanted: Iterable[str] = ("fpr95", "auroc")) -> dict[str, tuple[float, float]]:
     """The percentile interval of a mean over sets that share their ID images: each resample draws the ID indices
     once for every set (PCG64 seeded by :func:`cell_seed` of ``key``) and each set's OOD indices from its own
-    generator (``key|<set name>``; ``oods``: set name -> OOD confidences); the mean's replicate is the mean of the sets' metrics on
-    those draws (:func:`replicates`), a block of at most :data:`HELD` indices a side at a time."""
+    generator (``key|<set name>``; ``oods``: set name -> OOD confidences); the mean's replicate is the mean of the
+    sets' metrics on those draws (:func:`replicates`), a block of at most :data:`HELD` indices a side at a time."""
     wanted = tuple(wanted)
     conf_id = np.asarray(conf_id, dtype=np.float64).ravel()
     each = [np.random.Generator(np.random.PCG64(cell_seed(seed, f"{key}|{name}"))) for name in oods]

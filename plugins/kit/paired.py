@@ -41,7 +41,7 @@ from advopenood.capabilities import twin_of
 from advopenood.claims import Claim, pair_claim
 from advopenood.errors import UsageError
 from advopenood.evaluation.context import RunContext
-from advopenood.evaluation.intervals import LEVEL, cell_key, holm, too_few
+from advopenood.evaluation.intervals import cell_key, holm, too_few
 from advopenood.outputs.report import join
 from advopenood.outputs.report import name as label
 from advopenood.outputs.results import Bullets, Paragraph, Section, Table
@@ -49,8 +49,8 @@ from advopenood.outputs.results import Bullets, Paragraph, Section, Table
 #: up to this many scored detectors every pair is compared; above it, each detector against the best on the set
 MAX_ALL_PAIRS = 20
 PAIRED_COLUMNS = ["detector_a", "detector_b", "ood_set", "group", "twin", "auroc_a", "auroc_b", "delta_auroc",
-                  "delta_auroc_lo", "delta_auroc_hi", "ci", "significant", "p_value", "p_holm", "n_id", "n_ood", "error",
-                  "protocol"]
+                  "delta_auroc_lo", "delta_auroc_hi", "ci", "significant", "p_value", "p_holm", "n_id", "n_ood",
+                  "error", "protocol"]
 #: the leaderboard's group metrics that get a ``<metric>_rank`` column, and whether higher is better
 RANKED = {"near_fpr95": False, "near_auroc": True, "far_fpr95": False, "far_auroc": True, "adv_fpr95": False,
           "adv_auroc": True}

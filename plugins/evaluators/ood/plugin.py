@@ -133,7 +133,8 @@ def _group_mean(part: pd.DataFrame, metric: str) -> float:
 def _group_cells(part: pd.DataFrame, prefix: str, keys: list[str], replicates: Replicates,
                  shared: dict[str, tuple[float, float]] | None = None) -> dict[str, float]:
     """``<prefix>_fpr95`` / ``<prefix>_auroc`` group means with their intervals: ``shared``'s where given (the
-    sets' ID images resampled once for all of them, :meth:`~advopenood.evaluation.intervals.IntervalPolicy.shared_mean`),
+    sets' ID images resampled once for all of them,
+    :meth:`~advopenood.evaluation.intervals.IntervalPolicy.shared_mean`),
     else the mean of the sets' own bootstrap replicates (:func:`advopenood.evaluation.intervals.mean_interval`;
     empty without replicates, e.g. under ``delong``). ``keys``: each row's cell key."""
     out: dict[str, float] = {}

@@ -201,9 +201,9 @@ def rederive_leaderboard(ood: pd.DataFrame, draws: Draws | None = None, run: Any
     """Per detector, the plain means of the (re-derived) ood rows of each group, near / far / adversarial (NaN if
     any member is NaN), as OpenOOD's ``nearood`` / ``farood`` rows, and the sets each averages (``<group>_sets``).
     Each mean's interval: with ``run`` (its scores), the checker's mean over sets that share the ID images
-    (:func:`advopenood.evaluation.oracle.shared_mean_interval`, key ``mean|<det>|<set>|<set>...``, sorted; NaN unless the run's
-    method is the bootstrap and every set has at least 2 images); without, the percentiles of the mean of its cells'
-    replicates (NaN without them)."""
+    (:func:`advopenood.evaluation.oracle.shared_mean_interval`, key ``mean|<det>|<set>|<set>...``, sorted; NaN
+    unless the run's method is the bootstrap and every set has at least 2 images); without, the percentiles of the
+    mean of its cells' replicates (NaN without them)."""
     draws, means = draws or {}, {} if means is None else means
     plan = ci_plan(run) if run is not None else None
     rows = []
