@@ -16,10 +16,12 @@ Kinds (:data:`KINDS`):
   interval contains 0, or there is none (a tie: neither is stated higher).
 * ``value``: one table cell with its own interval, as the table holds it ("what: v % (95 % interval lo to hi, m,
   table)").
-* ``first``: who can be first on one set given the paired comparisons of ``paired.csv`` (the headline's ranks):
-  ``names`` the detectors that no paired interval shows lower than another, ``value`` the number of detectors
-  ranked, ``hi`` the worst rank of a lone first (1: it is shown higher than every other; NaN for a group). "On S:
-  X is first; ...", "On S: only X can be first; ...", "On S: k detectors can be first, ...".
+* ``first``: who can be first on one set given the paired comparisons of ``paired.csv`` tested together (the
+  headline's ranks): ``names`` the detectors that no pair shows lower than another, a pair shown different when
+  its Holm-adjusted p-value over every pair on the set is below 0.05 (``p_holm``; ``method`` ``holm``), ``value``
+  the number of detectors ranked, ``hi`` the worst rank of a lone first (1: it is shown higher than every other;
+  NaN for a group). "On S: X is first; ...", "On S: only X can be first; ...", "On S: k detectors can be first,
+  ...". None is made on a set with fewer than ``min_conclusive`` images on a side.
 
 For ``difference`` and ``no_difference``, :attr:`Claim.columns` names the table's ``(detector_a, detector_b,
 delta, delta_lo, delta_hi)`` columns; for ``value``, ``(value, lo, hi)``.
@@ -61,8 +63,9 @@ PAIR_KINDS = ("difference", "no_difference")
 TESTS = {"difference": "the paired 95 % interval of the stated difference excludes 0 (lo > 0)",
          "no_difference": "the paired 95 % interval contains 0, or there is none",
          "value": "none: the cell and its own 95 % interval, as the table holds them",
-         "first": "no detector named is shown lower than any other on the set (paired interval excludes 0), every "
-                  "detector not named is; a lone first also shown higher than every other when its worst rank is 1"}
+         "first": "no detector named is shown lower than any other on the set (Holm-adjusted paired p-value over "
+                  "every pair on the set below 0.05: p_holm), every detector not named is; a lone first also shown "
+                  "higher than every other when its worst rank is 1"}
 #: the fields of a claim in claims.json (``test`` and ``text`` are derived: the checker renders them again)
 FIELDS = ("kind", "table", "row", "columns", "where", "value", "lo", "hi", "method", "names", "quantity", "note",
           "about", "test", "text")
@@ -253,6 +256,8 @@ class Claim:
             return "a first names at least one detector, and value is the number ranked (a whole number, not fewer)"
         if not (math.isnan(self.hi) or (self.hi.is_integer() and 1 <= self.hi <= ranked)):
             return "a first's hi is the worst rank of a lone first, a whole number from 1 to the number ranked"
+        if self.method != "holm":
+            return f"a first rests on the Holm-adjusted paired tests (method 'holm'), not {self.method!r}"
         return ""
 
     @property
@@ -283,14 +288,14 @@ class Claim:
         """The sentence of a ``first`` claim."""
         shown = [name(n) for n in self.names]
         if len(shown) == 1 and self.hi == 1:
-            return (f"On {self.where}: {shown[0]} is first; the paired intervals show it higher than every other "
-                    f"detector (paired.csv).")
+            return (f"On {self.where}: {shown[0]} is first; the paired tests, Holm-adjusted over every pair on the "
+                    f"set, show it higher than every other detector (paired.csv).")
         if len(shown) == 1:
             return (f"On {self.where}: only {shown[0]} can be first; every other detector is shown lower than at "
-                    "least one (paired.csv).")
+                    "least one (paired tests Holm-adjusted over every pair on the set; paired.csv).")
         listed = ", ".join(shown[:-1]) + " and " + shown[-1]
         return (f"On {self.where}: {len(shown)} of {int(self.value)} detectors can be first, no paired difference "
-                f"shown among them: {listed} (paired.csv).")
+                f"shown among them (Holm-adjusted over every pair on the set): {listed} (paired.csv).")
 
     def as_dict(self) -> dict[str, Any]:
         """The claim as claims.json holds it: its fields, the test and the sentence (NaN as null)."""

@@ -3,6 +3,7 @@ prints is a claim in claims.json, re-read by `advopenood verify` from the tables
 the paired interval of the stated difference excludes 0; the summary quotes the table's own interval."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -16,6 +17,7 @@ from advopenood.claims import STATED, Claim, name, pair_claim
 from advopenood.cli.main import main
 from advopenood.evaluation.verify import verify_run
 from advopenood_plugins.evaluators.robust_auroc.paired import read_robust_paired
+from advopenood_plugins.kit.paired import PAIRED_CLAIM_COLUMNS
 
 #: a sentence that states a direction, in any wording the report has used: names, difference, first interval
 DIRECTION = re.compile(r"On (?P<set>[^,]+), (?P<a>\S+?)'s (?P<what>[\w ]+?) is higher than (?P<b>\S+?)'s by "
@@ -180,16 +182,6 @@ RANKING = re.compile(r"\b(best|worst detector|strongest|weakest|highest|stronger
                      r"higher than|lower than|the most|most robust)\b")
 
 
-def _first_from_paired(out: Path, where: str) -> list[str]:
-    """Who can be first on a set (display name), from paired.csv's bounds alone: no interval shows it lower."""
-    paired = pd.read_csv(out / "paired.csv")
-    part = paired[paired["ood_set"].map(name) == where]
-    dets = set(part["detector_a"]) | set(part["detector_b"])
-    lower = {r["detector_b"] if r["delta_auroc_lo"] > 0 else r["detector_a"] for r in part.to_dict("records")
-             if r["delta_auroc_lo"] > 0 or r["delta_auroc_hi"] < 0}
-    return sorted(name(d) for d in dets - lower)
-
-
 def test_no_reading_of_the_report_ranks_without_a_claim_that_supports_it(demo_run):
     """Every reading (bullet) of report.md that ranks or compares is a claim's sentence, word for word; each
     ``first`` claim names exactly the detectors paired.csv's intervals leave unbeaten, each ``difference`` rests on
@@ -202,10 +194,10 @@ def test_no_reading_of_the_report_ranks_without_a_claim_that_supports_it(demo_ru
     ranked = [s for s in readings if RANKING.search(s)]
     assert ranked and all(s in texts for s in ranked), [s for s in ranked if s not in texts]
     assert not any(re.search(r"\b(best|strongest|weakest|highest)\b", s) for s in readings)
-    firsts = [c for c in claims if c["kind"] == "first"]
-    assert firsts
-    for c in firsts:
-        assert sorted(name(n) for n in c["names"]) == _first_from_paired(out, c["where"]), c["text"]
+    # the demo's 60 images a side are below min_conclusive: no set is ranked, each states its range and size instead
+    assert not [c for c in claims if c["kind"] == "first"]
+    sets = set(pd.read_csv(out / "ood.csv")["ood_set"])
+    assert sum("no rank is stated" in s for s in readings) == len(sets)
     assert all(c["lo"] > 0 for c in claims if c["kind"] == "difference")
     asr = pd.read_csv(out / "asr.csv")
     values = [c for c in claims if c["kind"] == "value" and c["table"] == "asr.csv"]
@@ -213,10 +205,48 @@ def test_no_reading_of_the_report_ranks_without_a_claim_that_supports_it(demo_ru
 
 
 KIND_EDITS = {
-    "first: names": ("first", lambda c: c.update(names=sorted(set(c["names"]) ^ {"msp", "knn"}) or ["msp"])),
-    "first: worst rank": ("first", lambda c: c.update(hi=2.0 if c["hi"] == 1 else 1.0)),
     "value (asr): bound": ("value", lambda c: c.update(lo=c["lo"] - 1.0)),
 }
+
+
+def test_verify_checks_a_first_claim_against_the_holm_adjusted_pairs():
+    """``check_first`` re-derives who can be first from ``p_holm`` (not the per-comparison intervals): the claim the
+    headline makes passes; one naming other detectors, with another worst rank, resting on the per-comparison
+    intervals, or on a set below min_conclusive is named."""
+    from advopenood.evaluation.verify_first import check_first
+    from advopenood_plugins.evaluators.ood.headline import first_claim, rank_ranges
+
+    ood = pd.DataFrame({"detector": ["msp", "mls", "knn"], "ood_set": "tin", "auroc": [70.0, 80.0, 90.0],
+                        "n_id": 200, "n_ood": 200})
+    paired = pd.DataFrame({"ood_set": "tin", "detector_a": ["knn", "knn", "mls"], "detector_b": ["mls", "msp", "msp"],
+                           "delta_auroc": [10.0, 20.0, 10.0], "delta_auroc_lo": [2.0, 5.0, 1.0],
+                           "delta_auroc_hi": [18.0, 35.0, 19.0], "p_holm": [0.01, 0.01, 0.2]})
+    claim = first_claim(rank_ranges(ood.set_index("detector")["auroc"], paired, "tin"), "tin")
+    assert claim.names == ("knn",) and claim.hi == 1.0 and not check_first(claim, paired, ood, 100)
+    for edit in ({"names": ("mls",)}, {"hi": 2.0}):
+        assert check_first(dataclasses.replace(claim, **edit), paired, ood, 100)
+    per_comparison = paired.assign(p_holm=0.5)  # the intervals exclude 0, the simultaneous tests do not
+    assert check_first(claim, per_comparison, ood, 100)
+    assert any("min_conclusive" in line for line in check_first(claim, paired, ood.assign(n_id=60), 100))
+
+
+def test_a_first_claim_added_below_min_conclusive_is_a_difference(demo_run, tmp_path):
+    """The demo (60 images a side) states no first; one typed into claims.json and report.md, re-derivable from
+    paired.csv as it is, is a difference that names min_conclusive."""
+    from advopenood.evaluation.verify_first import derive_first
+
+    out, _ = demo_run
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    names, ranked, worst = derive_first("textures", pd.read_csv(run / "paired.csv"), pd.read_csv(run / "ood.csv"))
+    claim = Claim("first", "paired.csv", (("ood_set", "textures"),), PAIRED_CLAIM_COLUMNS, "TEXTURES", float(ranked),
+                  1.0, worst, "holm", tuple(names))
+    data = json.loads((run / "claims.json").read_text())
+    data["claims"].append(claim.as_dict())
+    (run / "claims.json").write_text(json.dumps(data))
+    _reseal(run)
+    diffs = verify_run(run).differences
+    assert any(claim.text in line and "min_conclusive" in line for line in diffs), diffs
 
 
 @pytest.mark.parametrize("edit", list(KIND_EDITS))
@@ -234,7 +264,7 @@ def test_verify_fails_on_an_edited_claim_of_the_new_kinds(demo_run, tmp_path, ed
     assert diffs and all(text in line for line in diffs), diffs
 
 
-@pytest.mark.parametrize("old, new", [("is first;", "can be first;"), ("of the correctly classified images: ",
+@pytest.mark.parametrize("old, new", [("no rank is stated;", "MSP is first;"), ("of the correctly classified images: ",
                                                                          "of the correctly classified images: 1")])
 def test_verify_fails_on_an_edited_ranking_or_rate_in_the_report(demo_run, tmp_path, old, new):
     out, _ = demo_run
@@ -267,13 +297,16 @@ def test_first_claims_follow_the_paired_tests():
 
     def paired(bounds):
         return pd.DataFrame([{"ood_set": "tin", "detector_a": a, "detector_b": b, "delta_auroc": (lo + hi) / 2,
-                              "delta_auroc_lo": lo, "delta_auroc_hi": hi, "significant": lo > 0 or hi < 0}
+                              "delta_auroc_lo": lo, "delta_auroc_hi": hi, "significant": lo > 0 or hi < 0,
+                              "p_holm": 0.01 if lo > 0 or hi < 0 else 0.5}
                              for (a, b), (lo, hi) in bounds.items()])
 
     cases = [({("knn", "mls"): (2, 9), ("knn", "msp"): (5, 20), ("mls", "msp"): (-1, 8)}, ["knn"], 1.0,
-              "On TIN: KNN is first; the paired intervals show it higher than every other detector"),
+              "On TIN: KNN is first; the paired tests, Holm-adjusted over every pair on the set, show it higher than "
+              "every other detector"),
              ({("knn", "mls"): (-1, 9), ("knn", "msp"): (5, 20), ("mls", "msp"): (1, 8)}, ["knn", "mls"], None,
-              "On TIN: 2 of 3 detectors can be first, no paired difference shown among them: KNN and MLS"),
+              "On TIN: 2 of 3 detectors can be first, no paired difference shown among them (Holm-adjusted over every "
+              "pair on the set): KNN and MLS"),
              ({("knn", "mls"): (-1, 9), ("knn", "msp"): (-5, 20), ("mls", "msp"): (-1, 8)}, ["knn", "mls", "msp"],
               None, "On TIN: 3 of 3 detectors can be first")]
     for bounds, first, worst, text in cases:
@@ -394,8 +427,8 @@ def _note_asserts_more(data: dict) -> tuple[dict, str]:
 
 
 def _first_points_at_another_row(data: dict) -> tuple[dict, str]:
-    claim = next(c for c in data["claims"] if c["kind"] == "first" and c["row"]["ood_set"] == "textures")
-    return claim, {**claim, "row": {"ood_set": "blobs"}}
+    claim = _difference(data)
+    return claim, {**claim, "row": {**claim["row"], "ood_set": "blobs"}}
 
 
 def _rate_names_another_attack(data: dict) -> tuple[dict, str]:

@@ -19,6 +19,15 @@ method (:func:`ci_label`). The plan's ``ci`` section (``method``: ``bootstrap`` 
 * **wilson**: Wilson (1927), "Probable inference, the law of succession, and statistical inference", the score
   interval on a share (:func:`wilson`), for the attack success rates of ``asr.csv``.
 
+**At a bound** (:func:`at_bound`, :func:`bound_rule`): a percentile interval that reaches 0 or 100, or collapses to
+a point because every resample gives the same value (an AUROC of 0 or 100: each resample of a perfectly separated
+cell is perfectly separated), undercovers (over 2,000 simulated 32 + 32 cells at a true AUROC of 2 %, the percentile
+interval covers it 85 % of the time, and never when the estimate is 0). There, and for a DeLong interval at a bound
+(its variance is 0 at AUROC 0 or 100), the cell states a method valid at the bound instead and the ``ci`` column names
+it (``bootstrap-2000; at a bound: auroc newcombe``, :func:`bound_label`): an AUROC takes Newcombe's score interval
+(:func:`auroc_score_interval`), an FPR95 Wilson's on the share of the ID images above the threshold, and an AUPR
+whose resamples all agree has no interval (``aupr_in none``): no boundary-valid method for it is established.
+
 A cell with fewer than :data:`MIN_PER_SIDE` images on a side gets empty interval cells and the reason
 (:func:`metric_intervals`).
 """
@@ -32,7 +41,8 @@ from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 import numpy as np
 
 from advopenood.evaluation.intervalstore import IntervalStore
-from advopenood.evaluation.metrics import TPR_LEVEL, Z95, auroc_difference_interval, auroc_interval
+from advopenood.evaluation.metrics import (TPR_LEVEL, Z95, auroc_difference_interval, auroc_difference_p,
+                                          auroc_interval, ood_metrics)
 
 METHODS = ("bootstrap", "delong", "none")
 DEFAULT_RESAMPLES = 2000
@@ -273,6 +283,33 @@ def metric_intervals(conf_id: np.ndarray, conf_ood: np.ndarray, method: str, see
     return IntervalPolicy(method, resamples, seed).cell(key, conf_id, conf_ood)
 
 
+def shared_id_replicates(conf_id: np.ndarray, oods: dict[str, np.ndarray], seed: int, key: str,
+                         resamples: int = DEFAULT_RESAMPLES, metrics: Iterable[str] = METRICS
+                         ) -> list[dict[str, np.ndarray]]:
+    """Each set's replicates (in the order of ``oods``: set name -> its OOD confidences) for a mean over sets that
+    share their ID images (a detector's near / far / adversarial mean): replicate ``b`` resamples the ID images ONCE
+    for every set (the ``(resamples, n_id)`` draws of :func:`generator` ``(seed, key)``), and each set's OOD images
+    with its own generator ``(seed, key|<set name>)``, each with replacement at its size. The mean of the sets'
+    replicates ``b`` is then a replicate of the mean: resampling the shared ID images apart per set would treat the
+    sets as independent samples, and the mean's interval would be narrower than its sampling variation. Drawn a
+    block of rows at a time (:data:`DRAW_BLOCK`)."""
+    conf_id = np.asarray(conf_id, dtype=np.float64).ravel()
+    rng_ood = [generator(seed, f"{key}|{name}") for name in oods]
+    oods = [np.asarray(o, dtype=np.float64).ravel() for o in oods.values()]
+    wanted, n_id = tuple(metrics), len(conf_id)
+    prepared = [_cell(conf_id, o) for o in oods]
+    rng_id = generator(seed, key)
+    rows = max(1, DRAW_BLOCK // max([n_id, *(len(o) for o in oods)]))
+    parts: list[list[dict[str, np.ndarray]]] = [[] for _ in oods]
+    for start in range(0, resamples, rows):
+        size = min(rows, resamples - start)
+        idx_id = rng_id.integers(0, n_id, (size, n_id), dtype=np.int32)
+        for cell, rng, ood, part in zip(prepared, rng_ood, oods, parts):
+            part.append(_replicates(cell, idx_id, rng.integers(0, len(ood), (size, len(ood)), dtype=np.int32),
+                                    wanted))
+    return [{m: np.concatenate([p[m] for p in part]) if part else np.empty(0) for m in wanted} for part in parts]
+
+
 def mean_interval(parts: list[np.ndarray]) -> tuple[float, float]:
     """The interval of a group mean (OpenOOD's near/far rows): each set's replicates were drawn independently, so
     replicate ``b`` of the mean is the mean of the sets' replicates ``b`` (NaN when a set has none)."""
@@ -281,15 +318,109 @@ def mean_interval(parts: list[np.ndarray]) -> tuple[float, float]:
     return percentile(np.mean(np.stack(parts), axis=0))
 
 
+def auroc_score_interval(auroc_pct: float, n_id: int, n_ood: int, z: float = Z95) -> tuple[float, float]:
+    """Newcombe's score interval on an AUROC in percent, valid at 0 and 100: Newcombe (2006), "Confidence intervals
+    for an effect size measure based on the Mann-Whitney statistic. Part 2: asymptotic methods and evaluation",
+    Stat. Med. 25:559-573, method 5. The bounds are the roots ``t`` of ``(t - A)^2 = z^2 V(t)`` around the estimate
+    ``A``, with the Hanley-McNeil (1982) variance evaluated at ``t`` and ``N* - 1 = (n_id + n_ood) / 2 - 1`` for
+    both ``n_id - 1`` and ``n_ood - 1``: ``V(t) = t (1 - t) / (n_id n_ood) (1 + (N* - 1) ((1 - t) / (2 - t) +
+    t / (1 + t)))``. Multiplied by ``(2 - t)(1 + t) > 0`` that is a quartic in ``t``, solved with
+    :class:`numpy.polynomial.Polynomial`; its root 0 (1) is the bound of an estimate of 0 (100)."""
+    from numpy.polynomial import Polynomial
+
+    a, t, big = float(auroc_pct) / 100.0, Polynomial([0.0, 1.0]), (n_id + n_ood) / 2.0 - 1.0
+    poly = ((t - a) ** 2 * (2 - t) * (1 + t) * (n_id * n_ood)
+            - z * z * t * (1 - t) * ((2 - t) * (1 + t) + big * (1 - t) * (1 + t) + big * t * (2 - t)))
+    roots = poly.roots()
+    real = np.clip(np.real(roots[np.abs(np.imag(roots)) < 1e-9]), 0.0, 1.0)
+    lower = real[real < a - 1e-12]
+    upper = real[real > a + 1e-12]
+    lo = 0.0 if a <= 0.0 or not len(lower) else float(lower.max())
+    hi = 1.0 if a >= 1.0 or not len(upper) else float(upper.min())
+    return 100.0 * lo, 100.0 * hi
+
+
+#: the method each kind of metric takes at a bound (:func:`bound_rule`); ``none``: the cell states no interval there
+AT_BOUND = {"auroc": "newcombe", "fpr95": "wilson", "aupr": "none"}
+
+
+def metric_kind(metric: str) -> str:
+    """``auroc``, ``fpr95`` or ``aupr``: what a metric column measures (``robust_auroc`` is an AUROC)."""
+    return "auroc" if metric.endswith("auroc") else "fpr95" if metric.endswith("fpr95") else "aupr"
+
+
+#: how close (points) an interval's ends are to each other or to 0 / 100 to count as a point or at the bound: far
+#: under the tables' precision, far over floating-point sums' rounding (a resample's AUPR of 99.99999999999997)
+BOUND_TOL = 1e-6
+
+
+def at_bound(metric: str, lo: float, hi: float) -> bool:
+    """Whether a percentile (or DeLong) interval of ``metric`` (percent) takes the method of :data:`AT_BOUND`: it
+    collapsed to a point (every resample equal) or, for an AUROC or an FPR95, reaches 0 or 100 (each to
+    :data:`BOUND_TOL`)."""
+    if math.isnan(lo) or math.isnan(hi):
+        return False
+    return hi - lo <= BOUND_TOL or (metric_kind(metric) != "aupr" and (lo <= BOUND_TOL or hi >= 100.0 - BOUND_TOL))
+
+
+def bound_rule(metric: str, value: float, lo: float, hi: float, n_id: int, n_ood: int) -> tuple[float, float, str]:
+    """``(lo, hi, method)``: the interval as given and ``""`` when :func:`at_bound` is False, else the interval of
+    the method :data:`AT_BOUND` names (an AUROC: :func:`auroc_score_interval` of the estimate ``value``; an FPR95:
+    :func:`wilson` on ``round(value n_id / 100)`` of the ``n_id`` ID images; an AUPR: NaN, ``none``)."""
+    if not at_bound(metric, lo, hi) or math.isnan(value):
+        return lo, hi, ""
+    kind = metric_kind(metric)
+    if kind == "auroc":
+        return (*auroc_score_interval(value, n_id, n_ood), AT_BOUND[kind])
+    if kind == "fpr95":
+        return (*wilson(round(value * n_id / 100.0), n_id), AT_BOUND[kind])
+    return math.nan, math.nan, AT_BOUND[kind]
+
+
+def bound_label(label: str, methods: dict[str, str]) -> str:
+    """The ``ci`` column of a row where some metrics took a method at a bound (``methods``: metric -> method):
+    ``bootstrap-2000; at a bound: auroc newcombe, fpr95 wilson``; ``label`` alone when none did."""
+    shown = ", ".join(f"{m} {how}" for m, how in methods.items() if how)
+    return f"{label}; at a bound: {shown}" if shown else label
+
+
+def bootstrap_p(differences: np.ndarray) -> float:
+    """The two-sided bootstrap p-value of a difference being 0 from its replicates (the test the percentile
+    interval inverts; Efron and Tibshirani 1993, sec. 16.4): ``min(1, 2 min(P*(d <= 0), P*(d >= 0)))``; NaN
+    without replicates."""
+    d = np.asarray(differences, dtype=np.float64)
+    if not len(d):
+        return math.nan
+    return float(min(1.0, 2.0 * min(np.mean(d <= 0), np.mean(d >= 0))))
+
+
+def holm(p_values: Sequence[float]) -> np.ndarray:
+    """Holm's (1979) step-down adjusted p-values, "A simple sequentially rejective multiple test procedure", Scand.
+    J. Statist. 6:65-70: with the ``k`` p-values sorted ascending, ``p_(i)`` becomes ``max_{j <= i} min(1, (k - j
+    + 1) p_(j))``; rejecting where the adjusted value is below 0.05 keeps the chance of any false rejection among
+    the ``k`` at most 5 %. NaN p-values are no comparison: they stay NaN and do not count in ``k``. (statsmodels'
+    ``multipletests(method="holm")`` computes the same; it is not a dependency of this package.)"""
+    p = np.asarray(p_values, dtype=np.float64)
+    out = np.full(len(p), math.nan)
+    kept = np.flatnonzero(~np.isnan(p))
+    order = kept[np.argsort(p[kept], kind="stable")]
+    k = len(order)
+    out[order] = np.minimum(1.0, np.maximum.accumulate((k - np.arange(k)) * p[order]))
+    return out
+
+
 def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
     """Wilson's (1927) score interval on a share, in percent: ``(p + z^2/2n +- z sqrt(p(1-p)/n + z^2/4n^2)) /
-    (1 + z^2/n)``; NaN when ``n`` is 0."""
+    (1 + z^2/n)``; NaN when ``n`` is 0. Its bound at a share of 0 (1) is exactly 0 (100): the formula's value
+    there, which floating point would leave a rounding error away (``5.6e-15``)."""
     if n <= 0:
         return math.nan, math.nan
     p = successes / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return 100.0 * max(0.0, centre - half), 100.0 * min(1.0, centre + half)
+    lo = 0.0 if successes <= 0 else max(0.0, centre - half)
+    hi = 1.0 if successes >= n else min(1.0, centre + half)
+    return 100.0 * lo, 100.0 * hi
 
 
 Cell = tuple[np.ndarray, np.ndarray]
@@ -348,23 +479,37 @@ class IntervalPolicy:
         :meth:`mean`) and why the bounds are empty ("" when they are not, or under ``none``).
 
         ``bootstrap``: :meth:`paired` of the one cell, :func:`percentile`. ``delong``: AUROC only
-        (:func:`~advopenood.evaluation.metrics.auroc_interval`); the other bounds stay empty."""
+        (:func:`~advopenood.evaluation.metrics.auroc_interval`); the other bounds stay empty. At a bound, the method
+        :func:`bound_rule` names (:meth:`labelled_cell` also gives the ``ci`` label that says so)."""
+        bounds, reps, reason, _ = self.labelled_cell(key, conf_id, conf_ood)
+        return bounds, reps, reason
+
+    def labelled_cell(self, key: str, conf_id: np.ndarray, conf_ood: np.ndarray
+                      ) -> tuple[dict[str, float], dict[str, np.ndarray], str, str]:
+        """:meth:`cell` and the cell's ``ci`` column: :attr:`label`, with the metrics whose interval reached a bound
+        and the method they took instead (:func:`bound_rule`, :func:`bound_label`)."""
         conf_id = np.asarray(conf_id, dtype=np.float64).ravel()
         conf_ood = np.asarray(conf_ood, dtype=np.float64).ravel()
         bounds = empty_bounds()
         if self.method == "none":
-            return bounds, {}, ""
+            return bounds, {}, "", self.label
         reason = too_few(len(conf_id), len(conf_ood))
         if reason or np.isnan(conf_id).any() or np.isnan(conf_ood).any():
-            return bounds, {}, reason
+            return bounds, {}, reason, self.label
+        reps: dict[str, np.ndarray] = {}
         if self.method == "delong":
             lo, hi = auroc_interval(conf_id, conf_ood)
             bounds.update(auroc_lo=100.0 * lo, auroc_hi=100.0 * hi)
-            return bounds, {}, ""
-        reps = self.paired(key, [(conf_id, conf_ood)])[0]
-        for m, values in reps.items():
-            bounds[f"{m}_lo"], bounds[f"{m}_hi"] = percentile(values)
-        return bounds, reps, ""
+        else:
+            reps = self.paired(key, [(conf_id, conf_ood)])[0]
+            for m, values in reps.items():
+                bounds[f"{m}_lo"], bounds[f"{m}_hi"] = percentile(values)
+        values = ood_metrics(conf_id, conf_ood)
+        methods = {}
+        for m in METRICS:
+            bounds[f"{m}_lo"], bounds[f"{m}_hi"], methods[m] = bound_rule(
+                m, values[m], bounds[f"{m}_lo"], bounds[f"{m}_hi"], len(conf_id), len(conf_ood))
+        return bounds, reps, "", bound_label(self.label, methods)
 
     def interval(self, values: np.ndarray) -> tuple[float, float]:
         """The percentile interval of replicates (:func:`percentile`)."""
@@ -373,6 +518,20 @@ class IntervalPolicy:
     def mean(self, parts: list[np.ndarray]) -> tuple[float, float]:
         """A group mean's interval from its sets' replicates (:func:`mean_interval`)."""
         return mean_interval(parts)
+
+    def shared_mean(self, key: str, conf_id: np.ndarray, oods: dict[str, np.ndarray],
+                    metrics: Iterable[str] = ("fpr95", "auroc")) -> dict[str, tuple[float, float]]:
+        """``{metric: (lo, hi)}``: the interval of the mean over ``oods`` of a detector whose sets share the ID
+        images ``conf_id``, from replicates that resample them once for all sets (:func:`shared_id_replicates`);
+        NaN bounds when a set has too few images or NaN scores, or the method is not ``bootstrap``."""
+        wanted = tuple(metrics)
+        nan = {m: (math.nan, math.nan) for m in wanted}
+        arrays = [np.asarray(conf_id, float).ravel(), *(np.asarray(o, float).ravel() for o in oods.values())]
+        if not self.bootstrap or not oods or any(too_few(len(arrays[0]), len(o)) for o in arrays[1:]) or \
+                any(np.isnan(a).any() for a in arrays):
+            return nan
+        reps = shared_id_replicates(arrays[0], oods, self.seed, key, self.resamples, wanted)
+        return {m: percentile(np.mean([r[m] for r in reps], axis=0)) for m in wanted}
 
     def difference(self, cell_a: Cell, cell_b: Cell, reps_a: np.ndarray | None, reps_b: np.ndarray | None
                    ) -> tuple[float, float, str]:
@@ -395,6 +554,18 @@ class IntervalPolicy:
             return 100.0 * lo, 100.0 * hi, ""
         lo, hi = percentile(reps_a - reps_b)
         return lo, hi, ""
+
+    def difference_p(self, cell_a: Cell, cell_b: Cell, reps_a: np.ndarray | None, reps_b: np.ndarray | None
+                     ) -> float:
+        """The two-sided p-value of ``AUROC_a = AUROC_b`` that :meth:`difference`'s interval inverts: the bootstrap
+        one of the paired replicates' differences (:func:`bootstrap_p`) or DeLong's
+        (:func:`~advopenood.evaluation.metrics.auroc_difference_p`); NaN where :meth:`difference` has no interval."""
+        lo, _, _ = self.difference(cell_a, cell_b, reps_a, reps_b)
+        if math.isnan(lo):
+            return math.nan
+        if self.method == "delong":
+            return auroc_difference_p(*cell_a, *cell_b)
+        return bootstrap_p(np.asarray(reps_a) - np.asarray(reps_b))
 
     def wilson(self, successes: int, n: int) -> tuple[float, float]:
         """:func:`wilson`'s interval on a share in percent; NaN under ``none``."""

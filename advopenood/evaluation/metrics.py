@@ -152,6 +152,21 @@ def auroc_difference_interval(id_a: np.ndarray, ood_a: np.ndarray, id_b: np.ndar
     return max(-1.0, delta - half), min(1.0, delta + half)
 
 
+def auroc_difference_p(id_a: np.ndarray, ood_a: np.ndarray, id_b: np.ndarray, ood_b: np.ndarray) -> float:
+    """DeLong's two-sided p-value of ``AUROC_a = AUROC_b`` (the contrast of :func:`auroc_difference_interval`):
+    ``2 (1 - Phi(|delta| / sqrt(Var)))``; 1 when the variance is 0 and the AUROCs are equal, 0 when it is 0 and they
+    differ."""
+    from scipy.stats import norm
+
+    v10_a, v01_a = delong_components(id_a, ood_a)
+    v10_b, v01_b = delong_components(id_b, ood_b)
+    delta = float(v10_a.mean() - v10_b.mean())
+    var = float(np.var(v10_a - v10_b, ddof=1) / len(v10_a) + np.var(v01_a - v01_b, ddof=1) / len(v01_a))
+    if var <= 0:
+        return 1.0 if delta == 0 else 0.0
+    return float(2 * norm.sf(abs(delta) / np.sqrt(var)))
+
+
 def hanley_mcneil_se(auc: float, n_id: int, n_ood: int) -> float:
     """The standard error of an AUROC (in [0, 1]) from its value and sample sizes alone (Hanley and McNeil 1982,
     "The meaning and use of the area under a ROC curve", eq. 2): ``Q1 = A / (2 - A)``, ``Q2 = 2 A^2 / (1 + A)``,

@@ -21,6 +21,10 @@ decision score is ``-conf``; every metric is in percent.
 * **DeLong**: DeLong, DeLong and Clarke-Pearson (1988) from the pairwise comparison matrix ``psi`` (one row per
   OOD image, one column per ID image), for one AUROC and for the difference of two on the same images.
 * **Wilson**: the 95 % score interval on a share as the roots of its quadratic (Wilson 1927).
+* **At a bound** (:func:`at_bound`): an interval that collapsed to a point, or an AUROC's or FPR95's that reaches 0
+  or 100, is replaced: an AUROC by Newcombe's (2006, method 5) score interval (:func:`newcombe`, its two roots found
+  by :func:`scipy.optimize.brentq`), an FPR95 by Wilson's on its share of the ID images, an AUPR by none; the
+  ``ci`` column names them (``bootstrap-2000; at a bound: auroc newcombe``, :func:`bound_label`).
 
 Every verify hook asks :class:`IntervalPlan` (built from ``run.json`` by :meth:`IntervalPlan.of`) for a cell's
 interval; it holds the checker's recipe (draws, replicates, percentiles) once, apart from the writers' policy
@@ -240,6 +244,29 @@ def seeded_replicates(cells: list[tuple[np.ndarray, np.ndarray]], seed: int, key
     return out
 
 
+def shared_mean_interval(conf_id: np.ndarray, oods: Mapping[str, np.ndarray], seed: int, key: str, resamples: int,
+                         wanted: Iterable[str] = ("fpr95", "auroc")) -> dict[str, tuple[float, float]]:
+    """The percentile interval of a mean over sets that share their ID images: each resample draws the ID indices
+    once for every set (PCG64 seeded by :func:`cell_seed` of ``key``) and each set's OOD indices from its own
+    generator (``key|<set name>``; ``oods``: set name -> OOD confidences); the mean's replicate is the mean of the
+    sets' metrics on those draws (:func:`replicates`), a block of at most :data:`HELD` indices a side at a time."""
+    wanted = tuple(wanted)
+    conf_id = np.asarray(conf_id, dtype=np.float64).ravel()
+    each = [np.random.Generator(np.random.PCG64(cell_seed(seed, f"{key}|{name}"))) for name in oods]
+    oods = [np.asarray(o, dtype=np.float64).ravel() for o in oods.values()]
+    rows = max(1, HELD // max([len(conf_id), *(len(o) for o in oods)]))
+    ids = np.random.Generator(np.random.PCG64(cell_seed(seed, key)))
+    means: dict[str, list[np.ndarray]] = {m: [] for m in wanted}
+    for start in range(0, resamples, rows):
+        size = min(rows, resamples - start)
+        idx_id = ids.integers(0, len(conf_id), size=(size, len(conf_id)))
+        got = [replicates(conf_id, o, idx_id, g.integers(0, len(o), size=(size, len(o))), wanted)
+               for o, g in zip(oods, each)]
+        for m in wanted:
+            means[m].append(sum(r[m] for r in got) / len(got))
+    return {m: percentile_interval(np.concatenate(v)) for m, v in means.items()}
+
+
 def percentile_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
     """The percentile interval of bootstrap replicates: the linear-interpolation quantiles (Hyndman and Fan's
     type 7) at ``(1 - level) / 2`` and ``(1 + level) / 2``."""
@@ -294,7 +321,88 @@ def wilson(successes: int, n: int) -> tuple[float, float]:
         return math.nan, math.nan
     z2, share = _z() ** 2, successes / n
     roots = np.sort(np.real(np.roots([1 + z2 / n, -(2 * share + z2 / n), share * share])))
-    return 100.0 * float(np.clip(roots[0], 0, 1)), 100.0 * float(np.clip(roots[-1], 0, 1))
+    lo, hi = float(np.clip(roots[0], 0, 1)), float(np.clip(roots[-1], 0, 1))
+    return 100.0 * (0.0 if successes == 0 else lo), 100.0 * (1.0 if successes == n else hi)  # p itself at 0 or 1
+
+
+def delong_difference_p(cell_a: tuple[np.ndarray, np.ndarray], cell_b: tuple[np.ndarray, np.ndarray]) -> float:
+    """DeLong's two-sided p-value of equal AUROCs on the same images: ``erfc(|delta| / sqrt(2 Var))`` with the
+    contrast's variance of :func:`delong_difference`; 1 (equal) or 0 (different) when that variance is 0."""
+    psi_a, psi_b = _psi(*cell_a), _psi(*cell_b)
+    d10, d01 = psi_a.mean(axis=1) - psi_b.mean(axis=1), psi_a.mean(axis=0) - psi_b.mean(axis=0)
+    delta = float(psi_a.mean() - psi_b.mean())
+    var = float(np.var(d10, ddof=1) / len(d10) + np.var(d01, ddof=1) / len(d01))
+    if var <= 0:
+        return 1.0 if delta == 0 else 0.0
+    return math.erfc(abs(delta) / math.sqrt(2 * var))
+
+
+def bootstrap_p(differences: np.ndarray) -> float:
+    """The two-sided bootstrap p-value of a zero difference: twice the smaller share of replicates on one side of 0
+    (0 itself on both), at most 1; NaN without replicates."""
+    ordered = np.sort(np.asarray(differences, dtype=np.float64))
+    if not len(ordered):
+        return math.nan
+    at_most, below = np.searchsorted(ordered, 0.0, "right"), np.searchsorted(ordered, 0.0, "left")
+    return min(1.0, 2.0 * min(at_most, len(ordered) - below) / len(ordered))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's (1979) adjusted p-values: sorted ascending, the ``i``-th (from 0) of ``k`` is the largest of
+    ``(k - j) p_(j)`` for ``j <= i``, at most 1; a NaN stays NaN and is no comparison."""
+    order = sorted((p, i) for i, p in enumerate(p_values) if not math.isnan(p))
+    out = [math.nan] * len(p_values)
+    running = 0.0
+    for j, (p, i) in enumerate(order):
+        running = max(running, min(1.0, (len(order) - j) * p))
+        out[i] = running
+    return out
+
+
+def newcombe(auroc_pct: float, n_id: int, n_ood: int) -> tuple[float, float]:
+    """Newcombe's (2006, Stat. Med. 25:559-573, method 5) 95 % score interval on an AUROC in percent: the ``t``
+    either side of the estimate ``A`` where ``(t - A)^2 = z^2 t (1 - t) (1 + (N - 1) ((1 - t) / (2 - t) + t /
+    (1 + t))) / (n_id n_ood)``, ``N = (n_id + n_ood) / 2`` (Hanley and McNeil's variance at ``t``); each root by
+    :func:`scipy.optimize.brentq` on ``[0, A]`` and ``[A, 1]``, the bound itself at an estimate of 0 or 100."""
+    from scipy.optimize import brentq
+
+    a, big, z2 = auroc_pct / 100.0, (n_id + n_ood) / 2.0 - 1.0, _z() ** 2
+
+    def gap(t: float) -> float:
+        return (t - a) ** 2 - z2 * t * (1 - t) * (1 + big * ((1 - t) / (2 - t) + t / (1 + t))) / (n_id * n_ood)
+
+    inner = min(max(a, 1e-12), 1 - 1e-12)  # gap < 0 just inside the bound: the bracket of the other root
+    lo = 0.0 if a <= 0 else brentq(gap, 0.0, inner, xtol=1e-14)
+    hi = 1.0 if a >= 1 else brentq(gap, inner, 1.0, xtol=1e-14)
+    return 100.0 * lo, 100.0 * hi
+
+
+def at_bound(metric: str, lo: float, hi: float) -> bool:
+    """Whether an interval takes the method at a bound: it is one point, or (an AUROC or an FPR95: a column ending in
+    ``auroc`` or ``fpr95``) it reaches 0 or 100, each to 1e-6 points; never without an interval."""
+    if math.isnan(lo) or math.isnan(hi):
+        return False
+    near = 1e-6  # points: floating-point sums leave a resample's 100 at 99.99999999999997
+    return abs(hi - lo) <= near or (metric.endswith(("auroc", "fpr95")) and (lo <= near or hi >= 100 - near))
+
+
+def bounded(metric: str, value: float, lo: float, hi: float, n_id: int, n_ood: int) -> tuple[float, float, str]:
+    """``(lo, hi, method)`` of one interval after the rule at a bound (:func:`at_bound`); ``""`` when it keeps its
+    own."""
+    if not at_bound(metric, lo, hi) or math.isnan(value):
+        return lo, hi, ""
+    if metric.endswith("auroc"):
+        return (*newcombe(value, n_id, n_ood), "newcombe")
+    if metric.endswith("fpr95"):
+        return (*wilson(int(round(value / 100.0 * n_id)), n_id), "wilson")
+    return math.nan, math.nan, "none"
+
+
+def bound_label(label: str, methods: Mapping[str, str]) -> str:
+    """``<label>; at a bound: <metric> <method>, ...`` for the metrics that took a method at a bound, else
+    ``label``."""
+    taken = [f"{m} {how}" for m, how in methods.items() if how]
+    return label + ("; at a bound: " + ", ".join(taken) if taken else "")
 
 
 Cell = tuple[np.ndarray, np.ndarray]
@@ -351,6 +459,16 @@ class IntervalPlan:
         if self.method == "delong":
             return delong_difference(cell_a, cell_b)
         return math.nan, math.nan
+
+    def difference_p(self, cell_a: Cell, cell_b: Cell, reps_a: np.ndarray | None = None,
+                     reps_b: np.ndarray | None = None) -> float:
+        """The two-sided p-value of equal AUROCs: :func:`bootstrap_p` of the paired replicates' differences or
+        :func:`delong_difference_p`; NaN under ``none``."""
+        if self.method == "bootstrap":
+            return bootstrap_p(np.asarray(reps_a) - np.asarray(reps_b))
+        if self.method == "delong":
+            return delong_difference_p(cell_a, cell_b)
+        return math.nan
 
     def wilson(self, successes: int, n: int) -> tuple[float, float]:
         """:func:`wilson`'s interval in percent; NaN under ``none``."""

@@ -19,7 +19,8 @@ from advopenood import registry
 from advopenood.data.benchmarks import natural_group
 from advopenood.data.datasets import dataset_name
 from advopenood.evaluation.context import RunView
-from advopenood.evaluation.intervals import IntervalPolicy, bound_columns, cell_key, empty_bounds, too_few
+from advopenood.evaluation.intervals import (IntervalPolicy, bound_columns, bound_label, bound_rule, cell_key,
+                                            empty_bounds, too_few)
 from advopenood.evaluation.metrics import auroc, auroc_interval, fpr_at_tpr95
 from advopenood.evaluation.products import Product
 
@@ -52,9 +53,11 @@ def robust_intervals(clean_id: Any, clean_ood: Any, adv_id: Any, adv_ood: Any, p
     ``own_keys``: the cells that are also another table's cell take that cell's key and draws instead, so that one
     number has one interval in every file: ``clean_auroc`` is ``ood.csv``'s cell of the natural set
     (``ood|<det>|<set>``), ``ood_attacked_auroc`` its cell of the attacked OOD set (``ood|<det>|<OOD set>``).
-    ``delong``: each AUROC's analytic interval; FPR95's stays empty."""
+    ``delong``: each AUROC's analytic interval; FPR95's stays empty. At a bound, the method
+    :func:`~advopenood.evaluation.intervals.bound_rule` names, and ``bounds["ci"]`` is the row's ``ci`` column
+    (:func:`~advopenood.evaluation.intervals.bound_label`)."""
     arrays = [np.asarray(a, dtype=np.float64).ravel() for a in (clean_id, clean_ood, adv_id, adv_ood)]
-    bounds = empty_bounds(ROBUST_METRICS)
+    bounds: dict[str, Any] = {**empty_bounds(ROBUST_METRICS), "ci": policy.label}
     if policy.method == "none":
         return bounds, ""
     n_id, n_ood = len(arrays[2]), len(arrays[3])
@@ -69,7 +72,7 @@ def robust_intervals(clean_id: Any, clean_ood: Any, adv_id: Any, adv_ood: Any, p
         for m, (i, j) in cells.items():
             lo, hi = auroc_interval(arrays[i], arrays[j])
             bounds.update({f"{m}_lo": 100.0 * lo, f"{m}_hi": 100.0 * hi})
-        return bounds, ""
+        return at_bounds(bounds, arrays, policy.label), ""
     own = own_keys or {}
     shared = [m for m in cells if m not in own]
     every = dict(zip(shared, policy.paired(key, [cells_of(arrays, cells[m]) for m in shared], ("auroc", "fpr95"))))
@@ -78,7 +81,20 @@ def robust_intervals(clean_id: Any, clean_ood: Any, adv_id: Any, adv_ood: Any, p
     for m, reps in every.items():
         bounds[f"{m}_lo"], bounds[f"{m}_hi"] = policy.interval(reps["auroc"])
     bounds["robust_fpr95_lo"], bounds["robust_fpr95_hi"] = policy.interval(every["robust_auroc"]["fpr95"])
-    return bounds, ""
+    return at_bounds(bounds, arrays, policy.label), ""
+
+
+def at_bounds(bounds: dict[str, Any], arrays: list[np.ndarray], label: str) -> dict[str, Any]:
+    """``bounds`` with every interval at a bound replaced by the method
+    :func:`~advopenood.evaluation.intervals.bound_rule` names and ``ci`` naming it (the arrays: clean ID, clean
+    OOD, attacked ID, attacked OOD)."""
+    values, methods = robust_metrics(*arrays), {}
+    n_id, n_ood = len(arrays[2]), len(arrays[3])
+    for m in ROBUST_METRICS:
+        bounds[f"{m}_lo"], bounds[f"{m}_hi"], methods[m] = bound_rule(m, values[m], bounds[f"{m}_lo"],
+                                                                      bounds[f"{m}_hi"], n_id, n_ood)
+    bounds["ci"] = bound_label(label, methods)
+    return bounds
 
 
 def cells_of(arrays: list[np.ndarray], pair: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -135,7 +151,7 @@ def robust_table(ctx: RunView) -> pd.DataFrame:
         bounds, reason = robust_intervals(*arrays, ctx.intervals, cell_key("robust", det, id_set, ood_set_attack),
                                           own_keys=shared_cells(det, source, ood_set_attack))
         rows.append({"detector": det, "ood_set": source, "eps": eps, "method": method, "attack_family": family,
-                     **robust_metrics(*arrays), **bounds, "ci": ctx.intervals.label,
+                     **robust_metrics(*arrays), **bounds,
                      "n_id": len(scores[id_set]), "n_ood": len(scores[ood_set_attack]), "id_attack": id_set,
                      "ood_attack": ood_set_attack, "protocol": ctx.protocol, "error": reason})
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -132,11 +132,12 @@ def _first(run: RunFiles, claim: Claim, paired: pd.DataFrame, tables: dict[str, 
     ood = _table(run, "ood.csv", tables)
     if isinstance(ood, str):
         return [ood], None
-    lines = check_first(claim, paired, ood)
+    minimum = (run.info.get("sample") or {}).get("min_conclusive")
+    lines = check_first(claim, paired, ood, None if minimum is None else int(minimum))
     names, ranked, worst = derive_first(dict(claim.row).get("ood_set", ""), paired, ood)
     try:
         made = Claim("first", claim.table, claim.row, claim.columns, place(dict(claim.row), claim.columns[:2]),
-                     float(ranked), 1.0, worst, "", tuple(names))
+                     float(ranked), 1.0, worst, "holm", tuple(names))
     except ClaimError:  # no detector can be first there: the lines above say so
         made = None
     return lines, made

@@ -26,17 +26,18 @@ def _text(value: Any) -> str:
 
 
 def derive_first(ood_set: str, paired: pd.DataFrame, ood: pd.DataFrame) -> First:
-    """A row of ``paired`` whose interval lies above 0 shows ``detector_a`` higher, below 0 ``detector_b``; among the
-    detectors with an AUROC on ``ood_set`` in ``ood``, those that no row shows lower are the ones that can be first,
-    and a lone one's worst rank is ``n`` - the number it is shown higher than."""
+    """A row of ``paired`` whose Holm-adjusted p-value (``p_holm``, over every pair on the set) is below 0.05 shows
+    the detector with the higher AUROC higher (``delta_auroc`` > 0: ``detector_a``); among the detectors with an
+    AUROC on ``ood_set`` in ``ood``, those that no row shows lower are the ones that can be first, and a lone one's
+    worst rank is ``n`` - the number it is shown higher than. A table without ``p_holm`` shows none."""
     ranked = set(ood.loc[(ood["ood_set"].map(_text) == ood_set) & ood["auroc"].notna(), "detector"].map(str))
     rows = paired[paired["ood_set"].map(_text) == ood_set]
     lower = {d: 0 for d in ranked}
     higher = dict(lower)
-    for a, b, lo, hi in zip(rows["detector_a"].map(str), rows["detector_b"].map(str), rows["delta_auroc_lo"],
-                            rows["delta_auroc_hi"]):
-        if a in ranked and b in ranked and (float(lo) > 0 or float(hi) < 0):
-            win, lose = (a, b) if float(lo) > 0 else (b, a)
+    p_holm = rows["p_holm"] if "p_holm" in rows else pd.Series(math.nan, index=rows.index)
+    for a, b, delta, p in zip(rows["detector_a"].map(str), rows["detector_b"].map(str), rows["delta_auroc"], p_holm):
+        if a in ranked and b in ranked and float(p) < 0.05:
+            win, lose = (a, b) if float(delta) > 0 else (b, a)
             higher[win] += 1
             lower[lose] += 1
     first = sorted(d for d, k in lower.items() if k == 0)
@@ -44,11 +45,18 @@ def derive_first(ood_set: str, paired: pd.DataFrame, ood: pd.DataFrame) -> First
     return First(first, len(ranked), worst)
 
 
-def check_first(claim: Claim, paired: pd.DataFrame, ood: pd.DataFrame) -> list[str]:
-    """What is wrong with a ``first`` claim against :func:`derive_first` of its set: one line per problem."""
+def check_first(claim: Claim, paired: pd.DataFrame, ood: pd.DataFrame, min_conclusive: int | None = None
+                ) -> list[str]:
+    """What is wrong with a ``first`` claim against :func:`derive_first` of its set: one line per problem; a first
+    on a set with fewer than the run's ``min_conclusive`` images on a side (``run.json``'s ``sample``) is one."""
     ood_set = dict(claim.row).get("ood_set", "")
     first, ranked, worst = derive_first(ood_set, paired, ood)
     lines = []
+    sizes = ood.loc[ood["ood_set"].map(_text) == ood_set, ["n_id", "n_ood"]].dropna() if {"n_id", "n_ood"} <= \
+        set(ood.columns) else pd.DataFrame()
+    if min_conclusive is not None and len(sizes) and min(sizes.min()) < min_conclusive:
+        lines.append(f"it ranks {ood_set} on {int(sizes['n_id'].min())} ID and {int(sizes['n_ood'].min())} OOD "
+                     f"images, fewer than the run's min_conclusive ({min_conclusive}) per side")
     if list(claim.names) != first:
         lines.append(f"it names {', '.join(claim.names) or 'none'} as able to be first, the paired rows "
                      f"{', '.join(first) or 'none'}")

@@ -178,7 +178,8 @@ def ensemble_cell(ctx: RunContext, det: str, ood_set: str, eps: float, steps: li
         w_id, w_ood = at_id[0], at_ood[0]
         bounds, reason = robust_intervals(clean_id, clean_ood, w_id, w_ood, policy, key, own_keys=own)
         shown = "clean_auroc" if step == 0 else "robust_auroc"  # step 0 is the clean cell: ood.csv's interval
-        rows.append({**common, "step": step, "attack": label, "id_attack": "+".join(ids), "ood_attack": "+".join(oods),
+        rows.append({**common, "ci": bounds["ci"], "step": step, "attack": label, "id_attack": "+".join(ids),
+                     "ood_attack": "+".join(oods),
                      "robust_auroc": robust_metrics(clean_id, clean_ood, w_id, w_ood)["robust_auroc"],
                      "robust_auroc_lo": bounds[f"{shown}_lo"], "robust_auroc_hi": bounds[f"{shown}_hi"],
                      "id_images_set": set_id, "ood_images_set": set_ood, "error": reason})

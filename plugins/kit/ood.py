@@ -26,14 +26,15 @@ def metric_row(conf_id: np.ndarray, conf_ood: np.ndarray, ctx: RunContext | None
     """Metrics in percent, each with its 95 % interval (``<m>_lo``, ``<m>_hi``: the run's ``ci`` plan, seeded by
     the run seed and ``key``; none without ``ctx``), ``ci``, ``n_id``, ``n_ood`` and ``error`` (NaN metrics and the
     reason when undefined; empty bounds and the reason when a side has fewer than 2 images). The cell's bootstrap
-    replicates go into ``replicates[key]`` when given."""
+    replicates go into ``replicates[key]`` when given. ``ci`` names the method of any interval at a bound
+    (:meth:`~advopenood.evaluation.intervals.IntervalPolicy.labelled_cell`)."""
     policy = ctx.intervals if ctx is not None else IntervalPolicy()
     base = {"n_id": len(conf_id), "n_ood": len(conf_ood), "error": "", "ci": policy.label}
     try:
         values = ood_metrics(conf_id, conf_ood)
     except ValueError as exc:  # NaN scores or an empty side: reported in the row, never averaged away
         values, base["error"] = NAN_METRICS, str(exc)
-    bounds, reps, reason = policy.cell(key, conf_id, conf_ood)
+    bounds, reps, reason, base["ci"] = policy.labelled_cell(key, conf_id, conf_ood)
     if replicates is not None:
         replicates[key] = reps
     base["error"] = base["error"] or reason

@@ -12,7 +12,14 @@ the percentile interval of the replicates' differences, both detectors resampled
 (one draw per set, :meth:`advopenood.evaluation.intervals.IntervalPolicy.paired` of the cell key ``paired|<set>``);
 ``delong``: DeLong's paired test for correlated AUROCs
 (:meth:`~advopenood.evaluation.intervals.IntervalPolicy.difference`); ``none``: empty bounds. ``significant`` is
-True when the interval excludes 0, empty when there is no interval.
+True when the interval excludes 0, empty when there is no interval: the test of that one comparison.
+
+**Simultaneous tests** (claims that rest on several comparisons: a rank, "X is first", "can be first"): ``p_value``
+is the two-sided p-value of the test the interval inverts (bootstrap: ``min(1, 2 min(P*(d <= 0), P*(d >= 0)))`` of
+the paired replicates; DeLong: its normal test), ``p_holm`` Holm's (1979) step-down adjustment of it over every
+comparison on the set (:func:`~advopenood.evaluation.intervals.holm`; the family: every row of the set with a
+p-value). A pair with ``p_holm < 0.05`` is shown different with the chance of any false difference among all the
+set's pairs at most 5 %: the headline's ranks and its ``first`` claims read ``p_holm``, never ``significant``.
 
 **Ranks with ties** (:func:`tie_ranks`): the leaderboard's ``<metric>_rank`` orders the detectors best first (higher
 AUROC, lower FPR95). The best detector leads a tie group at rank 1; each next detector joins the group (shares its
@@ -34,7 +41,7 @@ from advopenood.capabilities import twin_of
 from advopenood.claims import Claim, pair_claim
 from advopenood.errors import UsageError
 from advopenood.evaluation.context import RunContext
-from advopenood.evaluation.intervals import cell_key, too_few
+from advopenood.evaluation.intervals import cell_key, holm, too_few
 from advopenood.outputs.report import join
 from advopenood.outputs.report import name as label
 from advopenood.outputs.results import Bullets, Paragraph, Section, Table
@@ -42,7 +49,8 @@ from advopenood.outputs.results import Bullets, Paragraph, Section, Table
 #: up to this many scored detectors every pair is compared; above it, each detector against the best on the set
 MAX_ALL_PAIRS = 20
 PAIRED_COLUMNS = ["detector_a", "detector_b", "ood_set", "group", "twin", "auroc_a", "auroc_b", "delta_auroc",
-                  "delta_auroc_lo", "delta_auroc_hi", "ci", "significant", "n_id", "n_ood", "error", "protocol"]
+                  "delta_auroc_lo", "delta_auroc_hi", "ci", "significant", "p_value", "p_holm", "n_id", "n_ood",
+                  "error", "protocol"]
 #: the leaderboard's group metrics that get a ``<metric>_rank`` column, and whether higher is better
 RANKED = {"near_fpr95": False, "near_auroc": True, "far_fpr95": False, "far_auroc": True, "adv_fpr95": False,
           "adv_auroc": True}
@@ -107,8 +115,11 @@ def paired_table(ctx: RunContext, ood: pd.DataFrame, masks: dict[str, np.ndarray
                    "protocol": ctx.protocol}
             lo, hi, error = policy.difference(cells[a], cells[b], reps.get(a), reps.get(b))
             rows.append({**row, "delta_auroc_lo": lo, "delta_auroc_hi": hi, "significant": significant(lo, hi),
-                         "error": error})
-    return pd.DataFrame(rows, columns=PAIRED_COLUMNS).astype({"significant": "boolean", "twin": bool})
+                         "p_value": policy.difference_p(cells[a], cells[b], reps.get(a), reps.get(b)), "error": error})
+    table = pd.DataFrame(rows, columns=PAIRED_COLUMNS).astype({"significant": "boolean", "twin": bool})
+    for _, part in table.groupby("ood_set", sort=False):
+        table.loc[part.index, "p_holm"] = holm(part["p_value"].astype(float))
+    return table
 
 
 def tie_ranks(values: Iterable[float], lo: Iterable[float], hi: Iterable[float], higher_better: bool) -> list[Any]:

@@ -30,7 +30,8 @@ def ci_plan(run: Any) -> oracle.IntervalPlan:
 def rederive_bounds(conf_id: np.ndarray, conf_ood: np.ndarray, run: Any, key: str,
                     draws: Draws | None = None) -> dict[str, Any]:
     """A cell's ``<m>_lo`` / ``<m>_hi`` and ``ci`` by the run's ``ci`` plan; the bootstrap replicates go into
-    ``draws[key]``. NaN bounds when a side has fewer than 2 images or holds NaN."""
+    ``draws[key]``. NaN bounds when a side has fewer than 2 images or holds NaN; at a bound, the checker's rule
+    (:func:`advopenood.evaluation.oracle.bounded`), named in ``ci``."""
     plan = ci_plan(run)
     out: dict[str, Any] = {c: math.nan for c in BOUNDS}
     out["ci"] = plan.label
@@ -39,8 +40,11 @@ def rederive_bounds(conf_id: np.ndarray, conf_ood: np.ndarray, run: Any, key: st
     if plan.method == "none" or n < 2 or m < 2 or np.isnan(conf_id).any() or np.isnan(conf_ood).any():
         return out
     bounds, reps = plan.cell(key, conf_id, conf_ood)
-    for metric, (lo, hi) in bounds.items():
-        out[f"{metric}_lo"], out[f"{metric}_hi"] = lo, hi
+    values, methods = oracle.ood_metrics(conf_id, conf_ood), {}
+    for metric in METRICS:
+        lo, hi = bounds.get(metric, (math.nan, math.nan))
+        out[f"{metric}_lo"], out[f"{metric}_hi"], methods[metric] = oracle.bounded(metric, values[metric], lo, hi, n, m)
+    out["ci"] = oracle.bound_label(plan.label, methods)
     if draws is not None and reps:
         draws[key] = reps
     return out

@@ -31,7 +31,7 @@ def robust_bounds(arrays: tuple[np.ndarray, ...], run: Any, key: str, own_keys: 
     AUROCs and FPR95 from :mod:`advopenood.evaluation.oracle`; DeLong's interval per AUROC as ``ood.csv``'s. A cell
     of ``own_keys`` (the clean and the attacked-OOD AUROC, ``ood.csv``'s cells too) is resampled with its own key, as
     ``ood.csv``'s."""
-    from advopenood_plugins.kit.verify import ci_plan, rederive_bounds
+    from advopenood_plugins.kit.verify import ci_plan
 
     plan = ci_plan(run)
     out: dict[str, Any] = {c: math.nan for c in ROBUST_BOUNDS}
@@ -53,9 +53,8 @@ def robust_bounds(arrays: tuple[np.ndarray, ...], run: Any, key: str, own_keys: 
     sides = (clean_id, clean_ood, adv_id, adv_ood)
     if plan.method == "delong":
         for metric, (i, j) in _PAIRS.items():
-            got = rederive_bounds(sides[i], sides[j], run, key)
-            out[f"{metric}_lo"], out[f"{metric}_hi"] = got["auroc_lo"], got["auroc_hi"]
-        return out
+            out[f"{metric}_lo"], out[f"{metric}_hi"] = oracle.delong_interval(sides[i], sides[j])
+        return _at_bounds(out, sides, plan.label)
     own = own_keys or {}
     shared = [metric for metric in _PAIRS if metric not in own]
     every = plan.paired(key, [(sides[_PAIRS[metric][0]], sides[_PAIRS[metric][1]]) for metric in shared], ("auroc",))
@@ -66,6 +65,19 @@ def robust_bounds(arrays: tuple[np.ndarray, ...], run: Any, key: str, own_keys: 
     reps["robust_fpr95"] = plan.paired(key, [(adv_id, adv_ood)], ("fpr95",))[0]["fpr95"]
     for metric, values in reps.items():
         out[f"{metric}_lo"], out[f"{metric}_hi"] = plan.interval(values)
+    return _at_bounds(out, sides, plan.label)
+
+
+def _at_bounds(out: dict[str, Any], sides: tuple[np.ndarray, ...], label: str) -> dict[str, Any]:
+    """``out`` after the checker's rule at a bound (:func:`advopenood.evaluation.oracle.bounded`) on each metric,
+    ``ci`` naming the methods taken."""
+    values = {metric: oracle.auroc(sides[i], sides[j]) for metric, (i, j) in _PAIRS.items()}
+    values["robust_fpr95"] = oracle.fpr95(sides[2], sides[3])
+    methods = {}
+    for metric in ROBUST_METRICS:
+        out[f"{metric}_lo"], out[f"{metric}_hi"], methods[metric] = oracle.bounded(
+            metric, values[metric], out[f"{metric}_lo"], out[f"{metric}_hi"], len(sides[2]), len(sides[3]))
+    out["ci"] = oracle.bound_label(label, methods)
     return out
 
 

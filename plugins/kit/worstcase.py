@@ -120,8 +120,8 @@ def worst_case_metrics(conf_id: np.ndarray, conf: np.ndarray, success: np.ndarra
     row: dict[str, Any] = {"auroc": float("nan"), "fpr95": float("nan"), "n_pos": int(positive.sum()),
                            "n_neg": int(len(conf_id)),
                            "mean_successes": float(success.sum(1).mean()) if len(success) else float("nan")}
-    bounds, _, reason = ci.cell(key, conf_id, worst[positive])
-    row.update({k: v for k, v in bounds.items() if k.startswith(("auroc", "fpr95"))}, ci=ci.label, error=reason)
+    bounds, _, reason, label = ci.labelled_cell(key, conf_id, worst[positive])
+    row.update({k: v for k, v in bounds.items() if k.startswith(("auroc", "fpr95"))}, ci=label, error=reason)
     if positive.any() and len(conf_id):
         try:
             m = ood_metrics(conf_id, worst[positive])

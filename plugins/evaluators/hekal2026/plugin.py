@@ -72,7 +72,7 @@ def pixel_std(ctx: RunContext) -> float:
 def _row(ctx: RunContext, det: str, ood_set: str, objective: str, conf_id: np.ndarray, conf_ood: np.ndarray,
          key: str, adv: AdvSet | None) -> dict[str, Any]:
     ci = ctx.intervals
-    bounds, _, _ = ci.cell(key, conf_id, conf_ood)
+    bounds, _, _, label = ci.labelled_cell(key, conf_id, conf_ood)
     row: dict[str, Any] = {"detector": det, "ood_set": ood_set, "eps": math.nan, "eps_units": "", "eps_pixel": math.nan,
                            "objective": OBJECTIVES[objective], "attack": "none", "through": "", "clip": "",
                            "left_range": math.nan}
@@ -86,7 +86,7 @@ def _row(ctx: RunContext, det: str, ood_set: str, objective: str, conf_id: np.nd
     row.update(n_id=len(conf_id), n_ood=len(conf_ood),
                auroc=100.0 * auroc(conf_id, conf_ood) if both else math.nan, auroc_lo=bounds["auroc_lo"],
                auroc_hi=bounds["auroc_hi"], fpr95=100.0 * fpr_at_tpr95(conf_id, conf_ood) if both else math.nan,
-               fpr95_lo=bounds["fpr95_lo"], fpr95_hi=bounds["fpr95_hi"], ci=ci.label,
+               fpr95_lo=bounds["fpr95_lo"], fpr95_hi=bounds["fpr95_hi"], ci=label,
                protocol=ctx.protocol)
     return row
 

@@ -57,7 +57,9 @@ Intervals: ``auroc_lo`` / ``auroc_hi`` are the 95 % interval of the set that att
 ``ood.csv`` cell (same key and resamples), a robust pair's its paired interval in ``robust_auroc.csv``, another
 run's its ``levels.csv`` row's. A simultaneous interval over the minimum of several sets is out of scope.
 ``conclusive`` is 1 when that interval excludes ``min_auroc`` (the row's pass or fail holds at 95 %), 0 when it
-contains the bar, empty without an interval (``--ci none``; FPR95-only methods).
+contains the bar or when the detector's fewest images on a side (over its score arrays) are below
+:data:`~advopenood.evaluation.metrics.MIN_CONCLUSIVE` (``run.json``'s ``sample.min_conclusive``: too few to
+conclude, whatever the interval), empty without an interval (``--ci none``; FPR95-only methods).
 """
 from __future__ import annotations
 
@@ -76,7 +78,7 @@ from advopenood.capabilities import Verifiable, is_detector_aware
 from advopenood.evaluation.context import RunContext
 from advopenood.errors import UsageError
 from advopenood.evaluation.intervals import cell_key
-from advopenood.evaluation.metrics import auroc
+from advopenood.evaluation.metrics import MIN_CONCLUSIVE, auroc
 from advopenood.evaluation.products import Supplied, supplied
 from advopenood.outputs.results import Results, as_written, guarded
 from advopenood.registry import register
@@ -183,10 +185,11 @@ def set_bounds(ctx: RunContext, det: str, name: str) -> tuple[float, float]:
     return bounds["auroc_lo"], bounds["auroc_hi"]
 
 
-def conclusive(lo: float, hi: float, min_auroc: float) -> float:
-    """1.0 when the interval excludes the bar (the pass or fail holds at 95 %), 0.0 when it contains it, NaN
-    without an interval."""
-    return math.nan if math.isnan(lo) or math.isnan(hi) else float(not lo <= min_auroc <= hi)
+def conclusive(lo: float, hi: float, min_auroc: float, small: bool = False) -> float:
+    """1.0 when the interval excludes the bar (the pass or fail holds at 95 %), 0.0 when it contains it or the
+    sample is ``small`` (below :data:`~advopenood.evaluation.metrics.MIN_CONCLUSIVE` a side), NaN without an
+    interval."""
+    return math.nan if math.isnan(lo) or math.isnan(hi) else float(not small and not lo <= min_auroc <= hi)
 
 
 def level_sets(ctx: RunContext, bounds: Bounds | None = None, robust: pd.DataFrame | None = None,
@@ -316,13 +319,14 @@ def levels_table(ctx: RunContext, min_auroc: float = 50.0, runs: list[tuple[str,
                                      if c.level == k and not math.isnan(chosen[c.name][1])}, picked)[1]
                     for k in LEVELS}
         reached = reached_level(by_level, min_auroc)
+        small = min((len(v) for v in ctx.scores[det].values()), default=0) < MIN_CONCLUSIVE
         for c in CRITERIA:
             at, value = chosen[c.name]
             lo, hi = bounds[det].get(at, (math.nan, math.nan))
             rows.append({"detector": det, "level": c.level, "criterion": c.name, "criterion_source": c.source,
                          "auroc": value, "auroc_lo": lo, "auroc_hi": hi, "ci": ci, "worst_set": at,
                          "passed": math.nan if math.isnan(value) else float(value >= min_auroc),
-                         "conclusive": conclusive(lo, hi, min_auroc), "reached": reached, "min_auroc": min_auroc,
+                         "conclusive": conclusive(lo, hi, min_auroc, small), "reached": reached, "min_auroc": min_auroc,
                          "sets": ", ".join(sets[c.name]),
                          "protocol": ctx.protocol})
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from advopenood import io as aio
+from advopenood.evaluation.metrics import MIN_CONCLUSIVE
 from advopenood.outputs.report import join
 from advopenood.outputs.report import name as label
 from advopenood.outputs.results import Bullets, Figure, Paragraph, Section, Table
@@ -63,15 +64,18 @@ def _span(row: dict[str, Any], level: int) -> str:
 
 
 def read_conclusive(table: pd.DataFrame) -> list[str]:
-    """One sentence per ``levels.csv`` row whose interval contains the bar (``conclusive`` 0): its pass or fail is
-    not supported at 95 %."""
+    """One sentence per ``levels.csv`` row that is not conclusive (``conclusive`` 0): its interval contains the bar,
+    or the sample is too small to conclude (fewer than ``min_conclusive`` images a side): its pass or fail is not
+    supported at 95 %."""
     out = []
     for r in table.to_dict("records"):
         if r.get("conclusive") == 0:
             verdict = "passes" if r["passed"] == 1 else "falls short of"
+            why = ("the interval contains the bar" if r["auroc_lo"] <= r["min_auroc"] <= r["auroc_hi"] else
+                   f"the sample has fewer than {MIN_CONCLUSIVE} images on a side")
             out.append(f"{label(r['detector'])} {verdict} the bar of {float(r['min_auroc']):.0f} at level {r['level']} "
                        f"({r['criterion']}: worst AUROC {r['auroc']:.1f}, 95 % interval {r['auroc_lo']:.1f} to "
-                       f"{r['auroc_hi']:.1f} on {r['worst_set']}), but the interval contains the bar: not conclusive.")
+                       f"{r['auroc_hi']:.1f} on {r['worst_set']}), but {why}: not conclusive.")
     return out
 
 

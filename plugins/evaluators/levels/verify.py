@@ -62,6 +62,7 @@ def rederive_levels(run: Any, levels: pd.DataFrame) -> pd.DataFrame:
     attacks = {n: e for n, e in (run.info.get("attacks") or {}).items() if not _id_negative(e)}
     robust = rederive_robust(run)
     ci = ci_plan(run).label
+    minimum = int((run.info.get("sample") or {}).get("min_conclusive", 0))  # below it no row is conclusive
     own = _beyond_baseline(str(run.info.get("model", {}).get("arch", "")), _dataset(saved))
     given = ((saved.get("evaluator_params") or {}).get("levels") or {}).get("min_auroc")
     rows = []
@@ -101,7 +102,8 @@ def rederive_levels(run: Any, levels: pd.DataFrame) -> pd.DataFrame:
                          "auroc": worst[name], "auroc_lo": lo, "auroc_hi": hi, "ci": ci,
                          "worst_set": at[name] or math.nan,
                          "passed": math.nan if math.isnan(worst[name]) else float(worst[name] >= bar),
-                         "conclusive": math.nan if math.isnan(lo) or math.isnan(hi) else float(not lo <= bar <= hi),
+                         "conclusive": math.nan if math.isnan(lo) or math.isnan(hi) else
+                         float(min(len(a) for a in arrays.values()) >= minimum and not lo <= bar <= hi),
                          "reached": float(reached) if evaluated else math.nan, "min_auroc": bar,
                          "sets": ",".join(sorted(found[name]))})
     return pd.DataFrame(rows)

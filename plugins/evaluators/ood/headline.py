@@ -1,14 +1,20 @@
 """The report's headline, the first thing a reader sees: AUROC per detector and set with its 95 % interval and the
 detector's rank on the set, and what the intervals support.
 
-**Ranks from paired tests** (:func:`rank_ranges`). On one set with ``n`` ranked detectors, a detector's rank is the
-range of places it can take given the paired comparisons of ``paired.csv`` (the paired 95 % interval of the
-AUROC difference, :mod:`advopenood_plugins.kit.paired`): from 1 + the number of detectors shown better (interval
-excludes 0 in their favour) to ``n`` - the number shown worse. A pair not compared (no interval, or not in
-``paired.csv``) counts as undecided, so a rank range is never narrower than the tests allow; two detectors whose
-ranges overlap are tied. Overlapping per-cell intervals are not used as a test. A set without a single paired
-test is ranked by the point estimates (competition ranking: 1, 1, 3), marked untested. The intervals are per
-comparison, not adjusted for multiplicity.
+**Ranks from simultaneous paired tests** (:func:`rank_ranges`). On one set with ``n`` ranked detectors, a
+detector's rank is the range of places it can take given the paired comparisons of ``paired.csv``, tested together:
+a pair is shown different when its Holm-adjusted p-value over every pair on the set is below 0.05 (``p_holm``,
+:mod:`advopenood_plugins.kit.paired`), so that the chance of any false difference behind the set's ranks, a
+"first" or a "can be first" is at most 5 % (with 17 detectors a set has 136 pairs: 95 % intervals taken one at a
+time would show about 7 false differences among equal detectors). A rank runs from 1 + the number of detectors
+shown better to ``n`` - the number shown worse. A pair not compared (no p-value, or not in ``paired.csv``) counts as
+undecided, so a rank range is never narrower than the tests allow; two detectors whose ranges overlap are tied.
+Overlapping per-cell intervals are not used as a test. A set without a single paired test is ranked by the point
+estimates (competition ranking: 1, 1, 3), marked untested.
+
+**Too few images** (:func:`too_few_to_rank`): on a set with fewer than
+:data:`~advopenood.evaluation.metrics.MIN_CONCLUSIVE` images on a side, no rank and no "first" is stated; the
+reading gives the set's AUROC range and its sample size instead.
 """
 from __future__ import annotations
 
@@ -18,6 +24,8 @@ from typing import Any
 import pandas as pd
 
 from advopenood.claims import Claim
+from advopenood.evaluation.intervals import LEVEL
+from advopenood.evaluation.metrics import MIN_CONCLUSIVE
 from advopenood.outputs.plots import ood_matrix
 from advopenood.outputs.report import CHANCE, join
 from advopenood.outputs.report import name as label
@@ -26,14 +34,33 @@ from advopenood_plugins.kit.paired import PAIRED_CLAIM_COLUMNS
 
 #: a rank of a set without a paired test carries this mark
 UNTESTED = "?"
+#: a pair is shown different when its Holm-adjusted p-value is below this
+ALPHA = 1 - LEVEL
+#: the ``method`` of a ``first`` claim: the simultaneous test it rests on
+FIRST_METHOD = "holm"
 
 
 def _tested(paired: pd.DataFrame, ood_set: str) -> pd.DataFrame:
-    """The rows of ``paired`` on ``ood_set`` with a decided test (``significant`` True or False)."""
-    if paired is None or paired.empty:
-        return pd.DataFrame(columns=["detector_a", "detector_b", "delta_auroc", "significant"])
-    part = paired[paired["ood_set"].astype(str) == ood_set]
-    return part[part["significant"].notna()]
+    """The rows of ``paired`` on ``ood_set`` with a simultaneous test (a ``p_holm``), ``shown`` True where it is below
+    0.05 (a table without ``p_holm``, written before it, has none)."""
+    if paired is None or paired.empty or "p_holm" not in paired:
+        return pd.DataFrame(columns=["detector_a", "detector_b", "delta_auroc", "shown"])
+    part = paired[(paired["ood_set"].astype(str) == ood_set) & paired["p_holm"].notna()]
+    return pd.DataFrame({"detector_a": part["detector_a"], "detector_b": part["detector_b"],
+                         "delta_auroc": part["delta_auroc"], "shown": part["p_holm"].astype(float) < ALPHA})
+
+
+def too_few_to_rank(ood: pd.DataFrame, ood_set: str) -> tuple[int, int] | None:
+    """``(n_id, n_ood)`` of ``ood_set`` when its fewest images on a side are below
+    :data:`~advopenood.evaluation.metrics.MIN_CONCLUSIVE` (no rank, no first there), else None (also without
+    ``n_id`` / ``n_ood`` columns)."""
+    if not {"n_id", "n_ood"} <= set(ood.columns):
+        return None
+    part = ood[ood["ood_set"].astype(str) == ood_set][["n_id", "n_ood"]].dropna()
+    if part.empty:
+        return None
+    sizes = int(part["n_id"].min()), int(part["n_ood"].min())
+    return sizes if min(sizes) < MIN_CONCLUSIVE else None
 
 
 def rank_ranges(aurocs: pd.Series, paired: pd.DataFrame | None, ood_set: str) -> dict[str, tuple[int, int, bool]]:
@@ -47,11 +74,12 @@ def rank_ranges(aurocs: pd.Series, paired: pd.DataFrame | None, ood_set: str) ->
         return {d: (1 + int((values > v).sum()),) * 2 + (False,) for d, v in values.items()}
     better = {d: 0 for d in values.index}
     worse = dict(better)
-    for r in tests[tests["significant"].astype(bool)].to_dict("records"):
-        a, b = str(r["detector_a"]), str(r["detector_b"])
+    shown = tests[tests["shown"].astype(bool)]
+    for a, b, delta in zip(shown["detector_a"].astype(str), shown["detector_b"].astype(str),
+                           shown["delta_auroc"].astype(float)):
         if a not in better or b not in better:
             continue
-        high, low = (a, b) if float(r["delta_auroc"]) > 0 else (b, a)
+        high, low = (a, b) if delta > 0 else (b, a)
         better[low] += 1
         worse[high] += 1
     return {d: (1 + better[d], n - worse[d], True) for d in values.index}
@@ -74,6 +102,7 @@ def headline_table(ood: pd.DataFrame, paired: pd.DataFrame | None) -> pd.DataFra
     columns = {}
     for col in table.columns:
         ranks = rank_ranges(table[col], paired, str(col))
+        unranked = too_few_to_rank(ood, str(col)) is not None
         cells = []
         for det in table.index:
             v, low, high = table.at[det, col], lo.at[det, col], hi.at[det, col]
@@ -81,7 +110,7 @@ def headline_table(ood: pd.DataFrame, paired: pd.DataFrame | None) -> pd.DataFra
                 cells.append("n/a")
                 continue
             interval = "" if math.isnan(low) or math.isnan(high) else f" [{low:.1f}, {high:.1f}]"
-            cells.append(f"{v:.1f}{interval} {rank_text(ranks[det])}")
+            cells.append(f"{v:.1f}{interval}" + ("" if unranked else f" {rank_text(ranks[det])}"))
         columns[str(col)] = cells
     out = pd.DataFrame(columns, index=pd.Index([label(d) for d in table.index], name="detector"))
     return out
@@ -93,7 +122,7 @@ def first_claim(ranks: dict[str, tuple[int, int, bool]], ood_set: str) -> Claim:
     first = sorted(d for d, (best, _, _) in ranks.items() if best == 1)
     worst = float(ranks[first[0]][1]) if len(first) == 1 else math.nan
     return Claim("first", "paired.csv", (("ood_set", ood_set),), PAIRED_CLAIM_COLUMNS, label(ood_set),
-                 float(len(ranks)), 1.0, worst, "", tuple(first))
+                 float(len(ranks)), 1.0, worst, FIRST_METHOD, tuple(first))
 
 
 def read_headline(ood: pd.DataFrame, paired: pd.DataFrame | None) -> list[str | Claim]:
@@ -107,7 +136,10 @@ def read_headline(ood: pd.DataFrame, paired: pd.DataFrame | None) -> list[str | 
         ranks = rank_ranges(table[col], paired, str(col))
         if not ranks:
             continue
-        if not any(t for _, _, t in ranks.values()):
+        small = too_few_to_rank(ood, str(col))
+        if small is not None:
+            out.append(_unranked(table[col].dropna(), str(col), small))
+        elif not any(t for _, _, t in ranks.values()):
             out.append(f"On {label(col)}: no paired test; ranks follow the point estimates only.")
         elif len(ranks) > 1:
             out.append(first_claim(ranks, str(col)))
@@ -115,9 +147,18 @@ def read_headline(ood: pd.DataFrame, paired: pd.DataFrame | None) -> list[str | 
     tested = paired[paired["significant"].notna()] if paired is not None and len(paired) else pd.DataFrame()
     if len(tested):
         shown = int(tested["significant"].astype(bool).sum())
-        out.append(f"{shown} of {len(tested)} paired comparisons show a difference (paired interval excludes 0; "
-                   "paired.csv); the intervals are per comparison, not adjusted for multiplicity.")
+        holm_shown = int((tested["p_holm"].astype(float) < ALPHA).sum()) if "p_holm" in tested else 0
+        out.append(f"{shown} of {len(tested)} paired comparisons show a difference taken one at a time (paired "
+                   f"interval excludes 0; paired.csv), {holm_shown} when every pair on a set is tested together "
+                   "(Holm-adjusted p_holm < 0.05): the ranks read the latter.")
     return out
+
+
+def _unranked(values: pd.Series, ood_set: str, sizes: tuple[int, int]) -> str:
+    """The reading of a set too small to rank (:func:`too_few_to_rank`): its range and sample size."""
+    lo, hi = values.idxmin(), values.idxmax()
+    return (f"On {label(ood_set)}: {sizes[0]} ID and {sizes[1]} OOD images, fewer than {MIN_CONCLUSIVE} per side: "
+            f"no rank is stated; AUROC ranges from {values[lo]:.1f} ({label(lo)}) to {values[hi]:.1f} ({label(hi)}).")
 
 
 def _chance_lines(ood: pd.DataFrame) -> list[str]:
@@ -145,9 +186,11 @@ def headline_section(ood: pd.DataFrame, paired: pd.DataFrame | None) -> Section:
     items: list[Any] = [
         Paragraph(f"AUROC (%) of each detector (rows) on each natural OOD and adversarial set (columns), its 95 % "
                   f"interval ({method}) in brackets, then its rank on the set. Ranks come from the paired "
-                  "comparisons (paired.csv): from 1 + the number of detectors shown better (their paired interval "
-                  "excludes 0) to n - the number shown worse; a range such as #1-4 is a tie. Overlapping intervals "
-                  f"are not a test. A rank marked {UNTESTED} follows the point estimates (no paired test on the set)."),
+                  "comparisons (paired.csv) tested together: a pair is shown different when its Holm-adjusted "
+                  "p-value over every pair on the set is below 0.05 (p_holm); a rank runs from 1 + the number of "
+                  "detectors shown better to n - the number shown worse, and a range such as #1-4 is a tie. "
+                  f"Overlapping intervals are not a test. A rank marked {UNTESTED} follows the point estimates (no "
+                  f"paired test on the set). A set with fewer than {MIN_CONCLUSIVE} images on a side has no rank."),
         Table(headline_table(ood, paired), "AUROC (%) [95 % interval] #rank"),
         Bullets(read_headline(ood, paired), "What the intervals support")]
     return Section("AUROC per detector and set", items, headline=True)

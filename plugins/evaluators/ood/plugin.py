@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -68,28 +68,33 @@ from advopenood_plugins.kit.robust import ROBUST_TABLE
 from advopenood_plugins.kit.paired import FSOOD_RANKED, RANKED, add_ranks, paired_section, paired_table
 from advopenood_plugins.evaluators.ood.verify import verify as verify_ood
 
-ADAPTIVE_COLUMNS = ["detector", "attack", "eps", "baseline", "auroc_baseline", "auroc_adaptive", "delta_auroc",
-                    "fpr95_baseline", "fpr95_adaptive", "n_ood"]
+ADAPTIVE_COLUMNS = ["detector", "attack", "eps", "baseline", *bound_columns(["auroc_baseline", "auroc_adaptive"]),
+                    "delta_auroc", *bound_columns(["fpr95_baseline", "fpr95_adaptive"]), "n_ood", "ci"]
+#: ``table_adaptive.csv``'s ``ci``: each metric's interval is its ``ood.csv`` cell's; the difference has none
+ADAPTIVE_CI = "as ood.csv's cells; delta_auroc: no interval (the two sets' cells are resampled apart, not paired)"
 #: each metric followed by its 95 % interval (``<m>_lo``, ``<m>_hi``), then the interval's method
 METRIC_COLUMNS = [*bound_columns(METRICS), "ci"]
 COLUMNS = ["dataset", "arch", "attack", "eps", "detector", "backend", "ood_set", "group", *METRIC_COLUMNS,
            "n_id", "n_ood", "positives", "protocol", "error"]
 FSOOD_COLUMNS = ["dataset", "arch", "detector", "backend", "ood_set", "group", *METRIC_COLUMNS,
                  "n_id", "n_ood", "csid_sets", "protocol", "error"]
-LEADERBOARD_COLUMNS = ["dataset", "arch", "detector", "backend", "id_acc",
+LEADERBOARD_COLUMNS = ["dataset", "arch", "detector", "backend", *bound_columns(["id_acc"]),
                        *bound_columns(["near_fpr95", "near_auroc", "far_fpr95", "far_auroc", "adv_fpr95", "adv_auroc"]),
-                       "n_near", "n_far", "n_adv", "ci", *[f"{m}_rank" for m in RANKED]]
+                       "n_near", "n_far", "n_adv", "near_sets", "far_sets", "adv_sets", "ci",
+                       *[f"{m}_rank" for m in RANKED]]
 FSOOD_LEADERBOARD_COLUMNS = ["csid_acc", *bound_columns(["fsood_near_fpr95", "fsood_near_auroc", "fsood_far_fpr95",
                                                          "fsood_far_auroc"]), *[f"{m}_rank" for m in FSOOD_RANKED]]
 
 
-def pivot_table(df: pd.DataFrame, replicates: Replicates | None = None) -> pd.DataFrame:
+def pivot_table(df: pd.DataFrame, replicates: Replicates | None = None,
+                shared: Callable[[str, list[str]], dict[str, tuple[float, float]]] | None = None) -> pd.DataFrame:
     """Paper-style table (Table 4): one row per detector, columns ``<dataset> <attack> FPR95`` / ``AUROC``, each
     followed by its 95 % interval, ``... lo`` / ``... hi``.
 
     Attack ``none`` is the mean over the natural OOD sets; a NaN in any of them stays NaN. A cell of one set has
-    that set's ``ood.csv`` interval; a mean of several, the interval of the mean of their bootstrap replicates (as
-    the leaderboard's group means: :func:`advopenood.evaluation.intervals.mean_interval`; empty without them).
+    that set's ``ood.csv`` interval; a mean of several, ``shared(detector, sets)`` where given (the sets' shared ID
+    images resampled once per replicate, :func:`mean_bounds`, as the leaderboard's means), else the interval of the
+    mean of their bootstrap replicates (:func:`advopenood.evaluation.intervals.mean_interval`; empty without them).
     """
     if df.empty:
         return pd.DataFrame({"detector": []})
@@ -103,6 +108,8 @@ def pivot_table(df: pd.DataFrame, replicates: Replicates | None = None) -> pd.Da
                 rows = part[part["detector"] == det]
                 cells[col][det] = float(rows[metric].mean(skipna=False)) if len(rows) else math.nan
                 lo, hi = _cell_bounds(rows, det, metric, replicates or {})
+                if shared is not None and len(rows) > 1:
+                    lo, hi = shared(det, list(rows["ood_set"])).get(metric, (math.nan, math.nan))
                 cells[f"{col} lo"][det], cells[f"{col} hi"][det] = lo, hi
     order = sorted(cells, key=lambda c: (c.split(" ")[0], c.split(" ")[1] != "none"))
     return pd.DataFrame({"detector": detectors, **{col: [cells[col][d] for d in detectors] for col in order}})
@@ -123,33 +130,67 @@ def _group_mean(part: pd.DataFrame, metric: str) -> float:
     return float(part[metric].mean(skipna=False)) if len(part) else math.nan
 
 
-def _group_cells(part: pd.DataFrame, prefix: str, keys: list[str], replicates: Replicates) -> dict[str, float]:
-    """``<prefix>_fpr95`` / ``<prefix>_auroc`` group means with their intervals: the mean of the sets' bootstrap
-    replicates (:func:`advopenood.evaluation.intervals.mean_interval`; empty without replicates, e.g. under
-    ``delong``). ``keys``: each row's cell key."""
+def _group_cells(part: pd.DataFrame, prefix: str, keys: list[str], replicates: Replicates,
+                 shared: dict[str, tuple[float, float]] | None = None) -> dict[str, float]:
+    """``<prefix>_fpr95`` / ``<prefix>_auroc`` group means with their intervals: ``shared``'s where given (the
+    sets' ID images resampled once for all of them,
+    :meth:`~advopenood.evaluation.intervals.IntervalPolicy.shared_mean`),
+    else the mean of the sets' own bootstrap replicates (:func:`advopenood.evaluation.intervals.mean_interval`;
+    empty without replicates, e.g. under ``delong``). ``keys``: each row's cell key."""
     out: dict[str, float] = {}
     for metric in ("fpr95", "auroc"):
         parts = [replicates.get(k, {}).get(metric, np.empty(0)) for k in keys]
         lo, hi = mean_interval(parts) if len(part) else (math.nan, math.nan)
+        if shared is not None:
+            lo, hi = shared.get(metric, (math.nan, math.nan)) if len(part) else (math.nan, math.nan)
         out.update({f"{prefix}_{metric}": _group_mean(part, metric), f"{prefix}_{metric}_lo": lo,
                     f"{prefix}_{metric}_hi": hi})
     return out
 
 
+def mean_bounds(ctx: RunContext, masks: dict[str, np.ndarray | None]
+                ) -> Callable[[str, list[str]], dict[str, tuple[float, float]]]:
+    """``bounds(detector, sets)``: the interval of a scored detector's mean over ``sets`` with the ID images
+    resampled once per replicate for all of them (:meth:`~advopenood.evaluation.intervals.IntervalPolicy.shared_mean`,
+    cell key ``mean|<det>|<set>|<set>...``, the sets sorted: one mean, one interval in the leaderboard and in
+    ``table_ood.csv``); ``masks``: each set's positive rows, as ``ood.csv`` used them. NaN for a detector without
+    scores. Each mean is resampled once, however many tables ask for it."""
+    done: dict[tuple[str, ...], dict[str, tuple[float, float]]] = {}
+
+    def bounds(det: str, sets: list[str]) -> dict[str, tuple[float, float]]:
+        scores, key = ctx.scores.get(det), (det, *sorted(sets))
+        if scores is None or not sets:
+            return {}
+        if key not in done:
+            oods = {s: scores[s] if masks.get(s) is None else scores[s][masks[s]] for s in key[1:]}
+            done[key] = ctx.intervals.shared_mean(cell_key("mean", *key), scores["id"], oods)
+        return done[key]
+
+    return bounds
+
+
 def leaderboard(df: pd.DataFrame, id_acc: float, fsood: pd.DataFrame | None = None,
-                csid_acc: float = math.nan, replicates: Replicates | None = None) -> pd.DataFrame:
+                csid_acc: float = math.nan, replicates: Replicates | None = None,
+                shared: Callable[[str, list[str]], dict[str, tuple[float, float]]] | None = None,
+                id_acc_bounds: tuple[float, float] = (math.nan, math.nan)) -> pd.DataFrame:
     """One row per detector: near/far-OOD FPR95 and AUROC means and ID accuracy (OpenOOD's columns) next to the
-    mean over the adversarial sets; with ``fsood`` rows, their near/far means and the csid accuracy. Each mean's
-    interval comes from the cells' ``replicates`` (keys ``cell_key("ood"|"fsood", detector, ood_set)``)."""
+    mean over the adversarial sets, ``<group>_sets`` naming the sets each mean averages; with ``fsood`` rows, their
+    near/far means and the csid accuracy. A mean's interval is ``shared(detector, sets)`` where given (its sets'
+    shared ID images resampled once per replicate: :func:`mean_bounds`), else it comes from the cells'
+    ``replicates`` (keys ``cell_key("ood"|"fsood", detector, ood_set)``). ``id_acc_bounds``: the ID accuracy's
+    Wilson interval (``id_acc_lo`` / ``id_acc_hi``)."""
     reps = replicates or {}
     method = str(df["ci"].iloc[0]) if "ci" in df and len(df) else "none"
     rows = []
     for (dataset, arch, det, backend), part in df.groupby(["dataset", "arch", "detector", "backend"], sort=False):
-        row: dict[str, Any] = {"dataset": dataset, "arch": arch, "detector": det, "backend": backend, "id_acc": id_acc}
+        row: dict[str, Any] = {"dataset": dataset, "arch": arch, "detector": det, "backend": backend, "id_acc": id_acc,
+                               "id_acc_lo": id_acc_bounds[0], "id_acc_hi": id_acc_bounds[1]}
         for group, prefix in (("near", "near"), ("far", "far"), (ADVERSARIAL, "adv")):
             sub = part[part["group"] == group]
-            row.update(_group_cells(sub, prefix, [cell_key("ood", det, s) for s in sub["ood_set"]], reps))
+            row.update(_group_cells(sub, prefix, [cell_key("ood", det, s) for s in sub["ood_set"]], reps,
+                                    None if shared is None else shared(det, list(sub["ood_set"]))))
             row[f"n_{prefix}"] = len(sub)
+            row[f"{prefix}_sets"] = ",".join(sorted(map(str, sub["ood_set"])))
         row["ci"] = method if method.startswith("bootstrap") else "none"
         if fsood is not None:
             fs = fsood[fsood["detector"] == det]
@@ -188,7 +229,8 @@ def _baseline(ctx: RunContext, adv, attacks: dict[str, str]) -> str | None:
 
 
 def adaptive_table(df: pd.DataFrame, ctx: RunContext) -> pd.DataFrame:
-    """One row per detector-adaptive set and its own detector: AUROC/FPR95 next to the classifier-only baseline."""
+    """One row per detector-adaptive set and its own detector: AUROC/FPR95 next to the classifier-only baseline,
+    each with its ``ood.csv`` interval; ``ci`` (:data:`ADAPTIVE_CI`) says why their difference has none."""
     attacks = {name: adv.attack for name, adv in ctx.adv_sets.items()}
     rows = []
     for name, adv in ctx.positive_sets.items():
@@ -201,11 +243,14 @@ def adaptive_table(df: pd.DataFrame, ctx: RunContext) -> pd.DataFrame:
         got = part.loc[name]
         ref = part.loc[base] if base is not None and base in part.index else None
         nan = math.nan
-        rows.append({"detector": target, "attack": name, "eps": got["eps"], "baseline": base or "",
-                     "auroc_baseline": nan if ref is None else ref["auroc"], "auroc_adaptive": got["auroc"],
-                     "delta_auroc": nan if ref is None else got["auroc"] - ref["auroc"],
-                     "fpr95_baseline": nan if ref is None else ref["fpr95"], "fpr95_adaptive": got["fpr95"],
-                     "n_ood": got["n_ood"]})
+        row = {"detector": target, "attack": name, "eps": got["eps"], "baseline": base or "",
+               "delta_auroc": nan if ref is None else got["auroc"] - ref["auroc"], "n_ood": got["n_ood"],
+               "ci": ADAPTIVE_CI}
+        for m in ("auroc", "fpr95"):  # each cell with its ood.csv interval
+            for end in ("", "_lo", "_hi"):
+                row[f"{m}_adaptive{end}"] = got[f"{m}{end}"]
+                row[f"{m}_baseline{end}"] = nan if ref is None else ref[f"{m}{end}"]
+        rows.append(row)
     return pd.DataFrame(rows, columns=ADAPTIVE_COLUMNS)
 
 
@@ -272,11 +317,14 @@ class OODEvaluator(Verifiable):
         df = pd.DataFrame(rows, columns=COLUMNS)
         df["n_id"] = df["n_id"].astype("Int64")
         df["n_ood"] = df["n_ood"].astype("Int64")
-        table = pivot_table(df[df["group"] != "csid"], replicates)  # "none": the natural OOD sets' mean, not csid
+        means = mean_bounds(ctx, {s: m for _, _, s, m in self._targets(ctx)})
+        table = pivot_table(df[df["group"] != "csid"], replicates, means)  # "none": the natural sets' mean, not csid
         out = Results(tables={"ood.csv": df, "table_ood.csv": table, "table_ood.md": table})
         csid = [name for name, group in groups.items() if group == "csid"]
         fsood = self._fsood(ctx, groups, csid, replicates) if csid else None
-        board = leaderboard(df, ctx.clean.accuracy, fsood, accuracy_with(ctx, csid) if csid else math.nan, replicates)
+        board = leaderboard(df, ctx.clean.accuracy, fsood, accuracy_with(ctx, csid) if csid else math.nan, replicates,
+                            means,
+                            ctx.intervals.wilson(int((ctx.clean.pred == ctx.clean.y).sum()), len(ctx.clean.y)))
         robust, ensemble = products[ROBUST_TABLE], products[ENSEMBLE].rows
         robust = pd.concat([robust, ensemble], ignore_index=True) if len(robust) and len(ensemble) else robust
         out.tables.update({"leaderboard.csv": board, "leaderboard.md": board,

@@ -18,10 +18,12 @@ import pandas as pd
 
 from advopenood.evaluation import oracle
 from advopenood_plugins.evaluators.ood.verify_paired import verify_paired
-from advopenood_plugins.kit.verify import BOUNDS, METRICS, Draws, rederive_bounds
+from advopenood_plugins.kit.verify import BOUNDS, METRICS, Draws, ci_plan, rederive_bounds
 
 #: the numbers of ``table_adaptive.csv`` that verify re-derives
-ADAPTIVE_VALUES = ["auroc_baseline", "auroc_adaptive", "delta_auroc", "fpr95_baseline", "fpr95_adaptive"]
+ADAPTIVE_VALUES = ["auroc_baseline", "auroc_adaptive", "delta_auroc", "fpr95_baseline", "fpr95_adaptive",
+                   *[f"{m}_{side}_{end}" for m in ("auroc", "fpr95") for side in ("baseline", "adaptive")
+                     for end in ("lo", "hi")]]
 
 
 #: the columns that name an ``ood.csv`` row
@@ -111,15 +113,18 @@ def unscored_rows(run: Any, keys: list[str]) -> pd.DataFrame:
     return pd.DataFrame([(d, a, s) for d in others for a, s in expected_targets(run)], columns=KEYS)
 
 
-def rederive_table_ood(rederived: pd.DataFrame, draws: Draws | None = None) -> pd.DataFrame:
+def rederive_table_ood(rederived: pd.DataFrame, draws: Draws | None = None, run: Any = None,
+                       means: Means | None = None) -> pd.DataFrame:
     """``table_ood.csv`` in long form (``detector``, ``column``, ``value``) from the re-derived ``ood.csv`` rows:
     per detector, dataset and attack the plain mean of FPR95 and of AUROC over its sets (a NaN in any stays NaN),
     sets of group ``csid`` left out; column ``<dataset> <attack> FPR95`` / ``AUROC``, NaN where a detector has no
-    row; each with ``... lo`` / ``... hi``: one set's re-derived bounds, or the percentiles of the mean of its sets'
+    row; each with ``... lo`` / ``... hi``: one set's re-derived bounds; a mean's, with ``run``, the leaderboard's rule
+    (the shared ID images resampled once, :func:`_shared_bounds`), else the percentiles of the mean of its sets'
     re-derived replicates (NaN without them)."""
     if not len(rederived):
         return pd.DataFrame(columns=["detector", "column", "value"])
-    draws = draws or {}
+    draws, means = draws or {}, {} if means is None else means
+    plan = ci_plan(run) if run is not None else None
     kept = rederived[rederived["group"] != "csid"]
     cells: dict[tuple[str, str], float] = {}
     for (det, dataset, attack), part in kept.groupby(["detector", "dataset", "attack"], sort=False):
@@ -133,6 +138,8 @@ def rederive_table_ood(rederived: pd.DataFrame, draws: Draws | None = None) -> p
                 reps = [draws.get(f"ood|{det}|{s}", {}).get(metric) for s in part["ood_set"]]
                 ok = all(r is not None for r in reps)
                 lo, hi = oracle.percentile_interval(sum(reps) / len(reps)) if ok else (math.nan, math.nan)
+                if plan is not None:
+                    lo, hi = _shared_bounds(run, plan, det, part, means)[metric]
             cells[det, f"{col} lo"], cells[det, f"{col} hi"] = lo, hi
     columns = sorted({c for _, c in cells})
     return pd.DataFrame([{"detector": d, "column": c, "value": cells.get((d, c), math.nan)}
@@ -179,34 +186,75 @@ def rederive_table_adaptive(run: Any, rederived: pd.DataFrame) -> pd.DataFrame:
         got, base = cell.loc[(target, name)], _baseline_set(run, name)
         ref = cell.loc[(target, base)] if (target, base) in cell.index else None
         nan = math.nan
-        rows.append({"detector": target, "attack": name, "baseline": base or nan,
-                     "auroc_baseline": nan if ref is None else ref["auroc"], "auroc_adaptive": got["auroc"],
-                     "delta_auroc": nan if ref is None else got["auroc"] - ref["auroc"],
-                     "fpr95_baseline": nan if ref is None else ref["fpr95"], "fpr95_adaptive": got["fpr95"],
-                     "n_ood": got["n_ood"]})
+        row = {"detector": target, "attack": name, "baseline": base or nan,
+               "delta_auroc": nan if ref is None else got["auroc"] - ref["auroc"], "n_ood": got["n_ood"]}
+        for m in ("auroc", "fpr95"):  # the two sets' re-derived cells, bounds included
+            for end in ("", "_lo", "_hi"):
+                row[f"{m}_adaptive{end}"], row[f"{m}_baseline{end}"] = got[f"{m}{end}"], \
+                    nan if ref is None else ref[f"{m}{end}"]
+        rows.append(row)
     return pd.DataFrame(rows, columns=["detector", "attack", "baseline", *ADAPTIVE_VALUES, "n_ood"])
 
 
-def rederive_leaderboard(ood: pd.DataFrame, draws: Draws | None = None) -> pd.DataFrame:
+def rederive_leaderboard(ood: pd.DataFrame, draws: Draws | None = None, run: Any = None,
+                         means: Means | None = None) -> pd.DataFrame:
     """Per detector, the plain means of the (re-derived) ood rows of each group, near / far / adversarial (NaN if
-    any member is NaN), as OpenOOD's ``nearood`` / ``farood`` rows; each mean's interval the percentiles of the
+    any member is NaN), as OpenOOD's ``nearood`` / ``farood`` rows, and the sets each averages (``<group>_sets``).
+    Each mean's interval: with ``run`` (its scores), the checker's mean over sets that share the ID images
+    (:func:`advopenood.evaluation.oracle.shared_mean_interval`, key ``mean|<det>|<set>|<set>...``, sorted; NaN
+    unless the run's method is the bootstrap and every set has at least 2 images); without, the percentiles of the
     mean of its cells' replicates (NaN without them)."""
-    draws = draws or {}
+    draws, means = draws or {}, {} if means is None else means
+    plan = ci_plan(run) if run is not None else None
     rows = []
     for det, part in ood.groupby("detector", sort=False):
         row: dict[str, Any] = {"detector": det}
         for group, prefix in (("near", "near"), ("far", "far"), ("adversarial", "adv")):
             sub = part[part["group"] == group]
+            shared = _shared_bounds(run, plan, det, sub, means) if plan is not None else None
             for m in ("fpr95", "auroc"):
                 vals = sub[m].to_numpy(float)
                 row[f"{prefix}_{m}"] = math.nan if not len(vals) or np.isnan(vals).any() else float(vals.sum() / len(vals))
                 reps = [draws.get(f"ood|{det}|{s}", {}).get(m) for s in sub["ood_set"]]
                 ok = bool(reps) and all(r is not None for r in reps)
                 lo, hi = oracle.percentile_interval(sum(reps) / len(reps)) if ok else (math.nan, math.nan)
-                row[f"{prefix}_{m}_lo"], row[f"{prefix}_{m}_hi"] = lo, hi
+                row[f"{prefix}_{m}_lo"], row[f"{prefix}_{m}_hi"] = (lo, hi) if shared is None else shared[m]
             row[f"n_{prefix}"] = len(sub)
+            row[f"{prefix}_sets"] = ",".join(sorted(map(str, sub["ood_set"]))) or math.nan
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+Means = dict[tuple[str, ...], dict[str, tuple[float, float]]]
+
+
+def _shared_bounds(run: Any, plan: Any, det: str, sub: pd.DataFrame, means: Means) -> dict[str, tuple[float, float]]:
+    """A mean's ``{metric: (lo, hi)}`` over the ood rows ``sub`` (each set's positives as its row says) with the ID
+    images resampled once for all its sets; NaN where there is none. ``means``: the ones this check computed, by
+    detector and sets (each once)."""
+    nan = {m: (math.nan, math.nan) for m in ("fpr95", "auroc")}
+    if not plan.bootstrap or not len(sub):
+        return nan
+    key = (det, *sorted(map(str, sub["ood_set"])))
+    if key not in means:
+        means[key] = _shared_mean(run, plan, det, sub)
+    return means[key]
+
+
+def _shared_mean(run: Any, plan: Any, det: str, sub: pd.DataFrame) -> dict[str, tuple[float, float]]:
+    """:func:`_shared_bounds` computed."""
+    nan = {m: (math.nan, math.nan) for m in ("fpr95", "auroc")}
+    arrays = run.scores(det)
+    oods = {}
+    for r in sub.to_dict("records"):
+        conf = arrays[r["ood_set"]].astype(float)
+        oods[r["ood_set"]] = conf[arrays[f"{r['ood_set']}.success"].astype(bool)] if r["positives"] == "successful" \
+            else conf
+    conf_id = arrays["id"].astype(float)
+    if min(len(conf_id), *(len(o) for o in oods.values())) < 2 or \
+            any(np.isnan(a).any() for a in (conf_id, *oods.values())):
+        return nan
+    return oracle.shared_mean_interval(conf_id, oods, plan.seed, "|".join(["mean", det, *sorted(oods)]), plan.resamples)
 
 
 def rederive_fsood(run: Any, rederived: pd.DataFrame) -> pd.DataFrame:
@@ -249,21 +297,32 @@ def verify(run: Any) -> list[str]:
     lines += compare(rederived, ood[scored], KEYS, [*METRICS, *BOUNDS, "ci", "n_id", "n_ood"], atol=1e-6,
                      table="ood.csv")
     lines += compare(unscored_rows(run, KEYS), ood[~scored], KEYS, [], table="ood.csv")
-    board_of = rederive_leaderboard(rederived, draws)
+    means: Means = {}
+    board_of = rederive_leaderboard(rederived[rederived["detector"].isin(run.detectors)], draws, run, means)
     boards: list[pd.DataFrame] = []
 
     def check_board(board: pd.DataFrame) -> list[str]:
         boards.append(board)
+        if "id_acc_lo" in board:  # the ID accuracy's Wilson interval, from its value and the ID images
+            acc = board[["detector", "id_acc", "id_acc_lo", "id_acc_hi"]].copy()
+            n = int(rederived["n_id"].max()) if len(rederived) else 0
+            got = [ci_plan(run).wilson(int(round(float(a) * n / 100)), n) if not pd.isna(a) else (math.nan,) * 2
+                   for a in acc["id_acc"]]
+            acc["id_acc_lo"], acc["id_acc_hi"] = [g[0] for g in got], [g[1] for g in got]
+            own = compare(acc, board, ["detector"], ["id_acc_lo", "id_acc_hi"], atol=1e-6, table="leaderboard.csv")
+        else:
+            own = []
         means = [f"{g}_{m}" for g in ("near", "far", "adv") for m in ("fpr95", "auroc")]
         mine = board["detector"].isin(run.detectors)
         return compare(board_of, board[mine], ["detector"], [*means, *[f"{c}_{end}" for c in means for end in
-                                                                        ("lo", "hi")], "n_near", "n_far", "n_adv"],
-                       atol=1e-6, table="leaderboard.csv") + \
+                                                                        ("lo", "hi")], "n_near", "n_far", "n_adv",
+                                                                        "near_sets", "far_sets", "adv_sets"],
+                       atol=1e-6, table="leaderboard.csv") + own + \
             compare(unscored_rows(run, ["detector"]), board[~mine], ["detector"], [], table="leaderboard.csv")
 
     lines += _checked(run, "leaderboard.csv", check_board, ["detector"])
     lines += verify_paired(run, rederived, boards[0] if boards else None, board_of if boards else None)
-    lines += _checked(run, "table_ood.csv", lambda t: compare(rederive_table_ood(rederived, draws),
+    lines += _checked(run, "table_ood.csv", lambda t: compare(rederive_table_ood(rederived, draws, run, means),
                                                               written_long(t, run.detectors), ["detector", "column"],
                                                               ["value"], atol=1e-6, table="table_ood.csv"), ["detector"])
     adaptive = rederive_table_adaptive(run, rederived)

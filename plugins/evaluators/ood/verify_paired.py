@@ -5,7 +5,7 @@ Each set's pairs are listed again from the saved scores (every pair of detectors
 each against the best by AUROC; every declared twin, derived first). Every number comes from the independent checker
 :mod:`advopenood.evaluation.oracle`: the point AUROCs, the bootstrap interval of the difference by a plain loop over
 the same seeded draws (key ``paired|<set>``, each resample's two AUROCs on the same indices) and DeLong's from the
-pairwise comparison matrices.
+pairwise comparison matrices, each pair's p-value of the same test and Holm's adjustment over the set's pairs.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from advopenood.evaluation import oracle
 from advopenood_plugins.kit.verify import ci_plan, pairs_of
 
 COLUMNS = ["group", "twin", "auroc_a", "auroc_b", "delta_auroc", "delta_auroc_lo", "delta_auroc_hi", "ci",
-           "significant", "n_id", "n_ood"]
+           "significant", "p_value", "p_holm", "n_id", "n_ood"]
 KEYS = ["detector_a", "detector_b", "ood_set"]
 
 
@@ -45,16 +45,20 @@ def rederive_paired(run: Any, ood: pd.DataFrame) -> pd.DataFrame:
             got = plan.paired(f"paired|{ood_set}", [cells[d] for d in kept], ("auroc",))
             boot = {d: r["auroc"] for d, r in zip(kept, got)}
         for a, b, twin in pairs_of(aurocs):
-            lo = hi = math.nan
+            lo = hi = p = math.nan
             usable = min(n, m) >= 2 and not math.isnan(aurocs[a]) and not math.isnan(aurocs[b])
             if usable:
                 lo, hi = plan.difference(cells[a], cells[b], boot.get(a), boot.get(b))
+                p = plan.difference_p(cells[a], cells[b], boot.get(a), boot.get(b)) if not math.isnan(lo) else p
             sig = math.nan if math.isnan(lo) else bool(lo > 0 or hi < 0)
             rows.append({"detector_a": a, "detector_b": b, "ood_set": ood_set, "group": part["group"].iloc[0],
                          "twin": twin, "auroc_a": aurocs[a], "auroc_b": aurocs[b], "delta_auroc": aurocs[a] - aurocs[b],
-                         "delta_auroc_lo": lo, "delta_auroc_hi": hi, "ci": plan.label, "significant": sig, "n_id": n,
-                         "n_ood": m})
-    return pd.DataFrame(rows, columns=KEYS + COLUMNS)
+                         "delta_auroc_lo": lo, "delta_auroc_hi": hi, "ci": plan.label, "significant": sig,
+                         "p_value": p, "n_id": n, "n_ood": m})
+    table = pd.DataFrame(rows, columns=KEYS + COLUMNS)
+    for _, part in table.groupby("ood_set", sort=False):  # Holm over every pair on the set
+        table.loc[part.index, "p_holm"] = oracle.holm(list(part["p_value"].astype(float)))
+    return table
 
 
 def rederive_ranks(board: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:

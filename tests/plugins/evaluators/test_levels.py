@@ -20,6 +20,7 @@ from advopenood.run.pipeline import run
 from advopenood.evaluation.verify import RunFiles
 from advopenood.cli.main import main
 from advopenood.config.schema import CISection
+from advopenood.evaluation.intervals import bound_rule
 from advopenood.evaluation.metrics import auroc_interval
 from advopenood_plugins.evaluators.levels.plugin import (COLUMNS, CRITERIA, LEVELS, Levels, beyond_baseline,
                                                          clean_aurocs, conclusive, levels_table, reached_level,
@@ -87,7 +88,8 @@ def test_each_criterion_is_the_worst_auroc_of_its_sets(levels_run):
 
 def test_each_criterion_has_the_interval_of_its_worst_set(levels_run):
     """The interval beside a worst AUROC is that of the set attaining it: ood.csv's cell for an attack set (same key,
-    same resamples), robust_auroc.csv's paired interval for the robust pair; ``conclusive``: it excludes the bar."""
+    same resamples), robust_auroc.csv's paired interval for the robust pair; ``conclusive``: it excludes the bar, and
+    never on these 16 images (below min_conclusive)."""
     _, out = levels_run
     table = pd.read_csv(out / "levels.csv").dropna(subset=["auroc"])
     ood = pd.read_csv(out / "ood.csv").set_index(["detector", "ood_set"])
@@ -99,7 +101,7 @@ def test_each_criterion_has_the_interval_of_its_worst_set(levels_run):
         want = robust.loc[r.worst_set, ["robust_auroc_lo", "robust_auroc_hi"]] if r.criterion == "robust_auroc" \
             else ood.loc[("msp", r.worst_set), ["auroc_lo", "auroc_hi"]]
         assert [r.auroc_lo, r.auroc_hi] == pytest.approx(list(want.astype(float)), abs=1e-4)
-        assert r.conclusive == float(not r.auroc_lo <= 50 <= r.auroc_hi)
+        assert r.conclusive == 0.0  # 16 images a side: too few to conclude, whatever the interval
     assert _row(table, "ood_to_id").worst_set == min(("adaptive_ood_msp", "robust_ood_msp-tin"),
                                                      key=lambda n: ood.loc[("msp", n), "auroc"])
 
@@ -109,6 +111,16 @@ def test_each_criterion_has_the_interval_of_its_worst_set(levels_run):
                                                (math.nan, math.nan, 50.0, math.nan)])
 def test_a_pass_or_fail_is_conclusive_only_when_the_interval_excludes_the_bar(lo, hi, bar, want):
     assert conclusive(lo, hi, bar) == pytest.approx(want, nan_ok=True)
+
+
+def test_below_min_conclusive_no_pass_or_fail_is_conclusive():
+    """A sample below min_conclusive images a side is never conclusive, even where its interval excludes the bar,
+    and the reading says why (issue 50)."""
+    assert conclusive(55.0, 70.0, 50.0, small=True) == 0.0 and math.isnan(conclusive(math.nan, math.nan, 50, True))
+    row = {"detector": "msp", "level": 1, "criterion": "strong", "auroc": 65.0, "auroc_lo": 55.0, "auroc_hi": 72.0,
+           "worst_set": "pgd", "passed": 1.0, "conclusive": 0.0, "min_auroc": 50.0}
+    [line] = read_conclusive(pd.DataFrame([row]))
+    assert line.endswith("but the sample has fewer than 100 images on a side: not conclusive.")
 
 
 @pytest.mark.parametrize("passed, conclusive_, said", [
@@ -130,8 +142,10 @@ def test_ci_none_leaves_the_bounds_empty_and_delong_gives_delongs(levels_run, me
     row = _row(levels_table(dataclasses.replace(ctx, plan=plan)), "strong")
     assert row.ci == method and row.worst_set == "pgd"
     scores = ctx.scores["msp"]
-    want = [100 * b for b in auroc_interval(scores["id"], scores["pgd"][ctx.ood_positives("pgd")])] \
-        if method == "delong" else [math.nan, math.nan]
+    conf_id, conf_ood = scores["id"], scores["pgd"][ctx.ood_positives("pgd")]
+    want = [100 * b for b in auroc_interval(conf_id, conf_ood)] if method == "delong" else [math.nan, math.nan]
+    if method == "delong":  # DeLong's, or at a bound (variance 0 at AUROC 0 or 100) the score interval instead
+        want = list(bound_rule("auroc", row.auroc, *want, len(conf_id), len(conf_ood))[:2])
     assert [row.auroc_lo, row.auroc_hi] == pytest.approx(want, nan_ok=True)
 
 
@@ -162,8 +176,8 @@ def test_each_level_follows_its_rule_on_hand_made_scores(levels_run, broken, wor
         assert math.isnan(row[f"level{k}_auroc"]) if value is None else row[f"level{k}_auroc"] == value
     assert row.reached == reached and set(table.reached) == {reached}
     assert list(table.passed.isna()) == [c.level == 2 for c in CRITERIA]
-    assert list(table.conclusive.isna()) == [c.level == 2 for c in CRITERIA]  # AUROC 0 or 100 on every resample
-    assert (table.conclusive.dropna() == 1.0).all()
+    assert list(table.conclusive.isna()) == [c.level == 2 for c in CRITERIA]  # every row with an interval
+    assert (table.conclusive.dropna() == 0.0).all()  # 16 images: below min_conclusive, nothing is conclusive
 
 
 @pytest.mark.parametrize("arch, dataset, beyond", [
