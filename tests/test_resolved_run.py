@@ -1,5 +1,6 @@
 """A run is resolved once, and :func:`advopenood.run.resolved.resolve` is its only builder (issues 41, 51): reading
-the config and the flags yields one resolved run; nothing validates the plan again or resolves the data root again;
+the config and the flags yields one resolved run; nothing validates the plan again or resolves the data root again
+(besides the CLI's check of the config's schema before torch loads, issue 50, which builds no plan for the run);
 the model is loaded once; every detector, attack, evaluator and analysis (built-in or a third party's, subclasses
 included) is constructed once and every detector fitted once, a detector-adaptive attack on the run's fitted
 detector itself; a re-run from the store fits nothing (a detector it needs is read back from its stored state)."""
@@ -181,6 +182,7 @@ def test_a_whole_run_builds_loads_and_fits_each_part_once(counting, data_root, t
     _count_calls(monkeypatch, counts, RunPlan, "model_validate")
     _count_calls(monkeypatch, counts, loading, "validate")
     _count_calls(monkeypatch, counts, loading, "resolve_data_root")
+    _count_calls(monkeypatch, counts, loading, "check_config")
     _count_calls(monkeypatch, counts, classifier, "build_model", "model load")
     original_fit = scoring._fit_one
 
@@ -208,7 +210,8 @@ def test_a_whole_run_builds_loads_and_fits_each_part_once(counting, data_root, t
         "Attacks", "BinarizationTest", "FGSM", "MSP", "Margin", "Nudge", "OODEvaluator", "Sets", "adaptive_zzmargin"]
     assert set(built.values()) == {1}, built
     rest = {key: n for key, n in counts.items() if key not in built}
-    assert rest == {"model_validate": 1, "validate": 1, "resolve_data_root": 1, "model load": 1,
+    # the CLI's check before torch (check_config) validates the schema once more, and resolves the root for it
+    assert rest == {"check_config": 1, "model_validate": 2, "validate": 2, "resolve_data_root": 2, "model load": 1,
                     "fit:Margin": 1}, rest  # MSP fits nothing; the adaptive attack attacks the run's fitted Margin
     assert zz_counting.COUNTS == {"detector": 1, "attack": 1, "evaluator": 1, "analysis": 1, "fit": 1,
                                   "attacks seen": 3}
@@ -217,8 +220,10 @@ def test_a_whole_run_builds_loads_and_fits_each_part_once(counting, data_root, t
     counts.clear()
     zz_counting.COUNTS.clear()
     _run(tmp_path, data_root, out)
-    assert set(counts) == set(built) | {"model_validate", "validate", "resolve_data_root", "model load"}, counts
-    assert set(counts.values()) == {1}, counts
+    assert set(counts) == set(built) | {"check_config", "model_validate", "validate", "resolve_data_root",
+                                        "model load"}, counts
+    assert {key: n for key, n in counts.items() if n != 1} == {"model_validate": 2, "validate": 2,
+                                                               "resolve_data_root": 2}, counts
     assert zz_counting.COUNTS == {"detector": 1, "attack": 1, "evaluator": 1, "analysis": 1, "restore": 1,
                                   "attacks seen": 3}
 

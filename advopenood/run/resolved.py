@@ -106,13 +106,14 @@ def resolve(config: RunPlan | Mapping[str, Any], flags: Mapping[str, Any] | None
         plan = apply_overrides(config, **dict(flags or {}))
     device = str(rank_device(plan.device))
     plan = plan if device == plan.device else plan.on_device(device)
-    output = preflight(plan, overwrite=overwrite)
     with torch.random.fork_rng(devices=[]):  # building draws initial weights: the run's seeded stream is untouched
-        model = load_checkpoint(plan)
+        # the parts that need no file first: a bad parameter value is refused before any data file is read
         attacks = tuple((spec, build_attack(spec.attack, spec.params)) for spec in plan.attack_specs)
         check_sources([spec for spec, _ in attacks], [dataset_name(s) for s in plan.data.ood])
+        plugins = () if attack_only else tuple(build_plugins(plan))
+        output = preflight(plan, overwrite=overwrite)
+        model = load_checkpoint(plan)
         backend = resolve_backend(plan.detector_backend) if plan.detectors else ATTACK_BACKEND
         bank = _bank(plan, list(plan.detectors), backend) if plan.detectors else None
         targets, handles = _targets(plan, attacks, bank)
-        plugins = () if attack_only else tuple(build_plugins(plan))
     return ResolvedRun(plan, output, attacks, plugins, attack_only, started, model, bank, targets, handles)
