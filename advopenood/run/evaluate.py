@@ -11,6 +11,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from advopenood import io as aio
+from advopenood.capabilities import headline_of
 from advopenood.claims import Claim
 from advopenood.errors import reraise_storage_error
 from advopenood.evaluation.context import RunContext
@@ -56,7 +57,7 @@ def run_plugin(ctx: RunContext, label: str, plugin: Callable[..., Any],
         for part, reason in result.skipped.items():
             ctx.nothing_computed[f"{label}:{part}"] = reason
             result.sections.append(outputs.nothing_section(f"{label}:{part}", reason))
-        return outputs.collect(ctx.out, result, ctx.protocol, label.split(":", 1)[1])
+        return marked(outputs.collect(ctx.out, result, ctx.protocol, label.split(":", 1)[1]), plugin)
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:
@@ -67,6 +68,15 @@ def run_plugin(ctx: RunContext, label: str, plugin: Callable[..., Any],
         ctx.plugin_errors[label] = f"{type(exc).__name__}: {text[:300]}"
         ctx.traces[label] = traceback.format_exc()
         return []
+
+
+def marked(sections: list[outputs.Section], plugin: Any) -> list[outputs.Section]:
+    """``sections`` with the one the plugin declares as its headline (:func:`advopenood.capabilities.headline_of`:
+    the section of that title) marked ``headline``, so that the report's first screen and ``tables.tex`` hold it."""
+    declared = headline_of(plugin)
+    if declared is None:
+        return sections
+    return [outputs.Section(s.title, s.items, s.source, True) if s.title == declared.section else s for s in sections]
 
 
 def evaluate(ctx: RunContext, plugins: list[tuple[str, Any]], asr: pd.DataFrame) -> Evaluated:
