@@ -9,6 +9,7 @@ across versions, while the modules they are defined in may move (an old module p
 that :data:`advopenood.deprecated.TABLE` names, with one ``DeprecationWarning`` pointing here).
 """
 from advopenood.attacks import Attack, build_attack, default_eps, foolbox_model, frozen
+from advopenood.attacks.base import count_step
 from advopenood.capabilities import (
     AttackFamily,
     CommandAnalysis,
@@ -53,7 +54,7 @@ from advopenood.registry import (KINDS, check_params, create, entries, family, g
 
 __all__ = [
     # base classes and the attack factory
-    "Attack", "build_attack", "default_eps", "foolbox_model", "frozen",
+    "Attack", "build_attack", "default_eps", "foolbox_model", "frozen", "count_step",
     "Postprocessor", "Outputs", "Batches", "Taps", "fc_layer", "forward_outputs", "grad_outputs",
     # typed parameters (a plugin's ``self.p``) and the declared types of bounded budgets
     "Params", "typed", "bounded", "QueryCount", "IterationCount", "DrawCount",

@@ -164,6 +164,7 @@ def build_parser(store_index: bool = True) -> argparse.ArgumentParser:
                            help="every name that resolves, one per line (the families' names too)")
         if name == "verify":
             p.add_argument("run", help="a run's output folder (the --out of advopenood run)")
+            p.add_argument("--quiet", action="store_true", help="no progress bar (stderr)")
         for add in ANALYSIS_FLAGS if name in analyses else SUBCOMMAND_FLAGS.get(name, []):
             add(p)
     return parser
@@ -213,12 +214,12 @@ def cmd_list(kind: str, every: bool = False) -> int:
     return 0
 
 
-def cmd_verify(run: str) -> int:
+def cmd_verify(run: str, progress: bool = True) -> int:
     """Print every difference between a run's tables and their re-derivation, and every file that differs from its
     recorded digest; 1 if there is one, else 0."""
     from advopenood.evaluation.verify import verify_run
 
-    found = verify_run(run)
+    found = verify_run(run, progress)
     for line in found.notes:
         print(f"advopenood verify: note: {line}")
     for line in found.files:
@@ -309,7 +310,7 @@ def _main(argv: list[str]) -> int:
         if args.command == "list":
             return cmd_list(args.kind, args.every)
         if args.command == "verify":
-            return cmd_verify(args.run)
+            return cmd_verify(args.run, not args.quiet)
         precheck(args)  # bad flags and names are refused before torch and the plugins load
         from advopenood.run import pipeline
         from advopenood.run.resolved import resolve
