@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from advopenood import io as aio
-from advopenood.outputs.report import eps_label, format_column
+from advopenood.outputs.report import displayed, eps_label, format_column
 from advopenood.outputs.results import Table, read_sections
 
 LATEX_FILE = "tables.tex"
@@ -52,6 +52,7 @@ def latex_table(table: pd.DataFrame, name: str, caption: str = "") -> str:
     left-aligned and escaped, ``caption`` (default ``name``) as the caption and ``tab:<name>`` as the label; a
     ``longtable`` over :data:`PAGE_ROWS` rows, else a ``table`` float (scaled to the text width with more than
     :data:`WIDE_COLUMNS` columns)."""
+    table = displayed(table)  # the report's one spelling of every name
     cells = pd.DataFrame({str(c): _column(str(c), table.iloc[:, i].tolist()) for i, c in enumerate(table.columns)})
     align = "".join("r" if pd.api.types.is_numeric_dtype(table.iloc[:, i]) else "l" for i in range(table.shape[1]))
     label = "tab:" + re.sub(r"[^A-Za-z0-9]+", "-", name.removesuffix(".csv")).strip("-")

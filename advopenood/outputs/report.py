@@ -99,11 +99,28 @@ def format_column(values: list[Any]) -> list[str]:
             for v in values]
 
 
-def _cells(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with every cell formatted as a string, a fixed number of decimals per column (index kept as the first
-    column when named)."""
+#: the columns of a shown table whose cells are detector, attack or set names (:func:`displayed`)
+NAME_COLUMNS = ("detector", "detector_a", "detector_b", "attack", "ood_set", "set", "OOD set", "baseline")
+
+
+def displayed(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` (index kept as the first column when named) with every name spelled as sentences spell it
+    (:func:`~advopenood.claims.name`): its column headers, and the cells of its :data:`NAME_COLUMNS`; the report's
+    tables and ``tables.tex`` show it."""
     if df.index.name is not None:
         df = df.reset_index()
+    df = df.copy()
+    for i, c in enumerate(df.columns):
+        if str(c) in NAME_COLUMNS:
+            df.isetitem(i, [name(v) if isinstance(v, str) else v for v in df.iloc[:, i]])
+    df.columns = [name(c) for c in df.columns]
+    return df
+
+
+def _cells(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every cell formatted as a string, a fixed number of decimals per column and every name
+    :func:`displayed`."""
+    df = displayed(df)
     return pd.DataFrame({str(c): format_column(df.iloc[:, i].tolist()) for i, c in enumerate(df.columns)})
 
 

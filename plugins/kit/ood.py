@@ -72,5 +72,5 @@ def transfer_rows(ood: pd.DataFrame) -> pd.Series:
     ranking and adversarial means and shown in a table of their own."""
     if "aimed_at" not in ood:
         return pd.Series(False, index=ood.index)
-    target = ood["aimed_at"].fillna("").astype(str)
+    target = ood["aimed_at"].map(lambda v: "" if pd.isna(v) else str(v))
     return (target != "") & (target != ood["detector"].astype(str))

@@ -9,6 +9,7 @@ from itertools import combinations
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from advopenood import registry
 from advopenood.capabilities import is_detector_aware, twin_of
@@ -79,5 +80,5 @@ def aimed(attack: str) -> str:
 
 def transfer(rows: Any) -> Any:
     """Which (re-derived) ``ood.csv`` rows are a transfer result: detector X on a set aimed at another detector."""
-    target = rows["aimed_at"].fillna("").astype(str)
+    target = rows["aimed_at"].map(lambda v: "" if pd.isna(v) else str(v))
     return (target != "") & (target != rows["detector"].astype(str))

@@ -101,7 +101,7 @@ def _aimed_sets(ood: pd.DataFrame) -> set[str]:
     """The adversarial sets of ``ood`` attacked to break one detector (``aimed_at`` not empty)."""
     if "aimed_at" not in ood:
         return set()
-    return {str(s) for s, a in zip(ood["ood_set"], ood["aimed_at"].fillna("")) if str(a)}
+    return {str(s) for s, a in zip(ood["ood_set"], ood["aimed_at"]) if not pd.isna(a) and str(a)}
 
 
 def first_claim(ranks: dict[str, tuple[int, int, bool]], ood_set: str) -> Claim:

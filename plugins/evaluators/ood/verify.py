@@ -253,7 +253,7 @@ def verify(run: Any) -> list[str]:
     scored = ood["detector"].isin(run.detectors)
     aim = ["aimed_at"] if "aimed_at" in ood else []  # a run written before the column: not compared
     if aim:
-        ood = ood.assign(aimed_at=ood["aimed_at"].fillna("").astype(str))
+        ood = ood.assign(aimed_at=ood["aimed_at"].map(lambda v: "" if pd.isna(v) else str(v)))
     lines += compare(rederived, ood[scored], KEYS, [*METRICS, *BOUNDS, "ci", "n_id", "n_ood", *aim], atol=1e-6,
                      table="ood.csv")
     lines += compare(unscored_rows(run, KEYS), ood[~scored], KEYS, [], table="ood.csv")
