@@ -32,7 +32,8 @@ def one_run(folder: Path, args: argparse.Namespace) -> tuple[float, float]:
     """``(estimate, measured)`` seconds of the attack sets of one robust run on a fresh store under ``folder``."""
     cfg = pack_config(args.fit)
     cfg["data"]["ood"] = cfg["data"]["ood"][:1]
-    cfg["attack_params"] = {f"robust_{m}_{s}": {"n_iter": args.iters} for m in ("apgd", "apgd_aux") for s in ("id", "ood")}
+    cfg["attack_params"] = {f"robust_{m}_{s}": {"n_iter": args.iters} for m in ("apgd", "apgd_aux")
+                            for s in ("id", "ood")}
     cfg["attack_params"].update({f"robust_{s}": {"steps": args.iters} for s in ("id", "ood")})
     cfg["evaluator_params"] = {"robust_auroc": {"ensemble": "standard", "method": ["pgd"],
                                                 "square_queries": args.queries}}

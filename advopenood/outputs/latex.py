@@ -16,7 +16,8 @@ from pathlib import Path
 import pandas as pd
 
 from advopenood import io as aio
-from advopenood.outputs.report import displayed, eps_label, format_column
+from advopenood.outputs.names import displayed
+from advopenood.outputs.report import eps_label, format_column
 from advopenood.outputs.results import Table, read_sections
 
 LATEX_FILE = "tables.tex"

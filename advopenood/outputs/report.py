@@ -23,8 +23,8 @@ import pandas as pd
 import yaml
 
 from advopenood import io as aio
-from advopenood import registry
 from advopenood.claims import Claim, eps_label, name, where_asr  # one rule for the report and its claims
+from advopenood.outputs.names import attack_family, displayed
 from advopenood.outputs.plots import PLOT_DIR
 from advopenood.outputs.results import (
     Bullets,
@@ -97,24 +97,6 @@ def format_column(values: list[Any]) -> list[str]:
     places = decimals(values)
     return [("" if math.isnan(v) else f"{v:.{places}f}") if isinstance(v, float) and places is not None else fmt(v)
             for v in values]
-
-
-#: the columns of a shown table whose cells are detector, attack or set names (:func:`displayed`)
-NAME_COLUMNS = ("detector", "detector_a", "detector_b", "attack", "ood_set", "set", "OOD set", "baseline")
-
-
-def displayed(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` (index kept as the first column when named) with every name spelled as sentences spell it
-    (:func:`~advopenood.claims.name`): its column headers, and the cells of its :data:`NAME_COLUMNS`; the report's
-    tables and ``tables.tex`` show it."""
-    if df.index.name is not None:
-        df = df.reset_index()
-    df = df.copy()
-    for i, c in enumerate(df.columns):
-        if str(c) in NAME_COLUMNS:
-            df.isetitem(i, [name(v) if isinstance(v, str) else v for v in df.iloc[:, i]])
-    df.columns = [name(c) for c in df.columns]
-    return df
 
 
 def _cells(df: pd.DataFrame) -> pd.DataFrame:
@@ -290,14 +272,6 @@ def _guarded(section: Section) -> list[Block]:
 def _other_plots(out_dir: Path, used: set[Path]) -> list[Block]:
     return [Block("img", path, path.stem.replace("_", " ")) for path in sorted((out_dir / PLOT_DIR).glob("*.png"))
             if path.resolve() not in used]
-
-
-def attack_family(attack: str) -> str:
-    """The family an attack belongs to, as ``What ran`` names it: the pattern of the registered family that
-    generates the name (the longest prefix that matches, e.g. ``robust_apgd_id_<detector>``), else the attack's own
-    name."""
-    found = [f for f in registry.families("attacks").values() if attack.startswith(f.prefix) and attack != f.prefix]
-    return max(found, key=lambda f: len(f.prefix)).pattern if found else attack
 
 
 def _attacks_ran(attacks: dict[str, Any]) -> str:

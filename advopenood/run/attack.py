@@ -22,7 +22,7 @@ from advopenood.errors import UsageError, reraise_storage_error
 from advopenood.evaluation.context import CleanRecord, RunContext
 from advopenood.evaluation.intervals import IntervalPolicy
 from advopenood.models.classifier import Classifier, weights_hash
-from advopenood.outputs.report import attack_family
+from advopenood.outputs.names import attack_family
 from advopenood.run.prepare import Inputs, Setup
 
 ASR_COLUMNS = ["dataset", "arch", "attack", "eps", "n", "clean_acc", "clean_acc_lo", "clean_acc_hi", "asr", "asr_lo", "asr_hi", "asr_all", "asr_all_lo",

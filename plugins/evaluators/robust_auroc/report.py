@@ -184,7 +184,8 @@ def robust_headline(table: pd.DataFrame, budgets: dict[tuple[str, ...], str]) ->
         masking = r.get("masking_suspected")
         attacks = "ensemble" if r["method"] == "ensemble" else \
             r["method"].upper() + (" with EOT gradients" if r["attack_family"] == "eot" else "")
-        cells.append({"detector": label(r["detector"]), "OOD set": label(r["ood_set"]), "eps (Linf)": eps_label(r["eps"]),
+        cells.append({"detector": label(r["detector"]), "OOD set": label(r["ood_set"]),
+                      "eps (Linf)": eps_label(r["eps"]),
                       "attacks": attacks, "robust (both sides)": _with_interval(r, "robust_auroc"),
                       "ID side attacked": _with_interval(r, "id_attacked_auroc"),
                       "OOD side attacked": _with_interval(r, "ood_attacked_auroc"),

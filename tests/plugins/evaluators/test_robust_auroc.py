@@ -516,8 +516,8 @@ def test_a_robust_runs_report_opens_on_the_robust_table(robust_run):
     assert heads[:2] == ["## Robust AUROC per detector and OOD set", "## AUROC per detector and set"], heads
     lead = report.split("## Robust AUROC per detector and OOD set", 1)[1].split("\n## ", 1)[0]
     header = next(line for line in lead.splitlines() if line.startswith("| detector"))
-    assert header == ("| detector | OOD set | eps (Linf) | attacks | robust (both sides) | ID side attacked | OOD side attacked "
-                      "| clean | masking suspected | budget |")
+    assert header == ("| detector | OOD set | eps (Linf) | attacks | robust (both sides) | ID side attacked "
+                      "| OOD side attacked | clean | masking suspected | budget |")
     table = pd.read_csv(out / "robust_auroc.csv")
     rows = [line for line in lead.splitlines() if line.startswith("| MSP | tin |")]
     r = table[(table["detector"] == "msp") & (table["ood_set"] == "tin")].iloc[0]
