@@ -2,8 +2,9 @@
 
 A robust run (the pack's ResNet-20, ``--evaluator robust_auroc`` with ``ensemble: standard``, PGD, APGD, APGD on the
 second objective and Square on each side of every detector and OOD set) on an empty cache: before any attack the
-stage probes one batch of each attack family (``advopenood.run.attack.probe_costs``) and prints, per set, its
-estimate in seconds per image; the run then records each set's seconds in ``run.json`` (``attacks.<set>.seconds``).
+stage probes each attack family on a batch of 2 and one of 8 images (``advopenood.run.attack.probe_costs``) and
+prints, per set, its estimate in seconds per image and per shard (every set here is one shard); the run then
+records each set's seconds in ``run.json`` (``attacks.<set>.seconds``).
 Per run: the estimate over every set (per-image cost x images), the measured seconds of every set and their ratio;
 ``--runs`` runs, each on a fresh store. Goal: the estimate within 30 % of the measured time (|ratio - 1| <= 0.3) in
 every run.
@@ -25,7 +26,7 @@ from _common import DATA, REPO, pack_config
 
 #: a plan line of a set with a probed estimate: its images to generate and the cost per image
 PROBED = re.compile(r"plan: attack (\S+) on \d+ images of \S+: (\d+) to generate, about .* \(([0-9.e+-]+) s per "
-                    r"image, probed on a batch")
+                    r"image and ([0-9.e+-]+) s per shard, probed on batches")
 
 
 def one_run(folder: Path, args: argparse.Namespace) -> tuple[float, float]:
@@ -47,7 +48,7 @@ def one_run(folder: Path, args: argparse.Namespace) -> tuple[float, float]:
                            "--ci-resamples", "100"], cwd=REPO, capture_output=True, text=True)
     if done.returncode:
         sys.exit(f"the run failed ({done.returncode}): {done.stderr[-2000:]}")
-    estimate = sum(int(n) * float(cost) for _, n, cost in PROBED.findall(done.stderr))
+    estimate = sum(int(n) * float(cost) + float(shard) for _, n, cost, shard in PROBED.findall(done.stderr))
     attacks = json.loads((out / "run.json").read_text())["attacks"]
     return estimate, sum(float(a["seconds"]) for a in attacks.values())
 

@@ -29,8 +29,8 @@ def test_the_plan_comes_before_the_attacks_and_bars_name_their_set(tmp_path, dat
     sets = ["fgsm@0.007843", "fgsm@0.03137"]
     assert [line.split(" on ")[0] for line in plans[:2]] == [f"advopenood: plan: attack {s}" for s in sets]
     for line in plans[:2]:  # a fresh store: an estimate from a probe of the family, not "no estimate yet"
-        assert re.search(r"8 images of id: 8 to generate, about \d+ s \([0-9.e-]+ s per image, probed on a batch of "
-                         r"its family fgsm\)$", line), line
+        assert re.search(r"8 images of id: 8 to generate, about \d+ s \([0-9.e-]+ s per image and [0-9.e-]+ s per "
+                         r"shard, probed on batches of its family fgsm\)$", line), line
     assert re.fullmatch(r"advopenood: plan: attacks in all: about \d+ s \(1 attack family probed\)", plans[2])
     bars = [i for i, line in enumerate(first) if line.startswith("attack ")]
     assert bars and max(first.index(p) for p in plans) < min(bars)  # the plan is said before any attack runs

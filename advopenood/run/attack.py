@@ -2,6 +2,7 @@
 ``asr.csv``; its output is the :class:`~advopenood.evaluation.context.RunContext` the later stages fill."""
 from __future__ import annotations
 
+import math
 import sys
 import time
 import traceback
@@ -124,23 +125,32 @@ def duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
-#: the images of the probe that times an attack family with no measured cost (:func:`probe_costs`)
-PROBE_IMAGES = 8
+#: the batch sizes of the probe that times an attack family with no measured cost (:func:`probe_costs`)
+PROBE_IMAGES = (2, 8)
 
 
-def probe_costs(plan: RunPlan, bound: list[Bound], model: Classifier, device: torch.device) -> dict[str, float]:
-    """Seconds per image of each family of ``bound``'s attacks (:func:`advopenood.outputs.report.attack_family`),
-    measured on one batch of :data:`PROBE_IMAGES` images of its first set (the attack as the run will call it),
-    keyed by family: the estimate of a set no earlier run measured."""
-    out: dict[str, float] = {}
+def probe_costs(plan: RunPlan, bound: list[Bound], model: Classifier,
+                device: torch.device) -> dict[str, tuple[float, float]]:
+    """Per attack family of ``bound``'s attacks (:func:`advopenood.outputs.names.attack_family`), ``(seconds per
+    call, seconds per image)``: its first set's attack, as the run will call it, timed on a batch of each size of
+    :data:`PROBE_IMAGES` and fitted as ``a + b n`` (least squares through the two points, neither below 0), so that
+    the fixed cost of a call (an attack's set-up, a detector's per-call work) is not spread over the images: the
+    estimate of a set no earlier run measured is ``a`` per shard plus ``b`` per image."""
+    out: dict[str, tuple[float, float]] = {}
     for b in bound:
         family = attack_family(b.attack.name)
+        sizes = sorted({min(k, plan.batch_size, len(b.data)) for k in PROBE_IMAGES})
         if family in out or not len(b.data):
             continue
-        x, y = stack(b.data, list(range(min(PROBE_IMAGES, plan.batch_size, len(b.data)))))
-        t = time.perf_counter()
-        b.attack(model, x.to(device), y.to(device), seed=plan.seed)
-        out[family] = (time.perf_counter() - t) / len(x)
+        seconds = []
+        for k in sizes:
+            x, y = stack(b.data, list(range(k)))
+            t = time.perf_counter()
+            b.attack(model, x.to(device), y.to(device), seed=plan.seed)
+            seconds.append(time.perf_counter() - t)
+        slope = max(0.0, (seconds[-1] - seconds[0]) / (sizes[-1] - sizes[0])) if len(sizes) > 1 else \
+            seconds[0] / sizes[0]
+        out[family] = (max(0.0, seconds[0] - slope * sizes[0]), slope)
     return out
 
 
@@ -167,9 +177,10 @@ def plan_lines(plan: RunPlan, bound: list[Bound], store: AdvStore, model_hash: s
             total += cost * n
             lines.append(head + f"about {duration(cost * n)} ({cost:.3g} s per image, measured in an earlier run)")
         elif probe is not None:
-            total += probe * n
-            lines.append(head + f"about {duration(probe * n)} ({probe:.3g} s per image, probed on a batch of its "
-                                f"family {attack_family(b.attack.name)})")
+            seconds = probe[0] * math.ceil(n / plan.shard_size) + probe[1] * n
+            total += seconds
+            lines.append(head + f"about {duration(seconds)} ({probe[1]:.3g} s per image and {probe[0]:.3g} s per "
+                                f"shard, probed on batches of its family {attack_family(b.attack.name)})")
         else:
             unknown.append(name)
             lines.append(head + f"no estimate yet (no earlier run of {b.attack.name} with these parameters on this "
