@@ -30,13 +30,17 @@ A generated plugin (a wrapper of another) declares :class:`Derived`: ``all`` doe
 
 Analyses may declare a command-line subcommand (:class:`CommandAnalysis`); evaluators and analyses may declare
 that ``advopenood verify`` can re-derive their tables (:class:`Verifiable`) and which attack sets they need
-(:class:`RequiresAttacks`, added to the run's attacks when the config is expanded).
+(:class:`RequiresAttacks`, added to the run's attacks when the config is expanded). An evaluator declares its
+headline table, the section that answers the question it was selected for, with a class attribute ``headline``
+(a :class:`Headline`; :func:`headline_of`): the report opens on the headline of the run's lead evaluator
+(:func:`lead_evaluator`).
 """
 from __future__ import annotations
 
 import abc
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
@@ -294,3 +298,31 @@ def is_id_negative(attack: Any) -> bool:
 def requires_attacks(obj: Any) -> bool:
     """Whether a registered evaluator or analysis declares :class:`RequiresAttacks`."""
     return isinstance(obj, type) and issubclass(obj, RequiresAttacks)
+
+
+@dataclass(frozen=True)
+class Headline:
+    """An evaluator's headline: ``section``, the title of the report section of its results that answers the
+    question it is selected for (its headline table). A ``general`` headline (e.g. the AUROC of every detector on
+    every set) leads the report only when no selected evaluator declares a specific one."""
+
+    section: str
+    general: bool = False
+
+
+def headline_of(obj: Any) -> Headline | None:
+    """The :class:`Headline` an evaluator (class or instance) declares as its class attribute ``headline``; None
+    for one that declares none."""
+    declared = getattr(obj if isinstance(obj, type) else type(obj), "headline", None)
+    return declared if isinstance(declared, Headline) else None
+
+
+def lead_evaluator(evaluators: Sequence[str], declared: Mapping[str, Headline | None], chosen: str | None = None
+                   ) -> str | None:
+    """The evaluator whose headline opens the report: ``chosen`` (the config's ``report.lead``) when given, else the
+    first of ``evaluators`` (the user's order) whose ``declared`` headline is specific, else the first with a
+    general one; None when none declares a headline."""
+    if chosen:
+        return chosen
+    have = [e for e in evaluators if declared.get(e) is not None]
+    return next((e for e in have if not declared[e].general), have[0] if have else None)

@@ -74,9 +74,16 @@ _METRIC_WORDS = {"auroc": "AUROC", "aupr": "AUPR", "fpr95": "FPR95", "asr": "ASR
 
 
 def name(text: Any) -> str:
-    """Display name of a detector or attack: short names upper-cased (``msp`` -> ``MSP``), others as given."""
+    """The one display name of a detector, an attack or a data set, in sentences, report tables, plots and LaTeX
+    alike: a registered detector's or attack's short name upper-cased (``msp`` -> ``MSP``, ``pgd`` -> ``PGD``: at
+    most 8 letters and digits), any other name as the tables hold it (a data set's declared name, ``texture``,
+    ``fashionmnist``; ``ross_gen``; ``robust_ood_msp-tin``). Idempotent: a displayed name displays as itself."""
     s = str(text)
-    return s.upper() if s.isalnum() and len(s) <= 8 else s
+    if not (s.isalnum() and len(s) <= 8):
+        return s
+    from advopenood import registry  # foundation: the names the plugins registered
+
+    return s.upper() if any(registry.resolves(kind, s) for kind in ("detectors", "attacks")) else s
 
 
 def eps_label(eps: Any) -> str:
@@ -112,7 +119,7 @@ def _num(value: Any) -> float:
 def place(row: Mapping[str, Any], skip: Sequence[str] = ()) -> str:
     """Where a difference, a tie or a ``first`` holds, from the key cells ``row`` of the row it reads (``skip``: the
     key columns that hold the detectors compared): the set's display name, then the method upper-cased and the
-    budget (``TEXTURES, PGD, eps 8/255``), then every other key as ``key value``."""
+    budget (``textures, PGD, eps 8/255``), then every other key as ``key value``."""
     cells = {k: v for k, v in row.items() if k not in skip}
     parts = [name(cells.pop("ood_set"))] if "ood_set" in cells else []
     if "method" in cells:
@@ -154,7 +161,7 @@ def where_highest_asr(attacks: Sequence[str], budgets: Sequence[Any]) -> str:
 def where_largest_worst(detector: Any, ood_set: Any, side: str) -> str:
     """The detector whose lowest AUROC over the ``side`` sets (``adversarial`` or ``natural OOD``) is largest."""
     return (f"largest worst-case AUROC over the {side} sets (a point estimate, not a tested ranking: each "
-            f"detector's worst set is its own): {name(detector)}, on {ood_set}")
+            f"detector's worst set is its own): {name(detector)}, on {name(ood_set)}")
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ across versions, while the modules they are defined in may move (an old module p
 that :data:`advopenood.deprecated.TABLE` names, with one ``DeprecationWarning`` pointing here).
 """
 from advopenood.attacks import Attack, build_attack, default_eps, foolbox_model, frozen
+from advopenood.attacks.base import count_step
 from advopenood.capabilities import (
     AttackFamily,
     CommandAnalysis,
@@ -20,6 +21,7 @@ from advopenood.capabilities import (
     DetectorNeeds,
     DetectorTestForms,
     DifferentiableDetector,
+    Headline,
     IdNegatives,
     Invertible,
     Randomised,
@@ -27,6 +29,7 @@ from advopenood.capabilities import (
     Verifiable,
     bind_attack,
     is_composite,
+    headline_of,
     is_derived,
     is_detector_aware,
     is_differentiable,
@@ -64,14 +67,14 @@ from advopenood.registry import (KINDS, check_params, create, entries, family, g
 
 __all__ = [
     # base classes and the attack factory
-    "Attack", "build_attack", "default_eps", "foolbox_model", "frozen",
+    "Attack", "build_attack", "default_eps", "foolbox_model", "frozen", "count_step",
     "Postprocessor", "Outputs", "Batches", "Taps", "fc_layer", "forward_outputs", "grad_outputs",
     # typed parameters (a plugin's ``self.p``) and the declared types of bounded budgets
     "Params", "typed", "bounded", "QueryCount", "IterationCount", "DrawCount",
     # capabilities
     "AttackFamily", "CommandAnalysis", "Composite", "Derived", "DetectorAware", "DetectorNeeds", "DetectorTestForms",
-    "DifferentiableDetector", "IdNegatives", "Invertible", "Randomised", "RequiresAttacks", "Verifiable",
-    "bind_attack", "is_composite", "is_derived", "is_detector_aware", "is_differentiable", "is_family",
+    "DifferentiableDetector", "Headline", "IdNegatives", "Invertible", "Randomised", "RequiresAttacks", "Verifiable",
+    "bind_attack", "headline_of", "is_composite", "is_derived", "is_detector_aware", "is_differentiable", "is_family",
     "is_id_negative", "is_randomised", "is_verifiable", "requires_attacks", "twin_of",
     # the registry
     "KINDS", "check_params", "create", "entries", "family", "generated", "get", "names", "provide", "register",

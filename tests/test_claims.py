@@ -65,7 +65,7 @@ def test_the_summary_quotes_the_tables_interval_and_method(demo_run):
     det, where = re.search(r"(\w+), on (\w+)", line).groups()
     lo, hi = (float(v) for v in re.search(r"95 % interval ([\d.]+) to ([\d.]+)", line).groups())
     ood = pd.read_csv(out / "ood.csv")
-    row = ood[(ood["detector"].map(name) == det) & (ood["ood_set"] == where)].iloc[0]
+    row = ood[(ood["detector"].map(name) == det) & (ood["ood_set"].map(name) == where)].iloc[0]
     assert (lo, hi) == (round(row["auroc_lo"], 1), round(row["auroc_hi"], 1)), line
     assert row["ci"] in line
     assert "most robust" not in stdout
@@ -127,12 +127,12 @@ def test_a_swapped_pair_states_its_own_difference_and_interval():
     row = {"detector_a": "ash", "detector_b": "ebo", "ood_set": "textures", "delta_auroc": -27.0,
            "delta_auroc_lo": -30.8, "delta_auroc_hi": -23.1, "ci": "bootstrap-2000"}
     claim = pair_claim(row, "paired.csv", ("detector_a", "detector_b", "ood_set"),
-                       ("detector_a", "detector_b", "delta_auroc", "delta_auroc_lo", "delta_auroc_hi"), "TEXTURES")
+                       ("detector_a", "detector_b", "delta_auroc", "delta_auroc_lo", "delta_auroc_hi"), "textures")
     assert claim.kind == "difference" and claim.names == ("ebo", "ash")
-    assert claim.text.startswith("On TEXTURES, EBO's AUROC is higher than ASH's by 27.0 points")
+    assert claim.text.startswith("On textures, EBO's AUROC is higher than ASH's by 27.0 points")
     assert "[+23.1, +30.8]" in claim.text
     tie = pair_claim({**row, "delta_auroc_hi": 0.4}, "paired.csv", ("detector_a", "detector_b", "ood_set"),
-                     claim.columns, "TEXTURES")
+                     claim.columns, "textures")
     assert tie.kind == "no_difference" and "no difference shown" in tie.text and "higher" not in tie.text
 
 
@@ -282,7 +282,7 @@ def test_a_superlative_typed_into_the_report_is_caught(demo_run, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(out, run)
     report = (run / "report.md").read_text()
-    (run / "report.md").write_text(report.replace("\n- ", "\n- On TEXTURES, KNN is the best detector.\n- ", 1))
+    (run / "report.md").write_text(report.replace("\n- ", "\n- On textures, KNN is the best detector.\n- ", 1))
     diffs = verify_run(run).differences
     assert len(diffs) == 1 and "KNN is the best detector" in diffs[0], diffs
 
@@ -302,13 +302,13 @@ def test_first_claims_follow_the_paired_tests():
                              for (a, b), (lo, hi) in bounds.items()])
 
     cases = [({("knn", "mls"): (2, 9), ("knn", "msp"): (5, 20), ("mls", "msp"): (-1, 8)}, ["knn"], 1.0,
-              "On TIN: KNN is first; the paired tests, Holm-adjusted over every pair on the set, show it higher than "
+              "On tin: KNN is first; the paired tests, Holm-adjusted over every pair on the set, show it higher than "
               "every other detector"),
              ({("knn", "mls"): (-1, 9), ("knn", "msp"): (5, 20), ("mls", "msp"): (1, 8)}, ["knn", "mls"], None,
-              "On TIN: 2 of 3 detectors can be first, no paired difference shown among them (Holm-adjusted over every "
+              "On tin: 2 of 3 detectors can be first, no paired difference shown among them (Holm-adjusted over every "
               "pair on the set): KNN and MLS"),
              ({("knn", "mls"): (-1, 9), ("knn", "msp"): (-5, 20), ("mls", "msp"): (-1, 8)}, ["knn", "mls", "msp"],
-              None, "On TIN: 3 of 3 detectors can be first")]
+              None, "On tin: 3 of 3 detectors can be first")]
     for bounds, first, worst, text in cases:
         [claim] = [c for c in read_headline(ood, paired(bounds)) if isinstance(c, Claim)]
         assert claim.kind == "first" and list(claim.names) == first and claim.text.startswith(text)
@@ -363,7 +363,7 @@ ADDED = {
     "a bullet: better on every set": ("bullet", "KNN is better than MDS on every set."),
     "a paragraph: the best": ("paragraph", "MSP is the best detector."),
     "a difference-shaped bullet without an interval": ("bullet",
-                                                      "On TEXTURES, KNN's AUROC is higher than MSP's by 3.2 points."),
+                                                      "On textures, KNN's AUROC is higher than MSP's by 3.2 points."),
 }
 
 
@@ -417,7 +417,7 @@ def _difference(data: dict) -> dict:
 
 def _where_names_another_set(data: dict) -> tuple[dict, str]:
     claim = _difference(data)
-    return claim, {**claim, "where": "BLOBS", "text": claim["text"].replace("On TEXTURES,", "On BLOBS,")}
+    return claim, {**claim, "where": "blobs", "text": claim["text"].replace("On textures,", "On blobs,")}
 
 
 def _note_asserts_more(data: dict) -> tuple[dict, str]:
@@ -452,9 +452,9 @@ def _summary_on_another_row(data: dict, run: Path) -> tuple[dict, str]:
 
 
 FREE_TEXT = {
-    "a where that names another set": (_where_names_another_set, "its where 'BLOBS' is not its row's place"),
+    "a where that names another set": (_where_names_another_set, "its where 'blobs' is not its row's place"),
     "a note that asserts more": (_note_asserts_more, "no subject derives a note"),
-    "cells that point at another row": (_first_points_at_another_row, "is not its row's place 'BLOBS'"),
+    "cells that point at another row": (_first_points_at_another_row, "is not its row's place 'blobs'"),
     "a rate's where that names another attack": (_rate_names_another_attack, "is not asr.csv's \"FGSM's success"),
     "the summary's claim on a row it does not select": (_summary_on_another_row, "is not ood.csv's largest"),
 }

@@ -1,6 +1,8 @@
 """Long runs say what they do: the plan of the attack stage before any attack (what each set will generate, with an
-estimate from the per-image cost an earlier run measured), progress bars that name their set and count images, on a
-real tiny run (ResNet-20, 8 CIFAR-10 images, FGSM at two budgets)."""
+estimate from the per-image cost an earlier run measured, or on a fresh store from a probe of its attack family),
+progress bars that name their set and count images (none for a set read from the store: one summary line), on a
+real tiny run (ResNet-20, 8 CIFAR-10 images, FGSM at two budgets); and a bar that moves within an attack, per
+iteration or query (issue 50, item 8)."""
 from __future__ import annotations
 
 import json
@@ -26,9 +28,10 @@ def test_the_plan_comes_before_the_attacks_and_bars_name_their_set(tmp_path, dat
     plans = [line for line in first if line.startswith("advopenood: plan: ")]
     sets = ["fgsm@0.007843", "fgsm@0.03137"]
     assert [line.split(" on ")[0] for line in plans[:2]] == [f"advopenood: plan: attack {s}" for s in sets]
-    for line in plans[:2]:
-        assert line.endswith("8 images of id: 8 to generate, no estimate yet (no earlier run of fgsm with these "
-                             "parameters on this model and device)")
+    for line in plans[:2]:  # a fresh store: an estimate from a probe of the family, not "no estimate yet"
+        assert re.search(r"8 images of id: 8 to generate, about \d+ s \([0-9.e-]+ s per image and [0-9.e-]+ s per "
+                         r"shard, probed on batches of its family fgsm\)$", line), line
+    assert re.fullmatch(r"advopenood: plan: attacks in all: about \d+ s \(1 attack family probed\)", plans[2])
     bars = [i for i, line in enumerate(first) if line.startswith("attack ")]
     assert bars and max(first.index(p) for p in plans) < min(bars)  # the plan is said before any attack runs
     for s in sets:  # each bar names its set, not only its attack, and counts images, not shards
@@ -39,14 +42,22 @@ def test_the_plan_comes_before_the_attacks_and_bars_name_their_set(tmp_path, dat
     costs = json.loads((cache / "adv" / "costs.json").read_text())
     assert {c["attack"] for c in costs.values()} == {"fgsm"} and all(c["images"] == 8 for c in costs.values())
     again = _attack(config, cache, tmp_path / "run2", capsys)
-    assert [line for line in again if line.startswith("advopenood: plan: attack ")] == [
-        f"advopenood: plan: attack {s} on 8 images of id: every shard in the store, nothing to generate" for s in sets]
+    assert [line for line in again if line.startswith("advopenood: plan: attack")] == []
+    assert "advopenood: plan: 2 sets read from the store, nothing to generate" in again  # one line, no bar
+    assert not any(line.startswith("attack ") for line in again), again
     redo = _attack(config, cache, tmp_path / "run3", capsys, "--recompute", "all")
     estimates = [line for line in redo if line.startswith("advopenood: plan: attack ")]
     per_image = next(iter(costs.values()))["seconds_per_image"]  # fgsm's cost does not depend on its eps
     for line in estimates:
         assert "8 to generate, about " in line and f"({per_image:.3g} s per image, measured in an earlier run)" in line
     assert any(line.startswith("advopenood: plan: attacks in all: about ") for line in redo)
+
+    files = len(json.loads((tmp_path / "run1" / "manifest.json").read_text())["files"])
+    assert main(["verify", str(tmp_path / "run1")]) == 0  # verify shows a bar over the files it checks, on stderr
+    bar = [line for line in re.split(r"[\r\n]", capsys.readouterr().err) if line.startswith("verify: 100%")]
+    assert bar and f"{files}/{files}" in bar[-1] and "file" in bar[-1], bar
+    assert main(["verify", "--quiet", str(tmp_path / "run1")]) == 0
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("seconds, said", [(12.4, "12 s"), (600, "10 min"), (9000, "2.5 h")])
@@ -71,3 +82,38 @@ def test_a_corrupt_cost_file_costs_the_estimate_only(tmp_path, data_root, capsys
     assert len(list((cache / "adv").glob("fgsm-*/manifest.json"))) == 1
     costs = json.loads((cache / "adv" / "costs.json").read_text())
     assert [c["attack"] for c in costs.values()] == ["fgsm"]
+
+
+@pytest.mark.parametrize("name, params, unit", [("robust_square_id_msp", {"n_queries": 12}, "queries"),
+                                                ("robust_apgd_id_msp", {"n_iter": 4}, "iterations")])
+def test_a_shards_bar_moves_with_each_iteration_of_the_attack(name, params, unit, cifar_model, pack_set, tmp_path,
+                                                               monkeypatch):
+    """Issue 50, item 8: an APGD or Square set sat at 0 % until its shard was done; now a bar of the shard counts
+    the attack's iterations (queries) against the planned total as they happen, and names what it counts."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from advopenood.attacks import store as store_module
+    from advopenood.attacks.base import build_attack
+    from advopenood.capabilities import bind_attack
+
+    seen: dict[str, list[tuple[float, float | None]]] = {}
+
+    class Recording(tqdm):
+        def update(self, n=1):
+            seen.setdefault(self.desc, []).append((n, self.total))
+            return super().update(n)
+
+    monkeypatch.setattr(store_module, "tqdm", Recording)
+    fit = pack_set("cifar10_train", "cifar10_train_10k.npz", 200)
+    attack = bind_attack(build_attack(name, params, input_size=32), cifar_model, fit, seed=0, batch_size=8,
+                         device=torch.device("cpu"))
+    store = store_module.AdvStore(tmp_path / "adv", shard_size=8)
+    store.generate(pack_set("cifar10_test", "cifar10_test.npz", 8), cifar_model, attack, model_hash="m", seed=0,
+                   device=torch.device("cpu"), progress=True, label="probe")
+    inner = {d: u for d, u in seen.items() if d.startswith("attack probe shard 1/1")}
+    assert list(inner) == [f"attack probe shard 1/1, {unit}"], seen
+    planned, _ = attack.planned_steps()
+    steps = inner[f"attack probe shard 1/1, {unit}"]
+    assert len(steps) == planned and all(n == 1 and total == planned for n, total in steps)  # one per iteration
+    assert planned > max(params.values())

@@ -361,7 +361,7 @@ def test_sections_round_trip_through_json(tmp_path):
     assert table.frame.to_numpy().tolist() == [["msp", 51.25, 3, True], ["knn", None, 4, False]]
     assert figure.path == tmp_path / "plots" / "a_b.png" and figure.label == "a b"
     md = write_report(tmp_path).read_text()
-    assert "| msp | 51.25 | 3 | True |" in md and "| knn |  | 4 | False |" in md
+    assert "| MSP | 51.25 | 3 | True |" in md and "| KNN |  | 4 | False |" in md  # names spelled as sentences do
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -544,7 +544,7 @@ def test_the_run_ends_with_a_summary_of_headline_numbers_and_their_intervals(dem
     worst = adversarial.loc[adversarial.groupby("detector")["auroc"].idxmin()]
     top = worst.sort_values(["auroc", "detector"], ascending=[False, True]).iloc[0]
     line = said["largest worst-case AUROC over the adversarial sets"]
-    assert f"{display_name(top['detector'])}, on {top['ood_set']}: " in line and f"{top['ci']}, ood.csv" in line
+    assert f"{display_name(top['detector'])}, on {display_name(top['ood_set'])}: " in line and f"{top['ci']}, ood.csv" in line
     assert _interval(line) == pytest.approx((top["auroc"], top["auroc_lo"], top["auroc_hi"]), abs=0.051)
     assert "most robust" not in "\n".join(lines)
 
@@ -582,11 +582,16 @@ def test_tables_tex_holds_every_csv_as_one_latex_table_with_its_numbers(demo_run
     for name in csvs:
         csv = pd.read_csv(full / name)
         text = tables[name]
+        from advopenood.claims import name as display
+        from advopenood.outputs.names import NAME_COLUMNS
+
         for column in csv.columns:
             trio = [c for c in (column.removesuffix("_lo").removesuffix("_hi"),) if {f"{c}_lo", f"{c}_hi"} <=
                     set(csv.columns) and c in csv.columns and pd.api.types.is_numeric_dtype(csv[c])]
             if column == "eps":
                 cells = [eps_label(v) for v in csv[column]]
+            elif column in NAME_COLUMNS:  # a detector, attack or set name as the report spells it (issue 50)
+                cells = [display(str(v)) for v in csv[column]]
             elif trio:  # an estimate and its interval: one number of decimals for the three
                 joint = format_column([v for c in (trio[0], f"{trio[0]}_lo", f"{trio[0]}_hi") for v in csv[c].tolist()])
                 at = [trio[0], f"{trio[0]}_lo", f"{trio[0]}_hi"].index(column)

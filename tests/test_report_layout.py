@@ -65,7 +65,7 @@ def test_the_roc_legend_sits_beside_the_curves_however_many_sets():
 def test_tables_tex_writes_budgets_as_grey_levels(eps, shown):
     tex = latex_table(pd.DataFrame({"attack": ["pgd"], "eps": [eps], "asr": [97.5]}), "asr.csv")
     row = re.search(r"\\midrule\n(.*?)\\\\", tex).group(1)
-    assert [c.strip() for c in row.split("&")] == ["pgd", shown, "97.50"]
+    assert [c.strip() for c in row.split("&")] == ["PGD", shown, "97.50"]  # the one spelling (issue 50)
 
 
 def test_a_table_wider_than_a_column_is_split_by_columns_never_scaled():

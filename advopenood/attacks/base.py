@@ -5,12 +5,17 @@ parameters for an input size under the default protocol (``strong``, ours), ``pr
 input_size)`` what a named protocol (e.g. ``lorenz2024``) sets over them, the constructor takes (and
 validates) parameters, and calling it on ``(model, x, y, seed)`` returns adversarial images in [0, 1]. The model is a
 :class:`advopenood.models.Classifier`, which normalises internally, so attacks work in pixel space.
+
+Progress inside a shard: an attack that declares ``counts_steps`` calls :func:`count_step` once per iteration (or
+query) it takes, and :meth:`Attack.planned_steps` says how many one call takes; the store's bar of the shard moves
+with them. Any other attack's bar counts the model's forward passes.
 """
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Iterator
 
 import torch
@@ -19,6 +24,30 @@ import torch.nn as nn
 from advopenood import registry
 from advopenood.errors import UsageError
 from advopenood.params import Params, declared_types, typed
+
+
+#: where :func:`count_step` reports while a shard is attacked (:func:`counting_steps`); nowhere otherwise
+_STEPS: contextvars.ContextVar[Callable[[int], None] | None] = contextvars.ContextVar("advopenood_steps", default=None)
+#: the parameters that set an attack's iterations per call, and what they count (:meth:`Attack.planned_steps`)
+STEP_PARAMS = (("n_queries", "queries"), ("n_iter", "iterations"), ("steps", "steps"))
+
+
+def count_step(n: int = 1) -> None:
+    """Count ``n`` iterations (or queries) of the attack running now: its shard's progress bar moves (a no-op
+    outside a shard being attacked)."""
+    report = _STEPS.get()
+    if report is not None:
+        report(n)
+
+
+@contextlib.contextmanager
+def counting_steps(report: Callable[[int], None]) -> Iterator[None]:
+    """Route every :func:`count_step` of the block to ``report``."""
+    token = _STEPS.set(report)
+    try:
+        yield
+    finally:
+        _STEPS.reset(token)
 
 
 @contextlib.contextmanager
@@ -57,6 +86,8 @@ class Attack:
     #: :attr:`p` reads the parameters with these types (:mod:`advopenood.params`)
     param_types: ClassVar[dict[str, Any]] = {"eps": float | None, "rel_stepsize": float | None,
                                              "abs_stepsize": float | None}
+    #: True for an attack that calls :func:`count_step` per iteration or query (its bar counts those, not passes)
+    counts_steps: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
@@ -102,6 +133,17 @@ class Attack:
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Adversarial images for ``(x, y)``; randomness comes from the torch generator seeded by ``__call__``."""
         raise NotImplementedError
+
+    def planned_steps(self) -> tuple[int, str] | None:
+        """How many :func:`count_step` calls one call of the attack makes, and what they count (``queries``,
+        ``iterations``, ``steps``): by default its ``n_queries``, else ``n_iter`` x ``n_restarts``, else ``steps``;
+        None when it declares no ``counts_steps`` or has none of them."""
+        if not self.counts_steps:
+            return None
+        for key, unit in STEP_PARAMS:
+            if isinstance(self.params.get(key), int):
+                return int(self.params[key]) * int(self.params.get("n_restarts") or 1 if key == "n_iter" else 1), unit
+        return None
 
     def succeeded(self, model: nn.Module, x_adv: torch.Tensor, y: torch.Tensor, adv_pred: torch.Tensor) -> torch.Tensor:
         """Per-sample success as stored in the set's records: misclassified (``adv_pred != y``) by default."""

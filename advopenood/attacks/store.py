@@ -20,7 +20,8 @@ later run can say up front how long its attacks may take (:meth:`AdvStore.cost`,
 an estimate, never a set's data: a file that does not read as such is one warning (the estimates are unavailable),
 its valid entries are kept, and it is rewritten whole (under a lock, by atomic rename) when a cost is recorded,
 after the set's manifest, so no finished set is lost to it. The
-progress bar of a set names the set and counts images; inside a shard it counts the model's forward passes.
+progress bar of a set names the set and counts images (a set read whole from the store has none); inside a shard a
+bar of its own counts the attack's iterations or queries (:func:`shard_progress`).
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from advopenood import io as aio
-from advopenood.attacks.base import Attack
+from advopenood.attacks.base import Attack, counting_steps
 from advopenood.data.datasets import stack
 from advopenood.errors import storage_error
 from advopenood.provenance import (
@@ -231,25 +232,35 @@ def cost_key(attack: Attack, model_hash: str, device: torch.device | str) -> str
                           "device": torch.device(device).type})[:24]
 
 
+#: tqdm's unit for what a shard's bar counts
+UNITS = {"iterations": "it", "steps": "step", "queries": "query", "model passes": "pass"}
+
+
 @contextlib.contextmanager
-def counting_passes(model: torch.nn.Module, bar: Any, shard: str) -> Iterator[None]:
-    """Show ``shard`` and the model's forward passes so far in ``bar``'s postfix while the block runs (at most
-    every half second): progress inside a shard."""
-    state = {"passes": 0, "shown": 0.0}
+def shard_progress(model: torch.nn.Module, attack: Attack, bar: Any, shard: str, label: str) -> Iterator[None]:
+    """Progress inside a shard while the block attacks it: a bar of its own that counts the attack's iterations or
+    queries against the planned total (an attack that declares ``counts_steps``:
+    :func:`advopenood.attacks.base.count_step`, :meth:`~advopenood.attacks.base.Attack.planned_steps`), else the
+    model's forward passes; when the shard ends the set's ``bar`` shows the count in its postfix."""
+    planned = attack.planned_steps()
+    total, unit = planned if planned else (None, "model passes")
+    inner = tqdm(total=total, desc=f"attack {label} {shard}, {unit}", unit=UNITS[unit], disable=bar.disable,
+                 leave=False)
+    done = [0]
 
-    def hook(*_: Any) -> None:
-        state["passes"] += 1
-        now = time.monotonic()
-        if now - state["shown"] >= 0.5:
-            state["shown"] = now
-            bar.set_postfix_str(f"{shard}, {state['passes']} model passes")
+    def report(n: int) -> None:
+        done[0] += n
+        inner.update(n)
 
-    handle = model.register_forward_hook(hook)
+    handle = None if planned else model.register_forward_hook(lambda *_: report(1))
     try:
-        yield
+        with counting_steps(report) if planned else contextlib.nullcontext():
+            yield
     finally:
-        handle.remove()
-        bar.set_postfix_str(f"{shard}, {state['passes']} model passes", refresh=False)
+        if handle is not None:
+            handle.remove()
+        inner.close()
+        bar.set_postfix_str(f"{shard}, {done[0]} {unit}", refresh=False)
 
 
 class AdvStore:
@@ -290,8 +301,9 @@ class AdvStore:
         mine = [i for i in range(n_shards) if i % world_size == rank]
         generated = reused = regenerated = 0
         start = time.perf_counter()
+        stored = not recompute and all(self._stored(path, i) for i in mine)  # read from the store: no bar
         bar = tqdm(total=sum(self._rows(i, len(ds)) for i in mine), desc=f"attack {label or attack.name}",
-                   unit="img", disable=not progress, leave=False)
+                   unit="img", disable=not progress or stored, leave=False)
         work = [0.0, 0]  # seconds and images of the shards generated here
         for i in mine:
             shard = self._shard_path(path, i)
@@ -310,7 +322,7 @@ class AdvStore:
                     continue
                 regenerated += state == "corrupt"
                 t = time.perf_counter()
-                with counting_passes(model, bar, f"shard {mine.index(i) + 1}/{len(mine)}"):
+                with shard_progress(model, attack, bar, f"shard {mine.index(i) + 1}/{len(mine)}", label or attack.name):
                     self._write_shard(shard, ds, model, attack, i, seed, device)
                 work = [work[0] + time.perf_counter() - t, work[1] + self._rows(i, len(ds))]
                 generated += 1
@@ -335,9 +347,12 @@ class AdvStore:
         checksum present counts as stored; its checksum is read when generating)."""
         path = self.path_for(attack, canonical_key(self.spec(model_hash, ds.identity(), attack, seed)))
         n_shards = (len(ds) + self.shard_size - 1) // self.shard_size
-        return sum(self._rows(i, len(ds)) for i in range(n_shards) if recompute
-                   or not (self._shard_path(path, i).exists()
-                           and (path / (self._shard_path(path, i).name + ".sha256")).exists()))
+        return sum(self._rows(i, len(ds)) for i in range(n_shards) if recompute or not self._stored(path, i))
+
+    def _stored(self, path: Path, i: int) -> bool:
+        """Whether shard ``i`` of the set at ``path`` and its checksum are present (read when generating)."""
+        shard = self._shard_path(path, i)
+        return shard.exists() and (path / (shard.name + ".sha256")).exists()
 
     def cost(self, attack: Attack, model_hash: str, device: torch.device | str) -> float | None:
         """Seconds per image that generating ``attack``'s shards took on this model and device type in the last

@@ -167,6 +167,7 @@ def build_parser(store_index: bool = True) -> argparse.ArgumentParser:
                                 "e.g. '*ross*'")
         if name == "verify":
             p.add_argument("run", help="a run's output folder (the --out of advopenood run)")
+            p.add_argument("--quiet", action="store_true", help="no progress bar (stderr)")
         for add in ANALYSIS_FLAGS if name in analyses else SUBCOMMAND_FLAGS.get(name, []):
             add(p)
     return parser
@@ -244,7 +245,7 @@ def _print_rows(rows: Any, width: int) -> int:
     return 0
 
 
-def cmd_verify(run: str) -> int:
+def cmd_verify(run: str, progress: bool = True) -> int:
     """Print every difference between a run's tables and their re-derivation, and every file that differs from its
     recorded digest; 1 if there is one, else 0."""
     from advopenood.evaluation.runfiles import RunFiles
@@ -252,7 +253,7 @@ def cmd_verify(run: str) -> int:
     RunFiles.open(run)  # a folder that is not a run's is refused before torch loads
     from advopenood.evaluation.verify import verify_run
 
-    found = verify_run(run)
+    found = verify_run(run, progress)
     for line in found.notes:
         print(f"advopenood verify: note: {line}")
     for line in found.files:
@@ -343,7 +344,7 @@ def _main(argv: list[str]) -> int:
         if args.command == "list":
             return cmd_list(args.kind, args.every, args.pattern)
         if args.command == "verify":
-            return cmd_verify(args.run)
+            return cmd_verify(args.run, not args.quiet)
         # bad flags, names, config keys and values, folders and files are refused before torch and the plugins load
         precheck(args, plan_flags(args, **FORCED.get(args.command, {})))
         from advopenood.run import pipeline

@@ -360,6 +360,11 @@ def validate(raw: Any, *, source: str = "config", folder: Path | None = None,
                 singular = kind[:-1] if kind != "analyses" else "analysis"
                 message = choice_message(singular, name, registry.names(kind), f"advopenood list {kind}")
                 raise UsageError(f"{section}.{name}{where}: {message}")
+    lead = plan.report.lead
+    if lead is not None and lead not in resolved["evaluators"]:
+        where = _where(("report", "lead"), source, positions)
+        raise UsageError(f"report.lead{where}: {lead!r} is not an evaluator of this run; valid choices: "
+                         f"{', '.join(resolved['evaluators']) or 'none (the run selects no evaluator)'}")
     # the resolved names and keys are already-validated values: a copy, not a second validation
     plan = plan.model_copy(update={**{kind: tuple(resolved[kind]) for kind in ("detectors", "evaluators", "analyses")},
                                    **{k: v for k, v in resolved.items() if k.endswith("_params")}})

@@ -148,6 +148,14 @@ class CISection(StrictModel):
                 "no resample is drawn")
 
 
+class ReportSection(StrictModel):
+    """``report``: how the readable report is laid out."""
+
+    #: the evaluator whose headline table opens the report (one of the run's evaluators); None: the first selected
+    #: evaluator with a specific headline (:func:`advopenood.capabilities.lead_evaluator`)
+    lead: str | None = None
+
+
 class RunConfig(StrictModel):
     """A whole run. Every key is listed here; anything else is an error."""
 
@@ -183,6 +191,7 @@ class RunConfig(StrictModel):
     #: attack set names or detector names (or ``all``) whose stored work this run recomputes on purpose
     recompute: Names = ()
     ci: CISection = CISection()
+    report: ReportSection = ReportSection()
 
     @field_validator("protocol")
     @classmethod

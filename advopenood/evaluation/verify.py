@@ -27,6 +27,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
+from tqdm.auto import tqdm
+
 from advopenood.errors import UsageError
 from advopenood.evaluation import oracle
 from advopenood.evaluation.runfiles import (MAX_FILE_BYTES, RunFiles, Unreadable, as_csv_float, compare,  # noqa: F401
@@ -46,14 +48,14 @@ class Findings(NamedTuple):
     notes: list[str]
 
 
-def verify_files(run: RunFiles) -> list[str]:
+def verify_files(run: RunFiles, bar: Any = None) -> list[str]:
     """Every entry of the run folder against ``manifest.json`` (:func:`advopenood.io.commit_output` writes it last,
     with each file's SHA-256), listed without following a link (:func:`~advopenood.evaluation.runfiles.walk`): a
     file whose bytes differ from its digest, a listed file that is missing, a file the manifest does not list, and
     anything that is not a regular file (a link, a FIFO, a socket, a device: never opened) are each a finding; so
     are a file over :data:`~advopenood.evaluation.runfiles.MAX_FILE_BYTES` (its size is checked before it is read,
     and it is not read), a missing or unreadable manifest, and a score file of a detector the run scored that is
-    missing."""
+    missing. ``bar`` (a tqdm bar) counts the listed files as their digests are checked."""
     files, others = walk(run.path)
     listed, problem = None, run.problem(MANIFEST)
     if problem == "missing":
@@ -70,7 +72,11 @@ def verify_files(run: RunFiles) -> list[str]:
     lines += [f"{rel}: {what}" for rel, what in others.items() if rel != MANIFEST]
     if listed is None:
         return lines + [problem]
+    if bar is not None:
+        bar.reset(total=len(listed))
     for rel, digest in sorted(listed.items()):
+        if bar is not None:
+            bar.update()
         if rel in others:
             continue
         if rel not in files:
@@ -223,9 +229,10 @@ def run_hook(obj: Any, run: RunFiles, label: str) -> list[str]:
                 f"{exc}); a table or score file lacks what the run wrote"]
 
 
-def verify_plugins(run: RunFiles) -> tuple[list[str], list[str]]:
+def verify_plugins(run: RunFiles, bar: Any = None) -> tuple[list[str], list[str]]:
     """``(differences, notes)`` of every evaluator and analysis the run names: its hook's findings; a plugin that
-    ran but cannot be loaded here is a difference; one that failed or declares no hook is a note."""
+    ran but cannot be loaded here is a difference; one that failed or declares no hook is a note. ``bar`` (a tqdm
+    bar) names the plugin whose tables are being re-derived."""
     from advopenood import registry
     from advopenood.capabilities import is_verifiable
 
@@ -247,6 +254,8 @@ def verify_plugins(run: RunFiles) -> tuple[list[str], list[str]]:
             if not is_verifiable(obj):
                 notes.append(f"{label} does not declare Verifiable; its tables are not re-derived")
                 continue
+            if bar is not None:
+                bar.set_postfix_str(f"re-deriving the tables of {label}")
             diffs += run_hook(obj, run, label)
     return diffs, notes
 
@@ -256,16 +265,20 @@ def named_files(lines: list[str]) -> set[str]:
     return {line.split(": ", 1)[0] for line in lines if ": " in line}
 
 
-def verify_run(path: str | Path) -> Findings:
+def verify_run(path: str | Path, progress: bool = False) -> Findings:
     """Every finding for a run folder: each entry against ``manifest.json``'s digests and each store shard against
     its checksum (``files``); every table re-derived by the core and by each plugin that ran and declares
     ``verify``, every claim and the report re-rendered (``differences``: changed numbers, missing and extra rows,
     missing tables, claims and sentences that are not the tables'); ``notes`` name what could not be checked and
-    why. A folder that is not a run's (no ``run.json`` a run writes) is a UsageError (exit 2)."""
+    why. A folder that is not a run's (no ``run.json`` a run writes) is a UsageError (exit 2). With ``progress`` a
+    bar on stderr counts the files checked, then names each stage."""
     run = RunFiles.open(path)
-    files = verify_files(run)
-    diffs, shards, notes = verify_asr(run)
-    diffs += verify_masks(run) + verify_claims(run)
-    plugin_diffs, plugin_notes = verify_plugins(run)
-    report_diffs, report_notes = verify_report(run, named_files(diffs + plugin_diffs + files + shards))
+    with tqdm(desc="verify", unit="file", disable=not progress, leave=False) as bar:
+        files = verify_files(run, bar)
+        bar.set_postfix_str("the attack sets and claims")
+        diffs, shards, notes = verify_asr(run)
+        diffs += verify_masks(run) + verify_claims(run)
+        plugin_diffs, plugin_notes = verify_plugins(run, bar)
+        bar.set_postfix_str("the report")
+        report_diffs, report_notes = verify_report(run, named_files(diffs + plugin_diffs + files + shards))
     return Findings(diffs + plugin_diffs + report_diffs, files + shards, notes + plugin_notes + report_notes)

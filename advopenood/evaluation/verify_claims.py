@@ -76,15 +76,20 @@ def _highest_asr(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _largest_worst(table: pd.DataFrame) -> tuple[dict[str, Any] | None, str]:
-    """The row of the detector whose lowest AUROC over the adversarial sets (the natural OOD sets without any) is
-    largest (ties: the first detector by name; a detector's worst: its first row of that AUROC), and the side."""
+    """The row of the detector whose lowest AUROC over the adversarial sets (the natural OOD sets without any; a set
+    aimed at another detector, ``aimed_at``, left out) is largest (ties: the first detector by name; a detector's
+    worst: the first set name in sorted order among its rows of that AUROC to 1e-9), and the side."""
     rows = table[table["auroc"].notna()]
+    if "aimed_at" in rows:
+        aimed = rows["aimed_at"].map(key_text)
+        rows = rows[(aimed == "") | (aimed == rows["detector"].map(key_text))]
     adversarial = rows[rows["positives"].map(key_text) != "natural"]
     side = "adversarial" if len(adversarial) else "natural OOD"
     worst: dict[str, dict[str, Any]] = {}
     for r in (adversarial if len(adversarial) else rows).to_dict("records"):
         det = str(r["detector"])
-        if det not in worst or float(r["auroc"]) < float(worst[det]["auroc"]):
+        mine = (round(float(r["auroc"]), 9), str(r["ood_set"]))
+        if det not in worst or mine < (round(float(worst[det]["auroc"]), 9), str(worst[det]["ood_set"])):
             worst[det] = r
     ranked = sorted(worst.items(), key=lambda item: (-float(item[1]["auroc"]), item[0]))
     return (ranked[0][1] if ranked else None), side

@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from advopenood import io as aio
+from advopenood.outputs.names import displayed
 from advopenood.outputs.report import eps_label, format_column
 from advopenood.outputs.results import Table, read_sections
 
@@ -163,7 +164,7 @@ def latex_table(table: pd.DataFrame, name: str, caption: str = "", keys: int | N
     leading text columns, at least one) start every float; the rest are split into floats by width, and rows into
     floats of :data:`PAGE_ROWS`. Labels ``tab:<name>``, then ``-2``, ``-3``, ... for the further floats."""
     label = "tab:" + re.sub(r"[^A-Za-z0-9]+", "-", name.removesuffix(".csv")).strip("-")
-    columns = _columns(table)
+    columns = _columns(displayed(table))  # the report's one spelling of every name
     constant = [c for c in columns if len(table) > 1 and not c.below and len(set(c.main)) == 1 and c.main[0]]
     varying = [c for c in columns if c not in constant] or columns[:1]
     if keys is None:

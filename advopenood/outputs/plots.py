@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from advopenood.claims import name as display
+
 if TYPE_CHECKING:  # matplotlib and scikit-learn load on first plot: seconds that every command would pay
     from matplotlib.figure import Figure
 
@@ -106,7 +108,7 @@ def plot_auroc_heatmap(ood: pd.DataFrame, chance: np.ndarray | None = None) -> F
     marked = np.zeros(table.shape, dtype=bool) if chance is None else np.asarray(chance, dtype=bool)
     sets_as_rows = table.shape[1] > table.shape[0]
     values = table.to_numpy(dtype=float)
-    rows, cols = [str(r) for r in table.index], [str(c) for c in table.columns]
+    rows, cols = [display(r) for r in table.index], [display(c) for c in table.columns]  # one spelling
     if sets_as_rows:
         values, marked, rows, cols = values.T, marked.T, cols, rows
     n_rows, n_cols = values.shape
@@ -191,7 +193,7 @@ def plot_roc(conf_id: np.ndarray, conf_ood: Mapping[str, np.ndarray], detector: 
         labels = np.r_[np.zeros(len(conf_id)), np.ones(len(conf))]
         fpr, tpr, _ = roc_curve(labels, scores)
         style = "-" if name in adversarial else "--"
-        ax.plot(fpr, tpr, style, lw=1.5, label=f"{name} (AUROC {100 * auc(fpr, tpr):.1f})")
+        ax.plot(fpr, tpr, style, lw=1.5, label=f"{display(name)} (AUROC {100 * auc(fpr, tpr):.1f})")
     ax.plot([0, 1], [0, 1], color="0.6", lw=0.8, ls=":", label="chance")
     ax.axhline(0.95, color="0.4", lw=0.6, ls="-.")
     ax.text(0.99, 0.945, "TPR 95 %", ha="right", va="top", fontsize=7, color="0.3")
@@ -199,7 +201,7 @@ def plot_roc(conf_id: np.ndarray, conf_ood: Mapping[str, np.ndarray], detector: 
     ax.set_ylim(0, 1.01)
     ax.set_xlabel("FPR (ID samples flagged as OOD)")
     ax.set_ylabel("TPR (OOD / adversarial samples detected)")
-    ax.set_title(f"ROC of {detector}: natural OOD (dashed) and attacks (solid)", fontsize=10)
+    ax.set_title(f"ROC of {display(detector)}: natural OOD (dashed) and attacks (solid)", fontsize=10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.03, 1.0), frameon=False, ncol=columns)
     return fig
 

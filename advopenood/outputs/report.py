@@ -24,6 +24,7 @@ import yaml
 
 from advopenood import io as aio
 from advopenood.claims import Claim, eps_label, name, where_asr  # one rule for the report and its claims
+from advopenood.outputs.names import attack_family, displayed
 from advopenood.outputs.plots import PLOT_DIR
 from advopenood.outputs.results import (
     Bullets,
@@ -99,10 +100,9 @@ def format_column(values: list[Any]) -> list[str]:
 
 
 def _cells(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with every cell formatted as a string, a fixed number of decimals per column (index kept as the first
-    column when named)."""
-    if df.index.name is not None:
-        df = df.reset_index()
+    """``df`` with every cell formatted as a string, a fixed number of decimals per column and every name
+    :func:`displayed`."""
+    df = displayed(df)
     return pd.DataFrame({str(c): format_column(df.iloc[:, i].tolist()) for i, c in enumerate(df.columns)})
 
 
@@ -275,12 +275,16 @@ def _other_plots(out_dir: Path, used: set[Path]) -> list[Block]:
 
 
 def _attacks_ran(attacks: dict[str, Any]) -> str:
-    """The adversarial sets by budget: ``fgsm and pgd at eps 16/255; df without a budget``."""
-    by: dict[str, list[str]] = {}
+    """The adversarial sets by budget and family (:func:`attack_family`): ``fgsm, pgd and robust_id_<detector> (2
+    sets) at eps 16/255; df without a budget``."""
+    by: dict[str, dict[str, int]] = {}
     for set_name, a in attacks.items():
         budget = eps_label((a.get("params") or {}).get("eps"))
-        by.setdefault(f"at eps {budget}" if budget else "without a budget", []).append(set_name)
-    return "; ".join(f"{join(names)} {budget}" for budget, names in by.items())
+        families = by.setdefault(f"at eps {budget}" if budget else "without a budget", {})
+        kin = attack_family(str(a.get("attack") or set_name))
+        families[kin] = families.get(kin, 0) + 1
+    return "; ".join(join([f if n == 1 and not f.endswith(">") else f"{f} ({n} set{'s' if n != 1 else ''})"
+                           for f, n in families.items()]) + f" {budget}" for budget, families in by.items())
 
 
 def what_ran(info: dict[str, Any]) -> str:
@@ -339,6 +343,20 @@ def _guarded_paragraph(make: Callable[[], list[Block]], what: str) -> list[Block
         return [Block("p", f"The {what} could not be rendered: {exc!r}.")]
 
 
+def first_screen(sections: list[Section], lead: dict[str, str] | None) -> tuple[list[Section], list[Block]]:
+    """The sections of the report's first screen, in order: the lead evaluator's headline (run.json's ``lead``: its
+    ``evaluator`` and headline ``section``), then every other headline section; and a note when the lead's headline
+    is missing (the evaluator failed or had nothing to compute)."""
+    heads = [s for s in sections if s.headline]
+    if not lead:
+        return heads, []
+    is_lead = lambda s: s.source == lead["evaluator"] and s.title == lead["section"]  # noqa: E731
+    own = [s for s in sections if is_lead(s)]
+    note = [] if own else [Block("p", f"The run's lead evaluator, {lead['evaluator']}, wrote no headline "
+                                      f"({lead['section']!r}); its sections, if any, are under Details.")]
+    return own + [s for s in heads if not is_lead(s)], note
+
+
 def build_report(out_dir: Path, info: dict[str, Any] | None = None, sections: list[Section] | None = None
                  ) -> list[Block]:
     """The report's blocks: the first screen (what ran, from ``run.json``, and the headline sections), then every
@@ -357,11 +375,13 @@ def build_report(out_dir: Path, info: dict[str, Any] | None = None, sections: li
         blocks += _guarded_paragraph(lambda: [Block("p", what_ran(info))], "summary of what ran")
     sections = read_sections(out_dir) if sections is None else sections
     used: set[Path] = {Path(p).resolve() for s in sections for p in s.figures}
-    for section in sections:
-        if section.headline:
-            blocks += _guarded(section)
+    first, missing = first_screen(sections, info.get("lead"))
+    blocks += missing
+    for section in first:
+        blocks += _guarded(section)
     folds = [_fold(_run_blocks(info))] if info else []
-    folds += [_fold(_guarded(s)) for s in sections if not s.headline]
+    shown = {id(s) for s in first}
+    folds += [_fold(_guarded(s)) for s in sections if id(s) not in shown]
     rest = _other_plots(out_dir, used)
     if rest:
         folds.append(Block("fold", rest, "Other plots"))

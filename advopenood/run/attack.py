@@ -2,6 +2,7 @@
 ``asr.csv``; its output is the :class:`~advopenood.evaluation.context.RunContext` the later stages fill."""
 from __future__ import annotations
 
+import math
 import sys
 import time
 import traceback
@@ -17,11 +18,12 @@ from advopenood import io as aio
 from advopenood.attacks.store import AdvSet, AdvStore
 from advopenood.capabilities import bind_attack
 from advopenood.config.plan import AttackSpec, RunPlan, source_set
-from advopenood.data.datasets import make_loader
+from advopenood.data.datasets import make_loader, stack
 from advopenood.errors import UsageError, reraise_storage_error
 from advopenood.evaluation.context import CleanRecord, RunContext
 from advopenood.evaluation.intervals import IntervalPolicy
 from advopenood.models.classifier import Classifier, weights_hash
+from advopenood.outputs.names import attack_family
 from advopenood.run.prepare import Inputs, Setup
 
 ASR_COLUMNS = ["dataset", "arch", "attack", "eps", "n", "clean_acc", "clean_acc_lo", "clean_acc_hi", "asr", "asr_lo", "asr_hi", "asr_all", "asr_all_lo",
@@ -124,31 +126,75 @@ def duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
-def plan_lines(plan: RunPlan, bound: list[Bound], store: AdvStore, model_hash: str, device: torch.device) -> list[str]:
-    """What the attack stage will do, one line per set, with an estimate from the per-image cost measured in an
-    earlier run (:meth:`advopenood.attacks.store.AdvStore.cost`), and a total; then the stages after it."""
-    lines, total, unknown = [], 0.0, []
+#: the batch sizes of the probe that times an attack family with no measured cost (:func:`probe_costs`)
+PROBE_IMAGES = (2, 8)
+
+
+def probe_costs(plan: RunPlan, bound: list[Bound], model: Classifier,
+                device: torch.device) -> dict[str, tuple[float, float]]:
+    """Per attack family of ``bound``'s attacks (:func:`advopenood.outputs.names.attack_family`), ``(seconds per
+    call, seconds per image)``: its first set's attack, as the run will call it, timed on a batch of each size of
+    :data:`PROBE_IMAGES` and fitted as ``a + b n`` (least squares through the two points, neither below 0), so that
+    the fixed cost of a call (an attack's set-up, a detector's per-call work) is not spread over the images: the
+    estimate of a set no earlier run measured is ``a`` per shard plus ``b`` per image."""
+    out: dict[str, tuple[float, float]] = {}
     for b in bound:
-        todo = store.pending(b.data, b.attack, model_hash=model_hash, seed=plan.seed,
-                             recompute=plan.recomputes(b.spec.set_name))
-        head = f"plan: attack {b.spec.set_name} on {len(b.data)} images of {b.source}: "
-        if not todo:
-            lines.append(head + "every shard in the store, nothing to generate")
+        family = attack_family(b.attack.name)
+        sizes = sorted({min(k, plan.batch_size, len(b.data)) for k in PROBE_IMAGES})
+        if family in out or not len(b.data):
             continue
-        cost = store.cost(b.attack, model_hash, device)
-        if cost is None:
-            unknown.append(b.spec.set_name)
-            lines.append(head + f"{todo} to generate, no estimate yet (no earlier run of {b.attack.name} with these "
-                                "parameters on this model and device)")
+        seconds = []
+        for k in sizes:
+            x, y = stack(b.data, list(range(k)))
+            t = time.perf_counter()
+            b.attack(model, x.to(device), y.to(device), seed=plan.seed)
+            seconds.append(time.perf_counter() - t)
+        slope = max(0.0, (seconds[-1] - seconds[0]) / (sizes[-1] - sizes[0])) if len(sizes) > 1 else \
+            seconds[0] / sizes[0]
+        out[family] = (max(0.0, seconds[0] - slope * sizes[0]), slope)
+    return out
+
+
+def plan_lines(plan: RunPlan, bound: list[Bound], store: AdvStore, model_hash: str, device: torch.device,
+               model: Classifier | None = None) -> list[str]:
+    """What the attack stage will do: one line for the sets read whole from the store, one per set to generate
+    with an estimate from the per-image cost measured in an earlier run (:meth:`advopenood.attacks.store.AdvStore.cost`)
+    or, where none did and ``model`` is given, from a probe of its attack family (:func:`probe_costs`), and a
+    total; then the stages after it."""
+    lines, total, unknown, stored = [], 0.0, [], []
+    todo = {b.spec.set_name: store.pending(b.data, b.attack, model_hash=model_hash, seed=plan.seed,
+                                           recompute=plan.recomputes(b.spec.set_name)) for b in bound}
+    costs = {b.spec.set_name: store.cost(b.attack, model_hash, device) for b in bound}
+    fresh = [b for b in bound if todo[b.spec.set_name] and costs[b.spec.set_name] is None]
+    probed = probe_costs(plan, fresh, model, device) if fresh and model is not None else {}
+    for b in bound:
+        name, n = b.spec.set_name, todo[b.spec.set_name]
+        if not n:
+            stored.append(name)
+            continue
+        head = f"plan: attack {name} on {len(b.data)} images of {b.source}: {n} to generate, "
+        cost, probe = costs[name], probed.get(attack_family(b.attack.name))
+        if cost is not None:
+            total += cost * n
+            lines.append(head + f"about {duration(cost * n)} ({cost:.3g} s per image, measured in an earlier run)")
+        elif probe is not None:
+            seconds = probe[0] * math.ceil(n / plan.shard_size) + probe[1] * n
+            total += seconds
+            lines.append(head + f"about {duration(seconds)} ({probe[1]:.3g} s per image and {probe[0]:.3g} s per "
+                                f"shard, probed on batches of its family {attack_family(b.attack.name)})")
         else:
-            total += cost * todo
-            lines.append(head + f"{todo} to generate, about {duration(cost * todo)} ({cost:.3g} s per image, "
-                                "measured in an earlier run)")
+            unknown.append(name)
+            lines.append(head + f"no estimate yet (no earlier run of {b.attack.name} with these parameters on this "
+                                "model and device)")
+    if stored:
+        lines.insert(0, f"plan: {len(stored)} set{'s' if len(stored) != 1 else ''} read from the store, nothing to "
+                        "generate")
     if unknown:
         known = f"about {duration(total)} for the sets with an estimate, " if total else ""
         lines.append(f"plan: attacks in all: {known}no estimate for {len(unknown)} set(s)")
     elif total:
-        lines.append(f"plan: attacks in all: about {duration(total)}")
+        lines.append(f"plan: attacks in all: about {duration(total)}"
+                     + (f" ({len(probed)} attack famil{'ies' if len(probed) != 1 else 'y'} probed)" if probed else ""))
     after = [f"{len(plan.detectors)} detector(s)", *([f"evaluators {', '.join(plan.evaluators)}"] if plan.evaluators
                                                      else []),
              *([f"analyses {', '.join(plan.analyses)}"] if plan.analyses else [])]
@@ -208,7 +254,7 @@ def generate_sets(plan: RunPlan, model: Classifier, id_set, device: torch.device
                                                         recompute=plan.recomputes(b.spec.set_name)):
             handles[b.spec.set_name].prefit()
     if progress and rank == 0:
-        for line in plan_lines(plan, bound, store, model_hash, device):
+        for line in plan_lines(plan, bound, store, model_hash, device, model):
             print(f"advopenood: {line}", file=sys.stderr, flush=True)
     sets: dict[str, AdvSet] = {}
     for b in bound:

@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping
 import pandas as pd
 
 from advopenood import io as aio
+from advopenood.capabilities import headline_of
 from advopenood.claims import Claim
 from advopenood.errors import reraise_storage_error
 from advopenood.evaluation.context import RunView
@@ -76,7 +77,7 @@ def run_plugin(ctx: RunView, label: str, plugin: Callable[..., Any], products: P
         for part, reason in result.skipped.items():
             nothing[f"{label}:{part}"] = reason
             result.sections.append(outputs.nothing_section(f"{label}:{part}", reason))
-        return PluginRun(outputs.collect(ctx.out, result, ctx.protocol, label.split(":", 1)[1]),
+        return PluginRun(marked(outputs.collect(ctx.out, result, ctx.protocol, label.split(":", 1)[1]), plugin),
                          nothing_computed=nothing)
     except (KeyboardInterrupt, SystemExit):
         raise
@@ -89,6 +90,15 @@ def run_plugin(ctx: RunView, label: str, plugin: Callable[..., Any], products: P
     finally:
         if made and plots.is_dir() and not any(plots.iterdir()):
             plots.rmdir()
+
+
+def marked(sections: list[outputs.Section], plugin: Any) -> list[outputs.Section]:
+    """``sections`` with the one the plugin declares as its headline (:func:`advopenood.capabilities.headline_of`:
+    the section of that title) marked ``headline``, so that the report's first screen and ``tables.tex`` hold it."""
+    declared = headline_of(plugin)
+    if declared is None:
+        return sections
+    return [outputs.Section(s.title, s.items, s.source, True) if s.title == declared.section else s for s in sections]
 
 
 def evaluate(ctx: RunView, plugins: list[tuple[str, Any]], asr: pd.DataFrame) -> Evaluated:

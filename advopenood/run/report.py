@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from advopenood import io as aio
 from advopenood import registry
+from advopenood.capabilities import headline_of, lead_evaluator
 from advopenood.claims import write_claims
 from advopenood.config import protocols
 from advopenood.detection.bank import evaluation_noise_seeds
@@ -49,6 +50,17 @@ def _sample(ctx: RunContext) -> Any:
     return sample_note(len(ctx.id_set), min(sizes, default=len(ctx.id_set)))
 
 
+def lead(plan: Any) -> dict[str, str] | None:
+    """run.json's ``lead``: the evaluator whose headline opens the report (``report.lead``, else
+    :func:`~advopenood.capabilities.lead_evaluator` over the selected evaluators' declared headlines) and that
+    headline's section title; None when no selected evaluator declares a headline."""
+    declared = {e: headline_of(registry.get("evaluators", e)) for e in plan.evaluators}
+    name = lead_evaluator(plan.evaluators, declared, plan.report.lead)
+    if name is None or declared.get(name) is None:
+        return None
+    return {"evaluator": name, "section": declared[name].section}
+
+
 def run_info(ctx: RunContext, timings: dict[str, float], detector_work: Mapping[str, int] | None = None
              ) -> dict[str, Any]:
     """run.json: config, seed, versions, cache keys, whether attacks were generated or reused (``detector_work``:
@@ -84,6 +96,7 @@ def run_info(ctx: RunContext, timings: dict[str, float], detector_work: Mapping[
         "nothing_computed": ctx.nothing_computed,
         "warnings": ctx.warnings,
         "notes": ctx.plan.notes(),
+        "lead": lead(ctx.plan),
         "timings_s": timings,
     }
 

@@ -46,15 +46,26 @@ def asr_claims(asr: pd.DataFrame) -> list[Claim]:
     return out
 
 
+def worst_row(part: pd.DataFrame) -> pd.Series:
+    """A detector's worst set among ``part`` (its rows): the lowest AUROC, ties (to 1e-9) to the first set name in
+    sorted order, the tie rule of the ``levels`` evaluator's ``worst_set``, so that stdout and ``levels.csv`` name
+    the same set."""
+    order = part.assign(_rounded=part["auroc"].astype(float).round(9), _set=part["ood_set"].astype(str))
+    return order.sort_values(["_rounded", "_set"], kind="stable").iloc[0].drop(["_rounded", "_set"])
+
+
 def robust_claim(ood: pd.DataFrame) -> Claim | None:
     """The detector whose lowest AUROC over the adversarial sets (the natural OOD sets when the run has none) is
     largest, as ``ood.csv`` holds it; None without such a row."""
     rows = ood[ood["auroc"].notna()]
+    if "aimed_at" in rows:  # a set attacked to break another detector is a transfer result, not this one's worst
+        aimed = rows["aimed_at"].map(lambda v: "" if pd.isna(v) else str(v))
+        rows = rows[(aimed == "") | (aimed == rows["detector"].astype(str))]
     adversarial = rows[rows["positives"] != "natural"]
     rows = adversarial if len(adversarial) else rows
     if not len(rows):
         return None
-    worst = rows.loc[rows.groupby("detector")["auroc"].idxmin()]
+    worst = pd.DataFrame([worst_row(part) for _, part in rows.groupby("detector", sort=False)])
     best = worst.sort_values(["auroc", "detector"], ascending=[False, True]).iloc[0]
     side = "adversarial" if len(adversarial) else "natural OOD"
     return _value("ood.csv", best, ("detector", "ood_set"), "auroc",

@@ -48,7 +48,7 @@ from pyautoattack.square import SquareAttack
 from torch import Tensor
 
 from advopenood import registry
-from advopenood.attacks.base import Attack, default_eps, foolbox_model
+from advopenood.attacks.base import Attack, count_step, default_eps, foolbox_model
 from advopenood.data.datasets import make_loader
 from advopenood.detection.bank import fit_subset
 from advopenood.capabilities import DetectorTestForms, IdNegatives, is_differentiable, is_randomised
@@ -91,6 +91,9 @@ class RobustScoreAttack(SharedTarget, AdaptiveAttack, DetectorTestForms):
     method: ClassVar[str] = "pgd"
     param_types: ClassVar[dict[str, Any]] = {"steps": IterationCount, "n_iter": IterationCount,
                                              "n_restarts": IterationCount}
+
+    #: the objective counts its evaluations (:meth:`planned_steps`): the bar moves per iteration or query
+    counts_steps = True
 
     def __init__(self, **params: Any):
         Attack.__init__(self, **params)  # no lambda or kappa: the objective is the detector's score alone
@@ -135,6 +138,7 @@ class RobustScoreAttack(SharedTarget, AdaptiveAttack, DetectorTestForms):
         target = self.target if target is None else target
 
         def objective(x_adv: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+            count_step()  # one iteration or query: the shard's progress bar moves
             shared = target.outputs(x_adv) if model is target.net else None
             conf = target.standardized(x_adv, shared)
             if self.joint:
@@ -152,6 +156,16 @@ class RobustScoreAttack(SharedTarget, AdaptiveAttack, DetectorTestForms):
             return loss, success, self.sign * raw, logits
 
         return objective
+
+    def planned_steps(self) -> tuple[int, str] | None:
+        """The objective's evaluations one call makes (:func:`~advopenood.attacks.base.count_step` in the objective):
+        the clean one, then per target and lambda each restart's iterations (or Square's queries) and the one
+        before them."""
+        p = self.params
+        unit, per_run = next(((u, int(p[k])) for k, u in (("n_queries", "queries"), ("n_iter", "iterations"),
+                                                          ("steps", "steps")) if isinstance(p.get(k), int)))
+        runs = len(self.targets()) * (len(TEST_LAMS) if self.joint else 1) * int(p.get("n_restarts") or 1)
+        return 1 + runs * (per_run + 1), unit
 
     def perturb(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
         best = Best(x)
@@ -222,6 +236,7 @@ class RobustAuxAPGD(RobustAPGD):
         anchor = self._anchor(target) if features else None
 
         def objective(x_adv: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+            count_step()
             out = target.outputs(x_adv)  # the detector's network: the attacked model, or the one it reads
             if anchor is None:
                 top = out.logits.topk(2, dim=1).values

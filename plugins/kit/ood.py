@@ -1,14 +1,18 @@
 """What the ``ood`` evaluator shares with others: one cell's metrics with their interval (:func:`metric_row`; the
 ``smoothed`` evaluator's rows are ``ood.csv``'s cells) and the group of every natural set (:func:`set_groups`, the
 product :data:`SET_GROUPS`, read by ``ood`` and ``levels``: defined in the core, :mod:`advopenood.evaluation.shared`,
-public through :mod:`advopenood.plugin`, re-exported here)."""
+public through :mod:`advopenood.plugin`, re-exported here), and which sets are a transfer result for a detector
+(:func:`transfer_rows`)."""
 from __future__ import annotations
 
 import math
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
+from advopenood import registry
+from advopenood.capabilities import is_detector_aware
 from advopenood.evaluation.context import RunContext
 from advopenood.evaluation.intervals import IntervalPolicy
 from advopenood.evaluation.metrics import ood_metrics
@@ -39,3 +43,22 @@ def metric_row(conf_id: np.ndarray, conf_ood: np.ndarray, ctx: RunContext | None
         replicates[key] = reps
     base["error"] = base["error"] or reason
     return {**values, **bounds, **base}
+
+
+def aimed_at(attack: str) -> str:
+    """The detector an attack is aimed at: a detector-aware attack's ``detector`` (e.g. ``adaptive_msp``'s ``msp``),
+    ``""`` for any other attack, a natural set (``none``) or a name the registry does not resolve."""
+    if not registry.resolves("attacks", str(attack)):
+        return ""
+    cls = registry.get("attacks", str(attack))
+    return str(cls.detector) if is_detector_aware(cls) else ""
+
+
+def transfer_rows(ood: pd.DataFrame) -> pd.Series:
+    """Which rows of ``ood.csv`` are a transfer result: detector X on a set attacked to break another detector Y
+    (its ``aimed_at`` column, :func:`aimed_at`; none in a table without it). They are kept out of X's headline
+    ranking and adversarial means and shown in a table of their own."""
+    if "aimed_at" not in ood:
+        return pd.Series(False, index=ood.index)
+    target = ood["aimed_at"].map(lambda v: "" if pd.isna(v) else str(v))
+    return (target != "") & (target != ood["detector"].astype(str))

@@ -9,9 +9,10 @@ from itertools import combinations
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from advopenood import registry
-from advopenood.capabilities import twin_of
+from advopenood.capabilities import is_detector_aware, twin_of
 from advopenood.errors import UsageError
 from advopenood.evaluation import oracle
 
@@ -70,3 +71,18 @@ def pairs_of(aurocs: dict[str, float]) -> list[tuple[str, str, bool]]:
         plain = {(best, d) for d in names if d != best}
     plain = {p for p in plain if p not in twins and p[::-1] not in twins}
     return [(a, b, False) for a, b in plain] + [(a, b, True) for a, b in twins]
+
+
+def aimed(attack: str) -> str:
+    """The detector attack ``attack`` (a registered name, as run.json's ``attacks`` give it) is aimed at, re-stated
+    apart from the writer's rule: a detector-aware attack class's ``detector``, else ``""``."""
+    if not registry.resolves("attacks", attack):
+        return ""
+    cls = registry.get("attacks", attack)
+    return str(cls.detector) if is_detector_aware(cls) else ""
+
+
+def transfer(rows: Any) -> Any:
+    """Which (re-derived) ``ood.csv`` rows are a transfer result: detector X on a set aimed at another detector."""
+    target = rows["aimed_at"].map(lambda v: "" if pd.isna(v) else str(v))
+    return (target != "") & (target != rows["detector"].astype(str))

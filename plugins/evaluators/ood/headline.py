@@ -15,6 +15,11 @@ estimates (competition ranking: 1, 1, 3), marked untested.
 **Too few images** (:func:`too_few_to_rank`): on a set with fewer than
 :data:`~advopenood.evaluation.metrics.MIN_CONCLUSIVE` images on a side, no rank and no "first" is stated; the
 reading gives the set's AUROC range and its sample size instead.
+
+**Transfer.** A set attacked to break detector Y (a detector-aware attack, e.g. ``adaptive_msp``) is a transfer
+result in every other detector's row (:func:`advopenood_plugins.kit.ood.transfer_rows`): those cells are left out of
+the headline's table and ranks (the set's column holds Y's own cell, unranked) and shown in their own table
+(:func:`transfer_section`).
 """
 from __future__ import annotations
 
@@ -30,8 +35,11 @@ from advopenood.outputs.plots import ood_matrix
 from advopenood.outputs.report import CHANCE, join
 from advopenood.outputs.report import name as label
 from advopenood.outputs.results import Bullets, Paragraph, Section, Table
+from advopenood_plugins.kit.ood import transfer_rows
 from advopenood_plugins.kit.paired import PAIRED_CLAIM_COLUMNS
 
+#: the title of the evaluator's headline section (its declared :class:`~advopenood.capabilities.Headline`)
+HEADLINE = "AUROC per detector and set"
 #: a rank of a set without a paired test carries this mark
 UNTESTED = "?"
 #: a pair is shown different when its Holm-adjusted p-value is below this
@@ -93,6 +101,8 @@ def rank_text(rank: tuple[int, int, bool]) -> str:
 
 def headline_table(ood: pd.DataFrame, paired: pd.DataFrame | None) -> pd.DataFrame:
     """Detector x set: ``AUROC [lo, hi] #rank`` (one decimal; the value alone without an interval)."""
+    aimed = _aimed_sets(ood)
+    ood = ood[~transfer_rows(ood)]
     table = ood_matrix(ood, "auroc")
     if table.empty:
         return table
@@ -107,13 +117,21 @@ def headline_table(ood: pd.DataFrame, paired: pd.DataFrame | None) -> pd.DataFra
         for det in table.index:
             v, low, high = table.at[det, col], lo.at[det, col], hi.at[det, col]
             if math.isnan(v):
-                cells.append("n/a")
+                cells.append("transfer" if str(col) in aimed else "n/a")
                 continue
             interval = "" if math.isnan(low) or math.isnan(high) else f" [{low:.1f}, {high:.1f}]"
-            cells.append(f"{v:.1f}{interval}" + ("" if unranked else f" {rank_text(ranks[det])}"))
+            ranked = not unranked and str(col) not in aimed
+            cells.append(f"{v:.1f}{interval}" + (f" {rank_text(ranks[det])}" if ranked else ""))
         columns[str(col)] = cells
     out = pd.DataFrame(columns, index=pd.Index([label(d) for d in table.index], name="detector"))
     return out
+
+
+def _aimed_sets(ood: pd.DataFrame) -> set[str]:
+    """The adversarial sets of ``ood`` attacked to break one detector (``aimed_at`` not empty)."""
+    if "aimed_at" not in ood:
+        return set()
+    return {str(s) for s, a in zip(ood["ood_set"], ood["aimed_at"]) if not pd.isna(a) and str(a)}
 
 
 def first_claim(ranks: dict[str, tuple[int, int, bool]], ood_set: str) -> Claim:
@@ -128,11 +146,13 @@ def first_claim(ranks: dict[str, tuple[int, int, bool]], ood_set: str) -> Claim:
 def read_headline(ood: pd.DataFrame, paired: pd.DataFrame | None) -> list[str | Claim]:
     """What the intervals support: per set, who can be first (a ``first`` claim, :func:`first_claim`); the cells
     not shown to differ from chance; how many paired comparisons show a difference."""
+    aimed = _aimed_sets(ood)
+    ood = ood[~transfer_rows(ood)]
     table = ood_matrix(ood, "auroc")
     if table.empty:
         return []
     out: list[str | Claim] = []
-    for col in table.columns:
+    for col in [c for c in table.columns if str(c) not in aimed]:
         ranks = rank_ranges(table[col], paired, str(col))
         if not ranks:
             continue
@@ -190,7 +210,33 @@ def headline_section(ood: pd.DataFrame, paired: pd.DataFrame | None) -> Section:
                   "p-value over every pair on the set is below 0.05 (p_holm); a rank runs from 1 + the number of "
                   "detectors shown better to n - the number shown worse, and a range such as #1-4 is a tie. "
                   f"Overlapping intervals are not a test. A rank marked {UNTESTED} follows the point estimates (no "
-                  f"paired test on the set). A set with fewer than {MIN_CONCLUSIVE} images on a side has no rank."),
+                  f"paired test on the set). A set with fewer than {MIN_CONCLUSIVE} images on a side has no rank. "
+                  "A set attacked to break one detector shows that detector's own cell, unranked; the other "
+                  "detectors' cells on it (marked transfer) are in the transfer table."),
         Table(headline_table(ood, paired), "AUROC (%) [95 % interval] #rank"),
         Bullets(read_headline(ood, paired), "What the intervals support")]
-    return Section("AUROC per detector and set", items, headline=True)
+    return Section(HEADLINE, items, headline=True)
+
+
+def transfer_section(ood: pd.DataFrame) -> list[Section]:
+    """``Transfer: sets attacked to break another detector``: per detector (rows) and set aimed at another detector
+    (columns), the AUROC with its interval, not ranked; none when the run has no such cell."""
+    rows = ood[transfer_rows(ood)]
+    if not len(rows):
+        return []
+    has_ci = "auroc_lo" in rows
+    cells: dict[str, dict[str, str]] = {}
+    for r in rows.to_dict("records"):
+        interval = "" if not has_ci or pd.isna(r["auroc_lo"]) or pd.isna(r["auroc_hi"]) else \
+            f" [{r['auroc_lo']:.1f}, {r['auroc_hi']:.1f}]"
+        value = "n/a" if pd.isna(r["auroc"]) else f"{r['auroc']:.1f}{interval}"
+        cells.setdefault(f"{r['ood_set']} (aimed at {label(r['aimed_at'])})", {})[label(r["detector"])] = value
+    table = pd.DataFrame(cells).fillna("own")
+    table.index.name = "detector"
+    return [Section("Transfer: sets attacked to break another detector", [
+        Paragraph("AUROC (%) [95 % interval] of each detector (rows) on each set attacked to break another detector "
+                  "(columns, each naming the detector it was aimed at): the attack never saw these detectors, so a "
+                  "cell is a transfer result, not their robustness. These cells are kept out of the headline's "
+                  "ranks and out of each detector's adversarial means (leaderboard.csv); own: the set was aimed at "
+                  "that detector (its cell is in the headline)."),
+        Table(table, "Transfer AUROC (%) [95 % interval], not ranked")])]

@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from advopenood.capabilities import Verifiable, is_detector_aware
+from advopenood.capabilities import Headline, Verifiable, is_detector_aware
 from advopenood import registry
 from advopenood.evaluation.context import RunContext
 from advopenood.data.datasets import make_loader
@@ -57,12 +57,12 @@ from advopenood.data.benchmarks import ADVERSARIAL
 from advopenood.outputs.plots import PLOT_DIR
 from advopenood.outputs.results import Results, Section, as_written, guarded
 from advopenood.registry import register
-from advopenood_plugins.evaluators.ood.headline import headline_section
+from advopenood_plugins.evaluators.ood.headline import HEADLINE, headline_section, transfer_section
 from advopenood_plugins.evaluators.ood.leaderboard import openood_entries
 from advopenood_plugins.evaluators.ood.report import (adaptive_section, leaderboard_section, ood_plots, ood_section,
                                                       with_positives)
 from advopenood_plugins.kit.ood import (METRICS, NAN_METRICS, SET_GROUPS, Replicates, metric_row,  # noqa: F401
-                                        set_groups)
+                                        aimed_at, set_groups, transfer_rows)
 from advopenood_plugins.kit.ensemble import ENSEMBLE
 from advopenood_plugins.kit.robust import ROBUST_TABLE
 from advopenood_plugins.kit.paired import FSOOD_RANKED, RANKED, add_ranks, paired_section, paired_table
@@ -75,7 +75,7 @@ ADAPTIVE_CI = "as ood.csv's cells; delta_auroc: no interval (the two sets' cells
 #: each metric followed by its 95 % interval (``<m>_lo``, ``<m>_hi``), then the interval's method
 METRIC_COLUMNS = [*bound_columns(METRICS), "ci"]
 COLUMNS = ["dataset", "arch", "attack", "eps", "detector", "backend", "ood_set", "group", *METRIC_COLUMNS,
-           "n_id", "n_ood", "positives", "protocol", "error"]
+           "n_id", "n_ood", "positives", "aimed_at", "protocol", "error"]
 FSOOD_COLUMNS = ["dataset", "arch", "detector", "backend", "ood_set", "group", *METRIC_COLUMNS,
                  "n_id", "n_ood", "csid_sets", "protocol", "error"]
 LEADERBOARD_COLUMNS = ["dataset", "arch", "detector", "backend", *bound_columns(["id_acc"]),
@@ -185,8 +185,9 @@ def leaderboard(df: pd.DataFrame, id_acc: float, fsood: pd.DataFrame | None = No
     for (dataset, arch, det, backend), part in df.groupby(["dataset", "arch", "detector", "backend"], sort=False):
         row: dict[str, Any] = {"dataset": dataset, "arch": arch, "detector": det, "backend": backend, "id_acc": id_acc,
                                "id_acc_lo": id_acc_bounds[0], "id_acc_hi": id_acc_bounds[1]}
+        own = part[~transfer_rows(part)]  # a set aimed at another detector is a transfer result, not X's mean
         for group, prefix in (("near", "near"), ("far", "far"), (ADVERSARIAL, "adv")):
-            sub = part[part["group"] == group]
+            sub = own[own["group"] == group]
             row.update(_group_cells(sub, prefix, [cell_key("ood", det, s) for s in sub["ood_set"]], reps,
                                     None if shared is None else shared(det, list(sub["ood_set"]))))
             row[f"n_{prefix}"] = len(sub)
@@ -260,7 +261,8 @@ def ood_sections(ood: pd.DataFrame, paired: pd.DataFrame, board: pd.DataFrame, a
     are none) and its figures: the headline, OOD detection, the leaderboard, the paired comparisons and the
     detector-adaptive sets. The run builds them from the tables it writes, ``advopenood verify`` from the CSVs
     (:func:`report_sections`)."""
-    sections = guarded("AUROC per detector and set", lambda: [headline_section(ood, paired if len(paired) else None)])
+    sections = guarded(HEADLINE, lambda: [headline_section(ood, paired if len(paired) else None)])
+    sections += guarded("Transfer: sets attacked to break another detector", lambda: transfer_section(ood))
     sections += guarded("OOD detection", lambda: [ood_section(ood, figures)])
     sections += guarded("Natural and adversarial robustness side by side", lambda: [leaderboard_section(board)])
     if len(paired):
@@ -288,6 +290,9 @@ class OODEvaluator(Verifiable):
 
     verify = staticmethod(verify_ood)
     report_sections = staticmethod(report_sections)
+    #: its headline: the AUROC of every detector on every set, general (it leads only a run whose other evaluators
+    #: declare no headline)
+    headline = Headline(HEADLINE, general=True)
     #: the shared tables it reads, computed once per run: the natural sets' groups, the robust table and the
     #: ensemble rows (the leaderboard's robust fields, :func:`~advopenood_plugins.kit.ensemble.robust_rows`)
     needs = (SET_GROUPS, ROBUST_TABLE, ENSEMBLE)
@@ -372,6 +377,7 @@ class OODEvaluator(Verifiable):
             positives = "natural" if attack == "none" else ("all" if mask is None else "successful")
             row = {**head, "attack": attack, "eps": eps, "ood_set": ood_set,
                    "group": groups[ood_set] if attack == "none" else ADVERSARIAL, "positives": positives,
+                   "aimed_at": "" if attack == "none" else aimed_at(ctx.adv_sets[attack].attack),
                    "protocol": ctx.protocol}
             if scores is None:
                 n_ood = int(mask.sum()) if mask is not None else len(ctx.ood_sets[ood_set])

@@ -18,7 +18,7 @@ import pandas as pd
 
 from advopenood.evaluation import oracle
 from advopenood_plugins.evaluators.ood.verify_paired import verify_paired
-from advopenood_plugins.kit.verify import BOUNDS, METRICS, Draws, ci_plan, rederive_bounds
+from advopenood_plugins.kit.verify import BOUNDS, METRICS, Draws, aimed, ci_plan, rederive_bounds, transfer
 
 #: the numbers of ``table_adaptive.csv`` that verify re-derives
 ADAPTIVE_VALUES = ["auroc_baseline", "auroc_adaptive", "delta_auroc", "fpr95_baseline", "fpr95_adaptive",
@@ -87,6 +87,9 @@ def rederive_ood(run: Any, ood: pd.DataFrame, draws: Draws | None = None) -> pd.
     groups = natural_groups(run)
     written = {(r["detector"], r["attack"], r["ood_set"]): r for r in ood.to_dict("records")}
     dataset = (run.config.get("data") or {}).get("dataset") or ((run.info.get("data") or {}).get("id") or {}).get("name")
+    entries = run.info.get("attacks") or {}
+    targets = {name: aimed(str(entries[name]["attack"])) if attack != "none" else ""
+               for attack, name in expected_targets(run)}
     rows = []
     for det in run.detectors:
         arrays = run.scores(det)
@@ -97,10 +100,11 @@ def rederive_ood(run: Any, ood: pd.DataFrame, draws: Draws | None = None) -> pd.
             have = written.get((det, attack, name), {})
             group = have.get("group", groups.get(name) if attack == "none" else "adversarial")
             rows.append({"detector": det, "attack": attack, "ood_set": name, "group": group,
-                         "dataset": have.get("dataset", dataset), "positives": positives,
+                         "dataset": have.get("dataset", dataset), "positives": positives, "aimed_at": targets[name],
                          **oracle.ood_metrics(arrays["id"], conf), "n_id": len(arrays["id"]), "n_ood": len(conf),
                          **rederive_bounds(arrays["id"], conf, run, f"ood|{det}|{name}", draws)})
-    return pd.DataFrame(rows, columns=[*KEYS, "group", "dataset", "positives", *METRICS, "n_id", "n_ood", *BOUNDS, "ci"])
+    return pd.DataFrame(rows, columns=[*KEYS, "group", "dataset", "positives", "aimed_at", *METRICS, "n_id", "n_ood",
+                                       *BOUNDS, "ci"])
 
 
 def unscored_rows(run: Any, keys: list[str]) -> pd.DataFrame:
@@ -199,7 +203,8 @@ def rederive_table_adaptive(run: Any, rederived: pd.DataFrame) -> pd.DataFrame:
 def rederive_leaderboard(ood: pd.DataFrame, draws: Draws | None = None, run: Any = None,
                          means: Means | None = None) -> pd.DataFrame:
     """Per detector, the plain means of the (re-derived) ood rows of each group, near / far / adversarial (NaN if
-    any member is NaN), as OpenOOD's ``nearood`` / ``farood`` rows, and the sets each averages (``<group>_sets``).
+    any member is NaN; a set aimed at another detector left out, :func:`~advopenood_plugins.kit.verify.transfer`),
+    as OpenOOD's ``nearood`` / ``farood`` rows, and the sets each averages (``<group>_sets``).
     Each mean's interval: with ``run`` (its scores), the checker's mean over sets that share the ID images
     (:func:`advopenood.evaluation.oracle.shared_mean_interval`, key ``mean|<det>|<set>|<set>...``, sorted; NaN
     unless the run's method is the bootstrap and every set has at least 2 images); without, the percentiles of the
@@ -209,6 +214,7 @@ def rederive_leaderboard(ood: pd.DataFrame, draws: Draws | None = None, run: Any
     rows = []
     for det, part in ood.groupby("detector", sort=False):
         row: dict[str, Any] = {"detector": det}
+        part = part[~transfer(part)]  # a set aimed at another detector is no part of this one's means
         for group, prefix in (("near", "near"), ("far", "far"), ("adversarial", "adv")):
             sub = part[part["group"] == group]
             shared = _shared_bounds(run, plan, det, sub, means) if plan is not None else None
@@ -294,7 +300,10 @@ def verify(run: Any) -> list[str]:
     draws: Draws = {}
     rederived = rederive_ood(run, ood, draws)
     scored = ood["detector"].isin(run.detectors)
-    lines += compare(rederived, ood[scored], KEYS, [*METRICS, *BOUNDS, "ci", "n_id", "n_ood"], atol=1e-6,
+    aim = ["aimed_at"] if "aimed_at" in ood else []  # a run written before the column: not compared
+    if aim:
+        ood = ood.assign(aimed_at=ood["aimed_at"].map(lambda v: "" if pd.isna(v) else str(v)))
+    lines += compare(rederived, ood[scored], KEYS, [*METRICS, *BOUNDS, "ci", "n_id", "n_ood", *aim], atol=1e-6,
                      table="ood.csv")
     lines += compare(unscored_rows(run, KEYS), ood[~scored], KEYS, [], table="ood.csv")
     means: Means = {}

@@ -59,7 +59,7 @@ import pandas as pd
 
 from advopenood import registry
 from advopenood.config.schema import thaw
-from advopenood.capabilities import RequiresAttacks, Verifiable, is_family, is_randomised
+from advopenood.capabilities import Headline, RequiresAttacks, Verifiable, is_family, is_randomised
 from advopenood.evaluation.context import RunContext
 from advopenood.data.datasets import dataset_name
 from advopenood.errors import UsageError
@@ -73,7 +73,7 @@ from advopenood_plugins.kit.robust import (COLUMNS, ROBUST_METRICS, ROBUST_TABLE
 from advopenood_plugins.evaluators.robust_auroc.ensemble import ensemble_report, with_masking
 from advopenood_plugins.kit.ensemble import ENSEMBLE
 from advopenood_plugins.evaluators.robust_auroc.paired import robust_paired_table
-from advopenood_plugins.evaluators.robust_auroc.report import robust_section
+from advopenood_plugins.evaluators.robust_auroc.report import HEADLINE, budget_text, robust_headline, robust_section
 from advopenood_plugins.evaluators.robust_auroc.verify import verify_robust
 
 METHODS = ("pgd", "apgd", "apgd_aux", "square")
@@ -122,6 +122,8 @@ class RobustAUROC(RequiresAttacks, Verifiable):
     look ID (ATD, AROS), next to the clean and one-sided AUROCs."""
 
     verify = staticmethod(verify_robust)
+    #: its headline table, the report's first section in a run that selects it
+    headline = Headline(HEADLINE)
     #: the shared tables it writes (:func:`advopenood_plugins.kit.robust.robust_table` and the ensemble,
     #: :data:`~advopenood_plugins.kit.ensemble.ENSEMBLE`), computed once per run
     needs = (ROBUST_TABLE, ENSEMBLE)
@@ -227,8 +229,26 @@ class RobustAUROC(RequiresAttacks, Verifiable):
         rows = ensemble.rows  # concatenating an empty frame would turn every column into objects
         table = with_masking(ctx, pd.concat([table, rows], ignore_index=True).infer_objects() if len(rows) else table)
         paired = robust_paired_table(ctx, table, ensemble.worst)
-        sections = guarded("Robust AUROC (ID and OOD attacked)",
-                           lambda: [robust_section(as_written(table, ctx.protocol), paired)])
+        written = as_written(table, ctx.protocol)
+        sections = guarded(HEADLINE, lambda: [robust_headline(written, budgets(ctx, written))])
+        sections += guarded("Robust AUROC (ID and OOD attacked)", lambda: [robust_section(written, paired)])
         tables, ensemble_sections, figures = ensemble_report(ctx, ensemble)
         return Results(tables={"robust_auroc.csv": table, "robust_paired.csv": paired, **tables},
                        sections=sections + ensemble_sections, figures=figures, skipped=ensemble.skipped)
+
+
+def budgets(ctx: RunContext, table: pd.DataFrame) -> dict[tuple[str, ...], str]:
+    """``(detector, OOD set, method, attack family)`` -> the budget of its attacks as the headline states it: a
+    single attack's iterations, queries or draws (its ID-side set's parameters, :func:`budget_text`); an ensemble's
+    (family ``all``), each member's (the single-attack rows of its detector and OOD set) in turn."""
+    out: dict[tuple[str, ...], str] = {}
+    members: dict[tuple[str, str], list[str]] = {}
+    for r in table[table["method"] != "ensemble"].to_dict("records"):
+        adv = ctx.adv_sets.get(str(r["id_attack"]))
+        key = (str(r["detector"]), str(r["ood_set"]), str(r["method"]), str(r["attack_family"]))
+        out[key] = budget_text(adv.params if adv else {})
+        how = r["method"].upper() + (" (EOT)" if r["attack_family"] == "eot" else "")
+        part = f"{how}: {out[key]}" if out[key] else how
+        if part not in members.setdefault(key[:2], []):
+            members[key[:2]].append(part)
+    return {**out, **{(*k, "ensemble", "all"): "; ".join(v) for k, v in members.items()}}

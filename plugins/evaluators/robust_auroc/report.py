@@ -138,3 +138,68 @@ def ensemble_section(steps: pd.DataFrame, figure: Path | None) -> Section:
         items.append(Figure(figure, "Robust AUROC (%) after each attack added to the ensemble, with 95 % "
                                     "intervals; chance dotted"))
     return Section("Robust AUROC of the attack ensemble", items)
+
+
+#: the title of the evaluator's headline section (its declared :class:`~advopenood.capabilities.Headline`)
+HEADLINE = "Robust AUROC per detector and OOD set"
+#: an attack's budget parameters as the headline's ``budget`` column names them
+BUDGET_PARAMS = (("steps", "{} steps"), ("n_iter", "{} iterations"), ("n_restarts", "{} restarts"),
+                 ("n_queries", "{} queries"), ("eot", "EOT {} draws"))
+
+
+def budget_text(params: dict) -> str:
+    """An attack's budget from its parameters: ``100 iterations, 1 restarts`` (its steps, iterations, restarts,
+    queries and EOT draws, where it has them)."""
+    return ", ".join(form.format(params[key]) for key, form in BUDGET_PARAMS if params.get(key) is not None)
+
+
+def _with_interval(row: dict, metric: str) -> str:
+    """``52.0 [41.6, 62.7]``: the value to one decimal and its 95 % interval (the value alone without one)."""
+    value, lo, hi = row.get(metric), row.get(f"{metric}_lo"), row.get(f"{metric}_hi")
+    if value is None or pd.isna(value):
+        return "n/a"
+    return f"{value:.1f}" + ("" if lo is None or pd.isna(lo) or pd.isna(hi) else f" [{lo:.1f}, {hi:.1f}]")
+
+
+def headline_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows the headline shows: per detector, OOD set and eps, its ensemble row where it has one (the worst
+    case over every attack), else each single-attack row."""
+    keys = ["detector", "ood_set", "eps"]
+    ensemble = table[table["method"] == "ensemble"]
+    covered = set(map(tuple, ensemble[keys].astype(str).to_numpy()))
+    uncovered = np.array([tuple(k) not in covered for k in table[keys].astype(str).to_numpy()], dtype=bool)
+    single = table[(table["method"] != "ensemble").to_numpy() & uncovered]
+    return pd.concat([ensemble, single]).sort_values(keys, kind="stable") if len(ensemble) else single
+
+
+def robust_headline(table: pd.DataFrame, budgets: dict[tuple[str, ...], str]) -> Section:
+    """The evaluator's headline (:data:`HEADLINE`): per detector and OOD set, the robust AUROC with both sides
+    attacked, the ID side only, the OOD side only and the clean AUROC, each with its 95 % interval,
+    ``masking_suspected`` and the attacks' budget (``budgets``: ``(detector, OOD set, method, attack family)`` ->
+    text)."""
+    rows = headline_rows(table)
+    method = str(rows["ci"].dropna().iloc[0]) if "ci" in rows and rows["ci"].notna().any() else "none"
+    cells = []
+    for r in rows.to_dict("records"):
+        masking = r.get("masking_suspected")
+        attacks = "ensemble" if r["method"] == "ensemble" else \
+            r["method"].upper() + (" with EOT gradients" if r["attack_family"] == "eot" else "")
+        cells.append({"detector": label(r["detector"]), "OOD set": label(r["ood_set"]),
+                      "eps (Linf)": eps_label(r["eps"]),
+                      "attacks": attacks, "robust (both sides)": _with_interval(r, "robust_auroc"),
+                      "ID side attacked": _with_interval(r, "id_attacked_auroc"),
+                      "OOD side attacked": _with_interval(r, "ood_attacked_auroc"),
+                      "clean": _with_interval(r, "clean_auroc"),
+                      "masking suspected": "" if masking is None or pd.isna(masking) else
+                      ("yes" if bool(masking) else "no"),
+                      "budget": budgets.get((str(r["detector"]), str(r["ood_set"]), str(r["method"]),
+                                             str(r["attack_family"])), "")})
+    return Section(HEADLINE, [
+        Paragraph(f"The answer to the robust evaluation: AUROC (%) of each detector on each natural OOD set when ID "
+                  "images are attacked to look OOD and OOD images to look in-distribution inside the same Linf ball "
+                  "(both sides), with one side attacked, and clean; each with its 95 % interval "
+                  f"({method}) in brackets. Where the run has an attack ensemble the row is its worst case per "
+                  "image over every attack (AutoAttack's rule on the detector's score), else one row per attack. "
+                  "masking suspected: Square, which uses no gradient, beats every attack on the score's gradient "
+                  "(Carlini et al. 2019); budget: each attack's iterations, queries and draws."),
+        Table(pd.DataFrame(cells), "Robust AUROC (%) [95 % interval]")])

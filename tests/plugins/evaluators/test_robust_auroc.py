@@ -505,3 +505,90 @@ def test_binarization_detector_variant_runs_the_robust_attacks(name, params, pas
     hit = samples[samples.attack_success.astype("boolean").fillna(False).astype(bool)]
     assert not hit[hit.test == "regular"].detected_adv.astype(bool).any()
     assert hit[hit.test == "inverted"].detected_adv.astype(bool).all()
+
+
+# ------------------------------------------------------------------------------- the report leads (issue 50)
+
+def test_a_robust_runs_report_opens_on_the_robust_table(robust_run):
+    """Issue 50, item 1: with ``--evaluator ood,robust_auroc`` the first section is robust_auroc's headline (per
+    detector and OOD set: both sides, ID side, OOD side, clean, each with its interval, masking, budget), before
+    ood's AUROC table; run.json names the lead; What ran groups the sets by family."""
+    _, out = robust_run
+    info = json.loads((out / "run.json").read_text())
+    assert info["lead"] == {"evaluator": "robust_auroc", "section": "Robust AUROC per detector and OOD set"}
+    report = (out / "report.md").read_text()
+    heads = [line for line in report.splitlines() if line.startswith("## ")]
+    assert heads[:2] == ["## Robust AUROC per detector and OOD set", "## AUROC per detector and set"], heads
+    lead = report.split("## Robust AUROC per detector and OOD set", 1)[1].split("\n## ", 1)[0]
+    header = next(line for line in lead.splitlines() if line.startswith("| detector"))
+    assert header == ("| detector | OOD set | eps (Linf) | attacks | robust (both sides) | ID side attacked "
+                      "| OOD side attacked | clean | masking suspected | budget |")
+    table = pd.read_csv(out / "robust_auroc.csv")
+    rows = [line for line in lead.splitlines() if line.startswith("| MSP | tin |")]
+    r = table[(table["detector"] == "msp") & (table["ood_set"] == "tin")].iloc[0]
+    assert len(rows) == 1 and f"| {r['robust_auroc']:.1f} [{r['robust_auroc_lo']:.1f}, {r['robust_auroc_hi']:.1f}] |" \
+        in rows[0] and f"| {r['clean_auroc']:.1f} [{r['clean_auroc_lo']:.1f}, " in rows[0] and "20 steps" in rows[0]
+    ran = next(line for line in report.splitlines() if line.startswith("What ran"))
+    assert "robust_id_<detector> (2 sets) and robust_ood_<detector> (4 sets) at eps 8/255" in ran, ran
+    assert report.index("Too few images to conclude") < report.index("## Robust AUROC per detector")
+
+
+def test_sets_aimed_at_another_detector_are_a_transfer_table_not_a_rank(robust_run):
+    """Issue 50, item 1: robust_ood_msp-* in MDS's row is a transfer result: out of the headline's ranks and MDS's
+    adversarial mean, in a table of its own; ood.csv names the detector each set is aimed at."""
+    _, out = robust_run
+    ood = pd.read_csv(out / "ood.csv")
+    aimed = dict(zip(ood["ood_set"], ood["aimed_at"].fillna("")))
+    assert aimed["robust_ood_msp-tin"] == "msp" and aimed["pgd"] == "" and aimed["tin"] == ""
+    report = (out / "report.md").read_text()
+    head = report.split("## AUROC per detector and set", 1)[1].split("\n## ", 1)[0]
+    mds = next(line for line in head.splitlines() if line.startswith("| MDS |")).split(" | ")
+    columns = next(line for line in head.splitlines() if line.startswith("| detector |")).split(" | ")
+    assert mds[columns.index("robust_ood_msp-tin")] == "transfer"
+    own = mds[columns.index("robust_ood_mds-tin")]
+    assert "#" not in own  # the aimed detector's own cell: shown, not ranked
+    assert "On robust_ood_msp-tin" not in head and "On robust_ood_mds-tin" not in head
+    transfer = report.split("## Transfer: sets attacked to break another detector", 1)[1].split("\n## ", 1)[0]
+    cell = ood[(ood["detector"] == "mds") & (ood["ood_set"] == "robust_ood_msp-tin")].iloc[0]
+    row = next(line for line in transfer.splitlines() if line.startswith("| MDS |"))
+    assert f"{cell['auroc']:.1f} [{cell['auroc_lo']:.1f}, {cell['auroc_hi']:.1f}]" in row and "own" in row
+    board = pd.read_csv(out / "leaderboard.csv").set_index("detector")
+    mine = ood[(ood["detector"] == "mds") & (ood["group"] == "adversarial") & ood["aimed_at"].fillna("mds").eq("mds")]
+    assert board.loc["mds", "n_adv"] == len(mine) == 3  # pgd and the two sets aimed at MDS; not the MSP ones
+    assert board.loc["mds", "adv_auroc"] == pytest.approx(mine["auroc"].mean(), abs=1e-3)
+
+
+def test_report_lead_picks_the_lead_and_one_naming_no_evaluator_is_refused(robust_run, data_root, tmp_path, capsys):
+    """Issue 50, bad input: ``report.lead`` names the evaluator whose headline opens the report; one that names no
+    evaluator of the run is exit 2 in one line, before any work."""
+    import yaml
+
+    cfg = thaw(_config(data_root, tmp_path / "o").dump())
+    cfg["report"] = {"lead": "levels"}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["run", "--config", str(path), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "report.lead" in err and "'levels' is not an evaluator of this run" in err \
+        and "valid choices: ood, robust_auroc" in err, err
+    assert not (tmp_path / "o").exists()
+    from advopenood.run.report import lead
+
+    chosen = apply_overrides(cfg | {"report": {"lead": "ood"}}, out=str(tmp_path / "o2"))
+    assert lead(chosen) == {"evaluator": "ood", "section": "AUROC per detector and set"}
+    assert lead(_config(data_root, tmp_path / "o3"))["evaluator"] == "robust_auroc"
+
+
+def test_names_are_spelled_one_way_in_sentences_tables_and_latex(robust_run):
+    """Issue 50, item 7: a set keeps its declared name (``tin``, never ``TIN``) and a detector its display name
+    (``MSP``, never ``msp``) in report.md's sentences and tables and in tables.tex alike."""
+    import re as regex
+
+    _, out = robust_run
+    report, latex = (out / "report.md").read_text(), (out / "tables.tex").read_text()
+    for text in (report, latex):
+        assert not regex.search(r"\bTIN\b|\bMNIST\b", text)
+    assert "On tin:" in report and "| tin |" in report
+    rows = [line for line in report.splitlines() if line.startswith("| ")]
+    assert not any(regex.search(r"\| (msp|mds) \|", line) for line in rows)
+    assert regex.search(r"^MSP &", latex, regex.M) and not regex.search(r"^msp &", latex, regex.M)
