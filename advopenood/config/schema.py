@@ -183,6 +183,9 @@ class RunConfig(StrictModel):
     #: attack set names or detector names (or ``all``) whose stored work this run recomputes on purpose
     recompute: Names = ()
     ci: CISection = CISection()
+    #: the standard benchmark (``name@version``) whose settings :func:`advopenood.config.benchmarks.apply_benchmark`
+    #: gave this run (``advopenood run --benchmark``); such a run writes ``entries/<detector>.json``
+    benchmark: str | None = None
 
     @field_validator("protocol")
     @classmethod
