@@ -103,7 +103,7 @@ def entry_of(folder: Path, detector: str, files: dict[str, str], name: str | Non
                   "checkpoint": Path(str(model.get("checkpoint") or "")).name or None,
                   "checkpoint_sha256": info["model"]["weights_sha256"],
                   **_clean_accuracy(_read(folder, "asr.csv"), info),
-                  "training": model.get("note") or ("trained by the run" if model.get("train") else "a checkpoint")},
+                  "training": "trained by the run" if model.get("train") else "a checkpoint"},
         "detector": {"name": detector, "params": (config.get("detector_params") or {}).get(detector, {}),
                      "backend": mine.get("backend") or (info.get("detector_backends") or {}).get(detector)},
         "images": {s.name: s.image_digest for s in bench.sets} if bench is not None else {},
