@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import pack_config
+from conftest import edited_copy, pack_config
 
 from advopenood.cli.main import main
 from advopenood.config.benchmarks import benchmark, benchmarks
@@ -94,7 +94,8 @@ def test_the_page_and_its_exports(smoke_run, tmp_path):
     assert "<script>" in page and "http" not in page.split("<body>")[1]  # self-contained: no CDN
     table = pd.read_csv(tmp_path / "site" / "smoke-0.1.csv")
     assert sorted(table.detector) == ["ebo", "msp"] and "tin robust AUROC" in table
-    assert (tmp_path / "site" / "smoke-0.1.md").is_file() and "\\begin" in (tmp_path / "site" / "smoke-0.1.tex").read_text()
+    assert (tmp_path / "site" / "smoke-0.1.md").is_file()
+    assert "\\begin" in (tmp_path / "site" / "smoke-0.1.tex").read_text()
 
 
 def test_verify_passes_untouched_entries_and_names_an_edited_cell(smoke_run, tmp_path, capsys):
@@ -124,13 +125,17 @@ def test_bad_entries_cost_one_line_each_and_keep_the_others(smoke_run, tmp_path,
     _edit(other / "entries" / "msp.json", lambda e: e["benchmark"].update(version="9.9"))
     clash = _copy(smoke_run, tmp_path, "clash")
     _edit(clash / "entries" / "ebo.json", lambda e: e["images"].update(tin="0" * 64))
+    edited = edited_copy(smoke_run, tmp_path, "robust_auroc.csv", "robust_auroc", delta=5.0)  # fails verify
     args = [str(smoke_run / "entries" / "msp.json"), str(lone), str(other / "entries" / "msp.json"),
-            str(smoke_run / "entries" / "ebo.json"), str(clash / "entries" / "ebo.json")]
+            str(smoke_run / "entries" / "ebo.json"), str(clash / "entries" / "ebo.json"),
+            str(edited / "entries" / "msp.json")]
     assert main(["leaderboard", *args, "--out", str(tmp_path / "site")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3
+    assert len(err) == 4
     assert "missing" in err[0] and "smoke@9.9" in err[1] and "other image digests" in err[2]
-    assert sorted(pd.read_csv(tmp_path / "site" / "smoke-0.1.csv").detector) == ["ebo", "msp"]
+    assert "fails advopenood verify" in err[3] and "robust_auroc.csv" in err[3]
+    table = pd.read_csv(tmp_path / "site" / "smoke-0.1.csv")
+    assert sorted(table.detector) == ["ebo", "msp"] and set(table["tin evaluations"]) == {1}
     assert main(["leaderboard", *args, "--verify"]) == 1
 
 

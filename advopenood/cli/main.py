@@ -38,8 +38,8 @@ COMMANDS = {
     "demo": f"the embedded demo (no download; {DEMO_TIME}): every stage on built-in data",
     "list": "registered plugins of a kind (attacks, detectors, evaluators, analyses), one line each",
     "verify": "re-derive every table of a run folder from its saved scores, masks and run.json; exit 1 on a difference",
-    "leaderboard": "build the robust-OOD leaderboard (HTML, CSV, Markdown, LaTeX) from benchmark entries or run folders; "
-                   "--verify re-derives every cell",
+    "leaderboard": "build the robust-OOD leaderboard (HTML, CSV, Markdown, LaTeX) from benchmark entries or run "
+                   "folders; --verify re-derives every cell",
     "eval-ood": "OpenOOD's scripts/eval_ood.py with adversarial splits (needs OpenOOD)",
 }
 #: Settings each core subcommand forces over the config.
@@ -168,8 +168,8 @@ def build_parser(store_index: bool = True) -> argparse.ArgumentParser:
             p.add_argument("run", help="a run's output folder (the --out of advopenood run)")
         if name == "leaderboard":
             p.add_argument("paths", nargs="+", metavar="ENTRY_OR_RUN",
-                           help="entry.json files (entries/<detector>.json of a benchmark run) or benchmark run folders")
-            p.add_argument("--out", help="the site's folder (default site/): one HTML page and its exports per benchmark")
+                           help="entries (entries/<detector>.json of a benchmark run) or benchmark run folders")
+            p.add_argument("--out", help="the site's folder (default site/): an HTML page and exports per benchmark")
             p.add_argument("--verify", action="store_true",
                            help="re-derive every entry from its run folder (as advopenood verify); exit 1 naming the "
                                 "cell that differs")

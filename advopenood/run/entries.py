@@ -118,6 +118,8 @@ def entry_of(folder: Path, detector: str, files: dict[str, str], name: str | Non
         "curve": [{"ood_set": str(s["ood_set"]), "step": int(s["step"]), "attack": str(s["attack"]),
                    **_bounds(s, "robust_auroc")} for s in (steps.to_dict("records") if len(steps) else [])],
         "seed": info["seed"],
+        "device": config.get("device"),
+        "precision": info.get("precision") or {},
         "versions": {k: info["versions"].get(k) for k in ("advopenood", "torch", "numpy", "python")
                      if k in info["versions"]},
         "wall_s": _num((info.get("timings_s") or {}).get("total")),

@@ -14,14 +14,15 @@ the percentile bootstrap of ``AUROC_a - AUROC_b`` with one draw of ID and OOD in
 per-image worst cases (:func:`advopenood.evaluation.intervals.paired_replicates`, key ``leaderboard|<set>``, the
 benchmark's seed and resamples; the worst cases re-derived from each run folder's score files by the
 ``robust_auroc`` evaluator's ``worst_cases``), else it leads a new group at its position (competition ranking, as
-:func:`advopenood_plugins.kit.paired.tie_ranks`). A row whose per-image worst case is not available is ``not
+the ``ood`` evaluator's ``leaderboard.csv`` ranks detectors). A row whose per-image worst case is not available is ``not
 compared``.
 
 **Bad input** (one line each, exit 2; with ``--verify`` exit 1; every other entry is kept): an entry that cannot be
 read, of an unknown benchmark or version, whose run folder is missing or is not the one it was written from (the
 manifest digest), two entries of one cell with different image digests. ``--verify`` runs
 :func:`advopenood.evaluation.verify.verify_run` on each run folder and re-derives each entry from it
-(:func:`~advopenood.run.entries.entry_of`), naming the first field that differs.
+(:func:`~advopenood.run.entries.entry_of`), naming the first field that differs; building the page runs the first
+of the two (an entry whose run folder fails it is refused, exit 2).
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ from advopenood.config.benchmarks import Benchmark, by_key
 from advopenood.errors import UsageError
 from advopenood.run.entries import ENTRIES, entry_of, manifest_digest
 
-#: the page's columns: (key, heading)
+#: the rank of an entry whose per-image worst case is not available
 NOT_COMPARED = "not compared"
 
 
@@ -112,8 +113,11 @@ def _read(path: Path, folder: Path | None) -> tuple[dict[str, Any], Path, Benchm
 
 def load(paths: list[str]) -> Board:
     """Every entry of ``paths`` by benchmark and cell; each bad one is a line of ``problems`` and left out."""
-    board = Board()
+    board, seen = Board(), set()
     for path, folder in entry_files(paths):
+        if path.resolve() in seen:  # given twice (a run folder and its entry file): one entry
+            continue
+        seen.add(path.resolve())
         try:
             entry, run, bench = _read(path, folder)
         except UsageError as exc:
@@ -149,9 +153,9 @@ def differences(want: Any, have: Any, where: str = "") -> list[str]:
     return [] if want == have else [f"{where}: entry {have!r}, run folder {want!r}"]
 
 
-def verify_entries(board: Board) -> list[str]:
-    """Per entry, ``advopenood verify`` of its run folder (once per folder) and its re-derivation from it; one line
-    per cell that fails, naming the entry, the cell and the first field or finding."""
+def verify_entries(board: Board, fields: bool = True) -> list[tuple[Loaded, str]]:
+    """Per entry, ``advopenood verify`` of its run folder (once per folder) and, with ``fields``, its re-derivation
+    from it; per entry that fails, one line naming the entry, the cell and the first field or finding."""
     from advopenood.evaluation.verify import verify_run
 
     found, checked = [], {}
@@ -164,15 +168,17 @@ def verify_entries(board: Board) -> list[str]:
                 files = [f for f in run.files if f"{ENTRIES}/" not in f]  # an entry is checked field by field below
                 if run.differences or files:
                     first = (run.differences or files)[0]
-                    found.append(f"{str(got.path)!r}: cell {label(got)}: run folder {str(got.folder)!r} fails "
-                                 f"advopenood verify: {first}")
+                    found.append((got, f"{str(got.path)!r}: cell {label(got)}: run folder {str(got.folder)!r} fails "
+                                       f"advopenood verify: {first}"))
+                    continue
+                if not fields:
                     continue
                 want = entry_of(got.folder, got.entry["detector"]["name"], aio.read_manifest(got.folder) or {},
                                 got.entry["run"]["folder"])
                 diff = differences(want, got.entry)
                 if diff:
-                    found.append(f"{str(got.path)!r}: cell {label(got)}: {diff[0]}"
-                                 + (f" (and {len(diff) - 1} more field(s))" if len(diff) > 1 else ""))
+                    found.append((got, f"{str(got.path)!r}: cell {label(got)}: {diff[0]}"
+                                       + (f" (and {len(diff) - 1} more field(s))" if len(diff) > 1 else "")))
     return found
 
 
@@ -184,7 +190,7 @@ def _worst(got: Loaded, ood_set: str, cache: dict[Path, Any]) -> tuple[np.ndarra
 
         try:
             cache[got.folder] = registry.get("evaluators", "robust_auroc").worst_cases(RunFiles.open(got.folder))
-        except Exception:  # noqa: BLE001  a run folder the hook cannot read is only "not compared"
+        except (UsageError, OSError, KeyError, ValueError):  # a run folder the hook cannot read: "not compared"
             cache[got.folder] = {}
     return cache[got.folder].get((got.entry["detector"]["name"], ood_set, f"{got.bench.threat.value:.6g}"))
 
@@ -231,8 +237,8 @@ def table(bench: Benchmark, cells: dict[tuple, list[Loaded]], cache: dict[Path, 
     records: list[dict[str, Any]] = [{} for _ in firsts]
     for rec, got in zip(records, firsts):
         m, clean = got.entry["model"], got.entry.get("clean") or {}
-        rec.update({"model": m["name"], "checkpoint": m.get("checkpoint") or "", "detector": got.entry["detector"]["name"],
-                    "clean accuracy": interval(m, "clean_acc")})
+        rec.update({"model": m["name"], "checkpoint": m.get("checkpoint") or "",
+                    "detector": got.entry["detector"]["name"], "clean accuracy": interval(m, "clean_acc")})
         for group in ("near", "far"):
             if (clean.get(group) or {}).get(f"{group}_auroc") is not None:
                 rec[f"clean AUROC {group}"] = interval(clean[group], f"{group}_auroc")
@@ -267,7 +273,8 @@ function sortBy(th){const t=th.closest('table'),i=[...th.parentNode.children].in
 const up=th.dataset.dir!=='asc';th.parentNode.querySelectorAll('th').forEach(h=>delete h.dataset.dir);
 th.dataset.dir=up?'asc':'desc';const key=r=>{const s=r.children[i].textContent.trim(),n=parseFloat(s);
 return isNaN(n)?s:n;};[...b.rows].sort((x,y)=>{const a=key(x),c=key(y);
-const o=(typeof a===typeof c)?(a<c?-1:a>c?1:0):(typeof a==='number'?-1:1);return up?o:-o;}).forEach(r=>b.appendChild(r));}
+const o=(typeof a===typeof c)?(a<c?-1:a>c?1:0):(typeof a==='number'?-1:1);return up?o:-o;})
+.forEach(r=>b.appendChild(r));}
 function filterRows(box){const q=box.value.toLowerCase();
 document.querySelectorAll('#board tbody tr').forEach(r=>{r.hidden=!r.textContent.toLowerCase().includes(q);});}
 document.querySelectorAll('#board th').forEach(th=>th.addEventListener('click',()=>sortBy(th)));
@@ -321,22 +328,36 @@ def write_site(board: Board, out: Path) -> list[Path]:
     return pages
 
 
+def drop(board: Board, failed: list[tuple[Loaded, str]]) -> None:
+    """``board`` without the entries that failed verification (a cell left empty goes too)."""
+    gone = {id(got) for got, _ in failed}
+    for key, cells in board.rows.items():
+        board.rows[key] = {cell: kept for cell, entries in cells.items()
+                           if (kept := [e for e in entries if id(e) not in gone])}
+
+
 def cmd_leaderboard(paths: list[str], out: str, verify: bool = False) -> int:
-    """The command: each refused entry one line on stderr; ``--verify``: every finding one line, exit 1 on any
-    (bad entries included); else the site, exit 2 when an entry was refused (the others are on the page)."""
+    """The command: each refused entry one line on stderr; every entry's run folder passes ``advopenood verify``
+    (:func:`verify_entries`). ``--verify``: each entry re-derived from it too, every finding one line, exit 1 on any
+    (bad entries included), no page; else the site of the entries that passed, exit 2 when an entry was refused or
+    its run folder failed (the others are on the page)."""
     import sys
 
     board = load(paths)
     for line in board.problems:
         print(f"advopenood: error: {line}", file=sys.stderr)
+    found = verify_entries(board, fields=verify)
     if verify:
-        found = verify_entries(board)
-        for line in found:
+        for _, line in found:
             print(f"advopenood leaderboard: DIFFERENCE: {line}")
         n = sum(len(e) for cells in board.rows.values() for e in cells.values())
         print(f"advopenood leaderboard: {n} entr{'y' if n == 1 else 'ies'} checked, {len(found)} difference(s), "
               f"{len(board.problems)} refused")
         return 1 if found or board.problems else 0
+    for _, line in found:
+        print(f"advopenood: error: {line} (left out of the page)", file=sys.stderr)
+    drop(board, found)
+    board.problems += [line for _, line in found]
     pages = write_site(board, Path(out))
     for p in pages:
         print(f"advopenood: wrote {p}")
