@@ -175,3 +175,20 @@ def test_the_gpu_suite_runs_a_benchmark_and_builds_its_leaderboard(smoke_run, tm
     info = json.loads((tmp_path / "suite.json").read_text())
     assert info["runs"]["benchmark/smoke_cifar10_resnet20"]["verified"] is True
     assert (tmp_path / "benchmark" / "leaderboard" / "smoke-0.1.html").is_file()
+
+
+def test_a_config_cannot_claim_a_benchmark_itself(data_root, tmp_path, capsys):
+    """``benchmark:`` is set by ``--benchmark`` only: a config naming one is refused, and so is a plan that names
+    one without its settings (the Python API)."""
+    from advopenood.errors import UsageError
+    from advopenood.run.pipeline import run
+
+    config = pack_config(tmp_path, data_root, {"benchmark": "smoke@0.1"})
+    assert main(["run", "--config", config, "--out", str(tmp_path / "o")]) == 2
+    assert "is set by advopenood run --benchmark" in capsys.readouterr().err
+    import yaml
+
+    raw = yaml.safe_load(Path(config).read_text())
+    with pytest.raises(UsageError, match="not the benchmark's"):
+        run({**raw, "out": str(tmp_path / "o")}, progress=False)
+    assert not (tmp_path / "o").exists()

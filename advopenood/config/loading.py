@@ -195,6 +195,9 @@ def load_plan(spec: str, benchmark: Any = None, **flags: Any) -> RunPlan:
     ``benchmark`` (:class:`advopenood.config.benchmarks.Benchmark`) everything it fixes is set from it first
     (:func:`~advopenood.config.benchmarks.apply_benchmark`; a note names the config keys it replaced)."""
     raw, folder, label, positions = read_config(spec)
+    if raw.get("benchmark") is not None and (benchmark is None or raw["benchmark"] != benchmark.key):
+        raise UsageError(f"{label}: benchmark {raw['benchmark']!r} is set by advopenood run --benchmark NAME, not by a "
+                         "config; valid choices: remove the key")
     if benchmark is not None:
         from advopenood.config.benchmarks import apply_benchmark
 

@@ -306,6 +306,15 @@ def check_benchmark(plan: RunPlan) -> None:
     if bench is None:
         raise UsageError(f"benchmark {plan.benchmark!r} is not a shipped benchmark's name@version; valid choices: "
                          "advopenood run --benchmark NAME (advopenood list benchmarks)")
+    fixed = {"seed": (plan.seed, bench.seed), "protocol": (plan.protocol, bench.evaluation.protocol),
+             "limit": (plan.limit, bench.of("id")[0].images),
+             "data.fit_limit": (plan.data.fit_limit, bench.of("fit")[0].images),
+             "data.ood": ([s.name for s in plan.data.ood], [s.name for s in bench.ood]),
+             "ci.resamples": (plan.ci.resamples, bench.evaluation.ci_resamples), "attacks": (tuple(plan.attacks), ())}
+    for key, (have, want) in fixed.items():
+        if have != want:
+            raise UsageError(f"benchmark {plan.benchmark!r}: {key} is {have!r}, not the benchmark's {want!r}; valid "
+                             "choices: advopenood run --benchmark NAME, which sets it")
     check_images(bench, plan.data_root or Path("."))
 
 
