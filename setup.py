@@ -35,7 +35,7 @@ setup(
               *(f"advopenood_plugins.{kind}.{m}" for kind in ("evaluators", "analyses")
                 for m in PLUGIN_MODULES[kind])],
     package_dir={"advopenood": "advopenood", "advopenood.configs": "configs", "advopenood_plugins": "plugins"},
-    package_data={"advopenood": ["VERSION"], "advopenood.configs": ["*.yaml", "openood/*.yml"]},
+    package_data={"advopenood": ["VERSION"], "advopenood.configs": ["*.yaml", "openood/*.yml", "benchmarks/*.yaml"]},
     install_requires=[
         "torch>=2.6",  # torch.load's weights_only=True default and allow-list (we load no pickle)
         "torchvision>=0.21",

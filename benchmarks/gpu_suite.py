@@ -13,6 +13,12 @@ What it runs (the configs are built by ``benchmarks/ross_audit.py`` and ``benchm
   audit's PGD;
 * ``OUT/robust_study/``: the robust study (all 16 detectors, ``smoothed_msp``, ``smoothed_knn``, ``ross_msp``, both
   ResNet-20s, Tiny-ImageNet) with the same ensemble;
+* ``OUT/benchmark/`` (``--only benchmark``, issue 52): the standard benchmark ``cifar10-linf-8-full`` (every image
+  of the pack's CIFAR-10 sets, the standard ensemble at AutoAttack's budgets: APGD 100 iterations, Square 5,000
+  queries; ``configs/benchmarks/``) for ``msp`` on the adversarially trained ResNet-20, its entries, and the
+  leaderboard built from them (``OUT/benchmark/leaderboard/``); sized as one model and one detector, since the full
+  benchmark's Square alone is 5,000 forward passes of 41,200 images per detector and side (an estimate, not yet
+  measured on an H100: the 16 detectors and the second model do not fit 12 minutes, and are not run);
 * ``OUT/tables.md``: the audit's and the study's tables, and per run the ensemble's robust AUROC per detector with
   its interval, the lowest single-attack row and ``masking_suspected``;
 * ``OUT/suite.json``: what finished, with each run's wall seconds and ``advopenood verify``'s verdict.
@@ -43,18 +49,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import robust_study  # noqa: E402
 import ross_audit  # noqa: E402
-from _common import DATA  # noqa: E402
+from _common import DATA, REPO  # noqa: E402
 
 SIZES = {
     "gpu": {"limit": 1000, "device": "cuda", "batch": 500, "shard": 1000, "fit": 2000, "steps": 40, "n_iter": 100,
             "eot": 4, "queries": 1000, "models": ross_audit.MODELS, "ood": ["tin", "textures"],
             "ross_detectors": ross_audit.DETECTORS, "pixel_eps": ["2/255", "8/255"], "published_eps": None,
             "randomised": "both", "resamples": 2000,
-            "study_detectors": [*robust_study.DETECTORS, "smoothed_msp", "smoothed_knn", "ross_msp"], "ross": {}},
+            "study_detectors": [*robust_study.DETECTORS, "smoothed_msp", "smoothed_knn", "ross_msp"], "ross": {},
+            "benchmark": "cifar10-linf-8-full", "benchmark_models": ["cifar10_resnet20_at"],
+            "benchmark_detectors": ["msp"]},
     "smoke": {"limit": 8, "device": "cpu", "batch": 8, "shard": 8, "fit": 96, "steps": 2, "n_iter": 2, "eot": 1,
               "queries": 4, "models": ["cifar10_resnet20"], "ood": ["tin"], "ross_detectors": ["ross_msp"],
               "pixel_eps": ["8/255"], "published_eps": ["8/255"], "randomised": "eot", "study_detectors": ["msp"],
-              "ross": {"n": 4, "val_size": 32}, "resamples": 200},
+              "ross": {"n": 4, "val_size": 32}, "resamples": 200, "benchmark": "smoke",
+              "benchmark_models": ["cifar10_resnet20"], "benchmark_detectors": ["msp"]},
 }
 #: every iterative attack family the two scripts' configs name, and its iteration parameter
 ITERATIONS = {"pgd": "steps", "adaptive": "steps", "adaptive_eot": "steps", "hekal_min": "steps",
@@ -130,6 +139,34 @@ def study_runs(out: Path, size: dict, queries: int, verify: bool) -> dict[str, d
     return done
 
 
+def benchmark_runs(out: Path, size: dict, verify: bool) -> dict[str, dict]:
+    """The standard benchmark's run per model (``advopenood run --benchmark``: it fixes images, budgets and the
+    ensemble; the sizes give only the device, detectors and batch), then ``advopenood leaderboard`` of its entries
+    (with ``--verify`` unless ``verify`` is False) into ``OUT/leaderboard``."""
+    from advopenood.cli.main import main as cli
+
+    out.mkdir(parents=True, exist_ok=True)
+    done = {}
+    for model in size["benchmark_models"]:
+        cfg = yaml.safe_load((REPO / "configs" / f"{model}.yaml").read_text())
+        cfg.update(device=size["device"], batch_size=size["batch"], shard_size=size["shard"])
+        cfg["data"]["root"] = str(DATA)
+        path = out / f"{model}.yaml"
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        start = time.perf_counter()
+        folder = out / f"{size['benchmark']}_{model}"
+        rc = cli(["run", "--benchmark", size["benchmark"], "--config", str(path), "--detectors",
+                  ",".join(size["benchmark_detectors"]), "--out", str(folder), "--quiet"])
+        if rc != 0:
+            raise SystemExit(f"gpu_suite: advopenood run --benchmark {size['benchmark']} exited with code {rc}")
+        seconds = time.perf_counter() - start
+        verified = cli(["leaderboard", str(folder), "--verify"]) == 0 if verify else None
+        done[f"benchmark/{size['benchmark']}_{model}"] = {"folder": str(folder), "seconds": round(seconds, 1),
+                                                          "verified": verified}
+    cli(["leaderboard", *(r["folder"] for r in done.values()), "--out", str(out / "leaderboard")])
+    return done
+
+
 def ensemble_table(folder: Path) -> pd.DataFrame:
     """Per detector, OOD set and eps of a run: the ensemble's robust AUROC with its interval, the lowest
     single-attack row's, which attack that is, and ``masking_suspected``."""
@@ -171,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (under a minute)")
     p.add_argument("--square-queries", type=int, default=None, help="Square's queries (default: the sizes')")
-    p.add_argument("--only", choices=["ross", "study"], default=None, help="run one of the two")
+    p.add_argument("--only", choices=["ross", "study", "benchmark"], default=None,
+                   help="run one of the audit and the study, or the standard benchmark alone (not run by default)")
     p.add_argument("--no-verify", action="store_true",
                    help="leave `advopenood verify RUN` to another machine (a single-threaded re-derivation)")
     args = p.parse_args(argv)
@@ -185,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         done.update(ross_runs(args.out / "ross_audit", size, queries, not args.no_verify))
     if args.only in (None, "study"):
         done.update(study_runs(args.out / "robust_study", size, queries, not args.no_verify))
+    if args.only == "benchmark":
+        done.update(benchmark_runs(args.out / "benchmark", size, not args.no_verify))
     (args.out / "tables.md").write_text(tables(args.out, size, done))
     total = round(time.perf_counter() - start, 1)
     (args.out / "suite.json").write_text(json.dumps({"sizes": "smoke" if args.smoke else "gpu", "queries": queries,

@@ -38,6 +38,8 @@ COMMANDS = {
     "demo": f"the embedded demo (no download; {DEMO_TIME}): every stage on built-in data",
     "list": "registered plugins of a kind (attacks, detectors, evaluators, analyses), one line each",
     "verify": "re-derive every table of a run folder from its saved scores, masks and run.json; exit 1 on a difference",
+    "leaderboard": "build the robust-OOD leaderboard (HTML, CSV, Markdown, LaTeX) from benchmark entries or run "
+                   "folders; --verify re-derives every cell",
     "eval-ood": "OpenOOD's scripts/eval_ood.py with adversarial splits (needs OpenOOD)",
 }
 #: Settings each core subcommand forces over the config.
@@ -159,7 +161,7 @@ def build_parser(store_index: bool = True) -> argparse.ArgumentParser:
             continue
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == "list":
-            p.add_argument("kind", help=" | ".join(registry.KINDS))
+            p.add_argument("kind", help=" | ".join([*registry.KINDS, "benchmarks"]))
             p.add_argument("--all", action="store_true", dest="every",
                            help="every name that resolves, one per line (the families' names too)")
             p.add_argument("--filter", dest="pattern", metavar="PATTERN",
@@ -168,6 +170,16 @@ def build_parser(store_index: bool = True) -> argparse.ArgumentParser:
         if name == "verify":
             p.add_argument("run", help="a run's output folder (the --out of advopenood run)")
             p.add_argument("--quiet", action="store_true", help="no progress bar (stderr)")
+        if name == "leaderboard":
+            p.add_argument("paths", nargs="+", metavar="ENTRY_OR_RUN",
+                           help="entries (entries/<detector>.json of a benchmark run) or benchmark run folders")
+            p.add_argument("--out", help="the site's folder (default site/): an HTML page and exports per benchmark")
+            p.add_argument("--verify", action="store_true",
+                           help="re-derive every entry from its run folder (as advopenood verify); exit 1 naming the "
+                                "cell that differs")
+        if name == "run":
+            p.add_argument("--benchmark", help="a standard benchmark (advopenood list benchmarks): it fixes the data, "
+                                               "threat model and evaluation; the config gives the model")
         for add in ANALYSIS_FLAGS if name in analyses else SUBCOMMAND_FLAGS.get(name, []):
             add(p)
     return parser
@@ -185,12 +197,12 @@ def plan_flags(args: argparse.Namespace, **forced: Any) -> dict[str, Any]:
     return flags
 
 
-def _plan(args: argparse.Namespace, **forced: Any) -> RunPlan:
+def _plan(args: argparse.Namespace, benchmark: Any = None, **forced: Any) -> RunPlan:
     """The run plan of a subcommand's config and flags (``forced`` values replace flags), validated once
     (:func:`advopenood.config.loading.load_plan`)."""
     from advopenood.config.loading import load_plan
 
-    return load_plan(args.config or "demo", **plan_flags(args, **forced))
+    return load_plan(args.config or "demo", benchmark=benchmark, **plan_flags(args, **forced))
 
 
 def cmd_list(kind: str, every: bool = False, pattern: str | None = None) -> int:
@@ -200,8 +212,14 @@ def cmd_list(kind: str, every: bool = False, pattern: str | None = None) -> int:
     :mod:`fnmatch`, as timm's ``list_models(filter)``) only the names, of every one, that match it. A name or family
     that a clash makes unusable is listed as ``UNUSABLE`` with the clash's line. A UsageError when a plugin package
     failed to load."""
+    if kind == "benchmarks":
+        from advopenood.config.benchmarks import benchmarks
+
+        for bench in benchmarks().values():
+            print(f"{bench.name}  {bench.summary()}")
+        return 0
     if kind not in registry.KINDS:
-        raise UsageError(f"unknown plugin kind {kind!r}; valid choices: {', '.join(registry.KINDS)}")
+        raise UsageError(f"unknown plugin kind {kind!r}; valid choices: {', '.join([*registry.KINDS, 'benchmarks'])}")
     listing = plugin_index.index()
     if listing.get("failed"):  # a list without the failed package's plugins would look complete
         raise UsageError(f"{listing['failed']} (advopenood list {kind} would lack its plugins)")
@@ -263,6 +281,17 @@ def cmd_verify(run: str, progress: bool = True) -> int:
     print(f"advopenood verify: {run}: {len(found.differences)} difference(s), {len(found.files)} file finding(s)"
           + (f", {len(found.notes)} note(s)" if found.notes else ""))
     return 1 if found.differences or found.files else 0
+
+
+def _benchmark(args: argparse.Namespace) -> Any:
+    """The benchmark of ``run --benchmark`` (None without): a flag that would change what it fixes, an unknown
+    name, or a data file without its images is refused in one line, before any work."""
+    if getattr(args, "benchmark", None) is None:
+        return None
+    from advopenood.config.benchmarks import benchmark, check_flags
+
+    check_flags(args)
+    return benchmark(args.benchmark)
 
 
 class Terminated(KeyboardInterrupt):
@@ -345,6 +374,11 @@ def _main(argv: list[str]) -> int:
             return cmd_list(args.kind, args.every, args.pattern)
         if args.command == "verify":
             return cmd_verify(args.run, not args.quiet)
+        if args.command == "leaderboard":
+            from advopenood.run.leaderboard import cmd_leaderboard
+
+            return cmd_leaderboard(args.paths, args.out or "site", verify=args.verify)
+        bench = _benchmark(args)
         # bad flags, names, config keys and values, folders and files are refused before torch and the plugins load
         precheck(args, plan_flags(args, **FORCED.get(args.command, {})))
         from advopenood.run import pipeline
@@ -353,7 +387,7 @@ def _main(argv: list[str]) -> int:
         analyses = analysis_commands()
         forced = dict(analyses[args.command].command_settings) if args.command in analyses else \
             FORCED.get(args.command, {})
-        run = resolve(_plan(args, **forced), attack_only=args.command == "attack", overwrite=args.overwrite)
+        run = resolve(_plan(args, bench, **forced), attack_only=args.command == "attack", overwrite=args.overwrite)
         warn_clashes(listing)
         ctx = pipeline.run(run, progress=not args.quiet, export_png=args.export_png,
                            latex=getattr(args, "latex", "headline"))

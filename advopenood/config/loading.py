@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import sys
 from collections.abc import Iterator, Mapping
 from importlib import resources
 from pathlib import Path
@@ -188,10 +189,22 @@ def load_config(spec: str) -> tuple[RunPlan, Path | None]:
     return validate(raw, source=label, folder=folder, positions=positions), folder
 
 
-def load_plan(spec: str, **flags: Any) -> RunPlan:
+def load_plan(spec: str, benchmark: Any = None, **flags: Any) -> RunPlan:
     """The run plan of a YAML config (:func:`read_config`) with CLI ``flags`` (:func:`apply_overrides`'
-    keywords) applied to the raw config, validated once: what ``advopenood run`` and the other commands run."""
+    keywords) applied to the raw config, validated once: what ``advopenood run`` and the other commands run. With
+    ``benchmark`` (:class:`advopenood.config.benchmarks.Benchmark`) everything it fixes is set from it first
+    (:func:`~advopenood.config.benchmarks.apply_benchmark`; a note names the config keys it replaced)."""
     raw, folder, label, positions = read_config(spec)
+    if raw.get("benchmark") is not None and (benchmark is None or raw["benchmark"] != benchmark.key):
+        raise UsageError(f"{label}: benchmark {raw['benchmark']!r} is set by advopenood run --benchmark NAME, not by a "
+                         "config; valid choices: remove the key")
+    if benchmark is not None:
+        from advopenood.config.benchmarks import apply_benchmark
+
+        raw, replaced = apply_benchmark(raw, benchmark)
+        if replaced:
+            print(f"advopenood: note: benchmark {benchmark.key} replaced the config's {', '.join(replaced)}",
+                  file=sys.stderr)
     return _overridden(raw, folder, label, positions, **flags)
 
 

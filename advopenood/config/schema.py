@@ -192,6 +192,9 @@ class RunConfig(StrictModel):
     recompute: Names = ()
     ci: CISection = CISection()
     report: ReportSection = ReportSection()
+    #: the standard benchmark (``name@version``) whose settings :func:`advopenood.config.benchmarks.apply_benchmark`
+    #: gave this run (``advopenood run --benchmark``); such a run writes ``entries/<detector>.json``
+    benchmark: str | None = None
 
     @field_validator("protocol")
     @classmethod

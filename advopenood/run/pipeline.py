@@ -24,6 +24,7 @@ from advopenood.errors import STORAGE_ERRNOS, StorageError, storage_error
 from advopenood.evaluation.context import Outcome, RunContext
 from advopenood.run.attack import attack
 from advopenood.run.detect import detect
+from advopenood.run.entries import write_entries
 from advopenood.run.evaluate import evaluate
 from advopenood.run.prepare import Inputs, Setup, distributed, prepare, seed_everything
 from advopenood.run.report import report
@@ -114,6 +115,8 @@ def _stages(setup: Setup, inputs: Inputs, plugins: list[tuple[str, Any]], timing
                                   traces={**ctx.traces, **evaluated.traces},
                                   nothing_computed={**ctx.nothing_computed, **evaluated.nothing_computed})
     reported = report(setup, ctx, timings, t0, detected, evaluated)
+    if setup.plan.benchmark is not None and evaluated is not None:  # committed with the files they are read from
+        write_entries(setup.out, setup.final)
     kept: dict[str, str] = {}
     aio.commit_output(setup.out, setup.final, kept=kept)
     return dataclasses.replace(ctx, out=setup.final, outcome=Outcome(reported.summary, reported.export, kept))

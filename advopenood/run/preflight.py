@@ -295,6 +295,29 @@ def check_data(plan: RunPlan) -> None:
             check_imglist(root, spec, where, labelled, classes)
 
 
+def check_benchmark(plan: RunPlan) -> None:
+    """A benchmark run's sets hold the benchmark's images (:func:`advopenood.config.benchmarks.check_images`: the
+    index list's and the pixels' SHA-256), and its name and version are a shipped benchmark's."""
+    if plan.benchmark is None:
+        return
+    from advopenood.config.benchmarks import by_key, check_images
+
+    bench = by_key(plan.benchmark)
+    if bench is None:
+        raise UsageError(f"benchmark {plan.benchmark!r} is not a shipped benchmark's name@version; valid choices: "
+                         "advopenood run --benchmark NAME (advopenood list benchmarks)")
+    fixed = {"seed": (plan.seed, bench.seed), "protocol": (plan.protocol, bench.evaluation.protocol),
+             "limit": (plan.limit, bench.of("id")[0].images),
+             "data.fit_limit": (plan.data.fit_limit, bench.of("fit")[0].images),
+             "data.ood": ([s.name for s in plan.data.ood], [s.name for s in bench.ood]),
+             "ci.resamples": (plan.ci.resamples, bench.evaluation.ci_resamples), "attacks": (tuple(plan.attacks), ())}
+    for key, (have, want) in fixed.items():
+        if have != want:
+            raise UsageError(f"benchmark {plan.benchmark!r}: {key} is {have!r}, not the benchmark's {want!r}; valid "
+                             "choices: advopenood run --benchmark NAME, which sets it")
+    check_images(bench, plan.data_root or Path("."))
+
+
 def checkpoint_path(plan: RunPlan) -> Path | None:
     """The planned checkpoint, relative to the data root when relative; None when the model is trained."""
     if not plan.model.checkpoint:
@@ -453,6 +476,7 @@ def preflight(plan: RunPlan, *, overwrite: bool = False) -> Path:
                       ("intervals", "interval store")):
         check_folder(plan.cache / sub, what)
     check_data(plan)
+    check_benchmark(plan)
     check_runtime(plan)
     check_model(plan)
     check_recompute(plan)

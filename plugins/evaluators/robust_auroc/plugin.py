@@ -75,6 +75,7 @@ from advopenood_plugins.kit.ensemble import ENSEMBLE
 from advopenood_plugins.evaluators.robust_auroc.paired import robust_paired_table
 from advopenood_plugins.evaluators.robust_auroc.report import HEADLINE, budget_text, robust_headline, robust_section
 from advopenood_plugins.evaluators.robust_auroc.verify import verify_robust
+from advopenood_plugins.evaluators.robust_auroc.verify_ensemble import rederive_ensemble
 
 METHODS = ("pgd", "apgd", "apgd_aux", "square")
 #: ``ensemble: standard``: the fixed ensemble's methods (AutoAttack's rule for a score: APGD on it, APGD on a second
@@ -124,6 +125,10 @@ class RobustAUROC(RequiresAttacks, Verifiable):
     verify = staticmethod(verify_robust)
     #: its headline table, the report's first section in a run that selects it
     headline = Headline(HEADLINE)
+    #: per (detector, OOD set, eps as %.6g) the per-image worst case (ID side, OOD side) re-derived from a run
+    #: folder's score files (:class:`advopenood.evaluation.runfiles.RunFiles`), for ``advopenood leaderboard``'s
+    #: paired ranks
+    worst_cases = staticmethod(lambda run: rederive_ensemble(run)[2])
     #: the shared tables it writes (:func:`advopenood_plugins.kit.robust.robust_table` and the ensemble,
     #: :data:`~advopenood_plugins.kit.ensemble.ENSEMBLE`), computed once per run
     needs = (ROBUST_TABLE, ENSEMBLE)
