@@ -49,5 +49,20 @@ def set_groups(ctx: RunContext) -> dict[str, str]:
     return {name: declared.get(name) or natural_group(data.dataset or ctx.dataset, name) for name in ctx.ood_sets}
 
 
+def saved_set_groups(run: Any) -> dict[str, str]:
+    """:func:`set_groups` from a run folder (:class:`advopenood.evaluation.runfiles.RunFiles`): the natural sets
+    ``run.json`` names, grouped by the saved config's data entries, else OpenOOD v1.5's group for its dataset."""
+    data = run.config.get("data") or {}
+    dataset = data.get("dataset") or ((run.info.get("data") or {}).get("id") or {}).get("name")
+    declared = {}
+    for entry in data.get("ood") or []:
+        try:
+            declared[dataset_name(entry)] = entry.get("group") if isinstance(entry, dict) else None
+        except (ValueError, TypeError, KeyError):  # an entry this version cannot read: its set takes OpenOOD's group
+            continue
+    return {str(name): declared.get(name) or natural_group(dataset, str(name))
+            for name in (run.info.get("data") or {}).get("ood") or {}}
+
+
 #: the product: :func:`set_groups` of the run, computed once for every evaluator that declares it
 SET_GROUPS: Product[dict[str, str]] = Product("set_groups", set_groups, "the group of every natural set")

@@ -64,8 +64,8 @@ from advopenood.evaluation.context import RunContext
 from advopenood.data.datasets import dataset_name
 from advopenood.errors import UsageError
 from advopenood.evaluation.products import Supplied, supplied
-from advopenood.outputs.results import Results, as_written, guarded
-from advopenood.params import MAX_DRAWS, MAX_QUERIES
+from advopenood.outputs.results import Results, as_written
+from advopenood.params import MAX_DRAWS, MAX_QUERIES, swept
 from advopenood.registry import register
 from advopenood_plugins.attacks.robust import EOT_PREFIXES, GRADIENT_METHODS, PREFIXES, SQUARE_QUERIES
 from advopenood_plugins.kit.robust import (COLUMNS, ROBUST_METRICS, ROBUST_TABLE, attack_family,  # noqa: F401
@@ -73,7 +73,7 @@ from advopenood_plugins.kit.robust import (COLUMNS, ROBUST_METRICS, ROBUST_TABLE
 from advopenood_plugins.evaluators.robust_auroc.ensemble import ensemble_report, with_masking
 from advopenood_plugins.kit.ensemble import ENSEMBLE
 from advopenood_plugins.evaluators.robust_auroc.paired import robust_paired_table
-from advopenood_plugins.evaluators.robust_auroc.report import robust_section
+from advopenood_plugins.evaluators.robust_auroc.report import report_sections, robust_sections
 from advopenood_plugins.evaluators.robust_auroc.verify import verify_robust
 
 METHODS = ("pgd", "apgd", "apgd_aux", "square")
@@ -122,6 +122,9 @@ class RobustAUROC(RequiresAttacks, Verifiable):
     look ID (ATD, AROS), next to the clean and one-sided AUROCs."""
 
     verify = staticmethod(verify_robust)
+    report_sections = staticmethod(report_sections)  # verify: the sections from the CSVs
+    #: each budget of ``eps`` is a set of attacks of its own: a list is bounded (docs/evaluators.md)
+    param_types = {"eps": swept(what="budgets")}
     #: the shared tables it writes (:func:`advopenood_plugins.kit.robust.robust_table` and the ensemble,
     #: :data:`~advopenood_plugins.kit.ensemble.ENSEMBLE`), computed once per run
     needs = (ROBUST_TABLE, ENSEMBLE)
@@ -227,8 +230,10 @@ class RobustAUROC(RequiresAttacks, Verifiable):
         rows = ensemble.rows  # concatenating an empty frame would turn every column into objects
         table = with_masking(ctx, pd.concat([table, rows], ignore_index=True).infer_objects() if len(rows) else table)
         paired = robust_paired_table(ctx, table, ensemble.worst)
-        sections = guarded("Robust AUROC (ID and OOD attacked)",
-                           lambda: [robust_section(as_written(table, ctx.protocol), paired)])
-        tables, ensemble_sections, figures = ensemble_report(ctx, ensemble)
+        tables, figures = ensemble_report(ctx, ensemble)
+        steps = tables.get("robust_ensemble.csv")
+        sections = robust_sections(as_written(table, ctx.protocol), as_written(paired, ctx.protocol),
+                                   None if steps is None else as_written(steps, ctx.protocol),
+                                   figures[0] if figures else None)
         return Results(tables={"robust_auroc.csv": table, "robust_paired.csv": paired, **tables},
-                       sections=sections + ensemble_sections, figures=figures, skipped=ensemble.skipped)
+                       sections=sections, figures=figures, skipped=ensemble.skipped)

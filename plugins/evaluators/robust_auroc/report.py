@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -13,7 +14,8 @@ from advopenood import io as aio
 
 from advopenood.outputs.report import eps_label, join
 from advopenood.outputs.report import name as label
-from advopenood.outputs.results import Bullets, Figure, Paragraph, Section, Table
+from advopenood.outputs.plots import PLOT_DIR
+from advopenood.outputs.results import Bullets, Figure, Paragraph, Section, Table, guarded
 from advopenood_plugins.evaluators.robust_auroc.paired import read_robust_paired
 
 
@@ -138,3 +140,27 @@ def ensemble_section(steps: pd.DataFrame, figure: Path | None) -> Section:
         items.append(Figure(figure, "Robust AUROC (%) after each attack added to the ensemble, with 95 % "
                                     "intervals; chance dotted"))
     return Section("Robust AUROC of the attack ensemble", items)
+
+
+def robust_sections(table: pd.DataFrame, paired: pd.DataFrame, steps: pd.DataFrame | None,
+                    figure: Path | None) -> list[Section]:
+    """The evaluator's report sections from its tables as written: ``Robust AUROC`` (``robust_auroc.csv``,
+    ``robust_paired.csv``) and, with ``robust_ensemble.csv`` (``steps``), the ensemble's with its ``figure``. The
+    run builds them from the tables it writes, ``advopenood verify`` from the CSVs (:func:`report_sections`)."""
+    sections = guarded("Robust AUROC (ID and OOD attacked)", lambda: [robust_section(table, paired)])
+    if steps is not None:
+        sections += guarded("Robust AUROC of the attack ensemble", lambda: [ensemble_section(steps, figure)])
+    return sections
+
+
+def report_sections(run: Any) -> list[Section]:
+    """:func:`robust_sections` from a run folder (:class:`advopenood.evaluation.runfiles.RunFiles`, for
+    ``advopenood verify``): ``robust_auroc.csv`` and ``robust_paired.csv``, ``robust_ensemble.csv`` and its plot
+    where the folder has them; none where the table has no row (the run wrote no section)."""
+    table = run.table("robust_auroc.csv")
+    if not len(table):
+        return []
+    steps = run.table("robust_ensemble.csv") if run.has("robust_ensemble.csv") else None
+    plot = f"{PLOT_DIR}/robust_ensemble.png"
+    return robust_sections(table, run.table("robust_paired.csv"), steps,
+                           run.path / plot if run.has(plot) else None)
