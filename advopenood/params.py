@@ -45,8 +45,8 @@ MAX_DRAWS = 10**4
 MAX_POINTS = 10**6
 #: training epochs of a model a plugin trains (the transfer analysis' surrogates)
 MAX_EPOCHS = 10**4
-#: images a plugin makes or draws beyond the run's sets (the transfer analysis' Jacobian augmentation, the example
-#: rows of a figure)
+#: images a plugin makes or draws (the transfer analysis' Jacobian augmentation, an analysis' ``limit`` or
+#: ``max_samples``)
 MAX_IMAGES = 10**7
 #: values of a swept parameter, each a run of its own (an adaptive attack's ``lam``, the transfer analysis'
 #: ``fractions`` and ``attacks``, the binarization test's ``attacks``)

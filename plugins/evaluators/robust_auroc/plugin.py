@@ -123,7 +123,7 @@ class RobustAUROC(RequiresAttacks, Verifiable):
 
     verify = staticmethod(verify_robust)
     report_sections = staticmethod(report_sections)  # verify: the sections from the CSVs
-    #: each budget of ``eps`` is a set of attacks of its own: a list is bounded (docs/evaluators.md)
+    #: each budget of ``eps`` is a set of attacks of its own: a list is bounded (docs/attacks.md, "Budget bounds")
     param_types = {"eps": swept(what="budgets")}
     #: the shared tables it writes (:func:`advopenood_plugins.kit.robust.robust_table` and the ensemble,
     #: :data:`~advopenood_plugins.kit.ensemble.ENSEMBLE`), computed once per run
