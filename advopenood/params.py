@@ -9,8 +9,10 @@ as :class:`Params` in ``plugin.p``: ``attack.p.steps`` is an int, ``attack.p.eps
 keys and ``run.json`` record.
 
 A budget parameter (a query, iteration or draw count) declares its type with its documented upper bound
-(:func:`bounded`; :data:`QueryCount`, :data:`IterationCount`, :data:`DrawCount`), so ``typed`` refuses a value outside
-it in one line at plan time, naming the parameter and the bound (docs/attacks.md, "Budget bounds").
+(:func:`bounded`; :data:`QueryCount`, :data:`IterationCount`, :data:`DrawCount`, :data:`PointCount`,
+:data:`EpochCount`, :data:`ImageCount`; a swept list's length with :func:`swept`), so ``typed`` refuses a value outside
+it in one line at plan time, naming the parameter and the bound (docs/attacks.md, "Budget bounds"). An evaluator or
+analysis declares ``param_types`` for its constructor's parameters the same way (:func:`check_declared_types`).
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from advopenood.errors import UsageError
 
@@ -39,6 +41,16 @@ MAX_QUERIES = 10**6
 MAX_ITERATIONS = 10**5
 #: EOT draws of an attack and noise copies of a randomised detector's confidence
 MAX_DRAWS = 10**4
+#: random points sampled per image (the binarization test's ``n_inner``, ``n_random``)
+MAX_POINTS = 10**6
+#: training epochs of a model a plugin trains (the transfer analysis' surrogates)
+MAX_EPOCHS = 10**4
+#: images a plugin makes or draws (the transfer analysis' Jacobian augmentation, an analysis' ``limit`` or
+#: ``max_samples``)
+MAX_IMAGES = 10**7
+#: values of a swept parameter, each a run of its own (an adaptive attack's ``lam``, the transfer analysis'
+#: ``fractions`` and ``attacks``, the binarization test's ``attacks``)
+MAX_SWEEP = 100
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,9 @@ class Bound:
 
     def choices(self, optional: bool = False) -> str:
         """The valid choices as an error line states them (``optional``: null is one too)."""
+        if self.kind is list:
+            text = f"one value or a list of at most {int(self.high)}" + (", or null" if optional else "")
+            return f"{text} (the documented bound on {self.what})" if self.what else text
         noun = "an integer" if self.kind is int else "a number"
         low, high = (int(v) if float(v).is_integer() else v for v in (self.low, self.high))
         text = f"{noun} in {'(' if self.low_open else '['}{low}, {high}]" + (", or null" if optional else "")
@@ -67,12 +82,30 @@ def bounded(kind: type, low: float, high: float, what: str = "", *, low_open: bo
     return Annotated[kind, interval, Bound(kind, low, high, low_open, what)]
 
 
+def swept(high: int = MAX_SWEEP, what: str = "swept values") -> Any:
+    """The declared type (``param_types``) of a parameter that takes one value or a list of at most ``high``
+    (each a run of its own); a longer list is a one-line UsageError naming its length and the bound. The values
+    themselves are the plugin's to check."""
+    def at_most(value: Any) -> Any:
+        if isinstance(value, (list, tuple)) and len(value) > high:
+            raise ValueError(f"{len(value)} values")
+        return value
+
+    return Annotated[Any, AfterValidator(at_most), Bound(list, 0, high, what=what)]
+
+
 #: the declared type of a query budget (Square's ``n_queries``)
 QueryCount = bounded(int, 1, MAX_QUERIES, "queries")
 #: the declared type of an iteration count (``steps``, ``n_iter``, ``n_restarts``, ``binary_search_steps``)
 IterationCount = bounded(int, 1, MAX_ITERATIONS, "iterations")
 #: the declared type of a number of random draws (an EOT attack's ``eot``)
 DrawCount = bounded(int, 1, MAX_DRAWS, "draws")
+#: the declared type of a number of points sampled per image
+PointCount = bounded(int, 1, MAX_POINTS, "points per image")
+#: the declared type of a number of training epochs
+EpochCount = bounded(int, 1, MAX_EPOCHS, "epochs")
+#: the declared type of a number of images made or drawn
+ImageCount = bounded(int, 1, MAX_IMAGES, "images")
 
 
 def bound_of(tp: Any) -> Bound | None:
@@ -123,10 +156,25 @@ def typed(owner: str, values: Mapping[str, Any], defaults: Mapping[str, Any],
         key = ".".join(map(str, first["loc"]))
         kind = dict(fields).get(first["loc"][0])
         bound = bound_of(kind)
+        value = first.get("input")
+        if bound is not None and bound.kind is list and isinstance(value, (list, tuple)):
+            raise UsageError(f"{key}: a list of {len(value)} values for {owner}; valid choices: "
+                             f"{bound.choices(type(None) in get_args(kind))}") from None
         if bound is not None and first["type"] in ("greater_than", "greater_than_equal", "less_than_equal"):
             raise UsageError(f"{key} {first.get('input')!r} for {owner}; valid choices: "
                              f"{bound.choices(type(None) in get_args(kind))}") from None
         raise UsageError(f"parameter {key} of {owner} is {first.get('input')!r}; {first['msg'].lower()}") from None
+
+
+def check_declared_types(what: str, cls: Any, params: Mapping[str, Any]) -> None:
+    """The values of ``params`` whose type ``cls`` declares in ``param_types`` (an evaluator's or analysis'
+    constructor parameters: budgets with their :func:`bounded` range, swept lists with :func:`swept`), checked
+    by :func:`typed` before the plugin is built: a one-line UsageError naming the parameter, ``what`` (``analysis
+    'bintest'``) and the bound."""
+    declared = declared_types(cls) if isinstance(cls, type) else {}
+    given = {k: v for k, v in params.items() if k in declared}
+    if given:
+        typed(what, given, {}, declared)
 
 
 def check_params(what: str, name: str, params: dict[str, Any], declared: dict[str, Any],

@@ -62,6 +62,7 @@ from advopenood.io import atomic_write, save_figure, write_csv, write_json
 from advopenood.outputs import Bullets, Figure, Item, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.outputs.report import CHANCE, eps_label, fmt, join, name, pct
 from advopenood.params import DrawCount, IterationCount, Params, QueryCount, bounded, typed
+from advopenood.params import EpochCount, ImageCount, PointCount, swept
 from advopenood.registry import (KINDS, check_params, create, entries, family, generated, get, names, provide,
                                  register, registered, resolves)
 
@@ -71,6 +72,8 @@ __all__ = [
     "Postprocessor", "Outputs", "Batches", "Taps", "fc_layer", "forward_outputs", "grad_outputs",
     # typed parameters (a plugin's ``self.p``) and the declared types of bounded budgets
     "Params", "typed", "bounded", "QueryCount", "IterationCount", "DrawCount",
+    # the same for an evaluator's or analysis' counts and a swept list's length
+    "PointCount", "EpochCount", "ImageCount", "swept",
     # capabilities
     "AttackFamily", "CommandAnalysis", "Composite", "Derived", "DetectorAware", "DetectorNeeds", "DetectorTestForms",
     "DifferentiableDetector", "Headline", "IdNegatives", "Invertible", "Randomised", "RequiresAttacks", "Verifiable",

@@ -49,6 +49,7 @@ from advopenood import plugin_registry as _core
 from advopenood.capabilities import is_derived
 from advopenood.errors import UsageError
 from advopenood.params import check_params, check_types  # re-exported: plugins call registry.check_params
+from advopenood.params import check_declared_types
 from advopenood.plugin_registry import (GROUP_PREFIX, KINDS, MAX_COMPOSITION, Entry, Failure, Family, Registry,
                                         _check_kind, _singular, default, using)
 
@@ -232,6 +233,7 @@ def check_declared(kind: str, name: str, params: dict[str, Any]) -> None:
         declared = {p.name: (None if p.default is inspect.Parameter.empty else p.default) for p in fields
                     if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
         check_params(_singular(kind), name.strip(), params, declared)
+        check_declared_types(f"{_singular(kind)} {name.strip()!r}", obj, params)
 
 
 def create(kind: str, name: str, **params: Any) -> Any:

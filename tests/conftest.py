@@ -94,6 +94,24 @@ def small_demo_run(tmp_path_factory: pytest.TempPathFactory, session_cache: Path
     return out, stdout.getvalue()
 
 
+@pytest.fixture(scope="session")
+def demo_analyses_run(tmp_path_factory: pytest.TempPathFactory, session_cache: Path) -> Path:
+    """A real ``advopenood run`` of the demo with FGSM on 20 images, MSP, no evaluator and the gradcam and bintest
+    analyses (bintest shrunk: 49 inner points, 50 random ones, 4 images); read only, as :func:`small_demo_run`."""
+    import yaml
+
+    from advopenood.cli.main import main
+
+    folder = tmp_path_factory.mktemp("demo_analyses")
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "demo.yaml").read_text())
+    cfg["analysis_params"] = {"bintest": {"n_inner": 49, "n_random": 50, "limit": 4}, "gradcam": {"n_examples": 2}}
+    (folder / "demo.yaml").write_text(yaml.safe_dump(cfg))
+    out = folder / "run"
+    assert main(["run", "--config", str(folder / "demo.yaml"), "--limit", "20", "--attack", "fgsm", "--detectors",
+                 "msp", "--evaluator", "", "--analysis", "gradcam,bintest", "--out", str(out), "--quiet"]) == 0
+    return out
+
+
 def make_plan(**settings):
     """A run plan for tests that build a :class:`~advopenood.evaluation.context.RunContext` by hand: a CIFAR-size
     model section and a demo ID set unless ``settings`` say otherwise, no attacks, detectors or plugins."""
@@ -180,3 +198,57 @@ def edited_copy(out: Path, tmp_path: Path, table: str, column: str, delta: float
     frame.loc[row, column] += delta
     frame.to_csv(copy / table, index=False, float_format="%.6g")
     return copy
+
+
+#: the sentence :func:`section_sentence_added` types into a section: a ranking no table states
+ADDED_SENTENCE = "MSP is the most robust detector."
+
+
+def section_sentence_added(out: Path, tmp_path: Path, title: str, source: str = "") -> Path:
+    """A copy of the run folder ``out`` whose report section ``title`` holds :data:`ADDED_SENTENCE` (a bullet
+    after the section's first list, else a paragraph; a new section of plugin ``source`` where the run wrote none
+    of that title), in ``report_sections.json`` and in ``report.md`` and ``report.html`` written again from it, and
+    ``manifest.json`` written again with the files' digests: as a hand that edited the report would; only
+    re-rendering the section from its tables can find the sentence."""
+    import json
+    import shutil
+
+    from advopenood.io import sha256_file
+    from advopenood.outputs.report import write_report
+
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    saved = json.loads((copy / "report_sections.json").read_text())
+    section = next((s for s in saved["sections"] if s["title"] == title), None)
+    if section is None:
+        section = {"title": title, "source": source, "items": []}
+        saved["sections"].append(section)
+    bullets = next((i for i in section["items"] if i.get("kind") == "bullets"), None)
+    if bullets is not None:
+        bullets["items"].append(ADDED_SENTENCE)
+    else:
+        section["items"].append({"kind": "paragraph", "text": ADDED_SENTENCE})
+    (copy / "report_sections.json").write_text(json.dumps(saved))
+    write_report(copy)
+    assert ADDED_SENTENCE in (copy / "report.md").read_text()
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["files"] = {rel: sha256_file(copy / rel) for rel in manifest["files"] if (copy / rel).is_file()}
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy
+
+
+def assert_section_rerendered(out: Path, tmp_path: Path, title: str, source: str = "") -> None:
+    """``advopenood verify`` re-renders the report section ``title`` from the run's tables: the untouched folder
+    verifies clean with no plugin's sections taken as saved, and :func:`section_sentence_added`'s copy is one
+    difference per added sentence (the section's title too for a new section of ``source``), naming it and the
+    section."""
+    from advopenood.evaluation.verify import verify_run
+
+    found = verify_run(out)
+    assert found.differences == [], found  # (a module's other tests may re-draw a shared folder's plots: files aside)
+    assert not [n for n in found.notes if "declares no report_sections" in n], found.notes
+    edited = verify_run(section_sentence_added(out, tmp_path, title, source))
+    assert edited.files == [], edited.files
+    added = [title, ADDED_SENTENCE] if source else [ADDED_SENTENCE]
+    assert edited.differences == [f"report_sections.json: section {title!r}: {text!r} is not a sentence the run's "
+                                  "files render (the section, or a table it reads, was edited)" for text in added]

@@ -1,6 +1,7 @@
 """Bounded budgets (issue 49, item 3): every budget parameter has a documented upper bound, checked at plan time
 (one line, exit 2, before any work): Square's queries and ``p_init``, iteration counts, EOT draws, a randomised
-detector's noise copies; and ``attack_params.robust_square_*.n_queries`` is used or refused, never ignored."""
+detector's noise copies, the analyses' counts and the length of a swept list; and
+``attack_params.robust_square_*.n_queries`` is used or refused, never ignored."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,7 +14,8 @@ from advopenood.cli.main import main
 from advopenood.config.loading import apply_overrides, load_config
 from advopenood.config.schema import thaw
 from advopenood.errors import UsageError
-from advopenood.params import MAX_DRAWS, MAX_ITERATIONS, MAX_QUERIES, bound_of, declared_types
+from advopenood.params import (MAX_DRAWS, MAX_EPOCHS, MAX_IMAGES, MAX_ITERATIONS, MAX_POINTS, MAX_QUERIES, MAX_SWEEP,
+                               bound_of, declared_types)
 
 REPO = Path(__file__).resolve().parents[1]
 #: the budget parameters of the built-in attacks (the test's list: the core knows none of them)
@@ -41,6 +43,8 @@ def _robust(params: str) -> str:
 
 
 ROBUST = ("--evaluator", "robust_auroc")
+BINTEST = ("--attack", "fgsm", "--analysis", "bintest")
+TRANSFER = ("--attack", "fgsm", "--analysis", "transfer")
 
 
 #: name -> (config lines appended, flags, fragment of the one error line)
@@ -100,6 +104,39 @@ CASES: dict[str, tuple[str, tuple[str, ...], str]] = {
                                           "evaluator_params.robust_auroc.square_queries 40 and attack_params."
                                           "robust_square_id_msp.n_queries 30 both set the queries of "
                                           "robust_square_id_msp; valid choices: set one of them"),
+    # the counts of the analyses and the evaluators' swept lists (issue 49, item 3: they had no bound)
+    "bintest n_inner": ("analysis_params: {bintest: {n_inner: 10000000}}\n", BINTEST,
+                        f"n_inner 10000000 for analysis 'bintest'; valid choices: an integer in [1, {MAX_POINTS}] "
+                        "(the documented bound on points per image)"),
+    "bintest n_random": ("analysis_params: {bintest: {n_random: 10000000}}\n", BINTEST,
+                         "n_random 10000000 for analysis 'bintest'; valid choices: an integer in [1, "),
+    "bintest attacks": (f"analysis_params: {{bintest: {{attacks: [{', '.join(['fgsm'] * (MAX_SWEEP + 1))}]}}}}\n",
+                        BINTEST, f"attacks: a list of {MAX_SWEEP + 1} values for analysis 'bintest'; valid choices: "
+                                 f"one value or a list of at most {MAX_SWEEP} (the documented bound on attacks)"),
+    "gradcam n_examples": ("analysis_params: {gradcam: {n_examples: 1000000}}\n", ("--analysis", "gradcam"),
+                           "n_examples 1000000 for analysis 'gradcam'; valid choices: an integer in [0, 100]"),
+    "gradcam max_samples": ("analysis_params: {gradcam: {max_samples: 1000000000000}}\n", ("--analysis", "gradcam"),
+                            f"max_samples 1000000000000 for analysis 'gradcam'; valid choices: an integer in [1, "
+                            f"{MAX_IMAGES}], or null"),
+    "transfer epochs": ("analysis_params: {transfer: {epochs: 1000000}}\n", TRANSFER,
+                        f"epochs 1000000 for analysis 'transfer'; valid choices: an integer in [1, {MAX_EPOCHS}], or "
+                        "null (the documented bound on epochs)"),
+    "transfer pure_epochs": ("analysis_params: {transfer: {pure_epochs: 1000000}}\n", TRANSFER,
+                             "pure_epochs 1000000 for analysis 'transfer'"),
+    "transfer jacobian_rounds": ("analysis_params: {transfer: {jacobian_rounds: 100000}}\n", TRANSFER,
+                                 "jacobian_rounds 100000 for analysis 'transfer'; valid choices: an integer in [0, "
+                                 "1000], or null"),
+    "transfer steps": ("analysis_params: {transfer: {steps: 1000000}}\n", TRANSFER,
+                       "steps 1000000 for analysis 'transfer'; valid choices: an integer in [1, "),
+    "transfer max_augment": ("analysis_params: {transfer: {max_augment: 1000000000000}}\n", TRANSFER,
+                             "max_augment 1000000000000 for analysis 'transfer'"),
+    "transfer fractions": (f"analysis_params: {{transfer: {{fractions: [{', '.join(['50'] * 101)}]}}}}\n", TRANSFER,
+                           "fractions: a list of 101 values for analysis 'transfer'"),
+    "adaptive lam": (f"attack_params: {{adaptive_msp: {{lam: [{', '.join(['1.0'] * 500)}]}}}}\n",
+                     ("--attack", "adaptive_msp"), "lam: a list of 500 values for attack 'adaptive_msp'; valid "
+                                                   f"choices: one value or a list of at most {MAX_SWEEP}"),
+    "robust_auroc eps": (_robust(f"eps: [{', '.join(['0.01'] * 200)}]"), ROBUST,
+                         "eps: a list of 200 values for evaluator 'robust_auroc'"),
 }
 
 
@@ -179,3 +216,29 @@ def test_every_budget_parameter_of_a_built_in_attack_declares_a_bound_the_docs_s
         assert f"`{key}`" in docs, key
     for bound in ("1,000,000", "100,000", "10,000", "(0, 1]"):
         assert bound in docs, bound
+
+
+#: the count parameters of the built-in evaluators and analyses (the test's list): each declares a bound
+PLUGIN_COUNTS = {("analyses", "bintest"): ("n_inner", "n_random", "limit", "attacks"),
+                 ("analyses", "gradcam"): ("max_samples", "n_examples"),
+                 ("analyses", "transfer"): ("fractions", "attacks", "steps", "epochs", "pure_epochs", "jacobian_rounds",
+                                            "max_augment", "limit"),
+                 ("evaluators", "robust_auroc"): ("eps",)}
+
+
+@pytest.mark.parametrize("kind, name", list(PLUGIN_COUNTS))
+def test_every_count_of_an_analysis_declares_a_bound_the_docs_state(kind, name):
+    """Each count parameter of a built-in analysis or evaluator declares its bound (``param_types``), and the docs
+    state it (docs/analyses.md, "Parameter bounds"; robust_auroc's ``eps`` in docs/attacks.md, "Budget bounds")."""
+    declared = declared_types(registry.get(kind, name))
+    page, heading = ("analyses.md", "## Parameter bounds") if kind == "analyses" else ("attacks.md", "### Budget bounds")
+    docs = (REPO / "docs" / page).read_text(encoding="utf-8").split(heading)[1].split("\n## ")[0]
+    for key in PLUGIN_COUNTS[kind, name]:
+        assert bound_of(declared.get(key)) is not None, (name, key)
+        assert f"`{key}`" in docs, (name, key)
+
+
+def test_counts_at_their_bound_are_taken():
+    registry.check_declared("analyses", "bintest", {"n_inner": MAX_POINTS, "attacks": ["fgsm"] * MAX_SWEEP})
+    registry.check_declared("analyses", "transfer", {"epochs": MAX_EPOCHS, "jacobian_rounds": 0, "fractions": 50})
+    assert build_attack("adaptive_msp", {"lam": [1.0] * MAX_SWEEP}, input_size=32).p.lam == [1.0] * MAX_SWEEP

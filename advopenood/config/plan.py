@@ -204,18 +204,19 @@ def attack_entries(plan: Any) -> list[tuple[dict[str, Any], str | None]]:
     """The plan's ``attacks`` as ``(entry, family)``, families replaced by their members, then the attacks the
     plan's evaluators and analyses require (:class:`~advopenood.capabilities.RequiresAttacks`) whose set name the
     plan does not already hold. ``plan``: the run plan, or any object with its ``attacks`` and ``detectors``
-    attributes (``members(plan)``). A requiring plugin's parameters are checked against its constructor's
-    (:func:`advopenood.registry.check_declared`: a list where a name is declared is one line) before
-    ``required_attacks`` reads them."""
+    attributes (``members(plan)``). Every evaluator's and analysis' parameters are checked against its
+    constructor's and its declared bounds (:func:`advopenood.registry.check_declared`: a list where a name is
+    declared, or a count beyond its bound, is one line), a requiring plugin's before ``required_attacks`` reads
+    them."""
     out = _configured_entries(plan)
     labels = {e.get("label") or e["name"] for e, _ in out}
     for kind, section in (("evaluators", "evaluator_params"), ("analyses", "analysis_params")):
         for name in getattr(plan, kind, ()):
             obj = registry.get(kind, name)
+            params = thaw((getattr(plan, section, None) or {}).get(name) or {})
+            registry.check_declared(kind, name, params)  # every plugin's: its declared bounds hold at plan time
             if not requires_attacks(obj):
                 continue
-            params = thaw((getattr(plan, section, None) or {}).get(name) or {})
-            registry.check_declared(kind, name, params)
             for entry, family in obj.required_attacks(plan, params):
                 entry = {**entry, "name": str(entry["name"]).lower()}
                 label = entry.get("label") or entry["name"]

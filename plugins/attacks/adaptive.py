@@ -60,7 +60,7 @@ from advopenood.detection.scoring import fit_detectors
 from advopenood.detection.bank import fit_subset
 from advopenood.errors import UsageError
 from advopenood.evaluation.metrics import id_threshold
-from advopenood.params import DrawCount, IterationCount
+from advopenood.params import DrawCount, IterationCount, swept
 from advopenood.provenance import code_identity
 from advopenood_plugins.kit.attacks import Best, rel_stepsize
 
@@ -168,7 +168,7 @@ class AdaptiveAttack(Attack, DetectorAware, Invertible):
     detector: ClassVar[str] = ""
     #: ``"id"``: ID->ID evasion; ``"ood"``: OOD->ID
     source: ClassVar[str] = "id"
-    param_types: ClassVar[dict[str, Any]] = {"steps": IterationCount}
+    param_types: ClassVar[dict[str, Any]] = {"steps": IterationCount, "lam": swept(what="lambda values")}
 
     def __init__(self, **params: Any):
         super().__init__(**params)

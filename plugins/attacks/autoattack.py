@@ -50,7 +50,7 @@ from advopenood import registry
 from advopenood.attacks.base import Attack, default_eps
 from advopenood.capabilities import is_differentiable
 from advopenood.errors import UsageError
-from advopenood.params import IterationCount, QueryCount, bounded
+from advopenood.params import IterationCount, QueryCount, bounded, swept
 from advopenood_plugins.attacks.adaptive import DIFFERENTIABLE, AdaptiveAttack, AdaptiveFamily, margin_loss
 from advopenood_plugins.kit.attacks import Best, run_foolbox
 
@@ -278,7 +278,8 @@ class AdaptiveAPGD(AdaptiveAttack):
     """
 
     source: ClassVar[str] = "id"
-    param_types: ClassVar[dict[str, Any]] = {"n_iter": IterationCount, "n_restarts": IterationCount}
+    param_types: ClassVar[dict[str, Any]] = {"n_iter": IterationCount, "n_restarts": IterationCount,
+                                             "lam": swept(what="lambda values")}
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:

@@ -13,6 +13,8 @@ import pandas as pd
 
 from advopenood import registry
 from advopenood.capabilities import is_detector_aware
+from advopenood.data.benchmarks import natural_group
+from advopenood.data.datasets import dataset_name
 from advopenood.evaluation.context import RunContext
 from advopenood.evaluation.intervals import IntervalPolicy
 from advopenood.evaluation.metrics import ood_metrics
@@ -62,3 +64,18 @@ def transfer_rows(ood: pd.DataFrame) -> pd.Series:
         return pd.Series(False, index=ood.index)
     target = ood["aimed_at"].map(lambda v: "" if pd.isna(v) else str(v))
     return (target != "") & (target != ood["detector"].astype(str))
+
+
+def saved_set_groups(run: Any) -> dict[str, str]:
+    """:func:`set_groups` from a run folder (:class:`advopenood.evaluation.runfiles.RunFiles`): the natural sets
+    ``run.json`` names, grouped by the saved config's data entries, else OpenOOD v1.5's group for its dataset."""
+    data = run.config.get("data") or {}
+    dataset = data.get("dataset") or ((run.info.get("data") or {}).get("id") or {}).get("name")
+    declared = {}
+    for entry in data.get("ood") or []:
+        try:
+            declared[dataset_name(entry)] = entry.get("group") if isinstance(entry, dict) else None
+        except (ValueError, TypeError, KeyError):  # an entry this version cannot read: its set takes OpenOOD's group
+            continue
+    return {str(name): declared.get(name) or natural_group(dataset, str(name))
+            for name in (run.info.get("data") or {}).get("ood") or {}}

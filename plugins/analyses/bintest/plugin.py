@@ -16,11 +16,12 @@ from advopenood.capabilities import CommandAnalysis, DetectorAware, DetectorTest
 from advopenood.evaluation.context import RunContext
 from advopenood.data.datasets import stack
 from advopenood.errors import UsageError
-from advopenood.outputs.results import Results, as_written, guarded
+from advopenood.outputs.results import Results, as_written
+from advopenood.params import ImageCount, PointCount, swept
 from advopenood.registry import get, names as get_names, register
 from advopenood_plugins.analyses.bintest.binarization import (SAMPLE_COLUMNS, SUMMARY_COLUMNS, resolve_eps, run_bintest,
                                                               summary_row, threshold_at_fpr)
-from advopenood_plugins.analyses.bintest.report import bintest_section
+from advopenood_plugins.analyses.bintest.report import bintest_sections
 
 
 @register("analyses", "bintest")
@@ -38,6 +39,10 @@ class BinarizationTest(CommandAnalysis):
     command = "bintest"
     command_help = "binarization test of attacks (Zimmermann et al.): is the attack strong enough?"
     command_settings = {"analysis": "bintest", "evaluator": "", "detectors": ""}
+    report_sections = staticmethod(lambda run: bintest_sections(run.table("bintest.csv")))  # verify: from the CSV
+    #: the bounds of its counts, checked before it is built (docs/analyses.md, "Parameter bounds")
+    param_types = {"n_inner": PointCount, "n_random": PointCount, "limit": ImageCount | None,
+                   "attacks": swept(what="attacks")}
 
     def __init__(self, n_inner: int = 999, gap: float = 0.05, kappa: float = 0.999, n_random: int = 400,
                  eps: float | None = None, limit: int | None = None, attacks: list[str] | str | None = None,
@@ -145,5 +150,4 @@ class BinarizationTest(CommandAnalysis):
         extra = list(dict.fromkeys(k for row in summaries for k in row if k not in SUMMARY_COLUMNS))
         summary = pd.DataFrame(summaries, columns=[*SUMMARY_COLUMNS, *extra])
         return Results(tables={"bintest.csv": summary, "bintest_samples.csv": pd.concat(tables, ignore_index=True)},
-                       sections=guarded("Binarization test", lambda: [bintest_section(as_written(summary, ctx.protocol))])
-                       if len(summary) else [])
+                       sections=bintest_sections(as_written(summary, ctx.protocol)))

@@ -5,7 +5,7 @@ from typing import Any
 
 import pandas as pd
 
-from advopenood.outputs.results import Bullets, Paragraph, Section, Table
+from advopenood.outputs.results import Bullets, Paragraph, Section, Table, guarded
 from advopenood.outputs.report import eps_label, join
 from advopenood.outputs.report import name as label
 
@@ -55,3 +55,9 @@ def bintest_section(bintest: pd.DataFrame) -> Section:
                   "adversarial example provably exists, and the test is conclusive when random points succeed at "
                   "most 75 % of the time."),
         Table(table[keep]), Bullets(read_bintest(bintest))])
+
+
+def bintest_sections(bintest: pd.DataFrame) -> list[Section]:
+    """The report's ``Binarization test`` from ``bintest.csv`` as written (none without a row); the run builds it
+    from the table it writes, ``advopenood verify`` from the CSV (``report_sections``)."""
+    return guarded("Binarization test", lambda: [bintest_section(bintest)]) if len(bintest) else []

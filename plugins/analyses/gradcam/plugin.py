@@ -39,18 +39,21 @@ from advopenood.data.datasets import seeded_prefix, stack
 from advopenood.errors import UsageError
 from advopenood.io import save_figure
 from advopenood.models.classifier import Classifier
-from advopenood.outputs.results import Results, as_written, guarded
+from advopenood.outputs.results import Results, as_written
+from advopenood.params import ImageCount, bounded
 from advopenood.outputs.plots import pick_examples, safe_name
 from advopenood.registry import register
 from advopenood_plugins.analyses.gradcam.regimes import (DEFAULT_THRESHOLDS, TARGET_RULES, classify_regime,
                                                          threshold_origin)
 from advopenood_plugins.analyses.gradcam.summary import summarize
 from advopenood_plugins.analyses.gradcam.verify import verify as verify_gradcam
-from advopenood_plugins.analyses.gradcam.report import gradcam_section, plot_examples, plot_shift
+from advopenood_plugins.analyses.gradcam.report import gradcam_sections, plot_examples, plot_shift, report_sections
 
 CSV_COLUMNS = ["index", "attack", "eps", "y", "clean_pred", "adv_pred", "success", "target_rule", "clean_target",
                "adv_target", "l2", "ssim", "regime", "l2_threshold", "ssim_threshold", "threshold_origin", "protocol"]
 SSIM_MIN_SIDE = 7
+#: the most rows the example figure takes (``n_examples``): each row is four images of the page
+MAX_EXAMPLES = 100
 
 
 def upsample(maps: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -163,6 +166,9 @@ class GradCamAnalysis(Verifiable):
     """
 
     verify = staticmethod(verify_gradcam)
+    report_sections = staticmethod(report_sections)  # verify: the section from the CSV and the plots
+    #: the bounds of its counts, checked before it is built (docs/analyses.md, "Parameter bounds")
+    param_types = {"max_samples": ImageCount | None, "n_examples": bounded(int, 0, MAX_EXAMPLES, "example rows")}
 
     def __init__(self, target: str = "prediction", l2_threshold: float = DEFAULT_THRESHOLDS[0],
                  ssim_threshold: float = DEFAULT_THRESHOLDS[1], max_samples: int | None = None, n_examples: int = 6,
@@ -224,8 +230,7 @@ class GradCamAnalysis(Verifiable):
             save_figure(plot_shift(frame, name, self.l2_threshold, self.ssim_threshold, self.target), path, colors=64)
             figures += [path] + ([examples[name]] if examples[name] is not None else [])
         summary = summarize(df) if len(df) else pd.DataFrame()
-        sections = (guarded("Grad-CAM attention shift", lambda: [gradcam_section(as_written(summary, ctx.protocol), figures)])
-                    if len(summary) else [])
+        sections = gradcam_sections(as_written(summary, ctx.protocol), figures)
         return Results(tables={"gradcam.csv": df.drop(columns=["row"], errors="ignore"), "gradcam_summary.csv": summary},
                        figures=figures, sections=sections)
 

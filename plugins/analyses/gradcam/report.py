@@ -3,14 +3,15 @@ reading per attack from ``gradcam_summary.csv``."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from advopenood.outputs.report import eps_label, fmt, pct
 from advopenood.outputs.report import name as label
-from advopenood.outputs.results import Bullets, Figure as FigureItem, Paragraph, Section, Table
+from advopenood.outputs.plots import PLOT_DIR, safe_name
+from advopenood.outputs.results import Bullets, Figure as FigureItem, Paragraph, Section, Table, guarded
 from advopenood_plugins.analyses.gradcam.regimes import REGIME_MEANING, TARGET_MEANING, subset_masks
 
 if TYPE_CHECKING:  # matplotlib loads on the first figure
@@ -191,3 +192,20 @@ def gradcam_caption(path: Path) -> str:
     return (f"Grad-CAM shift under {path.stem.removeprefix('gradcam_')}: L2 against SSIM of each image's clean and "
             "adversarial maps, coloured by density; the shaded quadrants are the regimes, with their shares in the "
             "legend")
+
+
+def gradcam_sections(summary: pd.DataFrame, figures: list[Path]) -> list[Section]:
+    """The report's ``Grad-CAM attention shift`` from ``gradcam_summary.csv`` as written and its ``figures`` (none
+    without a row); the run builds it from the table it writes, ``advopenood verify`` from the CSV
+    (:func:`report_sections`)."""
+    return guarded("Grad-CAM attention shift", lambda: [gradcam_section(summary, figures)]) if len(summary) else []
+
+
+def report_sections(run: Any) -> list[Section]:
+    """:func:`gradcam_sections` from a run folder (:class:`advopenood.evaluation.runfiles.RunFiles`):
+    ``gradcam_summary.csv`` and, per attack in its order, ``plots/gradcam_<attack>.png`` then
+    ``plots/gradcam_examples_<attack>.png`` where the folder holds them (the run's order)."""
+    summary = run.table("gradcam_summary.csv")
+    attacks = dict.fromkeys(summary["attack"].astype(str)) if "attack" in summary else {}
+    plots = [f"{PLOT_DIR}/gradcam_{kind}{safe_name(a)}.png" for a in attacks for kind in ("", "examples_")]
+    return gradcam_sections(summary, [run.path / p for p in plots if run.has(p)])

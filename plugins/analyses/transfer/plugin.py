@@ -80,7 +80,8 @@ from advopenood.data.datasets import Subset, stack
 from advopenood.errors import UsageError
 from advopenood.evaluation.metrics import id_threshold
 from advopenood.models.classifier import ARCHS, Classifier, build_model, weights_hash
-from advopenood.outputs.results import Results, as_written, guarded
+from advopenood.outputs.results import Results, as_written
+from advopenood.params import EpochCount, ImageCount, IterationCount, bounded, swept
 from advopenood.registry import register
 from advopenood.attacks.store import AdvStore
 from advopenood.provenance import canonical_key, library_versions, seeded
@@ -88,7 +89,7 @@ from advopenood.models.training import RECIPE
 from advopenood_plugins.analyses.transfer.adversary import (CW_CNN_MEAN, CW_CNN_STD, CWCNN, Oracle, first_rows,
                                                    fraction_rows, jacobian_lambdas, surrogate_seed, train_mixed,
                                                    train_pure)
-from advopenood_plugins.analyses.transfer.report import transfer_section
+from advopenood_plugins.analyses.transfer.report import transfer_sections
 from advopenood_plugins.analyses.transfer.tables import (Adversary, Outcome, clean_correct, plan, save_samples,
                                                          table_rows)
 from advopenood_plugins.analyses.transfer.verify import verify as verify_transfer
@@ -97,6 +98,8 @@ CSV_COLUMNS = ["protocol", "surrogate", "data_fraction", "query_detector", "quer
                "auroc", "fpr95", "defense_acc", "undefended_acc", "vanilla_acc", "improvement", "surrogate_acc", "n",
                "eps", "seed", "deviations"]
 SAMPLES_FILE = "transfer_samples.npz"
+#: the most Jacobian augmentation rounds (``jacobian_rounds``; each trains the surrogate again; Papernot et al. 2017 use 6)
+MAX_ROUNDS = 1000
 AUTHORS_TRAIN_SIZE = 50_000  # the CIFAR-10 training set (Table 3; xTrain of DataManager.LoadCleanDataCIFAR10)
 #: Attacks the analysis builds from a registered one with fixed parameters: BIM is PGD without a random start
 #: (the authors call ``PGDNotTargeted`` with ``rStart = 0``, AttackWrappersBlackBox.py L92).
@@ -172,6 +175,12 @@ class TransferAnalysis(Verifiable):
     """
 
     verify = staticmethod(verify_transfer)
+    report_sections = staticmethod(lambda run: transfer_sections(run.table("transfer.csv")))  # verify: the CSV
+    #: the bounds of its counts, checked before it is built (docs/analyses.md, "Parameter bounds")
+    param_types = {"fractions": swept(what="surrogate data fractions"), "attacks": swept(what="attacks"),
+                   "steps": IterationCount | None, "epochs": EpochCount | None, "pure_epochs": EpochCount | None,
+                   "jacobian_rounds": bounded(int, 0, MAX_ROUNDS, "Jacobian rounds") | None,
+                   "max_augment": ImageCount | None, "limit": ImageCount | None}
 
     def __init__(self, fractions: Sequence[float] | float | None = None, attacks: Sequence[str] | str | None = None,
                  eps: float | str | None = None, steps: int | None = None, arch: str | None = None,
@@ -300,8 +309,7 @@ class TransferAnalysis(Verifiable):
                           "eps": {k: o.eps for k, o in res.items()}}
                          for a, q, res in zip(adversaries, queries, outcomes)]}
         save_samples(ctx.out / SAMPLES_FILE, meta, adversaries, outcomes, ctx.clean.y, ctx.clean.pred, conf_id)
-        sections = guarded("Black-box transfer", lambda: [transfer_section(as_written(table))]) if len(table) else []
-        return Results(tables={"transfer.csv": table}, sections=sections)
+        return Results(tables={"transfer.csv": table}, sections=transfer_sections(as_written(table)))
 
     @staticmethod
     def _row_deviations(ctx: RunContext, settings: dict[str, Any], row: dict[str, Any]) -> list[str]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from advopenood.outputs.results import Bullets, Paragraph, Section, Table
+from advopenood.outputs.results import Bullets, Paragraph, Section, Table, guarded
 from advopenood.outputs.report import fmt
 from advopenood.outputs.report import name as label
 
@@ -51,3 +51,9 @@ def transfer_section(table: pd.DataFrame) -> Section:
         Table(table.drop(columns=["deviations"], errors="ignore")), Bullets(read_transfer(table)),
         *[Paragraph(f"Deviations from the authors' adversary: {text}.") for text in
           (table["deviations"].dropna().astype(str).unique() if "deviations" in table else []) if text]])
+
+
+def transfer_sections(table: pd.DataFrame) -> list[Section]:
+    """The report's ``Black-box transfer`` from ``transfer.csv`` as written (none without a row); the run builds it
+    from the table it writes, ``advopenood verify`` from the CSV (``report_sections``)."""
+    return guarded("Black-box transfer", lambda: [transfer_section(table)]) if len(table) else []

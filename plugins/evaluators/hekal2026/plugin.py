@@ -39,7 +39,7 @@ from advopenood.evaluation.context import RunContext
 from advopenood.evaluation.intervals import cell_key
 from advopenood.evaluation.metrics import auroc, fpr_at_tpr95
 from advopenood.outputs.report import eps_label
-from advopenood.outputs.results import Bullets, Paragraph, Results, Section, Table, guarded
+from advopenood.outputs.results import Bullets, Paragraph, Results, Section, Table, as_written, guarded
 from advopenood.registry import register
 from advopenood_plugins.attacks.hekal import PROTOCOL, hekal_class
 from advopenood_plugins.evaluators.hekal2026.verify import verify_hekal
@@ -167,15 +167,22 @@ def missing(ctx: RunContext) -> str:
     return f"{what}; ROSS's Table 2 runs as: {protocols.get(PROTOCOL).command}"
 
 
+def hekal_sections(table: pd.DataFrame) -> list[Section]:
+    """The report's section from ``table_hekal2026.csv`` as written; the run builds it from the table it writes,
+    ``advopenood verify`` from the CSV (``report_sections``)."""
+    return guarded("Hekal et al. 2026 (ROSS), Table 2", lambda: [hekal_section(table)])
+
+
 @register("evaluators", "hekal2026")
 class Hekal2026(Verifiable):
     """ROSS's Table 2 (Hekal et al. 2026): FPR@95 / AUROC clean, under PGD-Min and under PGD-Max."""
 
     verify = staticmethod(verify_hekal)
+    report_sections = staticmethod(lambda run: hekal_sections(run.table(TABLE)))  # verify: from the CSV
 
     def __call__(self, ctx: RunContext) -> Results:
         table = hekal_table(ctx)
         if not len(table):
             return Results(empty_reason=missing(ctx))
-        sections = guarded("Hekal et al. 2026 (ROSS), Table 2", lambda: [hekal_section(table)])
-        return Results(tables={TABLE: table, "table_hekal2026.md": as_their_table(table)}, sections=sections)
+        return Results(tables={TABLE: table, "table_hekal2026.md": as_their_table(table)},
+                       sections=hekal_sections(as_written(table, ctx.protocol)))

@@ -67,7 +67,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -80,9 +80,10 @@ from advopenood.errors import UsageError
 from advopenood.evaluation.intervals import cell_key
 from advopenood.evaluation.metrics import MIN_CONCLUSIVE, auroc
 from advopenood.evaluation.products import Supplied, supplied
-from advopenood.outputs.results import Results, as_written, guarded
+from advopenood.outputs.plots import PLOT_DIR
+from advopenood.outputs.results import Results, Section, as_written, guarded
 from advopenood.registry import register
-from advopenood_plugins.kit.ood import SET_GROUPS, set_groups
+from advopenood_plugins.kit.ood import SET_GROUPS, saved_set_groups, set_groups
 from advopenood_plugins.kit.robust import ROBUST_TABLE, robust_table
 from advopenood_plugins.evaluators.levels.report import levels_section, plot_levels
 from advopenood_plugins.evaluators.levels.verify import verify_levels
@@ -362,9 +363,14 @@ def clean_aurocs(ctx: RunContext, groups: dict[str, str] | None = None) -> dict[
     ID, left out as in ``table_ood``; ``groups``: the run's set groups, computed here when None); NaN when it has
     none."""
     groups = set_groups(ctx) if groups is None else groups
+    return mean_clean_aurocs(ctx.scores, groups)
+
+
+def mean_clean_aurocs(scores_of: Mapping[str, Mapping[str, np.ndarray]], groups: dict[str, str]) -> dict[str, float]:
+    """:func:`clean_aurocs` of ``scores_of[detector][set]`` and the natural sets' ``groups``."""
     natural = [name for name, group in groups.items() if group != "csid"]
     out = {}
-    for det, scores in ctx.scores.items():
+    for det, scores in scores_of.items():
         values = []
         for name in natural:
             try:
@@ -375,11 +381,31 @@ def clean_aurocs(ctx: RunContext, groups: dict[str, str] | None = None) -> dict[
     return out
 
 
+def levels_sections(table: pd.DataFrame, figure: Path, clean: dict[str, float]) -> list[Section]:
+    """The report's ``Levels of adversarial robustness`` from ``levels.csv`` as written, its figure and the
+    detectors' clean AUROCs; the run builds it from the table it writes, ``advopenood verify`` from the CSV and the
+    saved scores (:func:`report_sections`)."""
+    return guarded("Levels of adversarial robustness",
+                   lambda: [levels_section(table, worst_levels(table), criteria_table(), figure, clean)])
+
+
+def report_sections(run: Any) -> list[Section]:
+    """:func:`levels_sections` from a run folder (:class:`advopenood.evaluation.runfiles.RunFiles`): ``levels.csv``,
+    ``plots/levels.png`` and the clean AUROCs of ``scores/*.npz`` on the natural sets of ``run.json``; none where
+    the table has no row (the run wrote no section)."""
+    table = run.table("levels.csv")
+    if not len(table):
+        return []
+    clean = mean_clean_aurocs({det: run.scores(det) for det in run.detectors}, saved_set_groups(run))
+    return levels_sections(table, run.path / PLOT_DIR / "levels.png", clean)
+
+
 @register("evaluators", "levels")
 class Levels(Verifiable):
     """The worst AUROC of every detector at each of Lorenz et al.'s four levels of adversarial robustness."""
 
     verify = staticmethod(verify_levels)
+    report_sections = staticmethod(report_sections)  # verify: the section from the CSV and the scores
     #: the shared tables it reads, computed once per run: the robust table (the robust level) and the set groups
     needs = (ROBUST_TABLE, SET_GROUPS)
 
@@ -398,8 +424,6 @@ class Levels(Verifiable):
         if not len(table):
             return Results(tables={"levels.csv": table})
         figure = plot_levels(worst_levels(table), ctx.plot_dir / "levels.png", self.min_auroc)
-        written = as_written(table, ctx.protocol)
         return Results(tables={"levels.csv": table}, figures=[figure],
-                       sections=guarded("Levels of adversarial robustness",
-                                        lambda: [levels_section(written, worst_levels(written), criteria_table(),
-                                                                figure, clean_aurocs(ctx, products[SET_GROUPS]))]))
+                       sections=levels_sections(as_written(table, ctx.protocol), figure,
+                                                clean_aurocs(ctx, products[SET_GROUPS])))

@@ -336,6 +336,8 @@ class MultiAttackEvaluator(Verifiable):
     extension), the stability constant (and its eps-sweep variant); eps-sweep plots."""
 
     verify = staticmethod(verify_multiattack)
+    #: it writes no report section (its figures are the report's plots): verify holds any saved under its name
+    report_sections = staticmethod(lambda run: [])
 
     def __init__(self, reference: str = "best", alpha: float = ALPHA, detectors: Iterable[str] | None = None,
                  plots: bool = True):

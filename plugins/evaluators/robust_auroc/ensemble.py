@@ -1,6 +1,7 @@
 """The ``robust_auroc`` evaluator's part of the attack ensemble (:mod:`advopenood_plugins.kit.ensemble`: the
-ensemble rows and ``robust_ensemble.csv``, computed once per run): the report section and figure of
-``robust_ensemble.csv`` and the gradient-masking flag (``masking_suspected``).
+ensemble rows and ``robust_ensemble.csv``, computed once per run): the figure of ``robust_ensemble.csv`` (its
+report section: :func:`~advopenood_plugins.evaluators.robust_auroc.report.ensemble_section`) and the
+gradient-masking flag (``masking_suspected``).
 
 **Masking** (Carlini et al. 2019, "On Evaluating Adversarial Robustness": a gradient-free attack that beats
 the gradient attacks says the gradients are unreliable): per detector, OOD set and eps, ``masking_suspected`` is
@@ -23,22 +24,20 @@ import pandas as pd
 
 from advopenood.evaluation.context import RunContext
 from advopenood.evaluation.intervals import too_few
-from advopenood.outputs.results import Section
 from advopenood_plugins.kit.ensemble import Ensemble
 
 #: the attacks that follow the detector's score's gradient: the masking flag's comparison
 SCORE_GRADIENT_METHODS = ("pgd", "apgd")
 
 
-def ensemble_report(ctx: RunContext, ensemble: Ensemble) -> tuple[dict[str, pd.DataFrame], list[Section], list[Path]]:
-    """``robust_ensemble.csv``, its report section and its figure (nothing without an ensemble row)."""
-    from advopenood_plugins.evaluators.robust_auroc.report import ensemble_section, plot_ensemble
+def ensemble_report(ctx: RunContext, ensemble: Ensemble) -> tuple[dict[str, pd.DataFrame], list[Path]]:
+    """``robust_ensemble.csv`` and its figure (nothing without an ensemble row)."""
+    from advopenood_plugins.evaluators.robust_auroc.report import plot_ensemble
 
     if ensemble.steps is None:
-        return {}, [], []
+        return {}, []
     figure = plot_ensemble(ensemble.steps, ctx.plot_dir)
-    return ({"robust_ensemble.csv": ensemble.steps}, [ensemble_section(ensemble.steps, figure)],
-            [figure] if figure else [])
+    return {"robust_ensemble.csv": ensemble.steps}, [figure] if figure else []
 
 
 def masking_flags(ctx: RunContext, table: pd.DataFrame) -> dict[tuple[str, str, float], Any]:

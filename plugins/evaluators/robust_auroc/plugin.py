@@ -64,8 +64,8 @@ from advopenood.evaluation.context import RunContext
 from advopenood.data.datasets import dataset_name
 from advopenood.errors import UsageError
 from advopenood.evaluation.products import Supplied, supplied
-from advopenood.outputs.results import Results, as_written, guarded
-from advopenood.params import MAX_DRAWS, MAX_QUERIES
+from advopenood.outputs.results import Results, as_written
+from advopenood.params import MAX_DRAWS, MAX_QUERIES, swept
 from advopenood.registry import register
 from advopenood_plugins.attacks.robust import EOT_PREFIXES, GRADIENT_METHODS, PREFIXES, SQUARE_QUERIES
 from advopenood_plugins.kit.robust import (COLUMNS, ROBUST_METRICS, ROBUST_TABLE, attack_family,  # noqa: F401
@@ -73,7 +73,7 @@ from advopenood_plugins.kit.robust import (COLUMNS, ROBUST_METRICS, ROBUST_TABLE
 from advopenood_plugins.evaluators.robust_auroc.ensemble import ensemble_report, with_masking
 from advopenood_plugins.kit.ensemble import ENSEMBLE
 from advopenood_plugins.evaluators.robust_auroc.paired import robust_paired_table
-from advopenood_plugins.evaluators.robust_auroc.report import HEADLINE, budget_text, robust_headline, robust_section
+from advopenood_plugins.evaluators.robust_auroc.report import HEADLINE, report_sections, robust_sections
 from advopenood_plugins.evaluators.robust_auroc.verify import verify_robust
 from advopenood_plugins.evaluators.robust_auroc.verify_ensemble import rederive_ensemble
 
@@ -129,6 +129,9 @@ class RobustAUROC(RequiresAttacks, Verifiable):
     #: folder's score files (:class:`advopenood.evaluation.runfiles.RunFiles`), for ``advopenood leaderboard``'s
     #: paired ranks
     worst_cases = staticmethod(lambda run: rederive_ensemble(run)[2])
+    report_sections = staticmethod(report_sections)  # verify: the sections from the CSVs
+    #: each budget of ``eps`` is a set of attacks of its own: a list is bounded (docs/attacks.md, "Budget bounds")
+    param_types = {"eps": swept(what="budgets")}
     #: the shared tables it writes (:func:`advopenood_plugins.kit.robust.robust_table` and the ensemble,
     #: :data:`~advopenood_plugins.kit.ensemble.ENSEMBLE`), computed once per run
     needs = (ROBUST_TABLE, ENSEMBLE)
@@ -234,26 +237,11 @@ class RobustAUROC(RequiresAttacks, Verifiable):
         rows = ensemble.rows  # concatenating an empty frame would turn every column into objects
         table = with_masking(ctx, pd.concat([table, rows], ignore_index=True).infer_objects() if len(rows) else table)
         paired = robust_paired_table(ctx, table, ensemble.worst)
-        written = as_written(table, ctx.protocol)
-        sections = guarded(HEADLINE, lambda: [robust_headline(written, budgets(ctx, written))])
-        sections += guarded("Robust AUROC (ID and OOD attacked)", lambda: [robust_section(written, paired)])
-        tables, ensemble_sections, figures = ensemble_report(ctx, ensemble)
+        tables, figures = ensemble_report(ctx, ensemble)
+        steps = tables.get("robust_ensemble.csv")
+        sections = robust_sections(as_written(table, ctx.protocol), as_written(paired, ctx.protocol),
+                                   None if steps is None else as_written(steps, ctx.protocol),
+                                   figures[0] if figures else None,
+                                   {name: dict(adv.params) for name, adv in ctx.adv_sets.items()})
         return Results(tables={"robust_auroc.csv": table, "robust_paired.csv": paired, **tables},
-                       sections=sections + ensemble_sections, figures=figures, skipped=ensemble.skipped)
-
-
-def budgets(ctx: RunContext, table: pd.DataFrame) -> dict[tuple[str, ...], str]:
-    """``(detector, OOD set, method, attack family)`` -> the budget of its attacks as the headline states it: a
-    single attack's iterations, queries or draws (its ID-side set's parameters, :func:`budget_text`); an ensemble's
-    (family ``all``), each member's (the single-attack rows of its detector and OOD set) in turn."""
-    out: dict[tuple[str, ...], str] = {}
-    members: dict[tuple[str, str], list[str]] = {}
-    for r in table[table["method"] != "ensemble"].to_dict("records"):
-        adv = ctx.adv_sets.get(str(r["id_attack"]))
-        key = (str(r["detector"]), str(r["ood_set"]), str(r["method"]), str(r["attack_family"]))
-        out[key] = budget_text(adv.params if adv else {})
-        how = r["method"].upper() + (" (EOT)" if r["attack_family"] == "eot" else "")
-        part = f"{how}: {out[key]}" if out[key] else how
-        if part not in members.setdefault(key[:2], []):
-            members[key[:2]].append(part)
-    return {**out, **{(*k, "ensemble", "all"): "; ".join(v) for k, v in members.items()}}
+                       sections=sections, figures=figures, skipped=ensemble.skipped)

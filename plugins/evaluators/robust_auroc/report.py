@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -13,7 +14,8 @@ from advopenood import io as aio
 
 from advopenood.outputs.report import eps_label, join
 from advopenood.outputs.report import name as label
-from advopenood.outputs.results import Bullets, Figure, Paragraph, Section, Table
+from advopenood.outputs.plots import PLOT_DIR
+from advopenood.outputs.results import Bullets, Figure, Paragraph, Section, Table, guarded
 from advopenood_plugins.evaluators.robust_auroc.paired import read_robust_paired
 
 
@@ -203,3 +205,48 @@ def robust_headline(table: pd.DataFrame, budgets: dict[tuple[str, ...], str]) ->
                   "masking suspected: Square, which uses no gradient, beats every attack on the score's gradient "
                   "(Carlini et al. 2019); budget: each attack's iterations, queries and draws."),
         Table(pd.DataFrame(cells), "Robust AUROC (%) [95 % interval]")])
+
+def budgets(params: dict[str, dict], table: pd.DataFrame) -> dict[tuple[str, ...], str]:
+    """``(detector, OOD set, method, attack family)`` -> the budget of its attacks as the headline states it: a
+    single attack's iterations, queries or draws (its ID-side set's parameters, ``params``: set name ->
+    parameters, :func:`budget_text`); an ensemble's (family ``all``), each member's (the single-attack rows of its
+    detector and OOD set) in turn."""
+    out: dict[tuple[str, ...], str] = {}
+    members: dict[tuple[str, str], list[str]] = {}
+    for r in table[table["method"] != "ensemble"].to_dict("records"):
+        key = (str(r["detector"]), str(r["ood_set"]), str(r["method"]), str(r["attack_family"]))
+        out[key] = budget_text(params.get(str(r["id_attack"])) or {})
+        how = str(r["method"]).upper() + (" (EOT)" if r["attack_family"] == "eot" else "")
+        part = f"{how}: {out[key]}" if out[key] else how
+        if part not in members.setdefault(key[:2], []):
+            members[key[:2]].append(part)
+    return {**out, **{(*k, "ensemble", "all"): "; ".join(v) for k, v in members.items()}}
+
+
+def robust_sections(table: pd.DataFrame, paired: pd.DataFrame, steps: pd.DataFrame | None,
+                    figure: Path | None, params: dict[str, dict]) -> list[Section]:
+    """The evaluator's report sections from its tables as written: its headline (:func:`robust_headline`, the
+    budgets from each set's parameters, ``params``: set name -> parameters), ``Robust AUROC`` (``robust_auroc.csv``,
+    ``robust_paired.csv``) and, with ``robust_ensemble.csv`` (``steps``), the ensemble's with its ``figure``. The
+    run builds them from the tables it writes, ``advopenood verify`` from the CSVs and ``run.json``'s attacks
+    (:func:`report_sections`)."""
+    sections = guarded(HEADLINE, lambda: [robust_headline(table, budgets(params, table))])
+    sections += guarded("Robust AUROC (ID and OOD attacked)", lambda: [robust_section(table, paired)])
+    if steps is not None:
+        sections += guarded("Robust AUROC of the attack ensemble", lambda: [ensemble_section(steps, figure)])
+    return sections
+
+
+def report_sections(run: Any) -> list[Section]:
+    """:func:`robust_sections` from a run folder (:class:`advopenood.evaluation.runfiles.RunFiles`, for
+    ``advopenood verify``): ``robust_auroc.csv`` and ``robust_paired.csv``, ``robust_ensemble.csv`` and its plot
+    where the folder has them; none where the table has no row (the run wrote no section)."""
+    table = run.table("robust_auroc.csv")
+    if not len(table):
+        return []
+    steps = run.table("robust_ensemble.csv") if run.has("robust_ensemble.csv") else None
+    plot = f"{PLOT_DIR}/robust_ensemble.png"
+    params = {str(name): dict((entry or {}).get("params") or {}) if isinstance(entry, dict) else {}
+              for name, entry in (run.info.get("attacks") or {}).items()}
+    return robust_sections(table, run.table("robust_paired.csv"), steps,
+                           run.path / plot if run.has(plot) else None, params)

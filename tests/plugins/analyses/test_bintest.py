@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import make_plan
+from conftest import assert_section_rerendered, make_plan
 from advopenood import registry
 from advopenood.evaluation.context import CleanRecord, RunContext
 from advopenood.data.datasets import Subset, build_dataset, stack
@@ -332,3 +332,10 @@ def test_invalid_settings_are_usage_errors(demo_net, demo_samples, kw):
     x, y, _ = demo_samples
     with pytest.raises(UsageError):
         bt.run_bintest(demo_net, x[:1], y[:1], PGD(steps=1), **{"n_inner": 9, **kw})
+
+
+def test_verify_rerenders_the_binarization_section(demo_analyses_run, tmp_path):
+    """Issue 49, item 2: a sentence added to the binarization test's section (report_sections.json and the report
+    written again from it, the manifest re-hashed) passed, the section taken as saved; verify renders it again from
+    bintest.csv."""
+    assert_section_rerendered(demo_analyses_run, tmp_path, "Binarization test")

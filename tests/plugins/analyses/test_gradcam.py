@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import make_plan
+from conftest import assert_section_rerendered, make_plan
 from advopenood import registry
 from advopenood.evaluation.context import CleanRecord, RunContext
 from advopenood.data.datasets import build_dataset, limit_dataset, stack
@@ -279,3 +279,9 @@ def test_max_samples_is_a_seeded_subset(weak_fgsm_run, tmp_path):
     assert len(out[0]) == 10 and out[0]["index"].is_monotonic_increasing
     merged = out[0].merge(full["gradcam.csv"], on="index", suffixes=("", "_full"))
     np.testing.assert_allclose(merged["l2"], merged["l2_full"], rtol=1e-5, atol=1e-7)
+
+
+def test_verify_rerenders_the_gradcam_section(demo_analyses_run, tmp_path):
+    """Issue 49, item 2: a sentence added to the Grad-CAM section passed, the section taken as saved; verify renders
+    it again from gradcam_summary.csv and the plots the folder holds."""
+    assert_section_rerendered(demo_analyses_run, tmp_path, "Grad-CAM attention shift")

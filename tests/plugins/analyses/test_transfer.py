@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import advopenood_plugins.analyses.transfer.plugin as transfer
+from conftest import assert_section_rerendered
 import advopenood_plugins.analyses.transfer.adversary as adversary
 from advopenood import registry
 from advopenood.config.loading import apply_overrides, load_config
@@ -610,3 +611,9 @@ def test_verify_reports_missing_samples(cifar_run, run_files, tmp_path):
     folder = _copy(cifar_run[0].out, tmp_path)
     (folder / SAMPLES_FILE).unlink()
     assert verify(run_files(folder)) == [f"transfer.csv: {SAMPLES_FILE} is missing; the table cannot be re-derived"]
+
+
+def test_verify_rerenders_the_transfer_section(cifar_run, tmp_path):
+    """Issue 49, item 2: a sentence added to the transfer section passed, the section taken as saved; verify renders
+    it again from transfer.csv."""
+    assert_section_rerendered(cifar_run[0].out, tmp_path, "Black-box transfer")

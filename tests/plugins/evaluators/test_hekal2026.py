@@ -10,7 +10,7 @@ import pytest
 
 from advopenood.cli.main import main
 from advopenood.evaluation import oracle
-from conftest import edited_copy, pack_config
+from conftest import assert_section_rerendered, edited_copy, pack_config
 
 STD = [0.229, 0.224, 0.225]  # pack_config's normalisation
 EPS = [8 / 255, 16 / 255]
@@ -76,6 +76,12 @@ def test_the_sets_are_stored_outside_the_pixel_range_and_count_as_the_robust_set
 def test_an_untouched_run_verifies(hekal_run, capsys):
     assert main(["verify", str(hekal_run)]) == 0
     assert "0 difference(s)" in capsys.readouterr().out
+
+
+def test_verify_rerenders_the_table_2_section(hekal_run, tmp_path):
+    """Issue 49, item 2: a sentence added to the Table 2 section passed, the section taken as saved; verify renders
+    it again from table_hekal2026.csv."""
+    assert_section_rerendered(hekal_run, tmp_path, "Hekal et al. 2026 (ROSS), Table 2")
 
 
 @pytest.mark.parametrize("column, row", [("auroc", 1), ("fpr95_hi", 2), ("left_range", 1)])

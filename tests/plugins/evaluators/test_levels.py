@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from conftest import edited_copy
+from conftest import assert_section_rerendered, edited_copy
 
 from advopenood.config.loading import apply_overrides, load_config
 from advopenood.config.schema import thaw
@@ -326,6 +326,13 @@ def test_a_runs_entry_that_cannot_count_is_refused_when_built(tmp_path, make, me
 def test_an_untouched_run_verifies(levels_run):
     _, out = levels_run
     assert verify_levels(RunFiles.open(out)) == []
+
+
+def test_verify_rerenders_the_levels_section(levels_run, tmp_path):
+    """Issue 49, item 2: a sentence added to the levels section (report_sections.json and the report written again
+    from it, the manifest re-hashed) passed, the section taken as saved; verify renders it again from levels.csv,
+    its plot and the saved scores (the clean AUROCs its readings name)."""
+    assert_section_rerendered(levels_run[1], tmp_path, "Levels of adversarial robustness")
 
 
 @pytest.mark.parametrize("row, column, value", [(0, "auroc", lambda v: v + 0.01), (5, "auroc", lambda v: v + 1),

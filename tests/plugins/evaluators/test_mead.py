@@ -20,7 +20,7 @@ import torch.nn as nn
 import yaml
 from sklearn import metrics as skm
 
-from conftest import make_plan
+from conftest import assert_section_rerendered, make_plan
 from advopenood import io as aio
 from advopenood import registry
 from advopenood.evaluation.context import CleanRecord, RunContext
@@ -708,3 +708,10 @@ def test_advopenood_verify_rederives_both_evaluators_tables(cli_run, tmp_path, c
     lines = [line for line in out.splitlines() if "DIFFERENCE" in line]
     assert "not re-derived" not in out  # both evaluators declare Verifiable
     assert (lines == []) if table is None else (len(lines) == 1 and f"{table}: " in lines[0] and column in lines[0])
+
+
+def test_verify_holds_multiattack_to_no_report_section(cli_run, tmp_path):
+    """Issue 49, item 2: multiattack writes no report section, yet one saved under its name (report.md written
+    again from it, the manifest re-hashed) passed, taken as saved; verify renders none for it, so each of its
+    sentences is a difference."""
+    assert_section_rerendered(cli_run, tmp_path, "Multi-attack robustness", source="multiattack")

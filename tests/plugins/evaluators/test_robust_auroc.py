@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import edited_copy
+from conftest import assert_section_rerendered, edited_copy
 import torch
 from sklearn.metrics import roc_auc_score
 
@@ -327,6 +327,12 @@ def test_an_untouched_run_verifies(robust_run, capsys):
     assert verify_robust(RunFiles.open(out)) == []
     assert main(["verify", str(out)]) == 0
     assert "0 difference(s)" in capsys.readouterr().out
+
+
+def test_verify_rerenders_the_robust_section(robust_run, tmp_path):
+    """Issue 49, item 2: a sentence added to the robust AUROC section passed, the section taken as saved; verify
+    renders it again from robust_auroc.csv and robust_paired.csv."""
+    assert_section_rerendered(robust_run[1], tmp_path, "Robust AUROC (ID and OOD attacked)")
 
 
 @pytest.mark.parametrize("column, change", [("robust_auroc", 0.5), ("clean_auroc", -1e-3), ("robust_fpr95", -6.25),

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import edited_copy, pack_config, registered
+from conftest import assert_section_rerendered, edited_copy, pack_config, registered
 
 from advopenood.cli.main import main
 from advopenood.config.loading import apply_overrides, load_config
@@ -117,6 +117,12 @@ def test_masking_is_flagged_on_the_masked_detector_and_not_on_msp(ensemble_run):
     report = (ensemble_run / "report.md").read_text()
     assert "Gradient masking suspected on ZZMASKED" in report.replace("zzmasked", "ZZMASKED")
     assert "Gradient masking suspected on MSP" not in report and "robust_ensemble.png" in report
+
+
+def test_verify_rerenders_the_ensemble_section(ensemble_run, tmp_path):
+    """Issue 49, item 2: a sentence added to the ensemble's section passed, the section taken as saved; verify
+    renders it again from robust_ensemble.csv and its plot."""
+    assert_section_rerendered(ensemble_run, tmp_path, "Robust AUROC of the attack ensemble")
 
 
 def test_the_ensemble_verifies_and_each_edit_is_one_difference(ensemble_run, tmp_path, capsys):
