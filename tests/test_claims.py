@@ -239,7 +239,7 @@ def test_a_first_claim_added_below_min_conclusive_is_a_difference(demo_run, tmp_
     run = tmp_path / "run"
     shutil.copytree(out, run)
     names, ranked, worst = derive_first("textures", pd.read_csv(run / "paired.csv"), pd.read_csv(run / "ood.csv"))
-    claim = Claim("first", "paired.csv", (("ood_set", "textures"),), PAIRED_CLAIM_COLUMNS, "TEXTURES", float(ranked),
+    claim = Claim("first", "paired.csv", (("ood_set", "textures"),), PAIRED_CLAIM_COLUMNS, "textures", float(ranked),
                   1.0, worst, "holm", tuple(names))
     data = json.loads((run / "claims.json").read_text())
     data["claims"].append(claim.as_dict())

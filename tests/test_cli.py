@@ -126,7 +126,7 @@ BAD_CASES: dict[str, tuple] = {
     "attack": (lambda t: ["run", "--config", CIFAR, *ROOT, "--attack", "pgdd"], "unknown attack 'pgdd'; did you mean 'pgd'?"),
     "attack params name": (lambda t: ["run", "--config", _config(t, attack_params={"pgdd": {"steps": 3}})],
                            "attack_params.pgdd"),
-    "eps zero": (lambda t: ["run", "--config", CIFAR, *ROOT, "--eps", "0"], "eps 0.0"),
+    "eps zero": (lambda t: ["run", "--config", CIFAR, *ROOT, "--eps", "0"], "--eps 0 is out of range"),
     "eps big": (lambda t: ["run", "--config", CIFAR, *ROOT, "--eps", "2"], "eps 2.0"),
     "eps text": (lambda t: ["run", "--config", CIFAR, *ROOT, "--eps", "eight"], "'eight'"),
     "config": (lambda t: ["run", "--config", "nosuch"], "'nosuch'"),

@@ -85,7 +85,7 @@ def test_an_interval_is_a_two_line_cell_and_a_constant_column_goes_into_the_capt
                           "asr": [97.5, 100.0], "asr_lo": [96.0, 99.3], "asr_hi": [98.4, 100.0]})
     tex = latex_table(frame, "asr.csv")
     assert "\\caption{asr.csv (dataset digits; eps 16/255)}" in tex
-    assert "fgsm & 97.5 \\\\\n & {\\footnotesize [96.0, 98.4]} \\\\[2pt]" in tex  # one decimals for the three
+    assert "FGSM & 97.5 \\\\\n & {\\footnotesize [96.0, 98.4]} \\\\[2pt]" in tex  # one decimals for the three
     assert "{lS[table-format=3.1]}" in tex
 
 

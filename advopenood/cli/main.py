@@ -380,7 +380,7 @@ def _main(argv: list[str]) -> int:
             return cmd_leaderboard(args.paths, args.out or "site", verify=args.verify)
         bench = _benchmark(args)
         # bad flags, names, config keys and values, folders and files are refused before torch and the plugins load
-        precheck(args, plan_flags(args, **FORCED.get(args.command, {})))
+        precheck(args, plan_flags(args, **FORCED.get(args.command, {})), bench)
         from advopenood.run import pipeline
         from advopenood.run.resolved import resolve
 

@@ -92,7 +92,7 @@ def suggestions(listing: dict, kind: str) -> list[str]:
     return sorted(out)
 
 
-def check_plan(args: argparse.Namespace, flags: dict[str, Any]) -> None:
+def check_plan(args: argparse.Namespace, flags: dict[str, Any], benchmark: Any = None) -> None:
     """The config with the flags applied (``flags``: :func:`advopenood.config.loading.load_plan`'s keywords) as far
     as it is checked without a plugin (:func:`advopenood.config.loading.check_config`: the file, every key and
     value), then the preflight's checks that read no file (:func:`advopenood.run.preflight.precheck`: the output
@@ -100,13 +100,15 @@ def check_plan(args: argparse.Namespace, flags: dict[str, Any]) -> None:
     from advopenood.config.loading import check_config
     from advopenood.run.preflight import precheck as preflight_precheck
 
-    preflight_precheck(check_config(args.config or "demo", **flags), overwrite=getattr(args, "overwrite", False))
+    plan = check_config(args.config or "demo", benchmark, **flags)  # a benchmark run: the config it makes
+    preflight_precheck(plan, overwrite=getattr(args, "overwrite", False))
 
 
-def precheck(args: argparse.Namespace, flags: dict[str, Any] | None = None) -> None:
-    """:func:`check_values`, :func:`check_names`, then with ``flags`` :func:`check_plan`: what a run's flags and
-    config must be, before anything heavy loads."""
+def precheck(args: argparse.Namespace, flags: dict[str, Any] | None = None, benchmark: Any = None) -> None:
+    """:func:`check_values`, :func:`check_names`, then with ``flags`` :func:`check_plan` (of the config
+    ``benchmark`` makes, for ``run --benchmark``): what a run's flags and config must be, before anything heavy
+    loads."""
     check_values(args)
     check_names(args)
     if flags is not None:
-        check_plan(args, flags)
+        check_plan(args, flags, benchmark)

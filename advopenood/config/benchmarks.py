@@ -212,3 +212,12 @@ def check_flags(args: Any) -> None:
         if getattr(args, dest, None) is not None:
             raise UsageError(f"{flag} would change what benchmark {args.benchmark!r} fixes (advopenood list "
                              "benchmarks); valid choices: leave it out, or run without --benchmark")
+
+
+def benchmarked(raw: dict[str, Any], label: str, bench: Benchmark | None) -> tuple[dict[str, Any], list[str]]:
+    """A raw config with what ``bench`` fixes set from it (:func:`apply_benchmark`), and the config keys it
+    replaced; a config that names a benchmark itself is refused (``label``: the config's name in the message)."""
+    if raw.get("benchmark") is not None and (bench is None or raw["benchmark"] != bench.key):
+        raise UsageError(f"{label}: benchmark {raw['benchmark']!r} is set by advopenood run --benchmark NAME, not by a "
+                         "config; valid choices: remove the key")
+    return (raw, []) if bench is None else apply_benchmark(raw, bench)

@@ -195,26 +195,25 @@ def load_plan(spec: str, benchmark: Any = None, **flags: Any) -> RunPlan:
     ``benchmark`` (:class:`advopenood.config.benchmarks.Benchmark`) everything it fixes is set from it first
     (:func:`~advopenood.config.benchmarks.apply_benchmark`; a note names the config keys it replaced)."""
     raw, folder, label, positions = read_config(spec)
-    if raw.get("benchmark") is not None and (benchmark is None or raw["benchmark"] != benchmark.key):
-        raise UsageError(f"{label}: benchmark {raw['benchmark']!r} is set by advopenood run --benchmark NAME, not by a "
-                         "config; valid choices: remove the key")
-    if benchmark is not None:
-        from advopenood.config.benchmarks import apply_benchmark
+    from advopenood.config.benchmarks import benchmarked
 
-        raw, replaced = apply_benchmark(raw, benchmark)
-        if replaced:
-            print(f"advopenood: note: benchmark {benchmark.key} replaced the config's {', '.join(replaced)}",
-                  file=sys.stderr)
+    raw, replaced = benchmarked(raw, label, benchmark)
+    if replaced:
+        print(f"advopenood: note: benchmark {benchmark.key} replaced the config's {', '.join(replaced)}",
+              file=sys.stderr)
     return _overridden(raw, folder, label, positions, **flags)
 
 
-def check_config(spec: str, **flags: Any) -> RunPlan:
+def check_config(spec: str, benchmark: Any = None, **flags: Any) -> RunPlan:
     """What :func:`load_plan` checks without a plugin or torch, for the CLI to refuse a bad run before they load:
     the YAML file (found, readable, valid, each key once) and every key and value of the schema, the flags applied
     (a bad value a flag set is named by its flag). The plugin names and parameters, the budgets' attacks and the
     architecture are left to :func:`load_plan`; the plan returned (its names not resolved) is for the preflight's
     checks of folders and files (:func:`advopenood.run.preflight.precheck`), not for a run."""
     raw, folder, label, positions = read_config(spec)
+    from advopenood.config.benchmarks import benchmarked
+
+    raw, _ = benchmarked(raw, label, benchmark)
     return _overridden(raw, folder, label, positions, plugins=False, **flags)
 
 
