@@ -211,6 +211,13 @@ def commit_error(out: Path, exc: OSError, swap: Swap) -> CommitError:
         where = f"; the previous run's files it moved away are in {str(trash)!r}" if trash is not None else ""
         return CommitError(f"{head}; undoing it failed for {len(failed)} path(s) (first: {failed[0]}), so the "
                            f"folder may mix two runs' files{where}; nothing was deleted")
+    advice = COMMIT_ADVICE.get(exc.errno or 0, "fix the cause")
     return CommitError(f"{head}; it was undone: the previous outputs are as they were and nothing of this run was "
-                       "committed (the store keeps every finished shard); make the folder writable (or free space) "
-                       "and run the same command again")
+                       f"committed (the store keeps every finished shard); {advice} and run the same command again")
+
+
+#: what to do about a commit that stopped, by its errno (the rest: "fix the cause")
+COMMIT_ADVICE = {errno.ENOSPC: "free space", errno.EDQUOT: "free space (or raise the quota)",
+                 errno.EROFS: "make the folder writable", errno.EACCES: "make the folder writable",
+                 errno.EPERM: "make the folder writable",
+                 errno.EXDEV: "keep the output folder on one file system (a mount inside it cannot take a rename)"}

@@ -51,15 +51,16 @@ ENSEMBLE = {
     "attacks": [], "detectors": ["msp", "mds"], "evaluators": ["ood", "robust_auroc"], "analyses": [],
     "attack_params": {name: {"n_iter": 10} for name in
                       ("robust_apgd_id", "robust_apgd_ood", "robust_apgd_aux_id", "robust_apgd_aux_ood")},
-    "evaluator_params": {"robust_auroc": {"ensemble": "standard", "square_queries": 20, "eps": ["8/255"]}},
+    "evaluator_params": {"robust_auroc": {"ensemble": "standard", "square_queries": 20, "eps": [8 / 255]}},
 }
 
 
-def timed(cmd: list[str], env: dict[str, str], log: Path) -> float:
-    """Wall seconds of ``cmd`` (its output in ``log``); a failure stops the comparison."""
+def timed(cmd: list[str], env: dict[str, str], log: Path, check: bool = True) -> float:
+    """Wall seconds of ``cmd`` (its output in ``log``); with ``check``, a failure stops the comparison (a run's; a
+    verify that finds differences is reported, not fatal)."""
     start = time.perf_counter()
     with log.open("w") as fh:
-        subprocess.run(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, check=True)
+        subprocess.run(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, check=check)
     return time.perf_counter() - start
 
 
@@ -77,6 +78,9 @@ def main() -> None:
     p.add_argument("--old", type=Path, required=True, help="the earlier install's advopenood console script")
     p.add_argument("--new", type=Path, required=True, help="the later install's advopenood console script")
     p.add_argument("--out", type=Path, default=Path("runs") / "compare_versions")
+    p.add_argument("--runs", type=lambda v: v.split(","), default=list(RUNS), help=f"of {', '.join(RUNS)}")
+    p.add_argument("--keep", action="store_true",
+                   help="keep a run folder an earlier invocation finished (its run.json present): not run again")
     args = p.parse_args()
     rows, summary = [], []
     for tag, cli in (("old", args.old), ("new", args.new)):
@@ -84,21 +88,24 @@ def main() -> None:
         root.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "ADVOPENOOD_CACHE": str(root / "cache"), "OMP_NUM_THREADS": "1"}
         (root / "ensemble.yaml").write_text(yaml.safe_dump(ENSEMBLE, sort_keys=False))
-        for name, cmd in RUNS.items():
-            cmd = [part.format(root=root) for part in cmd]
-            run_s = timed([str(cli), *cmd, "--out", str(root / name), "--quiet", "--overwrite"], env,
-                          root / f"{name}.log")
-            verify_s = timed([str(cli), "verify", str(root / name)], env, root / f"{name}_verify.log")
+        for name in args.runs:
+            cmd = [part.format(root=root) for part in RUNS[name]]
+            if args.keep and (root / name / "run.json").is_file():
+                run_s = float("nan")  # finished by an earlier invocation
+            else:
+                run_s = timed([str(cli), *cmd, "--out", str(root / name), "--quiet", "--overwrite"], env,
+                              root / f"{name}.log")
+            verify_s = timed([str(cli), "verify", str(root / name)], env, root / f"{name}_verify.log", check=False)
             last = (root / f"{name}_verify.log").read_text().strip().splitlines()[-1]
             rows.append((tag, name, run_s, verify_s, last))
     for tag, name, run_s, verify_s, last in rows:
         print(f"{tag:4} {name:7} run {run_s:7.1f} s  verify {verify_s:6.1f} s  {last}")
-    for name in RUNS:
+    for name in args.runs:
         count, differ = compared(args.out / "old" / name, args.out / "new" / name)
         named = f": {', '.join(differ)}" if differ else ""
         print(f"{name}: {count} CSV and score files, {len(differ)} differ{named}")
         summary.append(f"{name} {count - len(differ)}/{count} files identical")
-    clean = all(r[4].endswith("0 difference(s), 0 file finding(s)") for r in rows)
+    clean = all(" 0 difference(s), 0 file finding(s)" in r[4] for r in rows)
     print("SUMMARY old vs new, same seeds: " + "; ".join(summary) + f"; verify clean on both: {clean}; verify s "
           + ", ".join(f"{tag} {name} {verify_s:.1f}" for tag, name, _, verify_s, _ in rows))
 

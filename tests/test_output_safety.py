@@ -203,6 +203,25 @@ def test_a_full_disk_at_the_commit_leaves_the_previous_files(tmp_path, monkeypat
     assert _snapshot(out) == before and (stage / "ood.csv").is_file()
 
 
+@pytest.mark.parametrize("code, advice", [(errno.ENOSPC, "free space"), (errno.EROFS, "make the folder writable"),
+                                         (errno.EXDEV, "keep the output folder on one file system")])
+def test_a_stopped_commit_advises_for_its_cause(tmp_path, monkeypatch, code, advice):
+    """The one line's advice fits the error (the round-5 tour: a read-only mount inside --out was told to free
+    space): full disk, read-only folder, a rename across file systems."""
+    out, stage = tmp_path / "out", tmp_path / "stage"
+    stage.mkdir()
+    (stage / "ood.csv").write_text("new\n")
+
+    def fail(fd: int) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(aio.os, "fsync", fail)
+    with pytest.raises(aio.CommitError) as info:
+        aio.commit_output(stage, out)
+    text = str(info.value)
+    assert f"; {advice}" in text and text.count("free space") == (advice == "free space")
+
+
 def test_a_second_run_on_a_locked_out_is_refused_in_one_line(tmp_path, capsys, session_cache):
     out = tmp_path / "out"
     with aio.OutputLock(out):
