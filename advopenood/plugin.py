@@ -6,10 +6,16 @@ It re-exports the base classes (:class:`Attack`, :class:`Postprocessor`), the de
 satisfies it; the shared tables the built-ins read, :data:`ROBUST_TABLE` and :data:`SET_GROUPS`, with
 :class:`Product` and :class:`Supplied`; :class:`Results` and the report's items, the report's formatting helpers,
 the metrics and the intervals, the atomic writers), the evaluation protocols, the verify hook's helpers and the
-independent checker (``oracle``) and :class:`UsageError`. It is the only import path supported for plugin authors: these names stay here
+independent checker (``oracle``) and :class:`UsageError`; and what the built-in plugins build on (the run's parts,
+below: models, data, detection, the attack store, provenance, plots; the modules ``registry``, ``io`` and
+``deprecated``, and ``__version__``), so that a built-in imports nothing else of the core and a third party can
+write what a built-in writes. It is the only import path supported for plugin authors: these names stay here
 across versions, while the modules they are defined in may move (an old module path keeps working until the version
 that :data:`advopenood.deprecated.TABLE` names, with one ``DeprecationWarning`` pointing here).
 """
+import importlib
+from typing import Any
+
 from advopenood.attacks import Attack, build_attack, default_eps, foolbox_model, frozen
 from advopenood.attacks.base import count_step
 from advopenood.capabilities import (
@@ -66,6 +72,41 @@ from advopenood.params import EpochCount, ImageCount, PointCount, swept
 from advopenood.registry import (KINDS, check_params, create, entries, family, generated, get, names, provide,
                                  register, registered, resolves)
 
+# what the built-in plugins build on: the run's parts (each module below is loaded by the imports above already,
+# except ``advopenood.models.training``, read on first use through ``__getattr__``)
+from advopenood import __version__, deprecated, io, registry
+from advopenood.attacks.base import attack_params
+from advopenood.attacks.store import AdvSet, AdvStore
+from advopenood.config.schema import parse_eps, thaw
+from advopenood.data.benchmarks import ADVERSARIAL, natural_group
+from advopenood.data.datasets import Subset, dataset_name, make_loader, seeded_prefix, stack
+from advopenood.detection.bank import create_detector, fit_subset
+from advopenood.detection.outputs import pass_outputs, take_rows
+from advopenood.detection.postprocessor import openood_args, vim_dim
+from advopenood.detection.scoring import fit_detectors
+from advopenood.evaluation.intervals import LEVEL, holm
+from advopenood.evaluation.shared import cells_of
+from advopenood.evaluation.verify import as_csv_float, read_npz
+from advopenood.models.backbones import Backbone
+from advopenood.models.classifier import ARCHS, Classifier, build_model, weights_hash
+from advopenood.outputs.plots import (PLOT_DIR, chance_mask, ood_matrix, pick_examples, plot_auroc_heatmap, plot_roc,
+                                      roc_sets, safe_name)
+from advopenood.params import MAX_DRAWS, MAX_QUERIES
+from advopenood.provenance import canonical_key, code_identity, derive_seed, library_versions, seeded
+
+#: names read on first use (their module is not loaded by ``import advopenood.plugin``): name -> its module
+_LAZY = {"RECIPE": "advopenood.models.training", "train_classifier": "advopenood.models.training"}
+
+
+def __getattr__(name: str) -> Any:
+    """A name of :data:`_LAZY`, imported from its module on first read (then held here)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
 __all__ = [
     # base classes and the attack factory
     "Attack", "build_attack", "default_eps", "foolbox_model", "frozen", "count_step",
@@ -101,4 +142,24 @@ __all__ = [
     "RunFiles", "Unreadable", "compare", "oracle",
     # errors
     "UsageError", "Claim", "pair_claim",
+    # what the built-ins build on: the core's modules they call through (``registry.register``, ``io.write_csv``,
+    # ``deprecated.add``) and the version
+    "registry", "io", "deprecated", "__version__",
+    # models and their training
+    "ARCHS", "Backbone", "Classifier", "build_model", "weights_hash", "RECIPE", "train_classifier",
+    # data: the image lists, their loaders and the benchmark's set groups
+    "Subset", "dataset_name", "make_loader", "seeded_prefix", "stack", "ADVERSARIAL", "natural_group",
+    # detection: building and fitting detectors, a detector's pass over a batch, OpenOOD's arguments
+    "create_detector", "fit_subset", "fit_detectors", "pass_outputs", "take_rows", "openood_args", "vim_dim",
+    # attacks: the store of adversarial sets and an attack's parameters
+    "AdvSet", "AdvStore", "attack_params", "MAX_DRAWS", "MAX_QUERIES",
+    # provenance: keys, seeds and the versions a result depends on
+    "canonical_key", "code_identity", "derive_seed", "library_versions", "seeded",
+    # configuration values
+    "parse_eps", "thaw",
+    # plots
+    "PLOT_DIR", "chance_mask", "ood_matrix", "pick_examples", "plot_auroc_heatmap", "plot_roc", "roc_sets",
+    "safe_name",
+    # intervals (the test level, Holm's step-down), the shared cells, and a verify hook's readers
+    "LEVEL", "holm", "cells_of", "as_csv_float", "read_npz",
 ]

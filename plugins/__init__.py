@@ -8,7 +8,7 @@ modules), and ``kit/``, the helpers that several plugins share. Each kind's ``__
 The flat modules of earlier versions (``advopenood_plugins.ood_eval``, ``advopenood_plugins.smoothed``, ...) still
 import, as re-exports with a ``DeprecationWarning`` (:data:`MOVED`, :mod:`advopenood.deprecated`).
 """
-from advopenood.deprecated import add
+from advopenood.plugin import deprecated
 
 _A, _D, _E, _N, _K = (f"advopenood_plugins.{kind}"
                       for kind in ("attacks", "detectors", "evaluators", "analyses", "kit"))
@@ -48,4 +48,4 @@ FORMER: dict[str, tuple[str, ...]] = {
     _D: (f"{_D}.logits", f"{_D}.features", f"{_D}.shaping", f"{_D}.gram", f"{_K}.detectors"),
 }
 
-add(MOVED, FORMER)
+deprecated.add(MOVED, FORMER)

@@ -4,6 +4,7 @@ checked here, once, over every module), and the import paths plugins use kept wo
 from __future__ import annotations
 
 import ast
+import configparser
 import importlib
 import re
 import subprocess
@@ -19,13 +20,25 @@ MODULES = sorted(p for p in CORE.rglob("*.py"))
 
 
 def test_the_import_layer_contract_holds():
-    """``.importlinter``: each stage imports only the stages below it, the foundation none, the core no plugin."""
+    """``.importlinter``: each stage imports only the stages below it, the foundation none, the core no plugin, a
+    built-in plugin no module of the core but ``advopenood.plugin``."""
     lint = Path(sys.executable).with_name("lint-imports")
     done = subprocess.run([str(lint), "--config", str(REPO / ".importlinter")], cwd=REPO, capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stdout[-3000:]
     assert "0 broken" in done.stdout
 
+
+
+def test_the_built_ins_reach_the_core_through_the_public_api_only():
+    """Issue 51, item 3: the contract ``public-api`` (kept, above) forbids the built-in plugins every module of the
+    core but ``advopenood.plugin``, a module added later included."""
+    config = configparser.ConfigParser()
+    config.read(REPO / ".importlinter")
+    forbidden = set(config["importlinter:contract:public-api"]["forbidden_modules"].split())
+    core = {f"advopenood.{p.stem}" for p in CORE.iterdir()
+            if not p.name.startswith("__") and (p.suffix == ".py" or (p / "__init__.py").is_file())}
+    assert forbidden == core - {"advopenood.plugin"}
 
 def test_no_import_cycle_in_the_core_or_the_plugins():
     """Issue 51, item 5: no module of the core or of the built-in plugins imports (directly) a module that imports

@@ -135,13 +135,26 @@ def test_the_oracle_agrees_with_the_writers_wilson(n):
 
 # ---------------------------------------------------------------------------------------- no shared code path
 
-#: writer modules of the core that no checker may import (``advopenood.plugin`` re-exports the metrics)
+#: writer modules of the core that no checker may import (``advopenood.plugin`` re-exports the metrics: a name read
+#: from it counts as an import of the module it comes from, :func:`_public_sources`; the module itself is a writer)
 CORE_WRITERS = {"advopenood.evaluation.metrics", "advopenood.evaluation.intervals", "advopenood.plugin"}
+
+
+def _public_sources() -> dict[str, str]:
+    """``advopenood.plugin``'s names -> the module each is imported from there (its own imports and its lazy names)."""
+    from advopenood import plugin
+
+    sources = dict(plugin._LAZY)
+    for node in ast.parse(Path(plugin.__file__).read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module.startswith("advopenood"):
+            sources.update({a.asname or a.name: node.module for a in node.names})
+    return sources
 
 
 def _imports(module: str) -> set[str]:
     """Every module a module's source imports (at any depth of its code), relative imports resolved; for
-    ``from X import y`` both ``X`` and ``X.y``."""
+    ``from X import y`` both ``X`` and ``X.y``, and for ``from advopenood.plugin import y`` the module ``y`` comes
+    from (and ``advopenood.plugin.y``) instead: the built-in checkers read the core through the public API."""
     spec = importlib.util.find_spec(module)
     tree = ast.parse(Path(spec.origin).read_text())
     package = module if spec.submodule_search_locations else module.rpartition(".")[0]
@@ -154,7 +167,12 @@ def _imports(module: str) -> set[str]:
             if node.level:
                 parts = package.split(".")
                 base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
-            found |= {base} | {f"{base}.{a.name}" for a in node.names}
+            if base == "advopenood.plugin":
+                sources = _public_sources()
+                found |= {f"{base}.{a.name}" for a in node.names}
+                found |= {m for a in node.names for m in (sources[a.name], f"{sources[a.name]}.{a.name}")}
+            else:
+                found |= {base} | {f"{base}.{a.name}" for a in node.names}
     return found
 
 
@@ -207,11 +225,14 @@ def test_no_checker_imports_the_code_it_checks():
 
 
 def test_the_import_check_sees_a_writer_import(tmp_path, monkeypatch):
-    """The check above parses nested imports too (a hook once imported the bootstrap's draws inside a function)."""
-    nested = "def verify(run):\n    from advopenood.evaluation.intervals import draw\n"
+    """The check above parses nested imports too (a hook once imported the bootstrap's draws inside a function), and
+    sees a metric read through the public API."""
+    nested = ("def verify(run):\n    from advopenood.evaluation.intervals import draw\n"
+              "    from advopenood.plugin import auroc, compare\n")
     (tmp_path / "fake_checker.py").write_text(nested)
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert "advopenood.evaluation.intervals" in _imports("fake_checker") & CORE_WRITERS
+    writers = {"advopenood.evaluation.intervals", "advopenood.evaluation.metrics"}
+    assert _imports("fake_checker") & CORE_WRITERS == writers
 
 
 # ------------------------------------------------------------------ advopenood verify of every evaluator's tables

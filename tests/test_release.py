@@ -60,9 +60,8 @@ def caught(statement: str) -> list[str]:
 
 
 @pytest.mark.parametrize("statement, old, new", [
-    ("from advopenood.data import stack", "advopenood.data.stack", "advopenood.data.datasets.stack"),
-    ("from advopenood.detectors import vim_dim", "advopenood.detectors.vim_dim",
-     "advopenood.detection.postprocessor.vim_dim"),
+    ("from advopenood.data import stack", "advopenood.data.stack", "advopenood.plugin.stack"),
+    ("from advopenood.detectors import vim_dim", "advopenood.detectors.vim_dim", "advopenood.plugin.vim_dim"),
     ("from advopenood_plugins.detectors import MSP", "advopenood_plugins.detectors.MSP",
      "advopenood_plugins.detectors.logits.MSP"),
 ], ids=["data", "detectors", "plugin-detectors"])
@@ -113,7 +112,7 @@ class LastRound:
             Paragraph(f"Mean AUROC {fmt(float(table.auroc.mean()))}.")])])
 '''
 #: the old paths the evaluator reads -> the new path its one warning names
-OLD_PATHS = {"advopenood.data.stack": "advopenood.data.datasets.stack",
+OLD_PATHS = {"advopenood.data.stack": "advopenood.plugin.stack",
              "advopenood.metrics.ood_metrics": "advopenood.plugin.ood_metrics",
              "advopenood.protocols.get": "advopenood.plugin.get_protocol",
              "advopenood.report.fmt": "advopenood.plugin.fmt"}

@@ -6,7 +6,7 @@ here, with a ``DeprecationWarning`` naming their module now.
 """
 from typing import Any
 
-from advopenood.deprecated import forward
+from advopenood.plugin import deprecated
 
 #: the modules of this kind, in the order the entry points load them
 MODULES = (
@@ -22,4 +22,4 @@ MODULES = (
 
 def __getattr__(name: str) -> Any:
     """A name the former module ``advopenood_plugins.attacks`` held, from where it lives now (with a warning)."""
-    return forward(__name__, name)
+    return deprecated.forward(__name__, name)

@@ -50,18 +50,10 @@ import torch.nn as nn
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from advopenood import registry
-from advopenood.attacks.base import Attack, default_eps, foolbox_model
-from advopenood.capabilities import AttackFamily, DetectorAware, Invertible, is_differentiable, is_randomised
-from advopenood.data.datasets import make_loader
-from advopenood.detection.outputs import Outputs, grad_outputs
-from advopenood.detection.postprocessor import Postprocessor
-from advopenood.detection.scoring import fit_detectors
-from advopenood.detection.bank import fit_subset
-from advopenood.errors import UsageError
-from advopenood.evaluation.metrics import id_threshold
-from advopenood.params import DrawCount, IterationCount, swept
-from advopenood.provenance import code_identity
+from advopenood.plugin import (Attack, AttackFamily, DetectorAware, DrawCount, Invertible, IterationCount, Outputs,
+                               Postprocessor, UsageError, code_identity, default_eps, fit_detectors, fit_subset,
+                               foolbox_model, grad_outputs, id_threshold, is_differentiable, is_randomised, make_loader,
+                               registry, swept)
 from advopenood_plugins.kit.attacks import Best, rel_stepsize
 
 #: The detector's fit-set confidences used for standardisation and the acceptance threshold (first rows).

@@ -46,11 +46,8 @@ from pyautoattack.fab_pt import FABAttack_PT
 from pyautoattack.square import SquareAttack
 from torch import Tensor
 
-from advopenood import registry
-from advopenood.attacks.base import Attack, default_eps
-from advopenood.capabilities import is_differentiable
-from advopenood.errors import UsageError
-from advopenood.params import IterationCount, QueryCount, bounded, swept
+from advopenood.plugin import (Attack, IterationCount, QueryCount, UsageError, bounded, default_eps, is_differentiable,
+                               registry, swept)
 from advopenood_plugins.attacks.adaptive import DIFFERENTIABLE, AdaptiveAttack, AdaptiveFamily, margin_loss
 from advopenood_plugins.kit.attacks import Best, run_foolbox
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import functools
 
-from advopenood import registry
-from advopenood.capabilities import is_differentiable, is_randomised
+from advopenood.plugin import is_differentiable, is_randomised, registry
 from advopenood_plugins.attacks.adaptive import AdaptiveAttack, AdaptiveFamily, EOTAttack
 from advopenood_plugins.attacks.autoattack import AdaptiveAPGD
 

@@ -43,10 +43,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from advopenood import registry
-from advopenood.attacks.base import Attack, default_eps
-from advopenood.capabilities import IdNegatives, is_composite, is_differentiable
-from advopenood.errors import UsageError
+from advopenood.plugin import Attack, IdNegatives, UsageError, default_eps, is_composite, is_differentiable, registry
 from advopenood_plugins.attacks.adaptive import (DIFFERENTIABLE, AdaptiveAttack, AdaptiveFamily, DetectorTarget,
                                                  SharedTarget)
 from advopenood_plugins.kit.networks import normalisation

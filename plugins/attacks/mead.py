@@ -32,10 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from advopenood.attacks.base import Attack, default_eps, foolbox_model
-from advopenood.errors import UsageError
-from advopenood.params import IterationCount
-from advopenood.registry import register
+from advopenood.plugin import Attack, IterationCount, UsageError, default_eps, foolbox_model, register
 from advopenood_plugins.kit.attacks import rel_stepsize
 
 OBJECTIVES = ("ce", "kl", "fr", "gini")

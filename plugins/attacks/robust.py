@@ -47,13 +47,9 @@ from pyautoattack.autopgd_base import APGDAttack
 from pyautoattack.square import SquareAttack
 from torch import Tensor
 
-from advopenood import registry
-from advopenood.attacks.base import Attack, count_step, default_eps, foolbox_model
-from advopenood.data.datasets import make_loader
-from advopenood.detection.bank import fit_subset
-from advopenood.capabilities import DetectorTestForms, IdNegatives, is_differentiable, is_randomised
-from advopenood.errors import UsageError
-from advopenood.params import IterationCount, QueryCount
+from advopenood.plugin import (Attack, DetectorTestForms, IdNegatives, IterationCount, QueryCount, UsageError,
+                               count_step, default_eps, fit_subset, foolbox_model, is_differentiable, is_randomised,
+                               make_loader, registry)
 from advopenood_plugins.attacks.adaptive import (DIFFERENTIABLE, AdaptiveAttack, AdaptiveFamily, DetectorTarget,
                                                  EOTAttack, JointLinfPGD, SharedTarget, margin_loss)
 from advopenood_plugins.attacks.autoattack import VERSION, ObjectiveHead, SquareFraction, aa_seed

@@ -25,11 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from advopenood.attacks.base import Attack, default_eps
-from advopenood.errors import UsageError
-from advopenood.params import IterationCount
-from advopenood.registry import register
-from advopenood.provenance import derive_seed
+from advopenood.plugin import Attack, IterationCount, UsageError, default_eps, derive_seed, register
 from advopenood_plugins.kit.attacks import rel_stepsize, run_foolbox
 
 #: the protocol whose settings come from Lorenz et al.'s reference code

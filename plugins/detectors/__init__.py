@@ -6,7 +6,7 @@ Before the layout by kind the 16 OpenOOD detectors were this one module: their n
 """
 from typing import Any
 
-from advopenood.deprecated import forward
+from advopenood.plugin import deprecated
 
 #: the modules of this kind, in the order the entry points load them
 MODULES = (
@@ -26,4 +26,4 @@ BUILTIN_DETECTORS = ("msp", "odin", "mds", "rmds", "gram", "ebo", "klm", "mls", 
 
 def __getattr__(name: str) -> Any:
     """A name the former module ``advopenood_plugins.detectors`` held, from where it lives now (with a warning)."""
-    return forward(__name__, name)
+    return deprecated.forward(__name__, name)

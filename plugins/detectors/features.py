@@ -16,10 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from advopenood.capabilities import DifferentiableDetector
-from advopenood.detection.outputs import Batches, Outputs, fc_layer
-from advopenood.detection.postprocessor import Postprocessor, vim_dim
-from advopenood.registry import register
+from advopenood.plugin import Batches, DifferentiableDetector, Outputs, Postprocessor, fc_layer, register, vim_dim
 from advopenood_plugins.kit.detectors import pytorch_ood, with_grad
 
 

@@ -10,11 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from advopenood.capabilities import DifferentiableDetector
-from advopenood.detection.outputs import Batches, Outputs, Taps
-from advopenood.detection.postprocessor import Postprocessor
-from advopenood.registry import register
-from advopenood.provenance import seeded
+from advopenood.plugin import Batches, DifferentiableDetector, Outputs, Postprocessor, Taps, register, seeded
 
 
 GRAM_CHUNK = 64

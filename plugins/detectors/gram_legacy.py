@@ -38,10 +38,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from advopenood.detection.outputs import Batches, Outputs
-from advopenood.detection.postprocessor import Postprocessor, openood_args
-from advopenood.models.classifier import Classifier
-from advopenood.registry import register
+from advopenood.plugin import Batches, Classifier, Outputs, Postprocessor, openood_args, register
 
 #: the reference's ``num_layer = 5  # 4 for lenet``
 NUM_LAYER = 5

@@ -19,11 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from advopenood.attacks.base import frozen
-from advopenood.capabilities import DifferentiableDetector
-from advopenood.detection.outputs import Batches, Outputs
-from advopenood.detection.postprocessor import Postprocessor
-from advopenood.registry import register
+from advopenood.plugin import Batches, DifferentiableDetector, Outputs, Postprocessor, frozen, register
 from advopenood_plugins.kit.detectors import pytorch_ood, straight_through
 
 

@@ -73,12 +73,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from advopenood import registry
-from advopenood.capabilities import Composite, DifferentiableDetector, is_differentiable
-from advopenood.detection.bank import create_detector
-from advopenood.detection.outputs import Batches, Outputs, grad_outputs, pass_outputs, take_rows
-from advopenood.detection.postprocessor import Postprocessor
-from advopenood.errors import UsageError
+from advopenood.plugin import (Batches, Composite, DifferentiableDetector, Outputs, Postprocessor, UsageError,
+                               create_detector, grad_outputs, is_differentiable, pass_outputs, registry, take_rows)
 from advopenood_plugins.detectors.smoothed import SmoothedDetector, is_smoothed, noise_draws
 from advopenood_plugins.kit.detectors import straight_through
 from advopenood_plugins.kit.networks import normalisation

@@ -13,10 +13,7 @@ from typing import TYPE_CHECKING
 import torch.nn as nn
 from torch import Tensor
 
-from advopenood.capabilities import DifferentiableDetector
-from advopenood.detection.outputs import Batches, Outputs, fc_layer
-from advopenood.detection.postprocessor import Postprocessor
-from advopenood.registry import register
+from advopenood.plugin import Batches, DifferentiableDetector, Outputs, Postprocessor, fc_layer, register
 from advopenood_plugins.kit.detectors import classifier_head, pytorch_ood, straight_through, with_grad
 
 if TYPE_CHECKING:

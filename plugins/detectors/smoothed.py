@@ -77,12 +77,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from advopenood import registry
-from advopenood.capabilities import Derived, DifferentiableDetector, Randomised, is_differentiable
-from advopenood.detection.outputs import Batches, Outputs, grad_outputs, pass_outputs
-from advopenood.detection.postprocessor import Postprocessor
-from advopenood.detection.bank import create_detector
-from advopenood.errors import UsageError
+from advopenood.plugin import (Batches, Derived, DifferentiableDetector, Outputs, Postprocessor, Randomised, UsageError,
+                               create_detector, grad_outputs, is_differentiable, pass_outputs, registry)
 from advopenood_plugins.kit.detectors import straight_through
 
 #: The smoothing parameters and their defaults; every other parameter goes to the wrapped detector.

@@ -13,8 +13,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from advopenood.attacks.base import foolbox_model
-from advopenood.params import Params, typed
+from advopenood.plugin import Params, foolbox_model, typed
 
 
 def run_foolbox(attack: fb.attacks.Attack, model: nn.Module, x: torch.Tensor, y: torch.Tensor,

@@ -11,7 +11,7 @@ from typing import Any
 import torch.nn as nn
 from torch import Tensor
 
-from advopenood.detection.outputs import fc_layer
+from advopenood.plugin import fc_layer
 
 
 def pytorch_ood() -> Any:

@@ -46,9 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood.evaluation.context import RunContext
-from advopenood.evaluation.intervals import cell_key
-from advopenood.evaluation.products import Product
+from advopenood.plugin import Product, RunContext, cell_key
 from advopenood_plugins.kit.robust import COLUMNS, attack_family, robust_attack, robust_intervals, robust_metrics
 
 #: the order attacks join the ensemble: ``(method, attack family)``

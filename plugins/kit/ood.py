@@ -11,14 +11,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood import registry
-from advopenood.capabilities import is_detector_aware
-from advopenood.data.benchmarks import natural_group
-from advopenood.data.datasets import dataset_name
-from advopenood.evaluation.context import RunContext
-from advopenood.evaluation.intervals import IntervalPolicy
-from advopenood.evaluation.metrics import ood_metrics
-from advopenood.evaluation.shared import SET_GROUPS, set_groups  # noqa: F401
+from advopenood.plugin import (  # noqa: F401
+    SET_GROUPS, IntervalPolicy, RunContext, dataset_name, is_detector_aware, natural_group, ood_metrics, registry,
+    set_groups)
 
 #: the four metrics of a cell (OpenOOD's), in percent
 METRICS = ("fpr95", "auroc", "aupr_in", "aupr_out")

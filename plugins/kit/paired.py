@@ -36,15 +36,8 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from advopenood import registry
-from advopenood.capabilities import twin_of
-from advopenood.claims import Claim, pair_claim
-from advopenood.errors import UsageError
-from advopenood.evaluation.context import RunContext
-from advopenood.evaluation.intervals import cell_key, holm, too_few
-from advopenood.outputs.report import join
-from advopenood.outputs.report import name as label
-from advopenood.outputs.results import Bullets, Paragraph, Section, Table
+from advopenood.plugin import (Bullets, Claim, Paragraph, RunContext, Section, Table, UsageError, cell_key, holm, join,
+                               name as label, pair_claim, registry, too_few, twin_of)
 
 #: up to this many scored detectors every pair is compared; above it, each detector against the best on the set
 MAX_ALL_PAIRS = 20

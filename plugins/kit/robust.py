@@ -4,17 +4,6 @@ read it): defined in the core, :mod:`advopenood.evaluation.shared`, public throu
 """
 from __future__ import annotations
 
-from advopenood.evaluation.shared import (  # noqa: F401
-    COLUMNS,
-    ROBUST_METRICS,
-    ROBUST_TABLE,
-    attack_family,
-    cells_of,
-    close_eps,
-    robust_attack,
-    robust_intervals,
-    robust_metrics,
-    robust_pairs,
-    robust_table,
-    shared_cells,
-)
+from advopenood.plugin import (  # noqa: F401
+    ROBUST_COLUMNS as COLUMNS, ROBUST_METRICS, ROBUST_TABLE, attack_family, cells_of, close_eps, robust_attack,
+    robust_intervals, robust_metrics, robust_pairs, robust_table, shared_cells)

@@ -11,10 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood import registry
-from advopenood.capabilities import is_detector_aware, twin_of
-from advopenood.errors import UsageError
-from advopenood.evaluation import oracle
+from advopenood.plugin import UsageError, is_detector_aware, oracle, registry, twin_of
 
 METRICS = ("fpr95", "auroc", "aupr_in", "aupr_out")
 BOUNDS = [f"{m}_{end}" for m in METRICS for end in ("lo", "hi")]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood.evaluation import oracle
+from advopenood.plugin import oracle
 
 ROBUST_METRICS = ("clean_auroc", "id_attacked_auroc", "ood_attacked_auroc", "robust_auroc", "robust_fpr95")
 ROBUST_BOUNDS = [f"{m}_{end}" for m in ROBUST_METRICS for end in ("lo", "hi")]
@@ -83,7 +83,7 @@ def _at_bounds(out: dict[str, Any], sides: tuple[np.ndarray, ...], label: str) -
 
 def attack_class(name: str) -> Any:
     """The registered class of attack ``name``."""
-    from advopenood import registry
+    from advopenood.plugin import registry
 
     return registry.get("attacks", name)
 

@@ -12,9 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood import registry
-from advopenood.evaluation import oracle
-from advopenood.evaluation.verify import RunFiles, as_csv_float
+from advopenood.plugin import RunFiles, as_csv_float, oracle, registry
 
 def worst_case(conf: list[np.ndarray], hit: list[np.ndarray], by: list[np.ndarray] | None = None
                ) -> tuple[np.ndarray, float]:
@@ -49,7 +47,7 @@ def run_sets(run: RunFiles) -> list[dict[str, Any]]:
     an attack class that declares :class:`~advopenood.capabilities.IdNegatives` (ID images pushed to look OOD, e.g.
     the robust AUROC's ``robust_id_<det>``) stay ID negatives and are left out. The run's order is the order of the
     sets in the saved scores (``run.json`` lists them by name)."""
-    from advopenood.capabilities import IdNegatives
+    from advopenood.plugin import IdNegatives
 
     attacks = run.info.get("attacks") or {}
     saved = list(run.scores(run.detectors[0])) if run.detectors else []

@@ -8,10 +8,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from advopenood import registry
-from advopenood.attacks.store import AdvSet
-from advopenood.evaluation.intervals import IntervalPolicy
-from advopenood.evaluation.metrics import NaNScoreError, ood_metrics
+from advopenood.plugin import AdvSet, IntervalPolicy, NaNScoreError, ood_metrics, registry
 
 #: a run's interval policy (``ctx.intervals``: the plan's ``ci`` and the run seed); the default draws none
 CIPlan = IntervalPolicy

@@ -50,11 +50,8 @@ from packaging.version import Version
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
-from advopenood.attacks.base import Attack, default_eps, frozen
-from advopenood.capabilities import DetectorTestForms, Invertible
-from advopenood.errors import UsageError
-from advopenood.evaluation.metrics import id_threshold
-from advopenood.provenance import derive_seed
+from advopenood.plugin import (Attack, DetectorTestForms, Invertible, UsageError, default_eps, derive_seed, frozen,
+                               id_threshold)
 
 
 NORMS = ("linf", "l2")

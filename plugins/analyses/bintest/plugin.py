@@ -10,15 +10,9 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from advopenood.config.schema import thaw
-from advopenood.attacks.base import Attack, build_attack, frozen
-from advopenood.capabilities import CommandAnalysis, DetectorAware, DetectorTestForms, bind_attack
-from advopenood.evaluation.context import RunContext
-from advopenood.data.datasets import stack
-from advopenood.errors import UsageError
-from advopenood.outputs.results import Results, as_written
-from advopenood.params import ImageCount, PointCount, swept
-from advopenood.registry import get, names as get_names, register
+from advopenood.plugin import (Attack, CommandAnalysis, DetectorAware, DetectorTestForms, ImageCount, PointCount,
+                               Results, RunContext, UsageError, as_written, bind_attack, build_attack, frozen, get,
+                               names as get_names, register, stack, swept, thaw)
 from advopenood_plugins.analyses.bintest.binarization import (SAMPLE_COLUMNS, SUMMARY_COLUMNS, resolve_eps, run_bintest,
                                                               summary_row, threshold_at_fpr)
 from advopenood_plugins.analyses.bintest.report import bintest_sections

@@ -5,9 +5,7 @@ from typing import Any
 
 import pandas as pd
 
-from advopenood.outputs.results import Bullets, Paragraph, Section, Table, guarded
-from advopenood.outputs.report import eps_label, join
-from advopenood.outputs.report import name as label
+from advopenood.plugin import Bullets, Paragraph, Section, Table, eps_label, guarded, join, name as label
 
 
 def _flag(value: Any) -> bool:

@@ -33,16 +33,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from advopenood.capabilities import Verifiable
-from advopenood.evaluation.context import RunContext
-from advopenood.data.datasets import seeded_prefix, stack
-from advopenood.errors import UsageError
-from advopenood.io import save_figure
-from advopenood.models.classifier import Classifier
-from advopenood.outputs.results import Results, as_written
-from advopenood.params import ImageCount, bounded
-from advopenood.outputs.plots import pick_examples, safe_name
-from advopenood.registry import register
+from advopenood.plugin import (Classifier, ImageCount, Results, RunContext, UsageError, Verifiable, as_written, bounded,
+                               pick_examples, register, safe_name, save_figure, seeded_prefix, stack)
 from advopenood_plugins.analyses.gradcam.regimes import (DEFAULT_THRESHOLDS, TARGET_RULES, classify_regime,
                                                          threshold_origin)
 from advopenood_plugins.analyses.gradcam.summary import summarize

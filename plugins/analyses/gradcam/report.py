@@ -8,10 +8,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from advopenood.outputs.report import eps_label, fmt, pct
-from advopenood.outputs.report import name as label
-from advopenood.outputs.plots import PLOT_DIR, safe_name
-from advopenood.outputs.results import Bullets, Figure as FigureItem, Paragraph, Section, Table, guarded
+from advopenood.plugin import (PLOT_DIR, Bullets, Figure as FigureItem, Paragraph, Section, Table, eps_label, fmt,
+                               guarded, name as label, pct, safe_name)
 from advopenood_plugins.analyses.gradcam.regimes import REGIME_MEANING, TARGET_MEANING, subset_masks
 
 if TYPE_CHECKING:  # matplotlib loads on the first figure

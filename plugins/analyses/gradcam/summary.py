@@ -20,8 +20,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import binom
 
-from advopenood.evaluation.intervals import wilson
-from advopenood.evaluation.metrics import Z95
+from advopenood.plugin import Z95, wilson
 from advopenood_plugins.analyses.gradcam.regimes import REGIMES, SUBSETS, subset_masks
 
 #: the ``ci`` column of gradcam_summary.csv: the interval of each kind of column

@@ -13,8 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood.evaluation import oracle
-from advopenood.evaluation.verify import compare
+from advopenood.plugin import compare, oracle
 
 KEYS = ["attack", "subset"]
 STATS = [f"{c}_{s}{b}" for c in ("l2", "ssim") for s in ("mean", "median") for b in ("", "_lo", "_hi")]

@@ -17,14 +17,8 @@ from torch import Tensor
 from torch.utils.data import TensorDataset
 from tqdm.auto import tqdm
 
-from advopenood.attacks.base import frozen
-from advopenood.data.datasets import seeded_prefix
-from advopenood.detection.outputs import forward_outputs
-from advopenood.errors import UsageError
-from advopenood.models.backbones import Backbone
-from advopenood.models.classifier import Classifier
-from advopenood.provenance import canonical_key, derive_seed
-from advopenood.models.training import train_classifier
+from advopenood.plugin import (Backbone, Classifier, UsageError, canonical_key, derive_seed, forward_outputs, frozen,
+                               seeded_prefix, train_classifier)
 
 #: Inputs of the authors' surrogate: their images lie in [-0.5, 0.5] (``clipMin``/``clipMax``,
 #: DefaultMethodsVanilla.py L59-60), i.e. our [0, 1] images minus 0.5, unscaled.

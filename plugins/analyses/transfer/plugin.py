@@ -70,22 +70,10 @@ import torch
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
-from advopenood import io as aio
-from advopenood import registry
-from advopenood.attacks.base import Attack, build_attack
-from advopenood.capabilities import Verifiable, is_detector_aware
-from advopenood.config.schema import parse_eps
-from advopenood.evaluation.context import RunContext
-from advopenood.data.datasets import Subset, stack
-from advopenood.errors import UsageError
-from advopenood.evaluation.metrics import id_threshold
-from advopenood.models.classifier import ARCHS, Classifier, build_model, weights_hash
-from advopenood.outputs.results import Results, as_written
-from advopenood.params import EpochCount, ImageCount, IterationCount, bounded, swept
-from advopenood.registry import register
-from advopenood.attacks.store import AdvStore
-from advopenood.provenance import canonical_key, library_versions, seeded
-from advopenood.models.training import RECIPE
+from advopenood.plugin import (ARCHS, RECIPE, AdvStore, Attack, Classifier, EpochCount, ImageCount, IterationCount,
+                               Results, RunContext, Subset, UsageError, Verifiable, as_written, bounded, build_attack,
+                               build_model, canonical_key, id_threshold, io as aio, is_detector_aware, library_versions,
+                               parse_eps, register, registry, seeded, stack, swept, weights_hash)
 from advopenood_plugins.analyses.transfer.adversary import (CW_CNN_MEAN, CW_CNN_STD, CWCNN, Oracle, first_rows,
                                                    fraction_rows, jacobian_lambdas, surrogate_seed, train_mixed,
                                                    train_pure)

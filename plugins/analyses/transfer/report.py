@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from advopenood.outputs.results import Bullets, Paragraph, Section, Table, guarded
-from advopenood.outputs.report import fmt
-from advopenood.outputs.report import name as label
+from advopenood.plugin import Bullets, Paragraph, Section, Table, fmt, guarded, name as label
 
 
 def read_transfer(table: pd.DataFrame) -> list[str]:

@@ -13,9 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from advopenood import io as aio
-from advopenood.data.datasets import seeded_prefix
-from advopenood.evaluation.metrics import ood_metrics
+from advopenood.plugin import io as aio, ood_metrics, seeded_prefix
 
 # ------------------------------------------------------------------------------------------------ metrics
 

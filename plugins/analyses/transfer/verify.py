@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood.evaluation import oracle
-from advopenood.evaluation.verify import read_npz
+from advopenood.plugin import oracle, read_npz
 
 SAMPLES = "transfer_samples.npz"
 KEYS = ["surrogate", "data_fraction", "query_detector", "attack", "detector"]
@@ -134,7 +133,7 @@ def verify(run: Any) -> list[str]:
     path = Path(run.path)
     if not (path / SAMPLES).is_file():
         return [f"transfer.csv: {SAMPLES} is missing; the table cannot be re-derived"]
-    from advopenood.evaluation.verify import compare
+    from advopenood.plugin import compare
 
     arrays, meta = load(path / SAMPLES)
     written = run.table("transfer.csv").astype({"data_fraction": float})

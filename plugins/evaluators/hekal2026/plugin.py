@@ -32,15 +32,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood.attacks.store import AdvSet
-from advopenood.capabilities import Verifiable, is_composite
-from advopenood.config import protocols
-from advopenood.evaluation.context import RunContext
-from advopenood.evaluation.intervals import cell_key
-from advopenood.evaluation.metrics import auroc, fpr_at_tpr95
-from advopenood.outputs.report import eps_label
-from advopenood.outputs.results import Bullets, Paragraph, Results, Section, Table, as_written, guarded
-from advopenood.registry import register
+from advopenood.plugin import (AdvSet, Bullets, Paragraph, Results, RunContext, Section, Table, Verifiable, as_written,
+                               auroc, cell_key, eps_label, fpr_at_tpr95, get_protocol, guarded, is_composite, register)
 from advopenood_plugins.attacks.hekal import PROTOCOL, hekal_class
 from advopenood_plugins.evaluators.hekal2026.verify import verify_hekal
 
@@ -92,7 +85,7 @@ def _row(ctx: RunContext, det: str, ood_set: str, objective: str, conf_id: np.nd
 
 
 def _detector(name: str) -> Any:
-    from advopenood import registry
+    from advopenood.plugin import registry
 
     return registry.get("detectors", name)
 
@@ -164,7 +157,7 @@ def missing(ctx: RunContext) -> str:
                 f"(scored: {', '.join(ctx.scores) or 'none'})")
     else:
         what = "no natural OOD set is scored in this run (data.ood)"
-    return f"{what}; ROSS's Table 2 runs as: {protocols.get(PROTOCOL).command}"
+    return f"{what}; ROSS's Table 2 runs as: {get_protocol(PROTOCOL).command}"
 
 
 def hekal_sections(table: pd.DataFrame) -> list[Section]:

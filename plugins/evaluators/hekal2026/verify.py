@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood.evaluation import oracle
+from advopenood.plugin import oracle
 
 TABLE = "table_hekal2026.csv"
 KEYS = ["detector", "ood_set", "attack"]
@@ -24,7 +24,7 @@ CHECKED = ["eps", "eps_units", "eps_pixel", "objective", "through", "clip", "lef
 
 
 def _class(kind: str, name: str) -> Any:
-    from advopenood import registry
+    from advopenood.plugin import registry
 
     return registry.get(kind, name)
 
@@ -61,7 +61,7 @@ def hekal_sets(run: Any) -> list[dict[str, Any]]:
 def _through(detector: str, params: dict[str, Any]) -> str:
     """``base`` for a detector built on a base detector (:class:`~advopenood.capabilities.Composite`, ``ross_<det>``)
     attacked through it."""
-    from advopenood.capabilities import is_composite
+    from advopenood.plugin import is_composite
 
     return "base" if params["through"] == "base" and is_composite(_class("detectors", detector)) else "self"
 
@@ -102,7 +102,7 @@ def rederive_hekal(run: Any) -> pd.DataFrame:
 
 def verify_hekal(run: Any) -> list[str]:
     """Differences between ``table_hekal2026.csv`` and its re-derivation (``advopenood verify``)."""
-    from advopenood.evaluation.verify import compare
+    from advopenood.plugin import compare
 
     if not run.has(TABLE):  # none written when there was nothing to compute (run.json's nothing_computed)
         expected = len(rederive_hekal(run))

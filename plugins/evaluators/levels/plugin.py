@@ -72,17 +72,9 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from advopenood import registry
-from advopenood.attacks.base import attack_params
-from advopenood.capabilities import Verifiable, is_detector_aware
-from advopenood.evaluation.context import RunContext
-from advopenood.errors import UsageError
-from advopenood.evaluation.intervals import cell_key
-from advopenood.evaluation.metrics import MIN_CONCLUSIVE, auroc
-from advopenood.evaluation.products import Supplied, supplied
-from advopenood.outputs.plots import PLOT_DIR
-from advopenood.outputs.results import Results, Section, as_written, guarded
-from advopenood.registry import register
+from advopenood.plugin import (MIN_CONCLUSIVE, PLOT_DIR, Results, RunContext, Section, Supplied, UsageError, Verifiable,
+                               as_written, attack_params, auroc, cell_key, guarded, is_detector_aware, register,
+                               registry, supplied)
 from advopenood_plugins.kit.ood import SET_GROUPS, saved_set_groups, set_groups
 from advopenood_plugins.kit.robust import ROBUST_TABLE, robust_table
 from advopenood_plugins.evaluators.levels.report import levels_section, plot_levels

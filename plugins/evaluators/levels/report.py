@@ -11,11 +11,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 
-from advopenood import io as aio
-from advopenood.evaluation.metrics import MIN_CONCLUSIVE
-from advopenood.outputs.report import join
-from advopenood.outputs.report import name as label
-from advopenood.outputs.results import Bullets, Figure, Paragraph, Section, Table
+from advopenood.plugin import MIN_CONCLUSIVE, Bullets, Figure, Paragraph, Section, Table, io as aio, join, name as label
 
 #: a detector whose clean AUROC is below ``min_auroc`` plus this many points passes a level's bar without much to
 #: lose (on the adversarially trained ResNet-20, MDS is 52.0 clean and 52.7 under PGD): the report says so

@@ -13,14 +13,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood.evaluation import oracle
+from advopenood.plugin import oracle
 from advopenood_plugins.kit.verify_robust import attack_class, rederive_robust
 
 
 def _strong(entry: dict[str, Any], size: int, protocol: str) -> bool:
     """Level 1's rule re-stated: a classifier-only, multi-step attack with no iteration count below its default,
     no budget below its default eps, and ``steps * step size >= eps`` where a step size is set."""
-    from advopenood.capabilities import DetectorAware
+    from advopenood.plugin import DetectorAware
 
     cls = attack_class(entry["attack"])
     if issubclass(cls, DetectorAware) or entry["attack"] == "fgsm" or entry.get("source", "id") != "id":
@@ -39,7 +39,7 @@ def _strong(entry: dict[str, Any], size: int, protocol: str) -> bool:
 
 
 def _id_negative(entry: dict[str, Any]) -> bool:
-    from advopenood.capabilities import IdNegatives
+    from advopenood.plugin import IdNegatives
 
     return issubclass(attack_class(entry["attack"]), IdNegatives)
 
@@ -54,7 +54,7 @@ def rederive_levels(run: Any, levels: pd.DataFrame) -> pd.DataFrame:
     """levels.csv re-computed for every detector with saved scores, one row per criterion (level 2 from the run's own model and
     data and the run folders of ``evaluator_params.levels.runs``), with the interval of each criterion's worst set
     (:func:`_worst_bounds`) and whether it excludes the bar."""
-    from advopenood.capabilities import DetectorAware
+    from advopenood.plugin import DetectorAware
     from advopenood_plugins.kit.verify import ci_plan
 
     saved = run.config
@@ -206,7 +206,7 @@ def _normalised_sets(text: Any) -> str:
 
 def verify_levels(run: Any) -> list[str]:
     """Differences between ``levels.csv`` and its re-derivation (``advopenood verify``)."""
-    from advopenood.evaluation.verify import compare
+    from advopenood.plugin import compare
 
     if not run.has("levels.csv"):
         return ["levels.csv: the evaluator ran but the table is missing"]

@@ -48,12 +48,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from advopenood import registry
-from advopenood.capabilities import Verifiable
-from advopenood.evaluation.context import RunContext
-from advopenood.errors import UsageError
-from advopenood.evaluation.intervals import bound_columns, cell_key
-from advopenood.outputs.results import Results, Section, as_written, guarded
+from advopenood.plugin import (Results, RunContext, Section, UsageError, Verifiable, as_written, bound_columns,
+                               cell_key, guarded, registry)
 from advopenood_plugins.evaluators.mead.report import mead_section
 from advopenood_plugins.kit.worstcase import (NO_CI, NORM_ORDER, PATCH, CIPlan, SetInfo, attack_kind,  # noqa: F401
                                               backend_for, detector_groups, group_sets, set_info, stacked,

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from advopenood.outputs.report import CHANCE, eps_label, join
-from advopenood.outputs.report import name as label
-from advopenood.outputs.results import Bullets, Paragraph, Section, Table
+from advopenood.plugin import CHANCE, Bullets, Paragraph, Section, Table, eps_label, join, name as label
 
 
 def read_mead(mead: pd.DataFrame) -> list[str]:

@@ -20,8 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood.evaluation import oracle
-from advopenood.evaluation.verify import RunFiles, compare
+from advopenood.plugin import RunFiles, compare, oracle
 from advopenood_plugins.kit.verify_worstcase import (BOUNDS, backend_of, chosen_detectors, csv_eps,  # noqa: F401
                                                      eps_groups, eps_text, row_bounds, row_key, run_params, run_sets,
                                                      choices, worst_case)

@@ -70,13 +70,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from advopenood import registry
-from advopenood.capabilities import Verifiable
-from advopenood.evaluation.context import RunContext
-from advopenood.errors import UsageError
-from advopenood.outputs.results import Results
-from advopenood.evaluation.intervals import cell_key
-from advopenood.evaluation.metrics import ood_metrics
+from advopenood.plugin import Results, RunContext, UsageError, Verifiable, cell_key, ood_metrics, registry
 from advopenood_plugins.kit.worstcase import (NO_CI, CIPlan, SetInfo, backend_for, detector_groups, set_info,
                                               stacked, worst_case_metrics)
 from advopenood_plugins.evaluators.multiattack.report import plot_sweeps

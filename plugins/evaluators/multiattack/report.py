@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from advopenood import io as aio
-from advopenood.outputs.plots import safe_name
+from advopenood.plugin import io as aio, safe_name
 
 
 def plot_sweeps(curves: pd.DataFrame, plot_dir: Path, union: str = "union",

@@ -17,8 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from advopenood.evaluation import oracle
-from advopenood.evaluation.verify import RunFiles, compare
+from advopenood.plugin import RunFiles, compare, oracle
 from advopenood_plugins.kit.verify_worstcase import (BOUNDS, backend_of, chosen_detectors, csv_eps, eps_groups,
                                                      eps_text, row_bounds, run_params, run_sets, worst_case,
                                                      choices)

@@ -28,13 +28,8 @@ from typing import Any
 
 import pandas as pd
 
-from advopenood.claims import Claim
-from advopenood.evaluation.intervals import LEVEL
-from advopenood.evaluation.metrics import MIN_CONCLUSIVE
-from advopenood.outputs.plots import ood_matrix
-from advopenood.outputs.report import CHANCE, join
-from advopenood.outputs.report import name as label
-from advopenood.outputs.results import Bullets, Paragraph, Section, Table
+from advopenood.plugin import (CHANCE, LEVEL, MIN_CONCLUSIVE, Bullets, Claim, Paragraph, Section, Table, join,
+                               name as label, ood_matrix)
 from advopenood_plugins.kit.ood import transfer_rows
 from advopenood_plugins.kit.paired import PAIRED_CLAIM_COLUMNS
 

@@ -34,10 +34,7 @@ from typing import Any
 
 import pandas as pd
 
-from advopenood import __version__
-from advopenood.evaluation.context import RunContext
-from advopenood.models.classifier import weights_hash
-from advopenood.outputs.report import eps_label
+from advopenood.plugin import RunContext, __version__, eps_label, weights_hash
 from advopenood_plugins.kit.ensemble import robust_rows
 
 #: our detector names -> OpenOOD's postprocessor aliases and ``utils/papers.csv`` links (leaderboard f969dfa)

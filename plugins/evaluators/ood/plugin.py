@@ -47,16 +47,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from advopenood.capabilities import Headline, Verifiable, is_detector_aware
-from advopenood import registry
-from advopenood.evaluation.context import RunContext
-from advopenood.data.datasets import make_loader
-from advopenood.evaluation.intervals import bound_columns, cell_key, mean_interval
-from advopenood.evaluation.products import Supplied, supplied
-from advopenood.data.benchmarks import ADVERSARIAL
-from advopenood.outputs.plots import PLOT_DIR
-from advopenood.outputs.results import Results, Section, as_written, guarded
-from advopenood.registry import register
+from advopenood.plugin import (ADVERSARIAL, PLOT_DIR, Headline, Results, RunContext, Section, Supplied, Verifiable,
+                               as_written, bound_columns, cell_key, guarded, is_detector_aware, make_loader,
+                               mean_interval, register, registry, supplied)
 from advopenood_plugins.evaluators.ood.headline import HEADLINE, headline_section, transfer_section
 from advopenood_plugins.evaluators.ood.leaderboard import openood_entries
 from advopenood_plugins.evaluators.ood.report import (adaptive_section, leaderboard_section, ood_plots, ood_section,

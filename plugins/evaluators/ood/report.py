@@ -11,14 +11,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood import io as aio
-from advopenood.data.benchmarks import ADVERSARIAL
-from advopenood.evaluation.context import RunContext
-from advopenood.evaluation.metrics import MIN_CONCLUSIVE, Z95, hanley_mcneil_se
-from advopenood.outputs.results import Bullets, Figure, Paragraph, Section, Table
-from advopenood.outputs.plots import chance_mask, ood_matrix, plot_auroc_heatmap, plot_roc, roc_sets
-from advopenood.outputs.report import CHANCE, join
-from advopenood.outputs.report import name as label
+from advopenood.plugin import (ADVERSARIAL, CHANCE, MIN_CONCLUSIVE, Z95, Bullets, Figure, Paragraph, RunContext,
+                               Section, Table, chance_mask, hanley_mcneil_se, io as aio, join, name as label,
+                               ood_matrix, plot_auroc_heatmap, plot_roc, roc_sets)
 
 def compare_natural_adversarial(nat: float, adv: float) -> str:
     """The sentence comparing mean AUROC on natural OOD sets (``nat``) with that under attack (``adv``); its verb

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from advopenood.evaluation import oracle
+from advopenood.plugin import oracle
 from advopenood_plugins.evaluators.ood.verify_paired import verify_paired
 from advopenood_plugins.kit.verify import BOUNDS, METRICS, Draws, aimed, ci_plan, rederive_bounds, transfer
 
@@ -44,8 +44,8 @@ def expected_targets(run: Any) -> list[tuple[str, str]]:
     """``(attack, ood_set)`` of every row a detector has in ``ood.csv``, from ``run.json``: each natural OOD set
     (attack ``none``), then each adversarial set whose images count as OOD (not one of an attack that declares
     :class:`~advopenood.capabilities.IdNegatives`)."""
-    from advopenood import registry
-    from advopenood.capabilities import is_id_negative
+    from advopenood.plugin import registry
+    from advopenood.plugin import is_id_negative
 
     natural = [("none", str(name)) for name in (run.info.get("data") or {}).get("ood") or {}]
     attacks = run.info.get("attacks") or {}
@@ -55,8 +55,8 @@ def expected_targets(run: Any) -> list[tuple[str, str]]:
 
 def natural_groups(run: Any) -> dict[str, str]:
     """The group of each natural OOD set: its data entry's ``group``, else OpenOOD v1.5's for the run's dataset."""
-    from advopenood.data.benchmarks import natural_group
-    from advopenood.data.datasets import dataset_name
+    from advopenood.plugin import natural_group
+    from advopenood.plugin import dataset_name
 
     data = run.config.get("data") or {}
     dataset = data.get("dataset") or ((run.info.get("data") or {}).get("id") or {}).get("name")
@@ -179,7 +179,7 @@ def rederive_table_adaptive(run: Any, rederived: pd.DataFrame) -> pd.DataFrame:
     """``table_adaptive.csv`` from the re-derived ``ood.csv`` rows: one row per attack set made against a detector
     (its registered class names the detector it adapts to) that the detector was scored on, with that set's
     AUROC / FPR95 beside the baseline set's (:func:`_baseline_set`) and the AUROC's change."""
-    from advopenood import registry
+    from advopenood.plugin import registry
 
     cell = rederived.set_index(["detector", "ood_set"])
     rows = []
@@ -282,7 +282,7 @@ def rederive_fsood(run: Any, rederived: pd.DataFrame) -> pd.DataFrame:
 
 def _checked(run: Any, name: str, check: Callable[[pd.DataFrame], list[str]], needs: Sequence[str] = ()) -> list[str]:
     """``check`` of the written table ``name``; a table that is missing or lacks a column is one finding."""
-    from advopenood.evaluation.verify import Unreadable
+    from advopenood.plugin import Unreadable
 
     try:
         return check(run.table(name, needs))
@@ -293,7 +293,7 @@ def _checked(run: Any, name: str, check: Callable[[pd.DataFrame], list[str]], ne
 def verify(run: Any) -> list[str]:
     """Differences between the ``ood`` evaluator's tables and their re-derivation (``advopenood verify``): every row
     ``run.json`` and the scores imply, so a missing or extra row is a difference, as a changed number is."""
-    from advopenood.evaluation.verify import compare
+    from advopenood.plugin import compare
 
     ood = run.table("ood.csv", [*KEYS, "positives"])
     lines = expected_positives(run, ood)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood.evaluation import oracle
+from advopenood.plugin import oracle
 from advopenood_plugins.kit.verify import ci_plan, pairs_of
 
 COLUMNS = ["group", "twin", "auroc_a", "auroc_b", "delta_auroc", "delta_auroc_lo", "delta_auroc_hi", "ci",
@@ -91,9 +91,9 @@ def verify_paired(run: Any, ood: pd.DataFrame, board: pd.DataFrame | None, reder
                   ) -> list[str]:
     """Differences between ``paired.csv`` (always written) / the leaderboard's ranks and their re-derivation; ``ood``
     holds the re-derived ``ood.csv`` rows."""
-    from advopenood.evaluation.verify import compare
+    from advopenood.plugin import compare
 
-    from advopenood.evaluation.verify import Unreadable
+    from advopenood.plugin import Unreadable
 
     try:
         lines = compare(rederive_paired(run, ood), run.table("paired.csv", KEYS), KEYS, COLUMNS, atol=1e-6,

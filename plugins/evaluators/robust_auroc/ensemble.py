@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood.evaluation.context import RunContext
-from advopenood.evaluation.intervals import too_few
+from advopenood.plugin import RunContext, too_few
 from advopenood_plugins.kit.ensemble import Ensemble
 
 #: the attacks that follow the detector's score's gradient: the masking flag's comparison

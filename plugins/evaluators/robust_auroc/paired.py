@@ -24,11 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood.claims import Claim, pair_claim
-from advopenood.evaluation.context import RunContext
-from advopenood.evaluation.intervals import too_few
-from advopenood.outputs.report import eps_label
-from advopenood.outputs.report import name as label
+from advopenood.plugin import Claim, RunContext, eps_label, name as label, pair_claim, too_few
 from advopenood_plugins.kit.paired import detector_pairs, significant
 
 ROBUST_PAIRED_COLUMNS = ["ood_set", "eps", "method", "detector_a", "family_a", "detector_b", "family_b", "twin",

@@ -57,16 +57,9 @@ from typing import Any
 
 import pandas as pd
 
-from advopenood import registry
-from advopenood.config.schema import thaw
-from advopenood.capabilities import Headline, RequiresAttacks, Verifiable, is_family, is_randomised
-from advopenood.evaluation.context import RunContext
-from advopenood.data.datasets import dataset_name
-from advopenood.errors import UsageError
-from advopenood.evaluation.products import Supplied, supplied
-from advopenood.outputs.results import Results, as_written
-from advopenood.params import MAX_DRAWS, MAX_QUERIES, swept
-from advopenood.registry import register
+from advopenood.plugin import (MAX_DRAWS, MAX_QUERIES, Headline, RequiresAttacks, Results, RunContext, Supplied,
+                               UsageError, Verifiable, as_written, dataset_name, is_family, is_randomised, register,
+                               registry, supplied, swept, thaw)
 from advopenood_plugins.attacks.robust import EOT_PREFIXES, GRADIENT_METHODS, PREFIXES, SQUARE_QUERIES
 from advopenood_plugins.kit.robust import (COLUMNS, ROBUST_METRICS, ROBUST_TABLE, attack_family,  # noqa: F401
                                            close_eps, robust_intervals, robust_metrics, robust_pairs, robust_table)

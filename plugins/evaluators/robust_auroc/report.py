@@ -10,12 +10,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood import io as aio
+from advopenood.plugin import (PLOT_DIR, Bullets, Figure, Paragraph, Section, Table, eps_label, guarded, io as aio,
+                               join, name as label)
 
-from advopenood.outputs.report import eps_label, join
-from advopenood.outputs.report import name as label
-from advopenood.outputs.plots import PLOT_DIR
-from advopenood.outputs.results import Bullets, Figure, Paragraph, Section, Table, guarded
 from advopenood_plugins.evaluators.robust_auroc.paired import read_robust_paired
 
 

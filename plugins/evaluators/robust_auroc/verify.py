@@ -17,7 +17,7 @@ from advopenood_plugins.kit.verify_robust import (ROBUST_BOUNDS, ROBUST_METRICS,
 
 def verify_robust(run: Any) -> list[str]:
     """Differences between ``robust_auroc.csv`` and its re-derivation (``advopenood verify``)."""
-    from advopenood.evaluation.verify import compare
+    from advopenood.plugin import compare
 
     if not run.has("robust_auroc.csv"):
         return ["robust_auroc.csv: the evaluator ran but the table is missing"]
@@ -60,7 +60,7 @@ def verify_entries(run: Any, robust: pd.DataFrame) -> list[str]:
     decimals, and its eps and method; ``/`` for a detector without robust rows."""
     import json
 
-    from advopenood.outputs.report import eps_label
+    from advopenood.plugin import eps_label
 
     if not run.has("leaderboard_openood.json") or not run.has("ood.csv"):
         return []

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood.evaluation import oracle
+from advopenood.plugin import oracle
 from advopenood_plugins.kit.verify_robust import ROBUST_BOUNDS, ROBUST_METRICS, robust_bounds, robust_sets
 
 #: the order attacks join the ensemble, as the writer documents it (``<method>`` or ``<method>_eot``)
@@ -145,7 +145,7 @@ def verify_ensemble(run: Any, single: pd.DataFrame, rows: pd.DataFrame, steps: p
     """Differences between the written ensemble rows, ``robust_ensemble.csv`` and ``masking_suspected`` and their
     re-derivation from the scores (``single``: the re-derived single-attack rows; ``rows``, ``steps``: the first two
     of :func:`rederive_ensemble`)."""
-    from advopenood.evaluation.verify import compare
+    from advopenood.plugin import compare
 
     written = run.table("robust_auroc.csv")
     mine = written[written["method"] == "ensemble"] if "method" in written.columns else written.iloc[:0]

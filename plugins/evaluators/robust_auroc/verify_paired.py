@@ -66,7 +66,7 @@ def rederive_robust_paired(run: Any, robust: pd.DataFrame, worst: Worst | None =
 def verify_robust_paired(run: Any, robust: pd.DataFrame, worst: Worst | None = None) -> list[str]:
     """Differences between ``robust_paired.csv`` and its re-derivation (:func:`rederive_robust_paired`); none when
     the run wrote no such table."""
-    from advopenood.evaluation.verify import compare
+    from advopenood.plugin import compare
 
     if not run.has("robust_paired.csv"):
         return ["robust_paired.csv: the robust_auroc evaluator ran but the table is missing"] if len(robust) else []

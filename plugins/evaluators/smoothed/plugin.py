@@ -13,11 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from advopenood import registry
-from advopenood.capabilities import Verifiable, is_detector_aware
-from advopenood.evaluation.context import RunContext
-from advopenood.evaluation.intervals import bound_columns, cell_key
-from advopenood.outputs.results import Results, Section, as_written, guarded
+from advopenood.plugin import (Results, RunContext, Section, Verifiable, as_written, bound_columns, cell_key, guarded,
+                               is_detector_aware, registry)
 from advopenood_plugins.attacks.adaptive import EOTAttack
 from advopenood_plugins.attacks.eot import EOT_PREFIXES
 from advopenood_plugins.detectors.smoothed import PREFIX, SMOOTHING_DEFAULTS, is_smoothed

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from advopenood.outputs.results import Bullets, Paragraph, Section, Table
-from advopenood.outputs.report import eps_label
+from advopenood.plugin import Bullets, Paragraph, Section, Table, eps_label
 from advopenood_plugins.attacks.eot import eot_name
 
 def read_smoothed(table: pd.DataFrame) -> list[str]:

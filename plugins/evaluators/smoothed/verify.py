@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood.evaluation import oracle
+from advopenood.plugin import oracle
 from advopenood_plugins.kit.verify import rederive_bounds
 
 TABLE = "table_smoothed.csv"
@@ -85,7 +85,7 @@ def smoothed(detector: Any) -> bool:
     """Whether a registered detector class is a smoothed one, from what it declares: generated from another detector
     (:class:`~advopenood.capabilities.Derived`, with a ``base_name``) and randomised
     (:class:`~advopenood.capabilities.Randomised`: its confidence depends on noise draws)."""
-    from advopenood.capabilities import is_derived, is_randomised, twin_of
+    from advopenood.plugin import is_derived, is_randomised, twin_of
 
     return is_derived(detector) and is_randomised(detector) and bool(twin_of(detector))
 
@@ -100,8 +100,8 @@ def missing_sets(run: Any, table: pd.DataFrame) -> list[str]:
     """Plain or EOT adaptive attack sets of the run that target a smoothed detector with saved scores but appear in
     no row. A smoothed detector is re-recognised by its declared capabilities (:func:`smoothed`), not by the
     evaluator's own test."""
-    from advopenood import registry
-    from advopenood.capabilities import is_detector_aware
+    from advopenood.plugin import registry
+    from advopenood.plugin import is_detector_aware
 
     listed = {_named(v) for col in ("plain_attack", "eot_attack") for v in table[col]}
     lines = []
@@ -116,7 +116,7 @@ def missing_sets(run: Any, table: pd.DataFrame) -> list[str]:
 
 def verify(run: Any) -> list[str]:
     """Differences between ``table_smoothed.csv`` and its re-derivation (``advopenood verify``)."""
-    from advopenood.evaluation.verify import compare
+    from advopenood.plugin import compare
 
     columns = ["detector", "direction", "eps", "plain_attack", "eot_attack", "baseline"]
     # the evaluator writes no table when it has no row: then every paired attack set the run made is in no row
