@@ -26,7 +26,7 @@ import pandas as pd
 
 from advopenood.claims import Claim, pair_claim
 from advopenood.evaluation.context import RunContext
-from advopenood.evaluation.intervals import too_few
+from advopenood.evaluation.intervals import bound_label, too_few
 from advopenood.outputs.report import eps_label
 from advopenood.outputs.report import name as label
 from advopenood_plugins.kit.paired import detector_pairs, significant
@@ -71,13 +71,14 @@ def robust_paired_table(ctx: RunContext, table: pd.DataFrame,
             got = policy.paired(paired_key(ood_set, eps, attack), [cells[d] for d in kept], ("auroc",))
             reps = {d: r["auroc"] for d, r in zip(kept, got)}
         for a, b, twin in detector_pairs(aurocs, aurocs):
-            lo, hi, error = policy.difference(cells[a], cells[b], reps.get(a), reps.get(b))
+            lo, hi, error, how = policy.bounded_difference(cells[a], cells[b], reps.get(a), reps.get(b))
             rows.append({"ood_set": ood_set, "eps": eps, "method": attack, "detector_a": a,
                          "family_a": chosen.loc[a, "attack_family"], "detector_b": b,
                          "family_b": chosen.loc[b, "attack_family"], "twin": twin, "robust_auroc_a": aurocs[a],
                          "robust_auroc_b": aurocs[b], "delta_robust_auroc": aurocs[a] - aurocs[b],
                          "delta_robust_auroc_lo": lo, "delta_robust_auroc_hi": hi,
-                         "ci": policy.label, "significant": significant(lo, hi),
+                         "ci": bound_label(policy.label, {"delta_robust_auroc": how}),
+                         "significant": significant(lo, hi),
                          "n_id": len(cells[a][0]), "n_ood": len(cells[a][1]), "error": error,
                          "protocol": ctx.protocol})
     return pd.DataFrame(rows, columns=ROBUST_PAIRED_COLUMNS).astype({"significant": "boolean", "twin": bool})
