@@ -85,7 +85,7 @@ def rederive_ranks(board: pd.DataFrame, metrics: list[str], run: Any = None, ood
             adjusted = oracle.holm([oracle.bootstrap_p(reps[a] - reps[b]) for a, b in pairs])
             better = {i: 0 for i in kept}
             for (a, b), p in zip(pairs, adjusted):
-                if p < 0.05 and vals[a] != vals[b]:
+                if p < 1 - oracle.LEVEL and vals[a] != vals[b]:  # the threshold of the headline (1 - LEVEL)
                     better[a if sign * vals[a] > sign * vals[b] else b] += 1
             for i in kept:
                 ranks[i] = 1 + better[i]
