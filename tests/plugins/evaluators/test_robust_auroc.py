@@ -226,7 +226,9 @@ def test_id_side_sets_are_id_negatives_not_ood_positives(robust_run):
     assert {"robust_ood_msp-tin", "robust_ood_mds-mnist"} <= set(ood.attack)
     assert set(ctx.id_adv_sets) == {"pgd"} and "robust_id_msp" not in ctx.positive_sets
     board = pd.read_csv(out / "leaderboard.csv")
-    assert (board.n_adv == 1 + 2 * 2).all()  # pgd and the four OOD-side sets
+    assert (board.n_adv == 1 + 2).all()  # pgd and the detector's own two OOD-side sets (the other's are transfer)
+    assert all(set(s.split(",")) == {"pgd", f"robust_ood_{d}-tin", f"robust_ood_{d}-mnist"}
+               for d, s in zip(board.detector, board.adv_sets))
     plotted = with_positives(ctx)["msp"]  # the ROC curves of plots/roc_msp.png
     assert "robust_id_msp" not in plotted and "robust_id_msp.positive" not in plotted
     assert "robust_ood_msp-tin.positive" in plotted
