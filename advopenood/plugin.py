@@ -84,7 +84,7 @@ from advopenood.detection.bank import create_detector, fit_subset
 from advopenood.detection.outputs import pass_outputs, take_rows
 from advopenood.detection.postprocessor import openood_args, vim_dim
 from advopenood.detection.scoring import fit_detectors
-from advopenood.evaluation.intervals import LEVEL, holm
+from advopenood.evaluation.intervals import LEVEL, bootstrap_p, bound_label, holm, shared_id_replicates
 from advopenood.evaluation.shared import cells_of
 from advopenood.evaluation.verify import as_csv_float, read_npz
 from advopenood.models.backbones import Backbone
@@ -161,5 +161,5 @@ __all__ = [
     "PLOT_DIR", "chance_mask", "ood_matrix", "pick_examples", "plot_auroc_heatmap", "plot_roc", "roc_sets",
     "safe_name",
     # intervals (the test level, Holm's step-down), the shared cells, and a verify hook's readers
-    "LEVEL", "holm", "cells_of", "as_csv_float", "read_npz",
+    "LEVEL", "bootstrap_p", "bound_label", "holm", "shared_id_replicates", "cells_of", "as_csv_float", "read_npz",
 ]

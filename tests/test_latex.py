@@ -92,3 +92,32 @@ def test_an_interval_is_a_two_line_cell_and_a_constant_column_goes_into_the_capt
 def test_write_latex_names_the_packages_it_needs(small_demo_run, tmp_path):
     shutil.copytree(small_demo_run[0], tmp_path / "run")
     assert "\\usepackage{siunitx}" in write_latex(tmp_path / "run").read_text().splitlines()[1]
+
+
+@pytest.mark.parametrize("options", ["", "twocolumn"])
+def test_a_robust_runs_long_set_names_wrap_in_a_column_that_fits(options, tmp_path):
+    """asr.csv of a robust run with the standard ensemble: its row key holds names such as
+    ``robust_apgd_aux_ood_knn-fashionmnist`` (about 180 pt in ``\\small``, with the eps beside it more than a
+    two-column article's 200 pt column): they are set in a ragged-right ``p`` column, broken after ``_`` and ``-``."""
+    names = [f"robust_{a}_{side}_{d}" + ("-fashionmnist" if side == "ood" else "")
+             for a in ("apgd", "apgd_aux", "square") for side in ("id", "ood") for d in ("msp", "mds", "knn")]
+    frame = pd.DataFrame({"dataset": "cifar10", "attack": names, "eps": 8 / 255, "asr": 50.0, "asr_lo": 30.0,
+                          "asr_hi": 70.0, "clean_acc": 78.12, "clean_acc_lo": 61.24, "clean_acc_hi": 88.98})
+    tex = tmp_path / "asr.tex"
+    tex.write_text(latex_table(frame, "asr.csv"))
+    assert "p{" in tex.read_text() and "\\_\\allowbreak{}" in tex.read_text()
+    assert overfull(tex, options, tmp_path) == []
+
+
+def test_tables_tex_opens_on_the_section_the_report_leads_with(tmp_path):
+    """A robust run's report_sections.json holds the ood headline before the robust one (evaluator order); given
+    the report's lead (run.json's ``lead``: the robust table), its floats come first in tables.tex."""
+    from advopenood.outputs.results import Section, Table, write_sections
+
+    cell = pd.DataFrame({"detector": ["MSP", "KNN"], "tin": ["83.6 [72.7, 92.6]", "86.0 [75.6, 94.5]"]})
+    write_sections(tmp_path, [Section("AUROC per detector and set", [Table(cell, "AUROC")], headline=True),
+                              Section("Robust AUROC per detector and OOD set", [Table(cell, "Robust")], headline=True)])
+    captions = re.findall(r"\\caption\{([^:]*):", write_latex(tmp_path, lead="Robust AUROC per detector and OOD set")
+                          .read_text())
+    assert captions == ["Robust AUROC per detector and OOD set", "AUROC per detector and set"]
+    assert re.findall(r"\\caption\{([^:]*):", write_latex(tmp_path).read_text())[0] == "AUROC per detector and set"

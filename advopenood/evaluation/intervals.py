@@ -43,7 +43,7 @@ import numpy as np
 from advopenood.evaluation.bounds import (AT_BOUND, BOUND_TOL, at_bound, auroc_score_interval,  # noqa: F401
                                          bootstrap_p, bound_label, bound_rule, holm, metric_kind, wilson)
 from advopenood.evaluation.intervalstore import IntervalStore
-from advopenood.evaluation.metrics import (TPR_LEVEL, auroc_difference_interval, auroc_difference_p,
+from advopenood.evaluation.metrics import (TPR_LEVEL, auroc, auroc_difference_interval, auroc_difference_p,
                                           auroc_interval, ood_metrics)
 
 METHODS = ("bootstrap", "delong", "none")
@@ -448,6 +448,21 @@ class IntervalPolicy:
             return 100.0 * lo, 100.0 * hi, ""
         lo, hi = percentile(reps_a - reps_b)
         return lo, hi, ""
+
+    def bounded_difference(self, cell_a: Cell, cell_b: Cell, reps_a: np.ndarray | None, reps_b: np.ndarray | None
+                           ) -> tuple[float, float, str, str]:
+        """``(lo, hi, reason, method)``: :meth:`difference`, except where its interval collapsed to a point (every
+        resample gives the same difference, e.g. both AUROCs 0): then the MOVER / square-and-add interval (Newcombe
+        1998, Stat. Med. 17:873-890, method 10; Zou and Donner 2008) from each AUROC's score interval
+        (:func:`auroc_score_interval`), ``lo = d - sqrt((A_a - l_a)^2 + (u_b - A_b)^2)``, ``hi = d + sqrt((u_a -
+        A_a)^2 + (A_b - l_b)^2)``, method ``mover`` (the two taken as independent: conservative for positively
+        correlated detectors); method ``""`` otherwise."""
+        lo, hi, reason = self.difference(cell_a, cell_b, reps_a, reps_b)
+        if math.isnan(lo) or math.isnan(hi) or hi - lo > BOUND_TOL:
+            return lo, hi, reason, ""
+        (la, ua), (lb, ub) = (auroc_score_interval(100.0 * auroc(*c), len(c[0]), len(c[1])) for c in (cell_a, cell_b))
+        a, b = 100.0 * auroc(*cell_a), 100.0 * auroc(*cell_b)
+        return (a - b - math.hypot(a - la, ub - b), a - b + math.hypot(ua - a, b - lb), reason, "mover")
 
     def difference_p(self, cell_a: Cell, cell_b: Cell, reps_a: np.ndarray | None, reps_b: np.ndarray | None
                      ) -> float:

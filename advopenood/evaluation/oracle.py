@@ -246,7 +246,14 @@ def seeded_replicates(cells: list[tuple[np.ndarray, np.ndarray]], seed: int, key
 
 def shared_mean_interval(conf_id: np.ndarray, oods: Mapping[str, np.ndarray], seed: int, key: str, resamples: int,
                          wanted: Iterable[str] = ("fpr95", "auroc")) -> dict[str, tuple[float, float]]:
-    """The percentile interval of a mean over sets that share their ID images: each resample draws the ID indices
+    """The percentile interval of a mean over sets that share their ID images (:func:`shared_mean_replicates`)."""
+    got = shared_mean_replicates(conf_id, oods, seed, key, resamples, wanted)
+    return {m: percentile_interval(v) for m, v in got.items()}
+
+
+def shared_mean_replicates(conf_id: np.ndarray, oods: Mapping[str, np.ndarray], seed: int, key: str, resamples: int,
+                           wanted: Iterable[str] = ("fpr95", "auroc")) -> dict[str, np.ndarray]:
+    """The bootstrap replicates of a mean over sets that share their ID images: each resample draws the ID indices
     once for every set (PCG64 seeded by :func:`cell_seed` of ``key``) and each set's OOD indices from its own
     generator (``key|<set name>``; ``oods``: set name -> OOD confidences); the mean's replicate is the mean of the
     sets' metrics on those draws (:func:`replicates`), a block of at most :data:`HELD` indices a side at a time."""
@@ -264,7 +271,7 @@ def shared_mean_interval(conf_id: np.ndarray, oods: Mapping[str, np.ndarray], se
                for o, g in zip(oods, each)]
         for m in wanted:
             means[m].append(sum(r[m] for r in got) / len(got))
-    return {m: percentile_interval(np.concatenate(v)) for m, v in means.items()}
+    return {m: np.concatenate(v) for m, v in means.items()}
 
 
 def percentile_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
@@ -459,6 +466,18 @@ class IntervalPlan:
         if self.method == "delong":
             return delong_difference(cell_a, cell_b)
         return math.nan, math.nan
+
+    def bounded_difference(self, cell_a: Cell, cell_b: Cell, reps_a: np.ndarray | None = None,
+                           reps_b: np.ndarray | None = None) -> tuple[float, float, str]:
+        """``(lo, hi, method)``: :meth:`difference`, or where it is one point (to 1e-6 points) the square-and-add
+        interval of the two AUROCs' :func:`newcombe` intervals (Newcombe 1998, method 10), method ``mover``."""
+        lo, hi = self.difference(cell_a, cell_b, reps_a, reps_b)
+        if math.isnan(lo) or math.isnan(hi) or abs(hi - lo) > 1e-6:
+            return lo, hi, ""
+        a, b = auroc(*cell_a), auroc(*cell_b)
+        (la, ua), (lb, ub) = newcombe(a, len(cell_a[0]), len(cell_a[1])), newcombe(b, len(cell_b[0]), len(cell_b[1]))
+        return (a - b - math.sqrt((a - la) ** 2 + (ub - b) ** 2), a - b + math.sqrt((ua - a) ** 2 + (b - lb) ** 2),
+                "mover")
 
     def difference_p(self, cell_a: Cell, cell_b: Cell, reps_a: np.ndarray | None = None,
                      reps_b: np.ndarray | None = None) -> float:

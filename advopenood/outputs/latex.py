@@ -37,6 +37,9 @@ COLUMN_PT = 200.0
 SMALL_PT, FOOTNOTE_PT = 4.6, 3.8
 #: the space between columns, each side (``\tabcolsep``), in points
 TABCOLSEP_PT = 4.0
+#: a text column wider than this (points) is set in a ``p`` column of this width, its names broken after ``_`` and
+#: ``-`` (a robust run's ``robust_apgd_aux_ood_<detector>-<set>`` would not leave room for a number beside it)
+WRAP_PT = 80.0
 #: floats between two ``\clearpage`` in a file of more: LaTeX holds at most 18 floats it has not placed ("Too many
 #: unprocessed floats"), and a run with many sets has more
 FLUSH_FLOATS = 10
@@ -75,15 +78,24 @@ class Column:
     numeric: bool = False
     rank: list[str] = field(default_factory=list)
 
+    @property
+    def wraps(self) -> bool:
+        """Whether it is a text column wider than :data:`WRAP_PT`, set in a ``p`` column of that width."""
+        return not self.numeric and not self.below and max(map(len, [self.header, *self.main])) * SMALL_PT > WRAP_PT
+
     def width(self) -> float:
         """Its estimated width in points, the space between columns included."""
+        if self.wraps:
+            return WRAP_PT + 2 * TABCOLSEP_PT
         first = max([len(self.header) * SMALL_PT] + [len(c) * SMALL_PT + len(r) * FOOTNOTE_PT
                                                      for c, r in zip(self.main, self.rank or [""] * len(self.main))])
         return max(first, max((len(c) for c in self.below), default=0) * FOOTNOTE_PT) + 2 * TABCOLSEP_PT
 
     def spec(self) -> str:
         """Its column type: ``S`` sized to its numbers (``table-format``), with an ``l`` for the rank beside it;
-        else ``l``."""
+        else ``l``, or a ragged-right ``p`` column of :data:`WRAP_PT` for a wide text column."""
+        if self.wraps:
+            return f">{{\\raggedright\\arraybackslash}}p{{{WRAP_PT:g}pt}}"
         if not self.numeric:
             return "l"
         numbers = [c for c in self.main if _NUMBER.match(c)]
@@ -97,7 +109,11 @@ class Column:
         """Its header cell (across the rank's column too)."""
         if self.rank:
             return f"\\multicolumn{{2}}{{c}}{{{escape(self.header)}}}"
-        return f"{{{escape(self.header)}}}" if self.numeric else escape(self.header)
+        return f"{{{escape(self.header)}}}" if self.numeric else self._breakable(escape(self.header))
+
+    def _breakable(self, text: str) -> str:
+        """``text`` (LaTeX) with a break allowed after every ``_`` and ``-`` in a column that :attr:`wraps`."""
+        return text.replace(r"\_", r"\_\allowbreak{}").replace("-", r"-\allowbreak{}") if self.wraps else text
 
     def cell(self, row: int, second: bool = False) -> str:
         """Row ``row``'s first line (or ``second``), as LaTeX: in an ``S`` column, text in braces."""
@@ -107,6 +123,7 @@ class Column:
             return f"\\multicolumn{{2}}{{c}}{small}" if self.rank else small
         text = self.main[row]
         first = (text if _NUMBER.match(text) else f"{{{escape(text)}}}") if self.numeric else escape(text)
+        first = self._breakable(first) if not self.numeric else first
         if self.rank:
             first += f" & {{\\footnotesize {escape(self.rank[row])}}}" if self.rank[row] else " &"
         return first
@@ -193,11 +210,12 @@ def latex_table(table: pd.DataFrame, name: str, caption: str = "", keys: int | N
     return "\n\n".join(parts) if n else ""
 
 
-def headline_tables(out_dir: Path) -> list[str]:
+def headline_tables(out_dir: Path, lead: str | None = None) -> list[str]:
     """The report's headline sections' tables as LaTeX (:func:`latex_table`: the leading text columns, e.g. the
-    detector, the row key; the rest split into floats that fit a column)."""
+    detector, the row key; the rest split into floats that fit a column); the section titled ``lead`` (the one that
+    opens the report, run.json's ``lead``) first."""
     parts = []
-    for section in read_sections(out_dir):
+    for section in sorted(read_sections(out_dir), key=lambda s: s.title != lead):
         if not section.headline:
             continue
         tables = [i for i in section.items if isinstance(i, Table)]
@@ -221,15 +239,15 @@ def flush_floats(text: str) -> str:
                                for i, f in enumerate(floats[1:]))
 
 
-def write_latex(out_dir: Path, mode: str = "headline") -> Path:
-    """Write ``tables.tex`` (atomically) into ``out_dir``: the headline tables, then, with ``mode`` ``all``, every
-    other CSV under it in path order."""
+def write_latex(out_dir: Path, mode: str = "headline", lead: str | None = None) -> Path:
+    """Write ``tables.tex`` (atomically) into ``out_dir``: the headline tables (the ``lead`` section's first, as the
+    report opens on it), then, with ``mode`` ``all``, every other CSV under it in path order."""
     out_dir = Path(out_dir)
     parts = ["% advopenood: this run's tables; "
              + ("every CSV." if mode == "all" else "the headline tables (advopenood run --latex all adds every CSV).")
              + "\n% Needs \\usepackage{booktabs} and \\usepackage{siunitx}; cells hold the CSVs' numbers with a fixed "
                "number of decimals per column; each float fits a column of a two-column article.",
-             *headline_tables(out_dir)]
+             *headline_tables(out_dir, lead)]
     for path in sorted(out_dir.rglob("*.csv")):
         name = path.relative_to(out_dir).as_posix()
         if mode != "all" and name not in CORE_TABLES:

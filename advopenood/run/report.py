@@ -112,7 +112,7 @@ def report(setup: Setup, ctx: RunContext, timings: dict[str, float], t0: float, 
         from advopenood.run.export import export_openood
 
         export = export_openood(ctx)
-    write_latex(setup.out, setup.latex)
+    write_latex(setup.out, setup.latex, (lead(ctx.plan) or {}).get("section"))
     headline = summary_claims(setup.out)
     write_claims(setup.out, list(evaluated.claims) if evaluated is not None else [], headline)
     timings["total"] = time.perf_counter() - t0

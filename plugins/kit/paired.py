@@ -21,23 +21,29 @@ comparison on the set (:func:`~advopenood.evaluation.intervals.holm`; the family
 p-value). A pair with ``p_holm < 0.05`` is shown different with the chance of any false difference among all the
 set's pairs at most 5 %: the headline's ranks and its ``first`` claims read ``p_holm``, never ``significant``.
 
-**Ranks with ties** (:func:`tie_ranks`): the leaderboard's ``<metric>_rank`` orders the detectors best first (higher
-AUROC, lower FPR95). The best detector leads a tie group at rank 1; each next detector joins the group (shares its
-leader's rank) when its 95 % interval overlaps the leader's (closed intervals), else it leads a new group whose
-rank is its position (competition ranking: 1, 1, 3). Without intervals only equal values tie; a NaN mean has no
-rank.
+**Ranks with ties** (:func:`holm_ranks`): the leaderboard's ``<metric>_rank`` orders the detectors best first (higher
+AUROC, lower FPR95) by the headline's rule (:func:`advopenood_plugins.evaluators.ood.headline.rank_ranges`), never by
+overlapping intervals: every pair of detectors is compared by the paired bootstrap of their means (``replicates``:
+each detector's mean replicates on the same draws of the shared ID images, :func:`rank_replicates`), two-sided
+p-value :func:`~advopenood.evaluation.intervals.bootstrap_p` of ``mean_a - mean_b``, Holm-adjusted over the metric's
+pairs (:func:`~advopenood.evaluation.intervals.holm`); a detector's rank is 1 + the number of detectors shown better
+(``p_holm < 0.05``), so detectors not shown apart share a rank. Without replicates for every ranked detector (a
+``delong`` or ``none`` run): competition ranks of the point estimates (1, 1, 3). Below ``min_conclusive``
+(:data:`~advopenood.evaluation.metrics.MIN_CONCLUSIVE` ID images) no rank; a NaN mean has no rank.
 """
 from __future__ import annotations
 
 import math
+import warnings
 from itertools import combinations
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
 
-from advopenood.plugin import (Bullets, Claim, Paragraph, RunContext, Section, Table, UsageError, cell_key, holm, join,
-                               name as label, pair_claim, registry, too_few, twin_of)
+from advopenood.plugin import (LEVEL, MIN_CONCLUSIVE, Bullets, Claim, Paragraph, RunContext, Section, Table, UsageError,
+                               bootstrap_p, bound_label, cell_key, holm, join, name as label, pair_claim, registry,
+                               shared_id_replicates, too_few, twin_of)
 
 #: up to this many scored detectors every pair is compared; above it, each detector against the best on the set
 MAX_ALL_PAIRS = 20
@@ -106,7 +112,8 @@ def paired_table(ctx: RunContext, ood: pd.DataFrame, masks: dict[str, np.ndarray
                    "auroc_a": aurocs[a], "auroc_b": aurocs[b], "delta_auroc": aurocs[a] - aurocs[b],
                    "ci": policy.label, "n_id": len(cells[a][0]), "n_ood": len(cells[a][1]),
                    "protocol": ctx.protocol}
-            lo, hi, error = policy.difference(cells[a], cells[b], reps.get(a), reps.get(b))
+            lo, hi, error, how = policy.bounded_difference(cells[a], cells[b], reps.get(a), reps.get(b))
+            row["ci"] = bound_label(policy.label, {"delta_auroc": how})
             rows.append({**row, "delta_auroc_lo": lo, "delta_auroc_hi": hi, "significant": significant(lo, hi),
                          "p_value": policy.difference_p(cells[a], cells[b], reps.get(a), reps.get(b)), "error": error})
     table = pd.DataFrame(rows, columns=PAIRED_COLUMNS).astype({"significant": "boolean", "twin": bool})
@@ -115,9 +122,36 @@ def paired_table(ctx: RunContext, ood: pd.DataFrame, masks: dict[str, np.ndarray
     return table
 
 
+def holm_ranks(values: Iterable[float], replicates: dict[int, np.ndarray] | None, higher_better: bool) -> list[Any]:
+    """Ranks by Holm-adjusted paired tests (module docstring): ``replicates`` maps a row to its mean's paired
+    replicates; 1 + the number of rows shown better; competition ranks of the values without replicates for every
+    ranked row; NaN -> ``pd.NA``."""
+    vals = np.asarray(list(values), dtype=float)
+    sign = 1.0 if higher_better else -1.0
+    kept = [i for i in range(len(vals)) if not math.isnan(vals[i])]
+    ranks: list[Any] = [pd.NA] * len(vals)
+    reps = replicates or {}
+    if not all(i in reps and len(reps[i]) for i in kept):
+        for i in kept:
+            ranks[i] = 1 + int(sum(sign * vals[j] > sign * vals[i] for j in kept))
+        return ranks
+    pairs = list(combinations(kept, 2))
+    adjusted = holm([bootstrap_p(np.asarray(reps[a]) - np.asarray(reps[b])) for a, b in pairs])
+    better = {i: 0 for i in kept}
+    for (a, b), p in zip(pairs, adjusted):
+        if p < 1 - LEVEL and vals[a] != vals[b]:
+            better[b if sign * vals[a] > sign * vals[b] else a] += 1
+    for i in kept:
+        ranks[i] = 1 + better[i]
+    return ranks
+
+
 def tie_ranks(values: Iterable[float], lo: Iterable[float], hi: Iterable[float], higher_better: bool) -> list[Any]:
     """Competition ranks with ties by interval overlap (module docstring): best first, a detector shares the rank of
-    its tie group's leader when their 95 % intervals overlap (equal values when either has none); NaN -> ``pd.NA``."""
+    its tie group's leader when their 95 % intervals overlap (equal values when either has none); NaN -> ``pd.NA``.
+    Deprecated: overlapping intervals are no test; the leaderboard ranks by :func:`holm_ranks`."""
+    warnings.warn("tie_ranks ranks by overlapping intervals, which are no test; use holm_ranks", DeprecationWarning,
+                  stacklevel=2)
     vals, los, his = (np.asarray(list(v), dtype=float) for v in (values, lo, hi))
     order = [i for i in np.argsort(-vals if higher_better else vals, kind="stable") if not math.isnan(vals[i])]
     ranks: list[Any] = [pd.NA] * len(vals)
@@ -137,13 +171,49 @@ def _tied(vals: np.ndarray, los: np.ndarray, his: np.ndarray, i: int, j: int) ->
     return bool(los[j] <= his[i] and los[i] <= his[j])
 
 
-def add_ranks(board: pd.DataFrame, ranked: dict[str, bool]) -> pd.DataFrame:
-    """``board`` with a ``<metric>_rank`` column (nullable integers) for each metric of ``ranked`` it holds."""
+def add_ranks(board: pd.DataFrame, ranked: dict[str, bool],
+              replicates: Callable[[str, str], np.ndarray | None] | None = None, n_id: int | None = None
+              ) -> pd.DataFrame:
+    """``board`` with a ``<metric>_rank`` column (nullable integers) for each metric of ``ranked`` it holds
+    (:func:`holm_ranks`); ``replicates(detector, metric)``: the mean's paired replicates (None: none); all NA when
+    ``n_id`` is below :data:`~advopenood.evaluation.metrics.MIN_CONCLUSIVE`."""
     for metric, higher in ranked.items():
         if metric in board:
-            board[f"{metric}_rank"] = pd.array(tie_ranks(board[metric], board[f"{metric}_lo"], board[f"{metric}_hi"],
-                                                         higher), dtype="Int64")
+            reps = {} if replicates is None else {i: replicates(d, metric) for i, d in enumerate(board["detector"])}
+            ranks = holm_ranks(board[metric], {i: r for i, r in reps.items() if r is not None}, higher)
+            if n_id is not None and n_id < MIN_CONCLUSIVE:
+                ranks = [pd.NA] * len(board)
+            board[f"{metric}_rank"] = pd.array(ranks, dtype="Int64")
     return board
+
+
+def rank_replicates(ctx: RunContext, masks: dict[str, np.ndarray | None], board: pd.DataFrame
+                    ) -> Callable[[str, str], np.ndarray | None]:
+    """``replicates(detector, metric)`` for :func:`add_ranks`: the replicates of the detector's mean over its
+    ``<group>_sets`` with the ID images and each set's OOD images drawn by key ``rank|<group>`` (the same draws for
+    every detector, so the means are paired; :func:`~advopenood.evaluation.intervals.shared_id_replicates`); None
+    without bootstrap, without scores, or with too few images."""
+    done: dict[tuple[str, str], dict[str, np.ndarray] | None] = {}
+    sets = {(r["detector"], g): str(r.get(f"{g}_sets") or "") for r in board.to_dict("records")
+            for g in ("near", "far", "adv")}
+
+    def replicates(det: str, metric: str) -> np.ndarray | None:
+        group, _, name = metric.partition("_")
+        scores, names = ctx.scores.get(det), [s for s in sets.get((det, group), "").split(",") if s]
+        if not ctx.intervals.bootstrap or scores is None or not names or group not in ("near", "far", "adv"):
+            return None
+        if (det, group) not in done:
+            oods = {s: scores[s] if masks.get(s) is None else scores[s][masks[s]] for s in names}
+            arrays = [np.asarray(scores["id"], float), *(np.asarray(o, float) for o in oods.values())]
+            usable = not any(too_few(len(arrays[0]), len(o)) for o in arrays[1:]) and \
+                not any(np.isnan(a).any() for a in arrays)
+            done[(det, group)] = None if not usable else {m: np.mean([r[m] for r in reps], axis=0) for reps in [
+                shared_id_replicates(arrays[0], oods, ctx.intervals.seed, cell_key("rank", group),
+                                     ctx.intervals.resamples, ("fpr95", "auroc"))] for m in ("fpr95", "auroc")}
+        got = done[(det, group)]
+        return None if got is None else got[name]
+
+    return replicates
 
 
 # ------------------------------------------------------------------------------------------------- report

@@ -58,7 +58,8 @@ from advopenood_plugins.kit.ood import (METRICS, NAN_METRICS, SET_GROUPS, Replic
                                         aimed_at, set_groups, transfer_rows)
 from advopenood_plugins.kit.ensemble import ENSEMBLE
 from advopenood_plugins.kit.robust import ROBUST_TABLE
-from advopenood_plugins.kit.paired import FSOOD_RANKED, RANKED, add_ranks, paired_section, paired_table
+from advopenood_plugins.kit.paired import (FSOOD_RANKED, RANKED, add_ranks, paired_section, paired_table,
+                                           rank_replicates)
 from advopenood_plugins.evaluators.ood.verify import verify as verify_ood
 
 ADAPTIVE_COLUMNS = ["detector", "attack", "eps", "baseline", *bound_columns(["auroc_baseline", "auroc_adaptive"]),
@@ -323,6 +324,8 @@ class OODEvaluator(Verifiable):
         board = leaderboard(df, ctx.clean.accuracy, fsood, accuracy_with(ctx, csid) if csid else math.nan, replicates,
                             means,
                             ctx.intervals.wilson(int((ctx.clean.pred == ctx.clean.y).sum()), len(ctx.clean.y)))
+        masks = {s: m for _, _, s, m in self._targets(ctx)}
+        board = add_ranks(board, {**RANKED, **FSOOD_RANKED}, rank_replicates(ctx, masks, board), len(ctx.clean.y))
         robust, ensemble = products[ROBUST_TABLE], products[ENSEMBLE].rows
         robust = pd.concat([robust, ensemble], ignore_index=True) if len(robust) and len(ensemble) else robust
         out.tables.update({"leaderboard.csv": board, "leaderboard.md": board,

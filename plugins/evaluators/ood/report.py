@@ -259,6 +259,9 @@ def leaderboard_section(board: pd.DataFrame) -> Section:
     return Section("Natural and adversarial robustness side by side", [
         Paragraph("Per detector: OpenOOD v1.5's near-OOD and far-OOD means (AUROC, FPR95) and the ID accuracy, "
                   "next to the mean over the adversarial sets (leaderboard.csv). Each mean's <metric>_rank ranks the "
-                  "detectors best first with ties: a detector shares the rank of the best of its tie group when their "
-                  "95 % intervals overlap (competition ranking, 1, 1, 3)."),
+                  "detectors best first by the headline's rule: 1 + the number of detectors whose mean a paired "
+                  "bootstrap test (the shared images resampled alike for every detector), Holm-adjusted over the "
+                  "metric's pairs, shows better (p_holm < 0.05); overlapping intervals are not a test. Without "
+                  f"bootstrap replicates the ranks follow the point estimates; with fewer than {MIN_CONCLUSIVE} ID "
+                  "images there is no rank."),
         Table(board), *([Bullets(gaps, "empty columns")] if gaps else [])])

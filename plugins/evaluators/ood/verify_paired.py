@@ -46,14 +46,16 @@ def rederive_paired(run: Any, ood: pd.DataFrame) -> pd.DataFrame:
             boot = {d: r["auroc"] for d, r in zip(kept, got)}
         for a, b, twin in pairs_of(aurocs):
             lo = hi = p = math.nan
+            how = ""
             usable = min(n, m) >= 2 and not math.isnan(aurocs[a]) and not math.isnan(aurocs[b])
             if usable:
-                lo, hi = plan.difference(cells[a], cells[b], boot.get(a), boot.get(b))
+                lo, hi, how = plan.bounded_difference(cells[a], cells[b], boot.get(a), boot.get(b))
                 p = plan.difference_p(cells[a], cells[b], boot.get(a), boot.get(b)) if not math.isnan(lo) else p
             sig = math.nan if math.isnan(lo) else bool(lo > 0 or hi < 0)
             rows.append({"detector_a": a, "detector_b": b, "ood_set": ood_set, "group": part["group"].iloc[0],
                          "twin": twin, "auroc_a": aurocs[a], "auroc_b": aurocs[b], "delta_auroc": aurocs[a] - aurocs[b],
-                         "delta_auroc_lo": lo, "delta_auroc_hi": hi, "ci": plan.label, "significant": sig,
+                         "delta_auroc_lo": lo, "delta_auroc_hi": hi,
+                         "ci": oracle.bound_label(plan.label, {"delta_auroc": how}), "significant": sig,
                          "p_value": p, "n_id": n, "n_ood": m})
     table = pd.DataFrame(rows, columns=KEYS + COLUMNS)
     for _, part in table.groupby("ood_set", sort=False):  # Holm over every pair on the set
@@ -61,30 +63,60 @@ def rederive_paired(run: Any, ood: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def rederive_ranks(board: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
-    """``<metric>_rank`` per detector from ``board``'s means and bounds: best first (AUROC down, FPR95 up); a detector
-    takes its tie group leader's rank when their intervals overlap (equal values without intervals), else its
-    position."""
+def rederive_ranks(board: pd.DataFrame, metrics: list[str], run: Any = None, ood: pd.DataFrame | None = None
+                   ) -> pd.DataFrame:
+    """``<metric>_rank`` per detector from ``board``'s means: best first (AUROC down, FPR95 up), 1 + the number of
+    detectors whose paired bootstrap test of the means (replicates of the checker,
+    :func:`advopenood.evaluation.oracle.shared_mean_replicates`, key ``rank|<group>`` for every detector), Holm-adjusted
+    over the metric's pairs, shows better (``p_holm < 0.05``); competition ranks of the means without replicates for
+    every ranked detector (no run, not the bootstrap, too few images); none below the run's ``min_conclusive``."""
     out = board[["detector"]].copy()
+    plan = ci_plan(run) if run is not None else None
+    minimum = ((run.info.get("sample") or {}).get("min_conclusive") if run is not None else None) or 0
+    n_id = int(ood["n_id"].max()) if ood is not None and len(ood) else 0
     for metric in metrics:
         sign = -1.0 if metric.endswith("auroc") else 1.0
-        rows = [(sign * v, i) for i, v in enumerate(board[metric]) if not pd.isna(v)]
+        vals = board[metric].to_numpy(float)
+        kept = [i for i in range(len(board)) if not math.isnan(vals[i])]
+        reps = {i: _mean_replicates(run, plan, ood, board.iloc[i], metric) for i in kept} if plan is not None else {}
         ranks: list[float] = [math.nan] * len(board)
-        leader = -1
-        for position, (_, i) in enumerate(sorted(rows), start=1):
-            tie = False
-            if leader >= 0:
-                lo = board[[f"{metric}_lo", f"{metric}_hi"]].to_numpy(float)
-                if np.isnan(lo[[i, leader]]).any():
-                    tie = board[metric].iloc[i] == board[metric].iloc[leader]
-                else:
-                    tie = lo[i, 0] <= lo[leader, 1] and lo[leader, 0] <= lo[i, 1]
-            if tie:
-                ranks[i] = ranks[leader]
-            else:
-                ranks[i], leader = position, i
+        if kept and all(reps.get(i) is not None for i in kept):
+            pairs = [(a, b) for x, a in enumerate(kept) for b in kept[x + 1:]]
+            adjusted = oracle.holm([oracle.bootstrap_p(reps[a] - reps[b]) for a, b in pairs])
+            better = {i: 0 for i in kept}
+            for (a, b), p in zip(pairs, adjusted):
+                if p < 1 - oracle.LEVEL and vals[a] != vals[b]:  # the threshold of the headline (1 - LEVEL)
+                    better[a if sign * vals[a] > sign * vals[b] else b] += 1
+            for i in kept:
+                ranks[i] = 1 + better[i]
+        else:
+            for i in kept:
+                ranks[i] = 1 + sum(sign * vals[j] < sign * vals[i] for j in kept)
+        if run is not None and n_id < minimum:
+            ranks = [math.nan] * len(board)
         out[f"{metric}_rank"] = ranks
     return out
+
+
+def _mean_replicates(run: Any, plan: Any, ood: pd.DataFrame, row: pd.Series, metric: str) -> np.ndarray | None:
+    """The checker's replicates of ``row``'s mean ``metric`` over its ``<group>_sets`` (each set's positives as its
+    ood row says), drawn with key ``rank|<group>``; None without the bootstrap, sets, or 2 images a side."""
+    group, _, name = metric.partition("_")
+    sets = [s for s in str(row.get(f"{group}_sets", "") if not pd.isna(row.get(f"{group}_sets")) else "").split(",")
+            if s]
+    if not plan.bootstrap or group not in ("near", "far", "adv") or not sets:
+        return None
+    arrays = run.scores(row["detector"])
+    mine = ood[ood["detector"] == row["detector"]].set_index("ood_set")
+    oods = {}
+    for s in sets:
+        conf = arrays[s].astype(float)
+        oods[s] = conf[arrays[f"{s}.success"].astype(bool)] if mine.loc[s, "positives"] == "successful" else conf
+    conf_id = arrays["id"].astype(float)
+    if min(len(conf_id), *(len(o) for o in oods.values())) < 2 or \
+            any(np.isnan(a).any() for a in (conf_id, *oods.values())):
+        return None
+    return oracle.shared_mean_replicates(conf_id, oods, plan.seed, f"rank|{group}", plan.resamples, (name,))[name]
 
 
 def verify_paired(run: Any, ood: pd.DataFrame, board: pd.DataFrame | None, rederived_board: pd.DataFrame | None
@@ -102,6 +134,7 @@ def verify_paired(run: Any, ood: pd.DataFrame, board: pd.DataFrame | None, reder
         lines = [str(exc)]
     if board is not None and rederived_board is not None:
         metrics = [c[:-5] for c in board.columns if c.endswith("_rank") and c[:-5] in rederived_board]
-        lines += compare(rederive_ranks(rederived_board, metrics), board[board["detector"].isin(run.detectors)],
+        lines += compare(rederive_ranks(rederived_board, metrics, run, ood),
+                         board[board["detector"].isin(run.detectors)],
                          ["detector"], [f"{m}_rank" for m in metrics], table="leaderboard.csv")
     return lines

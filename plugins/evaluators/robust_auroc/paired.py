@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advopenood.plugin import Claim, RunContext, eps_label, name as label, pair_claim, too_few
+from advopenood.plugin import Claim, RunContext, bound_label, eps_label, name as label, pair_claim, too_few
 from advopenood_plugins.kit.paired import detector_pairs, significant
 
 ROBUST_PAIRED_COLUMNS = ["ood_set", "eps", "method", "detector_a", "family_a", "detector_b", "family_b", "twin",
@@ -67,13 +67,14 @@ def robust_paired_table(ctx: RunContext, table: pd.DataFrame,
             got = policy.paired(paired_key(ood_set, eps, attack), [cells[d] for d in kept], ("auroc",))
             reps = {d: r["auroc"] for d, r in zip(kept, got)}
         for a, b, twin in detector_pairs(aurocs, aurocs):
-            lo, hi, error = policy.difference(cells[a], cells[b], reps.get(a), reps.get(b))
+            lo, hi, error, how = policy.bounded_difference(cells[a], cells[b], reps.get(a), reps.get(b))
             rows.append({"ood_set": ood_set, "eps": eps, "method": attack, "detector_a": a,
                          "family_a": chosen.loc[a, "attack_family"], "detector_b": b,
                          "family_b": chosen.loc[b, "attack_family"], "twin": twin, "robust_auroc_a": aurocs[a],
                          "robust_auroc_b": aurocs[b], "delta_robust_auroc": aurocs[a] - aurocs[b],
                          "delta_robust_auroc_lo": lo, "delta_robust_auroc_hi": hi,
-                         "ci": policy.label, "significant": significant(lo, hi),
+                         "ci": bound_label(policy.label, {"delta_robust_auroc": how}),
+                         "significant": significant(lo, hi),
                          "n_id": len(cells[a][0]), "n_ood": len(cells[a][1]), "error": error,
                          "protocol": ctx.protocol})
     return pd.DataFrame(rows, columns=ROBUST_PAIRED_COLUMNS).astype({"significant": "boolean", "twin": bool})

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from advopenood.plugin import oracle
 from advopenood_plugins.evaluators.robust_auroc.verify_ensemble import Worst
 from advopenood_plugins.kit.verify import ci_plan, pairs_of
 
@@ -50,14 +51,16 @@ def rederive_robust_paired(run: Any, robust: pd.DataFrame, worst: Worst | None =
             boot = {d: r["auroc"] for d, r in zip(kept, got)}
         for a, b, twin in pairs_of(aurocs):
             lo = hi = math.nan
+            how = ""
             if min(n, m) >= 2 and (a in boot and b in boot or plan.method == "delong"
                                    and not math.isnan(aurocs[a] - aurocs[b])):
-                lo, hi = plan.difference(cells[a], cells[b], boot.get(a), boot.get(b))
+                lo, hi, how = plan.bounded_difference(cells[a], cells[b], boot.get(a), boot.get(b))
             rows.append({"ood_set": ood_set, "eps": f"{float(eps):.6g}", "method": attack, "detector_a": a,
                          "detector_b": b, "family_a": chosen[a]["attack_family"],
                          "family_b": chosen[b]["attack_family"], "twin": twin, "robust_auroc_a": aurocs[a],
                          "robust_auroc_b": aurocs[b], "delta_robust_auroc": aurocs[a] - aurocs[b],
-                         "delta_robust_auroc_lo": lo, "delta_robust_auroc_hi": hi, "ci": plan.label,
+                         "delta_robust_auroc_lo": lo, "delta_robust_auroc_hi": hi,
+                         "ci": oracle.bound_label(plan.label, {"delta_robust_auroc": how}),
                          "significant": math.nan if math.isnan(lo) else bool(lo > 0 or hi < 0), "n_id": n,
                          "n_ood": m})
     return pd.DataFrame(rows, columns=KEYS + COLUMNS)

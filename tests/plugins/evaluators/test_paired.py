@@ -16,7 +16,7 @@ from advopenood.cli.main import main
 from advopenood.evaluation import intervals as iv
 from advopenood.evaluation.metrics import auroc_difference_interval, auroc_interval
 from advopenood.outputs.plots import chance_mask, ood_matrix
-from advopenood_plugins.kit.paired import MAX_ALL_PAIRS, detector_pairs, paired_table, tie_ranks
+from advopenood_plugins.kit.paired import MAX_ALL_PAIRS, add_ranks, detector_pairs, holm_ranks, paired_table, tie_ranks
 
 from conftest import pack_config
 
@@ -111,8 +111,30 @@ RANKS = {
 @pytest.mark.parametrize("case", list(RANKS))
 def test_ranks_tie_where_intervals_overlap(case):
     values, lo, hi, higher, want = RANKS[case]
-    got = tie_ranks(values, lo, hi, higher)
+    with pytest.warns(DeprecationWarning):
+        got = tie_ranks(values, lo, hi, higher)
     assert [None if pd.isna(r) else r for r in got] == want
+
+
+def test_leaderboard_ranks_follow_the_paired_holm_tests_not_overlapping_intervals():
+    """Two means whose 95 % intervals overlap widely (the shared ID draws move both alike) but whose paired
+    differences never cross 0 are ranked apart (the overlap rule tied them); two whose paired difference straddles 0
+    tie: the rule of the headline (Holm-adjusted paired tests), not interval overlap."""
+    rng = np.random.default_rng(0)
+    shared = rng.normal(0, 5, 2000)  # the draw of the shared ID images moves every detector's mean alike
+    reps = {0: 80 + shared + 1.0, 1: 80 + shared, 2: 60 + shared / 5}
+    values = [81.0, 80.0, 60.0]
+    assert np.percentile(reps[0], 2.5) < np.percentile(reps[1], 97.5)  # the intervals overlap
+    assert holm_ranks(values, reps, True) == [1, 2, 3]
+    tight = 81 + rng.normal(0, 0.1, 2000)
+    loose = tight - 1 + rng.normal(0, 3, 2000)  # its own interval is wide, and its difference to tight straddles 0
+    assert holm_ranks([81.0, 80.0], {0: tight, 1: loose}, True) == [1, 1]
+    assert holm_ranks([10.0, 40.0, math.nan], None, False)[:2] == [1, 2]  # no replicates: the point estimates
+    board = pd.DataFrame({"detector": ["a", "b"], "adv_auroc": [81.0, 80.0]})
+    assert add_ranks(board.copy(), {"adv_auroc": True}, lambda d, m: reps[0 if d == "a" else 1],
+                     n_id=100)["adv_auroc_rank"].tolist() == [1, 2]
+    below = add_ranks(board.copy(), {"adv_auroc": True}, lambda d, m: reps[0 if d == "a" else 1], n_id=32)
+    assert below["adv_auroc_rank"].isna().all()  # fewer ID images than min_conclusive: no rank
 
 
 def test_heatmap_marks_cells_whose_interval_contains_chance():
@@ -147,7 +169,7 @@ def test_a_run_writes_paired_comparisons_and_ranks(pack_run):
     assert (paired["significant"] == ((paired["delta_auroc_lo"] > 0) | (paired["delta_auroc_hi"] < 0))).all()
     assert set(paired["ci"]) == {"bootstrap-100"}
     board = pd.read_csv(pack_run / "leaderboard.csv")
-    assert board["adv_auroc_rank"].min() == 1 and board["far_auroc_rank"].notna().all()
+    assert board["adv_auroc_rank"].isna().all() and board["far_auroc_rank"].isna().all()  # 8 < min_conclusive
     report = (pack_run / "report.md").read_text()
     assert "## Paired comparisons" in report and "adv_auroc_rank" in report
 
@@ -158,7 +180,7 @@ def test_verify_rederives_paired_and_ranks(pack_run, capsys):
 
 
 EDITS = {"paired delta_auroc_lo": ("paired.csv", "delta_auroc_lo", -0.5),
-         "leaderboard adv_auroc_rank": ("leaderboard.csv", "adv_auroc_rank", 1)}
+         "leaderboard adv_auroc_rank": ("leaderboard.csv", "adv_auroc_rank", None)}
 
 
 @pytest.mark.parametrize("edit", list(EDITS))
@@ -167,7 +189,7 @@ def test_verify_finds_one_changed_cell(edit, pack_run, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(pack_run, run)
     df = pd.read_csv(run / table)
-    df.loc[0, column] = df.loc[0, column] + change
+    df.loc[0, column] = 1 if change is None else df.loc[0, column] + change  # None: a rank where none may be
     df.to_csv(run / table, index=False, float_format="%.6g")
     assert main(["verify", str(run)]) == 1
     lines = [line for line in capsys.readouterr().out.splitlines() if "DIFFERENCE" in line]
@@ -183,3 +205,39 @@ def test_verify_rederives_paired_under_every_ci_method(method, tmp_path, data_ro
     assert set(paired["ci"]) == {method} and paired["delta_auroc_lo"].notna().all() == (method == "delong")
     assert main(["verify", str(out)]) == 0
     assert "0 difference(s)" in capsys.readouterr().out
+
+
+def test_verify_rederives_the_holm_ranks_of_a_run_above_min_conclusive(session_cache, tmp_path, capsys):
+    """A demo run of 100 images a set (min_conclusive): the leaderboard ranks by the paired Holm tests, ``verify``
+    re-derives them (0 differences) and finds a changed rank."""
+    out = tmp_path / "run"
+    assert main(["run", "--config", "demo", "--limit", "100", "--attack", "fgsm", "--detectors", "msp,mls,knn",
+                 "--analysis", "", "--ci-resamples", "200", "--out", str(out), "--quiet"]) == 0
+    board = pd.read_csv(out / "leaderboard.csv")
+    assert board["far_auroc_rank"].notna().all() and board["adv_auroc_rank"].min() == 1
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 0
+    assert "0 difference(s)" in capsys.readouterr().out
+    board.loc[board["far_auroc_rank"].idxmin(), "far_auroc_rank"] = len(board) + 1
+    board.to_csv(out / "leaderboard.csv", index=False, float_format="%.6g")
+    assert main(["verify", str(out)]) == 1
+    lines = [line for line in capsys.readouterr().out.splitlines() if "DIFFERENCE" in line]
+    assert len(lines) == 1 and "far_auroc_rank" in lines[0]
+
+
+def test_a_difference_of_two_aurocs_at_a_bound_is_no_point():
+    """Both detectors at AUROC 0 on 32 + 32 images (every ID score below every OOD score): every bootstrap resample
+    gives a difference of 0, so the percentile interval is [0, 0]; the stated interval is the square-and-add one of
+    the two score intervals (method ``mover``), wider than a point and around 0, and the checker's agrees."""
+    from advopenood.evaluation import oracle
+
+    id_a, ood_a = np.linspace(0, 1, 32), np.linspace(2, 3, 32)
+    cell_a, cell_b = (id_a, ood_a), (id_a * 2, ood_a * 2)
+    policy = iv.IntervalPolicy("bootstrap", 500, 0)
+    got = policy.paired("paired|x", [cell_a, cell_b], ("auroc",))
+    assert iv.percentile(got[0]["auroc"] - got[1]["auroc"]) == (0.0, 0.0)
+    lo, hi, _, how = policy.bounded_difference(cell_a, cell_b, got[0]["auroc"], got[1]["auroc"])
+    assert how == "mover" and lo < -1 and hi > 1 and abs(lo + hi) < 1e-9
+    plan = oracle.IntervalPlan("bootstrap", 500, 0)
+    checked = plan.bounded_difference(cell_a, cell_b, got[0]["auroc"], got[1]["auroc"])
+    assert checked[2] == how and checked[:2] == pytest.approx((lo, hi), abs=1e-6)
