@@ -67,4 +67,4 @@ def test_eps_skips_a_minimal_attack_and_says_so(attack, tmp_path, capsys, sessio
     asr = pd.read_csv(out / "asr.csv").set_index("attack")
     assert math.isnan(asr.loc["df", "eps"]) and math.isclose(asr.loc["pgd", "eps"], 8 / 255, rel_tol=1e-5)
     report = (out / "report.md").read_text()
-    assert "| df | none |" in report
+    assert "| DF | none |" in report

@@ -104,8 +104,9 @@ def test_long_tables_and_lists_are_shortened_in_the_html_and_whole_in_markdown(t
 
 
 def _pairs(rows: list[tuple[str, str, float, bool | None]]) -> pd.DataFrame:
-    return pd.DataFrame([{"detector_a": a, "detector_b": b, "ood_set": "s", "delta_auroc": d, "significant": sig}
-                         for a, b, d, sig in rows])
+    """Pairs whose simultaneous test (``p_holm``) shows a difference (True), does not (False) or is missing (None)."""
+    return pd.DataFrame([{"detector_a": a, "detector_b": b, "ood_set": "s", "delta_auroc": d, "significant": sig,
+                          "p_holm": math.nan if sig is None else (0.01 if sig else 0.5)} for a, b, d, sig in rows])
 
 
 def test_ranks_come_from_the_paired_tests_not_from_overlapping_intervals():

@@ -32,7 +32,7 @@ def test_the_core_outside_the_config_package_never_thaws_the_plan():
 
 
 def _trace_run(argv: list[str]) -> tuple[list[str], list[str]]:
-    """The stage modules the pipeline module enters (consecutive calls into one module counted once), and every
+    """The stage modules the pipeline module enters (consecutive calls of a module's functions counted once), and every
     call into the pipeline module from outside it, during ``advopenood`` ``argv``."""
     pipeline = str(RUN / "pipeline.py")
     stage_files = {str(RUN / f"{s}.py"): s for s in STAGES}
@@ -43,7 +43,9 @@ def _trace_run(argv: list[str]) -> tuple[list[str], list[str]]:
         if event != "call" or frame.f_back is None:
             return
         callee, caller = frame.f_code.co_filename, frame.f_back.f_code.co_filename
-        if caller == pipeline and callee in stage_files:
+        # a stage is entered through its module's functions; reading a value it returned (a property of its
+        # dataclass, e.g. ``Setup.plan``) is no entry
+        if caller == pipeline and callee in stage_files and "." not in frame.f_code.co_qualname:
             if not entered or entered[-1] != stage_files[callee]:
                 entered.append(stage_files[callee])
         elif callee == pipeline and caller != pipeline and frame.f_code.co_name not in ("run", "<module>"):

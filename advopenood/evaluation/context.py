@@ -10,6 +10,7 @@ part of the report. A plain ``dict[str, pandas.DataFrame]`` is read as tables on
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
@@ -257,3 +258,12 @@ class RunContext:
         """Where a plugin saves its figures (``<out>/plots``); the evaluate stage makes it while each plugin runs
         (:func:`advopenood.run.evaluate.run_plugin`): reading it writes nothing."""
         return self.out / "plots"
+
+
+def evolve(ctx: RunContext, **changes: Any) -> RunContext:
+    """``dataclasses.replace(ctx, **changes)`` that keeps ``ctx``'s interval policy (its store counts the run's
+    interval work, ``run.json``'s ``interval_work``), so that a later stage's context is the same run's."""
+    new = dataclasses.replace(ctx, **changes)
+    if "_intervals" in ctx.__dict__:
+        new.__dict__["_intervals"] = ctx.__dict__["_intervals"]
+    return new

@@ -2,7 +2,6 @@
 network pass per set, through the score store), and ``scores/<detector>.npz``; it returns :class:`Detected`."""
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -13,7 +12,7 @@ from advopenood import io as aio
 from advopenood.data.datasets import make_loader
 from advopenood.detection.bank import ScoreResult
 from advopenood.detection.scoring import score_bank
-from advopenood.evaluation.context import RunContext
+from advopenood.evaluation.context import RunContext, evolve
 
 
 @dataclass(frozen=True)
@@ -40,7 +39,7 @@ class Detected:
 def with_scores(ctx: RunContext, result: ScoreResult) -> RunContext:
     """A new context: ``ctx`` with the detectors' scores, failures (their tracebacks added), backends and bank."""
     traces = {**ctx.traces, **{f"detector:{k}": v for k, v in result.traces.items()}}
-    return dataclasses.replace(ctx, scores=result.scores, selection=result.selection,
+    return evolve(ctx, scores=result.scores, selection=result.selection,
                                detector_errors=result.errors, backend=result.backend,
                                backends=dict(result.backends), bank=result.bank, traces=traces)
 

@@ -10,7 +10,6 @@ leaves no partial CSV and resumes from the attack store on the next start.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import sys
 import time
@@ -21,7 +20,7 @@ from typing import Any
 from advopenood import io as aio
 from advopenood.config.plan import RunPlan
 from advopenood.errors import STORAGE_ERRNOS, StorageError, storage_error
-from advopenood.evaluation.context import Outcome, RunContext
+from advopenood.evaluation.context import Outcome, RunContext, evolve
 from advopenood.run.attack import attack
 from advopenood.run.detect import detect
 from advopenood.run.entries import write_entries
@@ -111,7 +110,7 @@ def _stages(setup: Setup, inputs: Inputs, plugins: list[tuple[str, Any]], timing
     evaluated = None if setup.attack_only else evaluate(ctx, plugins, attacked.asr)
     if evaluated is not None:  # what the plugins did, returned by the stage: the context the report reads
         timings.update(evaluated.seconds)
-        ctx = dataclasses.replace(ctx, plugin_errors={**ctx.plugin_errors, **evaluated.errors},
+        ctx = evolve(ctx, plugin_errors={**ctx.plugin_errors, **evaluated.errors},
                                   traces={**ctx.traces, **evaluated.traces},
                                   nothing_computed={**ctx.nothing_computed, **evaluated.nothing_computed})
     reported = report(setup, ctx, timings, t0, detected, evaluated)
@@ -119,4 +118,4 @@ def _stages(setup: Setup, inputs: Inputs, plugins: list[tuple[str, Any]], timing
         write_entries(setup.out, setup.final)
     kept: dict[str, str] = {}
     aio.commit_output(setup.out, setup.final, kept=kept)
-    return dataclasses.replace(ctx, out=setup.final, outcome=Outcome(reported.summary, reported.export, kept))
+    return evolve(ctx, out=setup.final, outcome=Outcome(reported.summary, reported.export, kept))

@@ -158,9 +158,9 @@ class RobustScoreAttack(SharedTarget, AdaptiveAttack, DetectorTestForms):
         the clean one, then per target and lambda each restart's iterations (or Square's queries) and the one
         before them."""
         p = self.params
-        unit, per_run = next(((u, int(p[k])) for k, u in (("n_queries", "queries"), ("n_iter", "iterations"),
-                                                          ("steps", "steps")) if isinstance(p.get(k), int)))
-        runs = len(self.targets()) * (len(TEST_LAMS) if self.joint else 1) * int(p.get("n_restarts") or 1)
+        unit, per_run = next(((u, p[k]) for k, u in (("n_queries", "queries"), ("n_iter", "iterations"),
+                                                     ("steps", "steps")) if isinstance(p.get(k), int)))
+        runs = len(self.targets()) * (len(TEST_LAMS) if self.joint else 1) * (p.get("n_restarts") or 1)
         return 1 + runs * (per_run + 1), unit
 
     def perturb(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:

@@ -380,7 +380,7 @@ def test_a_run_scores_ross_with_intervals_and_records_its_noise_seed(ross_run):
     rows = ood[ood.detector == "ross_msp"]
     assert set(rows.ood_set) == {"textures", "blobs", "inverted", "adaptive_eot_ross_msp"}
     assert (rows.auroc_lo <= rows.auroc).all() and (rows.auroc <= rows.auroc_hi).all()
-    assert (rows.ci == "bootstrap-2000").all()
+    assert rows.ci.str.startswith("bootstrap-2000").all()  # "; at a bound: ..." where one is
 
 
 def test_the_smoothed_table_has_no_ross_rows(ross_run):

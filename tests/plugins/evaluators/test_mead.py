@@ -625,7 +625,7 @@ def test_each_row_has_the_bootstrap_interval_of_its_worst_case_scores(df_run):
 
     ctx, outputs = df_run
     table = outputs["mead.csv"]
-    assert (table.ci == "bootstrap-2000").all() and (table.error == "").all()
+    assert table.ci.str.startswith("bootstrap-2000").all() and (table.error == "").all()
     for metric in ("auroc", "fpr95"):
         assert ((table[f"{metric}_lo"] <= table[metric] + 1e-9) & (table[metric] <= table[f"{metric}_hi"] + 1e-9)).all()
     row = table[(table.detector == "msp") & (table.norm == "l2") & table.eps.isna() & (table.setting == "mead")].iloc[0]
@@ -645,7 +645,7 @@ def test_a_row_with_fewer_than_two_positives_has_no_interval_and_says_why(succes
     conf_id, conf = np.array([0.9, 0.8, 0.7, 0.6]), np.array([0.1, 0.2, 0.3, 0.4])
     row = worst_case_metrics(conf_id, conf, np.array(successes, bool), IntervalPolicy("bootstrap", 200, 0), "k")
     assert (reason in row["error"]) if reason else row["error"] == ""
-    assert np.isnan(row["auroc_lo"]) == bool(reason) and row["ci"] == "bootstrap-200"
+    assert np.isnan(row["auroc_lo"]) == bool(reason) and row["ci"].startswith("bootstrap-200")
 
 
 def test_verify_rederives_meads_tables(df_run, tmp_path):

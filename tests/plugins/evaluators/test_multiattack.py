@@ -132,7 +132,8 @@ def test_worst_has_its_sets_interval_and_union_that_of_its_worst_case_scores(swe
 
     ctx, outputs = sweep_run
     table, curves = outputs["multiattack.csv"], outputs["multiattack_curves.csv"]
-    assert set(table.ci) == set(curves.ci) == {"bootstrap-2000"}
+    # the run's bootstrap, an interval at a bound naming its method ("; at a bound: fpr95 wilson")
+    assert all(str(c).startswith("bootstrap-2000") for c in [*table.ci, *curves.ci])
     for frame, cols in ((curves, ("auroc", "fpr95")), (table, ("worst", "union"))):
         for col in cols:
             assert ((frame[f"{col}_lo"] <= frame[col] + 1e-9) & (frame[col] <= frame[f"{col}_hi"] + 1e-9)).all()
