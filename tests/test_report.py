@@ -581,7 +581,7 @@ def test_tables_tex_holds_every_csv_as_one_latex_table_with_its_numbers(demo_run
     assert "tables.tex" in json.loads((full / "manifest.json").read_text())["files"]
     for name in csvs:
         csv = pd.read_csv(full / name)
-        text = tables[name]
+        text = tables[name].replace(r"\allowbreak{}", "")  # a wrapped text column may break after - and _
         from advopenood.claims import name as display
         from advopenood.outputs.names import NAME_COLUMNS
 
