@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from advopenood import io as aio
+from advopenood import registry
 from advopenood.config.plan import RunPlan
 from advopenood.errors import STORAGE_ERRNOS, StorageError, storage_error
 from advopenood.evaluation.context import Outcome, RunContext, evolve
@@ -113,9 +114,23 @@ def _stages(setup: Setup, inputs: Inputs, plugins: list[tuple[str, Any]], timing
         ctx = evolve(ctx, plugin_errors={**ctx.plugin_errors, **evaluated.errors},
                                   traces={**ctx.traces, **evaluated.traces},
                                   nothing_computed={**ctx.nothing_computed, **evaluated.nothing_computed})
+    ctx = evolve(ctx, plugin_errors={**unloaded(), **ctx.plugin_errors})
     reported = report(setup, ctx, timings, t0, detected, evaluated)
     if setup.plan.benchmark is not None and evaluated is not None:  # committed with the files they are read from
         write_entries(setup.out, setup.final)
     kept: dict[str, str] = {}
     aio.commit_output(setup.out, setup.final, kept=kept)
     return evolve(ctx, out=setup.final, outcome=Outcome(reported.summary, reported.export, kept))
+
+
+def unloaded() -> dict[str, str]:
+    """The plugin packages that failed to load (:func:`advopenood.registry.failures`), as failed plugins of the run:
+    ``package:<distribution>`` -> one line naming each entry point and why. A run that selects none of their plugins
+    goes ahead without them and says so (run.json's ``plugin_errors``, the report, stderr, exit code 3); one that
+    selects one is refused before it starts."""
+    out: dict[str, str] = {}
+    for failure in registry.failures():
+        line = f"its {failure.kind} entry point {failure.entry} failed to load: {failure.reason}"
+        label = f"package:{failure.package}"
+        out[label] = f"{out[label]}; {line}" if label in out else line
+    return out
