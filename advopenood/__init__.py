@@ -4,4 +4,4 @@ from pathlib import Path
 from advopenood import deprecated
 
 __version__ = (Path(__file__).parent / "VERSION").read_text().strip()
-deprecated.install()  # the module paths of earlier versions import, with a DeprecationWarning
+deprecated.install()  # importing a module path that 0.3.0 removed fails in one line naming its new path

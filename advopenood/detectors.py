@@ -14,12 +14,12 @@ from advopenood.detection.outputs import (
 )
 from advopenood.detection.postprocessor import Postprocessor
 from advopenood.detection.scoring import fit_detectors, score_all
-from advopenood.deprecated import forward
+from advopenood.deprecated import removed
 
 __all__ = ["Batches", "cuda_redirect", "Outputs", "Postprocessor", "Taps", "create_detector", "fc_layer", "fit_detectors",
            "fit_subset", "forward_outputs", "grad_outputs", "score_all"]
 
 
 def __getattr__(name: str) -> Any:
-    """The names this module held before the split, from where they live now (with a DeprecationWarning)."""
-    return forward(__name__, name)
+    """A name this module held before the split fails naming where it lives now (removed in 0.3.0)."""
+    raise removed(__name__, name)

@@ -361,19 +361,16 @@ def staging_prefix(out: Path) -> str:
     return f".{Path(out).name}.partial"
 
 
-def staging_dir(out: Path) -> Path:
-    """Deprecated: a run no longer has one staging folder (each process stages in its own, see
-    :func:`begin_output`). Returns ``.<out>.partial`` beside ``out``, the prefix of every staging folder's path;
-    use :func:`staging_dirs` for the folders that exist."""
-    warnings.warn(deprecated.message("advopenood.io.staging_dir", "advopenood.io.staging_dirs(out)"),
-                  DeprecationWarning, stacklevel=2)
-    return Path(out).parent / staging_prefix(out)
-
-
 def staging_dirs(out: Path) -> list[Path]:
     """Every staging folder of ``out`` that exists (a running run's, or ones interrupted runs left)."""
     out = Path(out)
     return sorted(p for p in out.parent.glob(staging_prefix(out) + "*") if p.is_dir() and not p.is_symlink())
+
+
+def __getattr__(name: str) -> Any:
+    """``staging_dir`` (removed in 0.3.0: a run stages in one folder per process) fails naming
+    :func:`staging_dirs`."""
+    raise deprecated.removed(__name__, name)
 
 
 def begin_output(out: Path) -> Path:

@@ -10,8 +10,8 @@ independent checker (``oracle``) and :class:`UsageError`; and what the built-in 
 below: models, data, detection, the attack store, provenance, plots; the modules ``registry``, ``io`` and
 ``deprecated``, and ``__version__``), so that a built-in imports nothing else of the core and a third party can
 write what a built-in writes. It is the only import path supported for plugin authors: these names stay here
-across versions, while the modules they are defined in may move (an old module path keeps working until the version
-that :data:`advopenood.deprecated.TABLE` names, with one ``DeprecationWarning`` pointing here).
+across versions, while the modules they are defined in may move (a removed path, :data:`advopenood.deprecated.TABLE`,
+fails in one line pointing here).
 """
 import importlib
 from typing import Any

@@ -5,15 +5,16 @@ One place per plugin: ``attacks/`` (a module per attack family), ``detectors/`` 
 modules), and ``kit/``, the helpers that several plugins share. Each kind's ``__init__`` lists its modules
 (``MODULES``), the entry points name them, and no plugin registers by importing another.
 
-The flat modules of earlier versions (``advopenood_plugins.ood_eval``, ``advopenood_plugins.smoothed``, ...) still
-import, as re-exports with a ``DeprecationWarning`` (:data:`MOVED`, :mod:`advopenood.deprecated`).
+The flat modules of the versions before 0.2.0 (``advopenood_plugins.ood_eval``, ``advopenood_plugins.smoothed``,
+...) were removed in 0.3.0: importing one fails in one line naming the modules that hold its names now (:data:`MOVED`,
+the table of removed paths :mod:`advopenood.deprecated`).
 """
 from advopenood.plugin import deprecated
 
 _A, _D, _E, _N, _K = (f"advopenood_plugins.{kind}"
                       for kind in ("attacks", "detectors", "evaluators", "analyses", "kit"))
 
-#: old flat module -> the modules that hold its names now, searched in order
+#: removed flat module -> the modules that hold its names now, searched in order
 MOVED: dict[str, tuple[str, ...]] = {
     "advopenood_plugins.mead_attacks": (f"{_A}.mead",),
     "advopenood_plugins.adaptive": (f"{_A}.adaptive", f"{_K}.attacks"),
@@ -42,7 +43,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "advopenood_plugins.verify_smoothed": (f"{_E}.smoothed.verify",),
     "advopenood_plugins.verify_transfer": (f"{_N}.transfer.verify",),
 }
-#: old flat module that is now a kind's package -> the modules that hold the names it held
+#: removed flat module that is now a kind's package -> the modules that hold the names it held
 FORMER: dict[str, tuple[str, ...]] = {
     _A: (f"{_A}.standard", f"{_K}.attacks"),
     _D: (f"{_D}.logits", f"{_D}.features", f"{_D}.shaping", f"{_D}.gram", f"{_K}.detectors"),

@@ -280,14 +280,12 @@ def test_two_runs_at_once_on_one_out_lose_nothing(tmp_path, session_cache):
     assert not aio.staging_dirs(out)
 
 
-def test_the_old_staging_dir_still_imports_with_a_deprecation_warning(tmp_path):
-    """``advopenood.io.staging_dir`` (public at the last landed version) keeps working, with a warning."""
+def test_a_process_stages_beside_the_output_folder_where_staging_dirs_finds_it(tmp_path):
+    """A process stages in ``.<out>.partial-<pid>-<random>`` beside ``out``, which :func:`staging_dirs` lists
+    (``advopenood.io.staging_dir``, one folder for a run, was removed in 0.3.0: tests/test_release.py)."""
     out = tmp_path / "out"
-    with pytest.warns(DeprecationWarning, match="staging_dirs"):
-        legacy = aio.staging_dir(out)
-    assert legacy == tmp_path / ".out.partial"
     stage = aio.begin_output(out)
-    assert stage.name.startswith(legacy.name) and aio.staging_dirs(out) == [stage]
+    assert stage.parent == tmp_path and stage.name.startswith(".out.partial-") and aio.staging_dirs(out) == [stage]
 
 
 def _write_fails(monkeypatch, code: int, hit) -> list[Path]:

@@ -1,7 +1,7 @@
 """One room per plugin (issue 32, item 2): a name is registered once unless a plugin declares that it overrides
 another (recorded in run.json and the report), a plugin package that fails to load is named instead of "unknown",
 what exists never depends on the order entry points load in, and the public plugin API stays: every name in
-``advopenood.plugin``, every module path of earlier versions as a re-export with a DeprecationWarning."""
+``advopenood.plugin``; a package written against a path 0.3.0 removed fails to load, named in one line."""
 from __future__ import annotations
 
 import ast
@@ -157,14 +157,18 @@ def test_a_plugin_package_that_fails_to_load_is_named_not_unknown(installed, sit
     assert registry.get("evaluators", "ood")  # the plugins that loaded still serve their names
 
 
-def test_a_plugin_package_written_against_advopenood_protocols_loads(installed, site):
-    """The issue's case: a package of the last round imports ``advopenood.protocols``; it loads and runs."""
+def test_a_plugin_package_written_against_advopenood_protocols_fails_naming_the_new_path(installed, site):
+    """A package of a round before 0.2.0 imports ``advopenood.protocols`` (removed in 0.3.0): it is a failed
+    package whose reason names the new path; the other plugins load."""
     make_dist(site, "zz-legacy-plugin", {"zz_legacy": LEGACY},
               {"advopenood.evaluators": ["zzlegacy = zz_legacy:Legacy"]})
-    legacy = registry.get("evaluators", "zzlegacy")
-    assert sys.modules["zz_legacy"].PROTOCOLS is importlib.import_module("advopenood.config.protocols").PROTOCOLS
-    assert legacy()(None) == {} and registry.failures() == []
-    assert registry.entries("evaluators")["zzlegacy"].origin == "zz_legacy (zz-legacy-plugin==1.0)"
+    with pytest.warns(UserWarning, match="could not load plugin 'zzlegacy'"), pytest.raises(UsageError) as raised:
+        registry.get("evaluators", "zzlegacy")
+    assert [(f.package, f.reason) for f in registry.failures()] == [("zz-legacy-plugin", (
+        "ModuleNotFoundError: advopenood.protocols was removed in 0.3.0; use advopenood.plugin (Protocol, PROTOCOLS, "
+        "get_protocol for get; the rest is in advopenood.config.protocols)"))]
+    assert "evaluator 'zzlegacy' is an entry point of zz-legacy-plugin" in str(raised.value)
+    assert registry.get("evaluators", "ood")
 
 
 def test_a_duplicate_between_two_packages_is_refused_whichever_loads_first(installed, site, tmp_path, capsys,
@@ -380,40 +384,6 @@ def test_the_example_package_imports_only_the_public_plugin_module(path):
             or any(alias.name.startswith("advopenood") for alias in node.names)]
     assert all(isinstance(node, ast.ImportFrom) and node.module == "advopenood.plugin" for node in ours)
     assert [a.name for node in ours for a in node.names if a.name not in public.__all__] == []
-
-
-#: what the built-in and example plugins imported at the last version with flat modules (``cf83ddb^``)
-OLD_IMPORTS = [
-    ("advopenood.protocols", ["PROTOCOLS", "Protocol", "get", "quantize"]),
-    ("advopenood.metrics", ["NaNScoreError", "id_threshold", "ood_metrics"]),
-    ("advopenood.report", ["CHANCE", "eps_label", "fmt", "join", "name", "pct"]),
-    ("advopenood.plots", ["ood_matrix", "pick_examples", "plot_auroc_heatmap", "plot_roc", "roc_sets", "safe_name"]),
-    ("advopenood.store", ["AdvSet", "AdvStore", "canonical_key", "derive_seed", "library_versions", "seeded"]),
-    ("advopenood.verify", ["compare", "RunFiles"]),
-    ("advopenood.training", ["RECIPE", "train_classifier"]),
-    ("advopenood.openood_benchmarks", ["ADVERSARIAL", "natural_group"]),
-    ("advopenood.config", ["cache_dir", "parse_eps"]),
-    ("advopenood.data", ["Subset", "dataset_name", "make_loader", "seeded_prefix", "stack"]),
-    ("advopenood.models", ["ARCHS", "Backbone", "Classifier", "build_model", "weights_hash"]),
-    ("advopenood.detectors", ["vim_dim"]),
-]
-
-
-@pytest.mark.parametrize("module, names", OLD_IMPORTS, ids=[m for m, _ in OLD_IMPORTS])
-def test_a_module_path_of_an_earlier_version_imports_with_a_deprecation_warning(module, names):
-    """An old module warns when first imported (so it is imported afresh here), a name that a module turned
-    package held warns when it is read."""
-    from advopenood import deprecated
-
-    if deprecated.TABLE[module].kind == "module":
-        sys.modules.pop(module, None)
-    with pytest.warns(DeprecationWarning, match=rf"{module}\S* is deprecated, use advopenood\.") as caught:
-        imported = __import__(module, fromlist=names)  # as ``from <module> import <names>`` does
-        found = {name: getattr(imported, name) for name in names}
-    assert all(w.filename == __file__ for w in caught)  # the warning points at the importer
-    for name, obj in found.items():
-        targets = deprecated.TABLE[module].new
-        assert any(getattr(importlib.import_module(t), name, None) is obj for t in targets), name
 
 
 @pytest.mark.parametrize("statement", ["from advopenood.config import protocols", "from advopenood.detectors import "

@@ -1,9 +1,9 @@
 """Run configuration: the YAML schema, loading and validation, protocols and the resolved run plan."""
 from typing import Any
 
-from advopenood.deprecated import forward
+from advopenood.deprecated import removed
 
 
 def __getattr__(name: str) -> Any:
-    """The names this module held before the split, from where they live now (with a DeprecationWarning)."""
-    return forward(__name__, name)
+    """A name this module held before the split fails naming where it lives now (removed in 0.3.0)."""
+    raise removed(__name__, name)

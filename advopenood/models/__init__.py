@@ -1,9 +1,9 @@
 """Classifiers: backbones (CIFAR ResNets, torchvision, timm), the normalising wrapper, training and the demo model."""
 from typing import Any
 
-from advopenood.deprecated import forward
+from advopenood.deprecated import removed
 
 
 def __getattr__(name: str) -> Any:
-    """The names this module held before the split, from where they live now (with a DeprecationWarning)."""
-    return forward(__name__, name)
+    """A name this module held before the split fails naming where it lives now (removed in 0.3.0)."""
+    raise removed(__name__, name)

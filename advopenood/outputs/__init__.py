@@ -4,7 +4,7 @@
 evaluator or analysis uses."""
 from typing import Any
 
-from advopenood.deprecated import forward
+from advopenood.deprecated import removed
 from advopenood.outputs.results import (
                                         SECTIONS_FILE,
                                         Bullets,
@@ -29,5 +29,5 @@ __all__ = ["SECTIONS_FILE", "Bullets", "Figure", "Item", "Paragraph", "Results",
 
 
 def __getattr__(name: str) -> Any:
-    """The names this module held before the split, from where they live now (with a DeprecationWarning)."""
-    return forward(__name__, name)
+    """A name this module held before the split fails naming where it lives now (removed in 0.3.0)."""
+    raise removed(__name__, name)

@@ -1,8 +1,8 @@
 """The built-in attacks, a module per family; the entry points of group ``advopenood.attacks`` name each of
 :data:`MODULES` (``setup.py`` reads it: one list). Importing this package registers nothing.
 
-Before the layout by kind this was one module (FGSM, PGD, MIM, DeepFool, masked PGD): those names still import from
-here, with a ``DeprecationWarning`` naming their module now.
+Before the layout by kind this was one module (FGSM, PGD, MIM, DeepFool, masked PGD); reading one of those names from
+here fails (removed in 0.3.0) naming their module now.
 """
 from typing import Any
 
@@ -21,5 +21,5 @@ MODULES = (
 
 
 def __getattr__(name: str) -> Any:
-    """A name the former module ``advopenood_plugins.attacks`` held, from where it lives now (with a warning)."""
-    return deprecated.forward(__name__, name)
+    """A name the former module ``advopenood_plugins.attacks`` held fails naming its module now (removed in 0.3.0)."""
+    raise deprecated.removed(__name__, name)

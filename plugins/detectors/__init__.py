@@ -1,8 +1,8 @@
 """The built-in detectors, a module per method family; the entry points of group ``advopenood.detectors`` name each
 of :data:`MODULES` (``setup.py`` reads it: one list). Importing this package registers nothing.
 
-Before the layout by kind the 16 OpenOOD detectors were this one module: their names still import from here, with a
-``DeprecationWarning`` naming their module now.
+Before the layout by kind the 16 OpenOOD detectors were this one module; reading one of their names from here fails
+(removed in 0.3.0) naming their module now.
 """
 from typing import Any
 
@@ -25,5 +25,5 @@ BUILTIN_DETECTORS = ("msp", "odin", "mds", "rmds", "gram", "ebo", "klm", "mls", 
 
 
 def __getattr__(name: str) -> Any:
-    """A name the former module ``advopenood_plugins.detectors`` held, from where it lives now (with a warning)."""
-    return deprecated.forward(__name__, name)
+    """A name the former module ``advopenood_plugins.detectors`` held fails naming its module now (removed in 0.3.0)."""
+    raise deprecated.removed(__name__, name)
