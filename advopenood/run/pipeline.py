@@ -10,6 +10,7 @@ leaves no partial CSV and resumes from the attack store on the next start.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import sys
 import time
@@ -82,6 +83,7 @@ def _locked(resolved: ResolvedRun, *, progress: bool, export_png: bool, latex: s
         seed_everything(plan.seed)
         progress = progress and rank == 0
         inputs = prepare(plan, progress, resolved.model)
+        inputs = dataclasses.replace(inputs, warnings=(*inputs.warnings, *unloaded()))
         for line in inputs.warnings if rank == 0 else ():
             print(f"advopenood: warning: {line}", file=sys.stderr)
         setup = Setup(resolved, aio.begin_output(final) if rank == 0 else final, final, rank, world_size, progress,
@@ -114,7 +116,6 @@ def _stages(setup: Setup, inputs: Inputs, plugins: list[tuple[str, Any]], timing
         ctx = evolve(ctx, plugin_errors={**ctx.plugin_errors, **evaluated.errors},
                                   traces={**ctx.traces, **evaluated.traces},
                                   nothing_computed={**ctx.nothing_computed, **evaluated.nothing_computed})
-    ctx = evolve(ctx, plugin_errors={**unloaded(), **ctx.plugin_errors})
     reported = report(setup, ctx, timings, t0, detected, evaluated)
     if setup.plan.benchmark is not None and evaluated is not None:  # committed with the files they are read from
         write_entries(setup.out, setup.final)
@@ -123,14 +124,13 @@ def _stages(setup: Setup, inputs: Inputs, plugins: list[tuple[str, Any]], timing
     return evolve(ctx, out=setup.final, outcome=Outcome(reported.summary, reported.export, kept))
 
 
-def unloaded() -> dict[str, str]:
-    """The plugin packages that failed to load (:func:`advopenood.registry.failures`), as failed plugins of the run:
-    ``package:<distribution>`` -> one line naming each entry point and why. A run that selects none of their plugins
-    goes ahead without them and says so (run.json's ``plugin_errors``, the report, stderr, exit code 3); one that
-    selects one is refused before it starts."""
-    out: dict[str, str] = {}
+def unloaded() -> list[str]:
+    """One warning line per plugin package that failed to load (:func:`advopenood.registry.failures`), naming each
+    entry point and why. A run that selects none of its plugins loses nothing and goes ahead (exit 0), saying so in
+    run.json's ``warnings``, the report and stderr; one that selects one is refused before it starts."""
+    lines: dict[str, list[str]] = {}
     for failure in registry.failures():
-        line = f"its {failure.kind} entry point {failure.entry} failed to load: {failure.reason}"
-        label = f"package:{failure.package}"
-        out[label] = f"{out[label]}; {line}" if label in out else line
-    return out
+        lines.setdefault(failure.package, []).append(f"its {failure.kind} entry point {failure.entry} failed to load: "
+                                                     f"{failure.reason}")
+    return [f"plugin package {package} not loaded (the run selects none of its plugins): {'; '.join(why)}"
+            for package, why in lines.items()]
