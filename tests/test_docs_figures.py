@@ -2,9 +2,12 @@
 HTML comment that names the recorded file and the cell it comes from, ``98.9 %<!-- recorded: demo/asr.csv clean_acc
 attack=fgsm -->`` (files under ``benchmarks/recorded/``); each is read back and must equal the quoted figure at the
 decimals quoted. ``range(column)`` quotes ``min-max`` over the selected rows; a key takes ``a,b,c`` for several
-values. The summary block of docs/cli.md is the recorded demo's stdout."""
+values; a JSON file (a committed run's ``run.json``, path from the repository) takes a dotted key. The summary block
+of docs/cli.md is the recorded demo's stdout. A figure of a run the repository keeps no output of is a dated
+measurement (:data:`MEASURED`): its day, command and commit are checked."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -25,8 +28,16 @@ def quotes() -> list[tuple[str, re.Match]]:
 
 
 def recorded(match: re.Match) -> list[float]:
-    """The recorded values the reference names: one cell, or the ``[min, max]`` of ``range(column)``."""
-    table = pd.read_csv(RECORDED / match["file"], keep_default_na=False)
+    """The recorded values the reference names: one cell, or the ``[min, max]`` of ``range(column)``; in a JSON file
+    (a committed run's ``run.json``) the value at a dotted key path. The file lies under ``benchmarks/recorded/``, or
+    is a committed run's (``benchmarks/leaderboard/runs/...``, relative to the repository)."""
+    path = RECORDED / match["file"] if (RECORDED / match["file"]).is_file() else REPO / match["file"]
+    if path.suffix == ".json":
+        value = json.loads(path.read_text())
+        for key in match["what"].split("."):
+            value = value[key]
+        return [float(value)]
+    table = pd.read_csv(path, keep_default_na=False)
     rows = pd.Series(True, index=table.index)
     for key in match["keys"].split():
         column, values = key.split("=", 1)
@@ -94,3 +105,81 @@ def test_the_refusal_times_quoted_are_the_recorded_benchmarks():
     for page in ("docs/cli.md", "benchmarks/README.md"):
         text = (REPO / page).read_text()
         assert f"{cases} " in text and f"{slowest} s" in text and f"median {median} s" in text, page
+
+
+#: a dated historical measurement: a figure the repository holds no recorded file of, followed (in its sentence, or
+#: after a table's caption) by ``<!-- measured: 2026-11-27 COMMAND -->``, the day it was measured (or first stated)
+#: and what measured it: ``python benchmarks/<script>.py ...``, ``advopenood <subcommand> ...`` or ``.ci/run``,
+#: optionally ``at <commit>`` (the checkout it ran on)
+MEASURED = re.compile(r"<!-- measured: (?P<date>\d{4}-\d{2}-\d{2}) (?P<command>.+?)(?: at (?P<commit>[0-9a-f]{7,40}))? -->")
+
+
+def measured() -> list[tuple[str, re.Match]]:
+    """``(page, match)`` of every dated measurement in README.md and docs/."""
+    return [(page.relative_to(REPO).as_posix(), m) for page in PAGES for m in MEASURED.finditer(page.read_text())]
+
+
+def test_the_run_figures_without_a_recorded_file_are_dated_measurements():
+    """The timings and figures of runs the repository keeps no output of carry their date and command (issue 50,
+    item 10): the demo's time and its bootstrap's share, the test suite's time, the adaptive attacks' AUROCs, the
+    robust AUROCs of MSP and MDS, the plan lines of docs/cli.md, the leaderboard runs' wall times."""
+    found = {(page, m["command"].split()[0 if m["command"].startswith((".ci", "advopenood")) else 1]) for page, m in
+             measured()}
+    assert {("README.md", ".ci/run"), ("README.md", "advopenood"), ("README.md", "benchmarks/bench_adaptive.py"),
+            ("docs/getting-started.md", "advopenood"), ("docs/attacks.md", "benchmarks/bench_adaptive.py"),
+            ("docs/evaluators.md", "advopenood"), ("docs/cli.md", "advopenood"),
+            ("docs/leaderboard.md", "advopenood")} <= found, found
+
+
+@pytest.mark.parametrize("page, match", measured(), ids=lambda x: x if isinstance(x, str) else x["date"])
+def test_every_dated_measurement_names_a_real_day_and_command(page, match):
+    """A dated measurement's day is a real one of this project (2026, not after today), its command one that exists
+    (a benchmark script of the repository, a subcommand of ``advopenood``, ``.ci/run``) and its commit, where named,
+    one of the repository's history (where the checkout has one)."""
+    import datetime
+    import shutil
+    import subprocess
+
+    from advopenood.cli.main import commands
+
+    day = datetime.date.fromisoformat(match["date"])
+    assert datetime.date(2026, 1, 1) <= day <= datetime.date.today(), (page, match[0])
+    words = match["command"].split()
+    if words[0] == "python":
+        assert (REPO / words[1]).is_file(), (page, match[0])
+    elif words[0] == "advopenood":
+        assert words[1] in commands(store_index=False), (page, match[0])
+    else:
+        assert words == [".ci/run"] and (REPO / ".ci" / "run").is_file(), (page, match[0])
+    if match["commit"] and (REPO / ".git").exists() and shutil.which("git"):
+        known = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", match["commit"] + "^{commit}"],
+                               capture_output=True)
+        assert known.returncode == 0, f"{page}: commit {match['commit']} is not in the repository's history"
+
+
+def test_the_demo_time_is_one_figure_everywhere():
+    """README.md, docs/getting-started.md and docs/cli.md quote the demo's time as the CLI's help does
+    (``advopenood.cli.main.DEMO_TIME``), the figure benchmarks/README.md's demo row dates."""
+    from advopenood.cli.main import DEMO_TIME
+
+    for page in ("README.md", "docs/getting-started.md", "docs/cli.md"):
+        assert DEMO_TIME in (REPO / page).read_text(), page
+    row = next(line for line in (REPO / "benchmarks" / "README.md").read_text().splitlines()
+               if line.startswith("| `advopenood demo --out DIR`"))
+    assert f"**{DEMO_TIME}**" in row and "2026-11-27" in row
+
+
+def test_the_demos_story_holds_in_the_recorded_run():
+    """README.md and docs/getting-started.md: "most detectors separate the natural OOD sets (AUROC above 80), while
+    PGD ... pushes MSP, MLS, EBO, ODIN and GEN below chance": most natural cells of the recorded demo's ood.csv are
+    above 80, and PGD's AUROC of each detector named is below 50."""
+    table = pd.read_csv(RECORDED / "demo" / "ood.csv")
+    natural = table[table["attack"] == "none"]
+    assert (natural["auroc"] > 80).mean() > 0.5
+    pgd = table[table["attack"] == "pgd"].set_index("detector")["auroc"]
+    for page in ("README.md", "docs/getting-started.md"):
+        text = " ".join((REPO / page).read_text().split())
+        assert "most detectors separate the natural OOD sets (AUROC above 80)" in text, page
+        names = re.search(r"pushes ((?:\w+, )+(?:and )?\w+(?: and \w+)?) (?:far )?below chance", text)[1]
+        for name in re.split(r", (?:and )?| and ", names):
+            assert pgd[name.lower()] < 50, (page, name)
