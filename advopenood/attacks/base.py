@@ -7,8 +7,9 @@ validates) parameters, and calling it on ``(model, x, y, seed)`` returns adversa
 :class:`advopenood.models.Classifier`, which normalises internally, so attacks work in pixel space.
 
 Progress inside a shard: an attack that declares ``counts_steps`` calls :func:`count_step` once per iteration (or
-query) it takes, and :meth:`Attack.planned_steps` says how many one call takes; the store's bar of the shard moves
-with them. Any other attack's bar counts the model's forward passes.
+query) it takes, and :meth:`Attack.planned_steps` says how many one call on a shard takes; the store's bar of the shard
+moves with them. Any other attack's bar counts the model's forward passes. Every built-in attack counts its iterations
+(Square and the robust-AUROC attacks their queries).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from advopenood.params import Params, declared_types, typed
 #: where :func:`count_step` reports while a shard is attacked (:func:`counting_steps`); nowhere otherwise
 _STEPS: contextvars.ContextVar[Callable[[int], None] | None] = contextvars.ContextVar("advopenood_steps", default=None)
 #: the parameters that set an attack's iterations per call, and what they count (:meth:`Attack.planned_steps`)
-STEP_PARAMS = (("n_queries", "queries"), ("n_iter", "iterations"), ("steps", "steps"))
+STEP_PARAMS = (("n_queries", "queries"), ("n_iter", "iterations"), ("steps", "iterations"))
 
 
 def count_step(n: int = 1) -> None:
@@ -134,10 +135,13 @@ class Attack:
         """Adversarial images for ``(x, y)``; randomness comes from the torch generator seeded by ``__call__``."""
         raise NotImplementedError
 
-    def planned_steps(self) -> tuple[int, str] | None:
-        """How many :func:`count_step` calls one call of the attack makes, and what they count (``queries``,
-        ``iterations``, ``steps``): by default its ``n_queries``, else ``n_iter`` x ``n_restarts``, else ``steps``;
-        None when it declares no ``counts_steps`` or has none of them."""
+    def planned_steps(self, images: int | None = None, classes: int | None = None) -> tuple[int, str] | None:
+        """How many :func:`count_step` calls one call of the attack on ``images`` images of a ``classes``-class model
+        makes (at most: an attack that stops once every image is fooled counts fewer), and what they count
+        (``queries`` or ``iterations``): by default its ``n_queries``, else ``n_iter`` x ``n_restarts``, else
+        ``steps``; None when it declares no ``counts_steps`` or has none of them. ``images`` and ``classes`` (None:
+        unknown) matter to an attack whose iterations depend on them (a patch per group of images, a target per
+        class)."""
         if not self.counts_steps:
             return None
         for key, unit in STEP_PARAMS:

@@ -237,12 +237,14 @@ UNITS = {"iterations": "it", "steps": "step", "queries": "query", "model passes"
 
 
 @contextlib.contextmanager
-def shard_progress(model: torch.nn.Module, attack: Attack, bar: Any, shard: str, label: str) -> Iterator[None]:
-    """Progress inside a shard while the block attacks it: a bar of its own that counts the attack's iterations or
-    queries against the planned total (an attack that declares ``counts_steps``:
+def shard_progress(model: torch.nn.Module, attack: Attack, bar: Any, shard: str, label: str,
+                   images: int | None = None) -> Iterator[None]:
+    """Progress inside a shard of ``images`` images while the block attacks it: a bar of its own that counts the
+    attack's iterations or queries against the planned total (an attack that declares ``counts_steps``:
     :func:`advopenood.attacks.base.count_step`, :meth:`~advopenood.attacks.base.Attack.planned_steps`), else the
-    model's forward passes; when the shard ends the set's ``bar`` shows the count in its postfix."""
-    planned = attack.planned_steps()
+    model's forward passes; when the shard ends the set's ``bar`` shows the count in its postfix (``k of n`` where
+    the attack stopped early, every image fooled)."""
+    planned = attack.planned_steps(images=images, classes=getattr(model, "num_classes", None))
     total, unit = planned if planned else (None, "model passes")
     inner = tqdm(total=total, desc=f"attack {label} {shard}, {unit}", unit=UNITS[unit], disable=bar.disable,
                  leave=False)
@@ -260,7 +262,8 @@ def shard_progress(model: torch.nn.Module, attack: Attack, bar: Any, shard: str,
         if handle is not None:
             handle.remove()
         inner.close()
-        bar.set_postfix_str(f"{shard}, {done[0]} {unit}", refresh=False)
+        count = f"{done[0]} of {total}" if planned and done[0] < total else str(done[0])
+        bar.set_postfix_str(f"{shard}, {count} {unit}", refresh=False)
 
 
 class AdvStore:
@@ -322,7 +325,8 @@ class AdvStore:
                     continue
                 regenerated += state == "corrupt"
                 t = time.perf_counter()
-                with shard_progress(model, attack, bar, f"shard {mine.index(i) + 1}/{len(mine)}", label or attack.name):
+                with shard_progress(model, attack, bar, f"shard {mine.index(i) + 1}/{len(mine)}", label or attack.name,
+                                    self._rows(i, len(ds))):
                     self._write_shard(shard, ds, model, attack, i, seed, device)
                 work = [work[0] + time.perf_counter() - t, work[1] + self._rows(i, len(ds))]
                 generated += 1

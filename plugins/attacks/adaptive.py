@@ -54,7 +54,7 @@ from advopenood.plugin import (Attack, AttackFamily, DetectorAware, DrawCount, I
                                Postprocessor, UsageError, code_identity, default_eps, fit_detectors, fit_subset,
                                foolbox_model, grad_outputs, id_threshold, is_differentiable, is_randomised, make_loader,
                                registry, swept)
-from advopenood_plugins.kit.attacks import Best, rel_stepsize
+from advopenood_plugins.kit.attacks import Best, counted, rel_stepsize
 
 #: The detector's fit-set confidences used for standardisation and the acceptance threshold (first rows).
 CALIBRATION_ROWS = 2000
@@ -161,6 +161,8 @@ class AdaptiveAttack(Attack, DetectorAware, Invertible):
     #: ``"id"``: ID->ID evasion; ``"ood"``: OOD->ID
     source: ClassVar[str] = "id"
     param_types: ClassVar[dict[str, Any]] = {"steps": IterationCount, "lam": swept(what="lambda values")}
+    #: the shard's bar counts the PGD steps of every run (:meth:`planned_steps`)
+    counts_steps = True
 
     def __init__(self, **params: Any):
         super().__init__(**params)
@@ -260,6 +262,10 @@ class AdaptiveAttack(Attack, DetectorAware, Invertible):
             return super().succeeded(model, x_adv, y, adv_pred)
         return self._accepted(self.target.score(x_adv).to(adv_pred.device))
 
+    def planned_steps(self, images: int | None = None, classes: int | None = None) -> tuple[int, str] | None:
+        """``steps`` PGD iterations per target (:meth:`targets`) and lambda."""
+        return len(self.targets()) * len(self.lams) * self.p.steps, "iterations"
+
     def perturb(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
         p = self.p
         if self.source == "id":
@@ -284,8 +290,8 @@ class AdaptiveAttack(Attack, DetectorAware, Invertible):
                         success = self._accepted(raw) if self.sign > 0 else ~self._accepted(raw)
                 return loss, success, self.sign * raw
 
-            attack = JointLinfPGD(objective, best, rel_stepsize=rel_stepsize(p), steps=p.steps,
-                                  random_start=p.random_start)
+            attack = counted(JointLinfPGD(objective, best, rel_stepsize=rel_stepsize(p), steps=p.steps,
+                                          random_start=p.random_start))
             _, clipped, _ = attack(foolbox_model(model, x.device), x, labels, epsilons=p.eps)
             objective(clipped)
         return best.x

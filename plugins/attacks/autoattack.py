@@ -21,6 +21,11 @@ defaults to the Linf budget (:func:`advopenood.attacks.base.default_eps`), so wi
 (RobustBench's CIFAR-10 L2 budget is 0.5). AutoAttack's own ``seed`` is drawn from the torch generator that
 :meth:`Attack.__call__` seeds per shard, so a shard's examples depend only on the run's seed and the shard.
 The model is the :class:`advopenood.models.Classifier` (normalisation inside, inputs in [0, 1]).
+Each attack counts its iterations for the shard's progress bar (``counts_steps``): APGD's are its gradient passes
+(the one at the start and one per iteration, ``n_iter + 1`` per run), FAB's ``n_iter`` per run, Square's its queries
+(``n_queries + 1`` per run); a run per restart (APGD-T and FAB-T: per target class too). An attack stops early where
+every image is fooled (restarts, targets and AutoAttack's later members only run on the images still standing), so it
+counts fewer than it planned there.
 The DLR losses need at least 4 classes (their denominator uses the third and fourth largest logits):
 ``apgd_dlr`` refuses smaller models and ``autoattack`` leaves APGD-T out there (the binarization test's
 2-class model), with at most ``classes - 1`` target classes for FAB-T.
@@ -49,7 +54,7 @@ from torch import Tensor
 from advopenood.plugin import (Attack, IterationCount, QueryCount, UsageError, bounded, default_eps, is_differentiable,
                                registry, swept)
 from advopenood_plugins.attacks.adaptive import DIFFERENTIABLE, AdaptiveAttack, AdaptiveFamily, margin_loss
-from advopenood_plugins.kit.attacks import Best, run_foolbox
+from advopenood_plugins.kit.attacks import Best, counting, counting_gradient_passes, run_foolbox
 
 #: our norm names -> AutoAttack's
 AA_NORMS = {"linf": "Linf", "l2": "L2"}
@@ -73,6 +78,18 @@ def num_classes(model: nn.Module, x: Tensor) -> int:
         return int(model(x[:1]).shape[1])
 
 
+def targets(n_target_classes: int, classes: int | None) -> int:
+    """The target classes a targeted attack runs (at most ``classes - 1``; all asked for when ``classes`` is None)."""
+    return n_target_classes if classes is None else min(n_target_classes, classes - 1)
+
+
+def counted_square(square: SquareAttack) -> SquareAttack:
+    """``square`` with one :func:`~advopenood.plugin.count_step` per query (its ``margin_and_loss`` evaluates the
+    candidates once at the start of each run and once per query)."""
+    square.margin_and_loss = counting(square.margin_and_loss)  # type: ignore[method-assign]
+    return square
+
+
 def set_iterations(apgd: APGDAttack, n_iter: int) -> None:
     """Give a constructed APGD ``n_iter`` iterations with the checkpoint schedule its constructor derives from
     them (Croce & Hein, Sec. 3.2: checkpoints ``w_j``, first after ``0.22 * n_iter``, spacing shrinking by
@@ -91,6 +108,7 @@ class AutoAttackBase(Attack):
     #: the budgets of the subclasses' defaults, each with its documented bound
     param_types: ClassVar[dict[str, Any]] = {"n_iter": IterationCount, "n_restarts": IterationCount,
                                              "n_queries": QueryCount}
+    counts_steps = True
 
     def __init__(self, **params: Any):
         norm = str(params.get("norm", "linf")).lower()
@@ -122,7 +140,12 @@ class APGDCE(AutoAttackBase):
         p = self.p
         attack = APGDAttack(model, n_iter=p.n_iter, n_restarts=p.n_restarts, loss="ce",
                             rho=p.rho, **self.common(x))
-        return attack.perturb(x, y)
+        with counting_gradient_passes(model):
+            return attack.perturb(x, y)
+
+    def planned_steps(self, images: int | None = None, classes: int | None = None) -> tuple[int, str] | None:
+        """``n_iter + 1`` gradient passes per restart."""
+        return self.p.n_restarts * (self.p.n_iter + 1), "iterations"
 
 
 @registry.register("attacks", "apgd_dlr")
@@ -145,7 +168,13 @@ class APGDDLRTargeted(AutoAttackBase):
         attack = APGDAttack_targeted(model, n_iter=p.n_iter, n_restarts=p.n_restarts,
                                      rho=p.rho,
                                      n_target_classes=min(p.n_target_classes, classes - 1), **self.common(x))
-        return attack.perturb(x, y)
+        with counting_gradient_passes(model):
+            return attack.perturb(x, y)
+
+    def planned_steps(self, images: int | None = None, classes: int | None = None) -> tuple[int, str] | None:
+        """``n_iter + 1`` gradient passes per target class and restart."""
+        p = self.p
+        return targets(p.n_target_classes, classes) * p.n_restarts * (p.n_iter + 1), "iterations"
 
 
 @registry.register("attacks", "fab")
@@ -163,7 +192,13 @@ class FABTargeted(AutoAttackBase):
         attack = FABAttack_PT(model, n_iter=p.n_iter, n_restarts=p.n_restarts, targeted=True,
                               n_target_classes=min(p.n_target_classes, num_classes(model, x) - 1),
                               **self.common(x))
-        return attack.perturb(x, y)
+        with counting_gradient_passes(model):
+            return attack.perturb(x, y)
+
+    def planned_steps(self, images: int | None = None, classes: int | None = None) -> tuple[int, str] | None:
+        """``n_iter`` gradient passes per target class and restart."""
+        p = self.p
+        return targets(p.n_target_classes, classes) * p.n_restarts * p.n_iter, "iterations"
 
 
 @registry.register("attacks", "square")
@@ -181,7 +216,11 @@ class Square(AutoAttackBase):
         p = self.p
         attack = SquareAttack(model, n_queries=p.n_queries, p_init=p.p_init,
                               n_restarts=p.n_restarts, resc_schedule=False, **self.common(x))
-        return attack.perturb(x, y)
+        return counted_square(attack).perturb(x, y)
+
+    def planned_steps(self, images: int | None = None, classes: int | None = None) -> tuple[int, str] | None:
+        """``n_queries + 1`` queries per restart."""
+        return self.p.n_restarts * (self.p.n_queries + 1), "queries"
 
 
 @registry.register("attacks", "autoattack")
@@ -207,8 +246,18 @@ class AutoAttackStandard(AutoAttackBase):
         aa.fab.n_target_classes = min(TARGET_CLASSES, classes - 1)
         if classes < DLR_MIN_CLASSES:
             aa.attacks_to_run = [a for a in aa.attacks_to_run if a != "apgd-t"]
-        x_adv, _ = aa.run_standard_evaluation(x, y, batch_size=len(x))
+        counted_square(aa.square)
+        with counting_gradient_passes(model):
+            x_adv, _ = aa.run_standard_evaluation(x, y, batch_size=len(x))
         return x_adv
+
+    def planned_steps(self, images: int | None = None, classes: int | None = None) -> tuple[int, str] | None:
+        """The members' iterations in turn, one run each: APGD-CE ``n_iter + 1``, APGD-T ``n_iter + 1`` per target
+        class (none below :data:`DLR_MIN_CLASSES` classes), FAB-T ``n_iter`` per target class, Square
+        ``n_queries + 1``."""
+        p, per_class = self.p, targets(TARGET_CLASSES, classes)
+        apgd_t = 0 if classes is not None and classes < DLR_MIN_CLASSES else per_class * (p.n_iter + 1)
+        return (p.n_iter + 1) + apgd_t + per_class * p.n_iter + (p.n_queries + 1), "iterations"
 
 
 @registry.register("attacks", "cw")
@@ -224,6 +273,11 @@ class CarliniWagnerL2(Attack):
     norm = "l2"
     bounded = False
     param_types = {"binary_search_steps": IterationCount, "steps": IterationCount}
+    counts_steps = True
+
+    def planned_steps(self, images: int | None = None, classes: int | None = None) -> tuple[int, str] | None:
+        """``steps`` Adam iterations per binary-search step (fewer where it aborts early)."""
+        return self.p.binary_search_steps * self.p.steps, "iterations"
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:
@@ -236,7 +290,8 @@ class CarliniWagnerL2(Attack):
             binary_search_steps=p.binary_search_steps, steps=p.steps, stepsize=p.stepsize,
             confidence=p.confidence, initial_const=p.initial_const,
             abort_early=p.abort_early)
-        x_adv = run_foolbox(attack, model, x, y, p.eps)
+        with counting_gradient_passes(model):
+            x_adv = run_foolbox(attack, model, x, y, p.eps)
         with torch.no_grad():
             fooled = model(x_adv).argmax(1) != y
         return torch.where(fooled[:, None, None, None], x_adv, x)
@@ -293,6 +348,7 @@ class AdaptiveAPGD(AdaptiveAttack):
         kappa = p.kappa
         best = Best(x)
         for lam in self.lams:
+            @counting
             def objective(x_adv: Tensor, lam: float = lam) -> tuple[Tensor, Tensor, Tensor, Tensor]:
                 shared = self.shared_outputs(model, x_adv)
                 logits = model(x_adv) if shared is None else shared.logits
@@ -309,6 +365,11 @@ class AdaptiveAPGD(AdaptiveAttack):
             for _ in range(p.n_restarts):
                 apgd.attack_single_run(x, y)
         return best.x
+
+    def planned_steps(self, images: int | None = None, classes: int | None = None) -> tuple[int, str] | None:
+        """``n_iter + 1`` objective evaluations (APGD's gradient passes) per lambda and restart."""
+        p = self.p
+        return len(self.lams) * p.n_restarts * (p.n_iter + 1), "iterations"
 
     def shared_outputs(self, model: nn.Module, x: Tensor):
         """The network's outputs with gradients when the attacked model is the detector's network (one pass)."""

@@ -46,6 +46,7 @@ from torch import Tensor
 from advopenood.plugin import Attack, IdNegatives, UsageError, default_eps, is_composite, is_differentiable, registry
 from advopenood_plugins.attacks.adaptive import (DIFFERENTIABLE, AdaptiveAttack, AdaptiveFamily, DetectorTarget,
                                                  SharedTarget)
+from advopenood_plugins.kit.attacks import counted
 from advopenood_plugins.kit.networks import normalisation
 
 PROTOCOL = "hekal2026"
@@ -86,6 +87,10 @@ class HekalAttack(SharedTarget, AdaptiveAttack):
     objective = "hekal"
     #: ``"min"``: PGD-Min on ID images; ``"max"``: PGD-Max on natural OOD images
     side: ClassVar[str] = "min"
+
+    def planned_steps(self, images: int | None = None, classes: int | None = None) -> tuple[int, str] | None:
+        """``steps`` iterations: one PGD run (no lambda sweep, one target)."""
+        return self.p.steps, "iterations"
 
     def __init__(self, **params: Any):
         Attack.__init__(self, **params)  # no lambda or kappa: the loss is the detector's confidence alone
@@ -153,8 +158,8 @@ class HekalAttack(SharedTarget, AdaptiveAttack):
         def loss(z: Tensor) -> Tensor:
             return (self.sign * target.confidence(z * std + mean)).sum()
 
-        pgd = ScoreLinfPGD(loss, box, rel_stepsize=p.rel_stepsize, steps=p.steps,
-                           random_start=p.random_start)
+        pgd = counted(ScoreLinfPGD(loss, box, rel_stepsize=p.rel_stepsize, steps=p.steps,
+                                   random_start=p.random_start))
         fmodel = fb.PyTorchModel(model, bounds=(-math.inf, math.inf), device=x.device)
         labels = fb.criteria.Misclassification(torch.zeros(len(x), dtype=torch.long, device=x.device))
         z = pgd.run(fmodel, (x - mean) / std, labels, epsilon=p.eps)

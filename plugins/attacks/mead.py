@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from advopenood.plugin import Attack, IterationCount, UsageError, default_eps, foolbox_model, register
-from advopenood_plugins.kit.attacks import rel_stepsize
+from advopenood_plugins.kit.attacks import counted, rel_stepsize
 
 OBJECTIVES = ("ce", "kl", "fr", "gini")
 NORMS = ("l1", "l2", "linf")
@@ -169,6 +169,8 @@ class MeadAttack(Attack):
     method: ClassVar[str] = "pgd"
     objective: ClassVar[str] = "ce"
     param_types: ClassVar[dict[str, Any]] = {"steps": IterationCount}
+    #: the shard's bar counts the gradient steps (:func:`~advopenood_plugins.kit.attacks.counted`)
+    counts_steps = True
 
     def __init__(self, **params: Any):
         super().__init__(**params)
@@ -195,8 +197,12 @@ class MeadAttack(Attack):
             return cls(objective=self.objective, random_start=p.random_start)
         return cls(objective=self.objective, rel_stepsize=rel_stepsize(p), steps=p.steps, random_start=p.random_start)
 
+    def planned_steps(self, images: int | None = None, classes: int | None = None) -> tuple[int, str] | None:
+        """``steps`` iterations (FGSM: one)."""
+        return (1 if self.method == "fgsm" else self.p.steps), "iterations"
+
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        _, clipped, _ = self.foolbox_attack()(foolbox_model(model, x.device), x, y, epsilons=self.p.eps)
+        _, clipped, _ = counted(self.foolbox_attack())(foolbox_model(model, x.device), x, y, epsilons=self.p.eps)
         return clipped
 
 

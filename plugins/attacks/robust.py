@@ -153,13 +153,13 @@ class RobustScoreAttack(SharedTarget, AdaptiveAttack, DetectorTestForms):
 
         return objective
 
-    def planned_steps(self) -> tuple[int, str] | None:
+    def planned_steps(self, images: int | None = None, classes: int | None = None) -> tuple[int, str] | None:
         """The objective's evaluations one call makes (:func:`~advopenood.attacks.base.count_step` in the objective):
         the clean one, then per target and lambda each restart's iterations (or Square's queries) and the one
         before them."""
         p = self.params
         unit, per_run = next(((u, p[k]) for k, u in (("n_queries", "queries"), ("n_iter", "iterations"),
-                                                     ("steps", "steps")) if isinstance(p.get(k), int)))
+                                                     ("steps", "iterations")) if isinstance(p.get(k), int)))
         runs = len(self.targets()) * (len(TEST_LAMS) if self.joint else 1) * (p.get("n_restarts") or 1)
         return 1 + runs * (per_run + 1), unit
 

@@ -14,9 +14,13 @@ Two sets of settings (docs/attacks.md, "Attack settings by protocol", lists each
   reference``.
 
 MIM follows Dong et al. (10 steps of eps / 10, decay 1.0); the paper does not use it.
+
+Each attack counts its iterations for the shard's progress bar (``counts_steps``; FGSM one, DeepFool fewer than
+``steps`` where every image is fooled sooner).
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import eagerpy as ep
@@ -25,7 +29,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from advopenood.plugin import Attack, IterationCount, UsageError, default_eps, derive_seed, register
+from advopenood.plugin import Attack, IterationCount, UsageError, count_step, default_eps, derive_seed, register
 from advopenood_plugins.kit.attacks import rel_stepsize, run_foolbox
 
 #: the protocol whose settings come from Lorenz et al.'s reference code
@@ -38,6 +42,7 @@ class FGSM(Attack):
     under every protocol (the reference code's ``fa.FGSM()``)."""
 
     norm = "linf"
+    counts_steps = True
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:
@@ -46,6 +51,10 @@ class FGSM(Attack):
     @classmethod
     def protocol_defaults(cls, protocol: str, input_size: int) -> dict[str, Any]:
         return {"eps": default_eps(input_size)} if protocol == LORENZ else {}
+
+    def planned_steps(self, images: int | None = None, classes: int | None = None) -> tuple[int, str] | None:
+        """One iteration: the one gradient step."""
+        return 1, "iterations"
 
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return run_foolbox(fb.attacks.FGSM(), model, x, y, self.p.eps)
@@ -61,6 +70,7 @@ class PGD(Attack):
 
     norm = "linf"
     param_types = {"steps": IterationCount}
+    counts_steps = True
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:
@@ -79,6 +89,21 @@ class PGD(Attack):
         attack = fb.attacks.LinfPGD(rel_stepsize=rel_stepsize(p), abs_stepsize=p.abs_stepsize,
                                     steps=p.steps, random_start=p.random_start)
         return run_foolbox(attack, model, x, y, p.eps)
+
+
+class CountingL2DeepFool(fb.attacks.L2DeepFoolAttack):
+    """foolbox's DeepFool-L2 with one :func:`~advopenood.plugin.count_step` per iteration: foolbox's ``run``
+    evaluates the loss of the first candidate (``k = 1``) once at the start of each iteration."""
+
+    def _get_loss_fn(self, model: Any, classes: Any) -> Any:
+        loss = super()._get_loss_fn(model, classes)
+
+        def counted_loss(x: Any, k: int) -> Any:
+            if k == 1:
+                count_step()
+            return loss(x, k)
+
+        return counted_loss
 
 
 class L1MomentumLinfMIM(fb.attacks.LinfMomentumIterativeFastGradientMethod):
@@ -105,6 +130,7 @@ class MIM(Attack):
 
     norm = "linf"
     param_types = {"steps": IterationCount}
+    counts_steps = True
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:
@@ -129,6 +155,7 @@ class DeepFool(Attack):
     norm = "l2"
     bounded = False
     param_types = {"steps": IterationCount}
+    counts_steps = True
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:
@@ -141,7 +168,7 @@ class DeepFool(Attack):
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         p = self.p
         candidates = min(p.candidates, model.num_classes)
-        attack = fb.attacks.L2DeepFoolAttack(steps=p.steps, candidates=candidates, overshoot=p.overshoot)
+        attack = CountingL2DeepFool(steps=p.steps, candidates=candidates, overshoot=p.overshoot)
         return run_foolbox(attack, model, x, y, p.eps)
 
 
@@ -189,6 +216,7 @@ def reference_masked_pgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps
     window = (slice(None), slice(None), slice(row, row + patch), slice(col, col + patch))
     x_adv = x.clone().detach()
     for _ in range(steps):
+        count_step()
         x_adv.requires_grad_(True)
         loss = F.cross_entropy(model(x_adv), y)
         grad, = torch.autograd.grad(loss, x_adv)
@@ -223,6 +251,7 @@ class MaskedPGD(Attack):
     norm = "linf"
     threat = "patch"
     param_types = {"position_seed": int | None, "steps": IterationCount}
+    counts_steps = True
 
     @classmethod
     def defaults(cls, input_size: int) -> dict[str, Any]:
@@ -248,6 +277,14 @@ class MaskedPGD(Attack):
         if p.variant == "reference" and p.random_start:
             raise UsageError("random_start True for attack 'mpgd' variant 'reference'; valid choices: false "
                              "(the reference loop starts at the clean image)")
+
+    def planned_steps(self, images: int | None = None, classes: int | None = None) -> tuple[int, str] | None:
+        """``steps`` iterations; the reference variant runs them once per group of ``group`` images (None: the
+        number of images unknown)."""
+        p = self.p
+        if p.variant != "reference":
+            return p.steps, "iterations"
+        return None if images is None else (p.steps * math.ceil(images / p.group), "iterations")
 
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         p = self.p
