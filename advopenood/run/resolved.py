@@ -22,8 +22,8 @@ from typing import Any
 import torch
 
 from advopenood.attacks.base import build_attack
-from advopenood.capabilities import is_detector_aware, is_randomised
-from advopenood.config.loading import apply_overrides, check_draws
+from advopenood.capabilities import is_detector_aware
+from advopenood.config.loading import apply_overrides, check_noise_draws
 from advopenood.config.plan import AttackSpec, RunPlan, cache_dir, check_sources
 from advopenood.data.datasets import dataset_name
 from advopenood.detection.bank import FittedDetector
@@ -79,9 +79,7 @@ def _bank(plan: RunPlan, names: list[str], backend: str) -> RunBank:
     bank = build_bank(names, backend, params, num_classes=plan.model.num_classes, device=plan.device, seed=plan.seed,
                       batch_size=plan.batch_size, cache=ScoreCache(cache_dir(plan) / "scores"),
                       recompute={d for d in names if plan.recomputes(d)})
-    for name, det in bank.built.items():
-        if is_randomised(det) and type(det).declared_draws(params.get(name, {})) is None:
-            check_draws(plan, name, params.get(name, {}), det.draws)
+    check_noise_draws(plan, bank.built)
     return bank
 
 
