@@ -93,6 +93,21 @@ class Randomised(abc.ABC):
 
     #: the stream this instance draws from: ``"eval"`` or ``"attack"``
     noise_stream: str = "eval"
+    #: the parameter whose value is :attr:`draws` (``n``: a smoothed or ROSS detector's noise copies), so that the
+    #: plan's bound on draws is checked on the declared parameters, before anything is built (:meth:`declared_draws`);
+    #: None: the class declares none, and the run checks :attr:`draws` of the detector it builds once
+    draws_parameter: ClassVar[str | None] = None
+
+    @classmethod
+    def declared_draws(cls, params: Mapping[str, Any]) -> int | None:
+        """The draws one confidence takes under the parameters ``params`` (the class's ``default_params`` updated
+        with them), read from :attr:`draws_parameter` without constructing the detector; None when the class
+        declares no such parameter or its value is not an integer (which the constructor refuses)."""
+        if cls.draws_parameter is None:
+            return None
+        defaults = getattr(cls, "default_params", dict)()
+        value = {**defaults, **params}.get(cls.draws_parameter)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     @abc.abstractmethod
     def evaluation_noise_seed(self) -> int:

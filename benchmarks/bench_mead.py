@@ -36,6 +36,7 @@ import torch
 
 from _common import DATA
 from advopenood import registry
+from advopenood.config.loading import validate
 from advopenood.evaluation.context import CleanRecord, RunContext
 from advopenood.data.datasets import build_dataset, limit_dataset, make_loader
 from advopenood.detection.scoring import score_all
@@ -93,10 +94,12 @@ def main() -> None:
             print(f"detector {det} skipped: {reason}")
 
         r = next(iter(adv_sets.values())).records
-        ctx = RunContext(config={}, out=Path(tmp) / "out", model=model, device=device, seed=0, dataset="cifar10",
-                         arch="resnet20", id_set=id_set, fit_set=fit_set, ood_sets={}, adv_sets=adv_sets,
-                         clean=CleanRecord(r.y.to_numpy(), r.clean_pred.to_numpy()), backend=result.backend,
-                         scores=result.scores)
+        plan = validate({"model": {"arch": "resnet20"}, "data": {"dataset": "cifar10", "id": {"kind": "demo"}},
+                         "attacks": [], "detectors": "", "evaluators": ["mead"], "device": str(device),
+                         "batch_size": args.batch})  # the context's settings (seed, device, ...) are its plan's
+        ctx = RunContext(plan=plan, out=Path(tmp) / "out", model=model, id_set=id_set, fit_set=fit_set, ood_sets={},
+                         adv_sets=adv_sets, clean=CleanRecord(r.y.to_numpy(), r.clean_pred.to_numpy()),
+                         backend=result.backend, scores=result.scores)
         t = time.perf_counter()
         table = registry.get("evaluators", "mead")()(ctx)["mead.csv"]
         t_eval = time.perf_counter() - t

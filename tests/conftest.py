@@ -114,11 +114,12 @@ def demo_analyses_run(tmp_path_factory: pytest.TempPathFactory, session_cache: P
 
 def make_plan(**settings):
     """A run plan for tests that build a :class:`~advopenood.evaluation.context.RunContext` by hand: a CIFAR-size
-    model section and a demo ID set unless ``settings`` say otherwise, no attacks, detectors or plugins."""
+    model section and a demo ID set named ``cifar10`` unless ``settings`` say otherwise, no attacks, detectors or
+    plugins. The plan carries the context's settings (``ctx.seed``, ``ctx.device``, ``ctx.dataset``, ...)."""
     from advopenood.config.loading import validate
 
-    return validate({"model": {"arch": "resnet20"}, "data": {"id": {"kind": "demo"}}, "attacks": [], "detectors": "",
-                     "evaluators": "", **settings})
+    return validate({"model": {"arch": "resnet20"}, "data": {"dataset": "cifar10", "id": {"kind": "demo"}},
+                     "attacks": [], "detectors": "", "evaluators": "", **settings})
 
 
 def pack_config(folder: Path, data_root: Path, changes: dict | None = None, name: str = "tiny") -> str:

@@ -179,6 +179,47 @@ def test_noise_copies_of_a_detector_the_run_only_attacks_are_bounded_too():
         _demo("msp", detector_params={"smoothed_msp": {"n": 20000}})
 
 
+def test_draws_a_randomised_detector_names_no_parameter_for_are_checked_on_the_detector_the_run_builds(
+        fresh_registry, tmp_path):
+    """A randomised detector whose class names no draws parameter (``draws_parameter``): validating the config
+    builds nothing (issue 51); ``resolve`` checks ``draws`` on the one detector it builds, before any work."""
+    from advopenood.capabilities import Randomised
+    from advopenood.detection.postprocessor import Postprocessor
+    from advopenood.run.resolved import resolve
+
+    built = []
+
+    class Noisy(Postprocessor, Randomised):
+        def __init__(self, **params):
+            built.append(type(self).__name__)
+            super().__init__(**params)
+
+        @classmethod
+        def default_params(cls):
+            return {"copies": 8}
+
+        @property
+        def draws(self):
+            return self.params["copies"]
+
+        def evaluation_noise_seed(self):
+            return 0
+
+        def with_eot(self, samples):
+            return self
+
+        def score(self, net, x, out):
+            return out.logits.max(1).values
+
+    registry.register("detectors", "zznoisy")(Noisy)
+    plan = _demo("zznoisy", detector_params={"zznoisy": {"copies": 20000}}, out=str(tmp_path / "out"))
+    assert built == [] and plan.detectors == ("zznoisy",)
+    with pytest.raises(UsageError, match="^detector_params.zznoisy.copies: detector 'zznoisy' would take 20000 noise "
+                                         "draws per confidence; valid choices: at most"):
+        resolve(plan)
+    assert built == ["Noisy"] and not (tmp_path / "out").exists()
+
+
 def _square_queries(**robust) -> dict[str, int]:
     plan = _demo(evaluators=["robust_auroc"], attack_params=robust.pop("attack_params", {}),
                  evaluator_params={"robust_auroc": {"ensemble": "standard", **robust}})

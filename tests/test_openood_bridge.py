@@ -398,14 +398,28 @@ def test_eval_ood_rejects_unknown_postprocessor(openood_tree, runs):
 
 
 @needs_openood
-def test_eval_ood_runs_a_detector_adaptive_attack(openood_tree, runs):
+def test_eval_ood_runs_a_detector_adaptive_attack(openood_tree, runs, monkeypatch):
     """``--attack adaptive`` means adaptive_msp for MSP: fitted on OpenOOD's ID train split, it lowers MSP's
-    AUROC below FGSM's."""
+    AUROC below FGSM's. It attacks the fitted detector of the bank eval-ood builds, bound as a run's attacks are
+    (issue 51: the handle the bank's attacks on one detector share), not a copy it fits for itself."""
     from advopenood.cli.eval_ood import eval_ood_main
+    from advopenood.detection import scoring
+    from advopenood_plugins.attacks import adaptive
 
+    fits, original = [], scoring.fit_detectors
+
+    def bank_fit(names, *args, **kwargs):
+        fits.append(list(names))
+        return original(names, *args, **kwargs)
+
+    def own_fit(*args, **kwargs):
+        raise AssertionError("an adaptive attack fitted its own copy of its detector")
+
+    monkeypatch.setattr(scoring, "fit_detectors", bank_fit)
+    monkeypatch.setattr(adaptive, "fit_detectors", own_fit)
     t = openood_tree
     code = eval_ood_main(eval_args(t, runs, "msp", "--save-csv", "--attack", "fgsm,adaptive", "--eps", "8/255"))
-    assert code == 0
+    assert code == 0 and fits == [["msp"]]
     table = pd.read_csv(runs / "ood" / "msp.csv", index_col=0)
     auroc = {k: _value(table.loc[k, "AUROC"]) for k in ("fgsm", "adaptive_msp")}
     assert auroc["adaptive_msp"] < auroc["fgsm"]

@@ -75,10 +75,9 @@ def tiny_run(cifar_model, data_root, tmp_path_factory):
                "texture": _confidences(cifar_model, make_loader(ood_set, 16))}
     per_set.update({name: _confidences(cifar_model, adv.iter_batches(16)) for name, adv in adv_sets.items()})
     scores = {det: {s: per_set[s][det] for s in per_set} for det in ("msp", "mls", "ebo")}
-    plan = make_plan(name="tiny", data={"dataset": "cifar10", "id": {"kind": "demo"}}, attacks=list(attacks))
-    ctx = RunContext(plan=plan, out=out, model=cifar_model, device=CPU, seed=0, dataset="cifar10", arch="resnet20",
-                     id_set=id_set, fit_set=id_set, ood_sets={"texture": ood_set}, adv_sets=adv_sets,
-                     clean=CleanRecord(y.numpy(), pred), batch_size=N, backend="builtin", scores=scores,
+    plan = make_plan(name="tiny", data={"dataset": "cifar10", "id": {"kind": "demo"}}, attacks=list(attacks), batch_size=N)
+    ctx = RunContext(plan=plan, out=out, model=cifar_model, id_set=id_set, fit_set=id_set, ood_sets={"texture": ood_set}, adv_sets=adv_sets,
+                     clean=CleanRecord(y.numpy(), pred), backend="builtin", scores=scores,
                      progress=False)
     plugins = [registry.get("evaluators", "ood")(), registry.get("evaluators", "mead")(),
                registry.get("analyses", "gradcam")(n_examples=2),

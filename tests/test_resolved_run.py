@@ -159,17 +159,20 @@ def _count_calls(monkeypatch: pytest.MonkeyPatch, counts: Counter, owner: object
 
 def _run(tmp_path: Path, data_root: Path, out: Path) -> None:
     """One ``advopenood run``: ResNet-20 on 8 CIFAR-10 images vs Textures; FGSM, the counting attack and the
-    detector-adaptive attack on the counting detector; MSP and the counting detector; the ood and counting
-    evaluators; the binarization test of the adaptive attack and the counting analysis."""
+    detector-adaptive attack on the counting detector; smoothed MSP (a randomised detector, 2 noise copies, over
+    MSP) and the counting detector; the ood and counting evaluators; the binarization test of the adaptive attack
+    and the counting analysis."""
     from advopenood.cli.main import main
 
     config = pack_config(tmp_path / "cfg", data_root, {
         "data.fit": {"kind": "npz", "path": "cifar10_train_10k.npz", "name": "cifar10_train"}, "data.fit_limit": 64,
         "attack_params": {"adaptive_zzmargin": {"steps": 2, "lam": [1.0]}},
+        "detector_params": {"smoothed_msp": {"n": 2}},
         "analysis_params": {"bintest": {"attacks": "adaptive_zzmargin", "limit": 1, "n_inner": 3, "n_random": 3,
                                         "progress": False}}})
     code = main(["run", "--config", config, "--data-root", str(data_root), "--attack", "fgsm,zznudge,adaptive_zzmargin",
-                 "--detectors", "msp,zzmargin", "--evaluator", "ood,zzsets", "--analysis", "bintest,zzattacks",
+                 "--detectors", "smoothed_msp,zzmargin", "--evaluator", "ood,zzsets", "--analysis",
+                 "bintest,zzattacks",
                  "--detector-backend", "pytorch-ood", "--out", str(out), "--cache-dir", str(tmp_path / "cache"),
                  "--quiet"])
     assert code == 0
@@ -202,17 +205,18 @@ def test_a_whole_run_builds_loads_and_fits_each_part_once(counting, data_root, t
     _run(tmp_path, data_root, out)
     # the run did its work with what was built: every set in asr.csv, every plugin's output written
     assert list(pd.read_csv(out / "asr.csv")["attack"]) == ["fgsm", "zznudge", "adaptive_zzmargin"]
-    assert set(pd.read_csv(out / "ood.csv")["detector"]) == {"msp", "zzmargin"}
+    assert set(pd.read_csv(out / "ood.csv")["detector"]) == {"smoothed_msp", "zzmargin"}
     assert (out / "zzsets.csv").is_file() and (out / "bintest.csv").is_file()
     built = {key: n for key, n in counts.items() if key.split(":")[0] in ("detector", "attack", "evaluators",
                                                                            "analyses")}
     assert sorted(key.split(":")[1].rsplit(".", 1)[-1] for key in built) == [
-        "Attacks", "BinarizationTest", "FGSM", "MSP", "Margin", "Nudge", "OODEvaluator", "Sets", "adaptive_zzmargin"]
+        "Attacks", "BinarizationTest", "FGSM", "MSP", "Margin", "Nudge", "OODEvaluator", "Sets", "adaptive_zzmargin",
+        "smoothed_msp"]  # the smoothed detector's MSP is its own base (built by it, once), the run scores no MSP
     assert set(built.values()) == {1}, built
     rest = {key: n for key, n in counts.items() if key not in built}
     # the CLI's check before torch (check_config) validates the schema once more, and resolves the root for it
     assert rest == {"check_config": 1, "model_validate": 2, "validate": 2, "resolve_data_root": 2, "model load": 1,
-                    "fit:Margin": 1}, rest  # MSP fits nothing; the adaptive attack attacks the run's fitted Margin
+                    "fit:Margin": 1}, rest  # smoothed MSP fits nothing; the adaptive attack attacks the run's Margin
     assert zz_counting.COUNTS == {"detector": 1, "attack": 1, "evaluator": 1, "analysis": 1, "fit": 1,
                                   "attacks seen": 3}
     # the same run again, from the store: every part built once, nothing fitted; the binarization test, which reads

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import make_plan
 
 from advopenood.cli.main import main
 
@@ -98,8 +99,7 @@ def test_plugins_read_a_frozen_view_and_the_evaluate_stage_returns_what_happened
             assert ctx.plot_dir.is_dir()  # the stage makes it while the plugin runs
             return Results(empty_reason="nothing to compare")
 
-    ctx = RunContext(None, tmp_path, None, torch.device("cpu"), 0, "d", "a", None, None, {}, {},
-                     CleanRecord(np.zeros(0), np.zeros(0)))
+    ctx = RunContext(make_plan(), tmp_path, None, None, None, {}, {}, CleanRecord(np.zeros(0), np.zeros(0)))
     assert isinstance(ctx, RunView) and ctx.plot_dir == tmp_path / "plots"
     assert not ctx.plot_dir.exists()  # reading where figures go makes no folder
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -111,3 +111,31 @@ def test_plugins_read_a_frozen_view_and_the_evaluate_stage_returns_what_happened
     assert evaluated.nothing_computed == {"analysis:zzempty": "nothing to compare"}
     assert ctx.plugin_errors == {} and ctx.nothing_computed == {} and ctx.traces == {}
     assert not (tmp_path / "plots").exists()  # made while each plugin ran, removed as it stayed empty
+
+
+def test_the_plan_is_the_one_carrier_of_the_run_settings(tmp_path):
+    """Issue 51: the context repeats none of its plan's settings (``seed``, ``device``, ``batch_size``, ``protocol``,
+    ``dataset``, ``arch`` were fields beside ``plan``): each is a read-only property of the plan, so a new plan is
+    a context's new settings; a context built with them as keywords puts them into its plan, with a warning."""
+    import dataclasses
+
+    import numpy as np
+    import torch
+
+    from advopenood.evaluation.context import CleanRecord, RunContext
+
+    repeated = {"seed", "device", "batch_size", "protocol", "dataset", "arch"}
+    assert not repeated & {f.name for f in dataclasses.fields(RunContext)}
+    plan = make_plan(seed=7, batch_size=5, protocol="lorenz2024")
+    ctx = RunContext(plan, tmp_path, None, None, None, {}, {}, CleanRecord(np.zeros(0), np.zeros(0)))
+    assert (ctx.seed, ctx.device, ctx.batch_size, ctx.protocol, ctx.dataset, ctx.arch) == (
+        plan.seed, torch.device(plan.device), plan.batch_size, plan.protocol, plan.data.dataset, plan.model.arch) == (
+        7, torch.device("cpu"), 5, "lorenz2024", "cifar10", "resnet20")
+    later = dataclasses.replace(ctx, plan=plan.replace(seed=8))
+    assert later.seed == later.intervals.seed == 8 and ctx.intervals.seed == 7
+    with pytest.warns(DeprecationWarning, match="the plan carries the run's settings"):
+        old = RunContext(plan=plan, out=tmp_path, model=None, device=torch.device("cpu"), seed=9, dataset="digits",
+                         arch="democnn", protocol="strong", id_set=None, fit_set=None, ood_sets={}, adv_sets={},
+                         clean=ctx.clean)
+    assert (old.seed, old.dataset, old.arch, old.protocol) == (9, "digits", "democnn", "strong") and plan.seed == 7
+    assert old.plan.seed == 9 and [s.set_name for s in old.plan.attack_specs] == []

@@ -41,9 +41,12 @@ from advopenood.cli.parsing import OneLineParser
 from advopenood.config.schema import SEED_MAX
 from advopenood.data.datasets import limit_dataset
 from advopenood.detection.openood_backend import cuda_redirect
+from advopenood.detection.scorecache import ScoreCache
+from advopenood.detection.scoring import build_bank
 from advopenood.errors import UsageError
 from advopenood.io import sha256_file
 from advopenood.models.classifier import weights_hash
+from advopenood.run.resolved import ATTACK_BACKEND
 
 
 def _update(d: dict, u: dict) -> dict:
@@ -162,7 +165,13 @@ def _postprocessor(name: str, subfolder: Path, trusted: Path):
 def _adv_sets(evaluator, args: argparse.Namespace, net: nn.Module, attacks: dict[str, Any], data_root: Path,
               device: torch.device) -> dict[str, AdvSet]:
     """Adversarial versions of OpenOOD's ID test set, one per attack, from (or into) the attack store.
-    Detector-adaptive attacks fit their detector on OpenOOD's ID train split."""
+    Detector-aware attacks attack one fitted detector per attacked detector, as a run's do
+    (:func:`~advopenood.detection.scoring.build_bank`, the handle of :meth:`RunBank.handle
+    <advopenood.detection.scoring.RunBank.handle>`): the pytorch-ood implementation (differentiable, on [0, 1]
+    pixels), constructed once, fitted once on OpenOOD's ID train split on its first need (its fitted state read back
+    from ``<cache>/scores`` where a former call stored it). OpenOOD's own postprocessor, which the Evaluator fits,
+    cannot be that detector: it scores OpenOOD's normalised inputs and is not differentiable through advopenood's
+    interface (a run that scores with an OpenOOD postprocessor attacks its pytorch-ood twin the same way)."""
     from openood.evaluation_api.datasets import DATA_INFO
     from openood.evaluation_api.preprocessor import default_preprocessing_dict
 
@@ -176,17 +185,26 @@ def _adv_sets(evaluator, args: argparse.Namespace, net: nn.Module, attacks: dict
                            f":crop{size}")
     data = limit_dataset(pixels, args.limit, args.seed)
     model = PixelNet(net, mean, std, NUM_CLASSES[args.id_data]).to(device).eval()
-    store = AdvStore(cache_dir(SimpleNamespace(cache_dir=args.cache_dir)) / "adv")
-    sets = {}
+    cache = cache_dir(SimpleNamespace(cache_dir=args.cache_dir))
+    store = AdvStore(cache / "adv")
     for name, attack in attacks.items():
         if attack.source != "id":
             raise UsageError(f"attack {name!r} perturbs OOD images, which eval-ood does not support; valid choices: "
                              "attacks on ID images (names not starting with adaptive_ood_)")
+    aware = list(dict.fromkeys(a.detector for a in attacks.values() if is_detector_aware(a)))
+    if aware:
+        train = DATA_INFO[args.id_data]["id"]["train"]["imglist_path"]
+        fit = OpenOODPixels(evaluator.dataloader_dict["id"]["train"].dataset, mean, std,
+                            f"openood_{args.id_data}_train", f"{sha256_file(data_root / train)}:crop{size}")
+        bank = build_bank(aware, ATTACK_BACKEND, None, num_classes=NUM_CLASSES[args.id_data], device=device,
+                          seed=args.seed, batch_size=args.batch_size, progress=False,
+                          cache=ScoreCache(cache / "scores"))
+        bank.bind(model, fit, model_hash=weights_hash(model))
+    sets = {}
+    for name, attack in attacks.items():
         if is_detector_aware(attack):
-            train = DATA_INFO[args.id_data]["id"]["train"]["imglist_path"]
-            fit = OpenOODPixels(evaluator.dataloader_dict["id"]["train"].dataset, mean, std,
-                                f"openood_{args.id_data}_train", f"{sha256_file(data_root / train)}:crop{size}")
-            bind_attack(attack, model, fit, seed=args.seed, batch_size=args.batch_size, device=device)
+            bind_attack(attack, model, fit, seed=args.seed, batch_size=args.batch_size, device=device,
+                        fitted=bank.handle(attack.detector))
         sets[name] = store.generate(data, model, attack, model_hash=weights_hash(model), seed=args.seed, device=device)
         evaluator.add_adv_split(name, DataLoader(AdvSplit(sets[name], mean, std, args.batch_size), batch_size=None),
                                 sets[name])

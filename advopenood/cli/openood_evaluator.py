@@ -40,7 +40,7 @@ from advopenood.detection.bank import create_detector
 from advopenood.detection.openood_backend import INSTALL_SECTION, OPENOOD_INSTALL, openood_importable
 from advopenood.errors import UsageError
 from advopenood.config.loading import validate
-from advopenood.evaluation.context import CleanRecord, RunContext
+from advopenood.evaluation.context import CleanRecord, RunContext, plan_with
 from advopenood.outputs.results import Results, as_results
 from advopenood.run.attack import asr_row
 from advopenood.run.preflight import SET_NAME
@@ -245,10 +245,10 @@ class AdvSplits:
         plan = validate({"name": f"eval-ood {pp}", "protocol": protocol, "model": {"arch": "resnet18_32x32"},
                          "data": {"dataset": self.id_name, "id": {"kind": "demo"}}, "attacks": [],
                          "detectors": "", "evaluators": [name], "evaluator_params": {name: params or {}}})
-        ctx = RunContext(plan, Path(out or tempfile.mkdtemp()), self.net, next(self.net.parameters()).device, 0,
-                         self.id_name, type(self.net).__name__, None, None, {}, dict(adv_sets),
-                         CleanRecord(np.asarray(label), np.asarray(pred)), protocol=protocol, backend="openood",
-                         scores={pp: conf})
+        # the plan carries the settings: the network's device and class name (not an advopenood architecture)
+        plan = plan_with(plan, device=next(self.net.parameters()).device, arch=type(self.net).__name__)
+        ctx = RunContext(plan, Path(out or tempfile.mkdtemp()), self.net, None, None, {}, dict(adv_sets),
+                         CleanRecord(np.asarray(label), np.asarray(pred)), backend="openood", scores={pp: conf})
         return as_results(plugin(ctx))
 
     def _id_scores(self, fsood: bool) -> list[np.ndarray]:

@@ -385,22 +385,23 @@ def validate(raw: Any, *, source: str = "config", folder: Path | None = None,
     return plan
 
 
-def check_noise_draws(plan: RunPlan) -> None:
-    """Every randomised detector (:class:`~advopenood.capabilities.Randomised`) that the plan selects or gives
-    parameters takes at most :data:`~advopenood.params.MAX_DRAWS` random draws per confidence (its ``draws``, e.g.
-    a smoothed detector's noise copies), the documented bound: a one-line UsageError naming the parameter that
-    set them otherwise. Each such detector is built to read its draws (cheap: nothing is fitted)."""
-    for name in dict.fromkeys([*plan.detectors, *plan.detector_params]):
-        if not is_randomised(registry.get("detectors", name)):
-            continue
-        params = plan.params("detector_params", name)
-        draws = registry.create("detectors", name, **params).draws
-        if draws > MAX_DRAWS:
-            keys = [key for key, value in params.items() if value == draws]
-            loc = ("detector_params", name, *keys[:1])
-            raise UsageError(f"{_dotted(loc)}{_where(loc, plan.source, plan.positions)}: detector {name!r} would take "
-                             f"{draws} noise draws per confidence; valid choices: at most {MAX_DRAWS} (the documented "
-                             "bound on draws)")
+def check_noise_draws(plan: RunPlan, built: Mapping[str, Any] | None = None) -> None:
+    """Every randomised detector (:class:`~advopenood.capabilities.Randomised`) the plan selects or gives parameters
+    takes at most :data:`~advopenood.params.MAX_DRAWS` random draws per confidence (the documented bound), else a
+    one-line UsageError naming the parameter that set them: read from the parameter its class names, nothing built
+    (:meth:`~advopenood.capabilities.Randomised.declared_draws`); with ``built`` (the detectors
+    :func:`advopenood.run.resolved.resolve` builds once), the ``draws`` of those whose class names none."""
+    for name in built if built is not None else dict.fromkeys([*plan.detectors, *plan.detector_params]):
+        cls, params = registry.get("detectors", name), plan.params("detector_params", name)
+        draws = cls.declared_draws(params) if is_randomised(cls) else None
+        if built is not None:
+            det = built[name]
+            draws = det.draws if is_randomised(det) and type(det).declared_draws(params) is None else None
+        if draws is not None and draws > MAX_DRAWS:
+            loc = ("detector_params", name, *[key for key, value in params.items() if value == draws][:1])
+            raise UsageError(f"{_dotted(loc)}{_where(loc, plan.source, plan.positions)}: detector {name!r} would "
+                             f"take {draws} noise draws per confidence; valid choices: at most {MAX_DRAWS} (the "
+                             "documented bound on draws)")
 
 
 def apply_overrides(plan: RunPlan | Mapping[str, Any], *, config_dir: Path | None = None, **flags: Any) -> RunPlan:

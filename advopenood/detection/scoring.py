@@ -241,6 +241,20 @@ class RunBank(LazyBank):
         return self._handles[name]
 
 
+def build_bank(names: list[str], backend: str, params: dict[str, dict] | None, *, num_classes: int,
+               device: torch.device | str, seed: int, batch_size: int, progress: bool = True,
+               cache: ScoreCache | None = None, recompute: set[str] | None = None) -> RunBank:
+    """The :class:`RunBank` of the detectors ``names`` (a resolved ``backend``), each constructed once with its
+    ``params`` entry (:func:`~advopenood.detection.bank.build_detectors`), fitted on first need (from ``cache``
+    where it holds the fitted state): a run's bank, the bank of the detectors its attacks target, and
+    ``eval-ood``'s bank of the detectors its detector-aware attacks target."""
+    keys = [n.strip().lower() for n in names]
+    built, errors, traces = build_detectors(keys, backend, params, num_classes=num_classes, device=device, seed=seed,
+                                            batch_size=batch_size)
+    return RunBank(built, keys, errors, traces, backend, torch.device(device), seed=seed, batch_size=batch_size,
+                   progress=progress, cache=cache, recompute=recompute)
+
+
 def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset,
               sets: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor]]]], *, batch_size: int,
               device: torch.device, seed: int, params: dict[str, dict] | None = None,
@@ -267,12 +281,9 @@ def score_all(names: list[str], backend: str, model: nn.Module, fit_set: Dataset
     ``recompute``: detectors whose stored work (score vectors, fitted state) is ignored, computed again and
     replaced; the sets they score run their network pass again.
     """
-    resolved = resolve_backend(backend)
-    keys = [n.strip().lower() for n in names]
-    built, errors, traces = build_detectors(keys, resolved, params, num_classes=fc_layer(model).out_features,
-                                            device=device, seed=seed, batch_size=batch_size)
-    bank = RunBank(built, keys, errors, traces, resolved, torch.device(device), seed=seed, batch_size=batch_size,
-                   progress=progress, cache=cache, recompute=recompute)
+    bank = build_bank(names, resolve_backend(backend), params, num_classes=fc_layer(model).out_features,
+                      device=device, seed=seed, batch_size=batch_size, progress=progress, cache=cache,
+                      recompute=recompute)
     bank.bind(model, fit_set, model_hash=model_hash, rank=rank, world_size=world_size, progress=progress)
     return score_bank(bank, sets, identities or {}, progress)
 

@@ -11,6 +11,8 @@ part of the report. A plain ``dict[str, pandas.DataFrame]`` is read as tables on
 from __future__ import annotations
 
 import dataclasses
+import functools
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
@@ -23,6 +25,7 @@ from advopenood.attacks.store import AdvSet
 from advopenood import registry
 from advopenood.capabilities import is_id_negative
 from advopenood.config import protocols
+from advopenood.data.datasets import dataset_name
 from advopenood.evaluation.intervals import IntervalPolicy
 from advopenood.evaluation.intervalstore import FOLDER, IntervalStore
 from advopenood.models.classifier import Classifier
@@ -62,8 +65,9 @@ class RunView(Protocol):
     :class:`RunContext`, which satisfies it; a plugin reads, never writes). ``scores[detector][set_name]`` holds
     per-sample detector confidences (higher = more in-distribution, OpenOOD's convention); set names are ``"id"``,
     the natural OOD set names and the attack set names (``adv_sets`` keys). The run's settings are the plan's
-    (``plan``: seed, device, batch size, protocol, every parameter section); ``seed``, ``device``, ``batch_size``
-    and ``protocol`` are the same values, kept for plugins that read them directly."""
+    (``plan``, their one carrier: seed, device, batch size, protocol, every parameter section); ``seed``,
+    ``device``, ``batch_size``, ``protocol``, ``dataset`` and ``arch`` read them from it, for plugins that read them
+    directly."""
 
     @property
     def plan(self) -> RunPlan: ...
@@ -136,24 +140,23 @@ class RunContext:
     """What a run hands its plugins (a :class:`RunView`): frozen, each stage returns a new one
     (``dataclasses.replace``) instead of writing into it. ``scores[detector][set_name]`` holds per-sample detector
     confidences (higher = more in-distribution, OpenOOD's convention); set names are ``"id"``, the natural OOD set
-    names and the attack names (``adv_sets`` keys). ``scores`` is empty when no detector was selected."""
+    names and the attack names (``adv_sets`` keys). ``scores`` is empty when no detector was selected.
+
+    The plan (on this process's device: :func:`advopenood.run.resolved.resolve`) is the one carrier of the run's
+    settings: ``seed``, ``device``, ``batch_size``, ``protocol``, ``dataset`` and ``arch`` are read-only properties
+    derived from it, not fields of their own (a context built with them as keywords puts them into its plan, with a
+    DeprecationWarning: :func:`plan_with`)."""
 
     #: the run plan (:class:`advopenood.config.plan.RunPlan`): every setting, typed, read by attribute
     plan: RunPlan
     out: Path
     model: Classifier
-    device: torch.device
-    seed: int
-    dataset: str
-    arch: str
     id_set: Dataset
     fit_set: Dataset
     ood_sets: dict[str, Dataset]
     adv_sets: dict[str, AdvSet]
     clean: CleanRecord
-    batch_size: int = 128
-    #: the named evaluation protocol (``strong``, ``lorenz2024``, ``mahmood2021``); every CSV carries it
-    protocol: str = "strong"
+    #: this process's torchrun rank: not a setting of the run (each rank's plan is the same but for its device)
     rank: int = 0
     progress: bool = True
     backend: str = ""
@@ -184,6 +187,38 @@ class RunContext:
     outcome: Outcome = field(default_factory=Outcome)
 
     @property
+    def seed(self) -> int:
+        """The run's seed (``plan.seed``)."""
+        return self.plan.seed
+
+    @property
+    def device(self) -> torch.device:
+        """This process's device (``plan.device``: the run's plan is put on ``cuda:<LOCAL_RANK>`` under torchrun)."""
+        return torch.device(self.plan.device)
+
+    @property
+    def batch_size(self) -> int:
+        """The run's batch size (``plan.batch_size``)."""
+        return self.plan.batch_size
+
+    @property
+    def protocol(self) -> str:
+        """The named evaluation protocol (``plan.protocol``: ``strong``, ``lorenz2024``, ``mahmood2021``); every CSV
+        carries it."""
+        return self.plan.protocol
+
+    @property
+    def dataset(self) -> str:
+        """The ID data set's name in every table: ``plan.data.dataset``, else the name of the ID set's entry
+        (:func:`advopenood.data.datasets.dataset_name` of ``plan.data.id``)."""
+        return self.plan.data.dataset or dataset_name(self.plan.data.id)
+
+    @property
+    def arch(self) -> str:
+        """The classifier's architecture (``plan.model.arch``, from which the run builds its model)."""
+        return self.plan.model.arch
+
+    @property
     def config(self) -> dict[str, Any]:
         """The plan as plain dicts (``plan.dump()``), for plugins written against the earlier mapping API; read
         ``ctx.plan`` instead."""
@@ -192,15 +227,13 @@ class RunContext:
     @property
     def intervals(self) -> IntervalPolicy:
         """The run's interval policy (:class:`~advopenood.evaluation.intervals.IntervalPolicy`): the plan's ``ci``
-        and the run seed, its bootstrap replicates stored under ``<cache>/intervals``; built once per plan and seed
-        (another plan or seed set on this context gets its own)."""
+        and the run seed, its bootstrap replicates stored under ``<cache>/intervals``; built once per plan (another
+        plan set on this context gets its own)."""
         memo = self.__dict__.get("_intervals")
-        if memo is None or memo[0] is not self.plan or memo[1] != self.seed:
-            cache = getattr(self.plan, "cache", None)
-            policy = IntervalPolicy.of(getattr(self.plan, "ci", None), self.seed,
-                                       IntervalStore(cache / FOLDER) if cache is not None else None)
-            memo = self.__dict__["_intervals"] = (self.plan, self.seed, policy)
-        return memo[2]
+        if memo is None or memo[0] is not self.plan:
+            policy = IntervalPolicy.of(self.plan.ci, self.seed, IntervalStore(self.plan.cache / FOLDER))
+            memo = self.__dict__["_intervals"] = (self.plan, policy)
+        return memo[1]
 
     @property
     def positive_sets(self) -> dict[str, AdvSet]:
@@ -258,6 +291,48 @@ class RunContext:
         """Where a plugin saves its figures (``<out>/plots``); the evaluate stage makes it while each plugin runs
         (:func:`advopenood.run.evaluate.run_plugin`): reading it writes nothing."""
         return self.out / "plots"
+
+
+#: the settings a context repeated beside its plan until 0.3 (issue 51): each is now a property read from the plan
+PLAN_SETTINGS = ("device", "seed", "batch_size", "protocol", "dataset", "arch")
+
+
+def plan_with(plan: RunPlan, **settings: Any) -> RunPlan:
+    """``plan`` with run settings of :data:`PLAN_SETTINGS` put in (``device``, ``seed``, ``batch_size`` and
+    ``dataset``, ``arch`` as ``data.dataset`` and ``model.arch``): a copy of the validated values, not validated
+    again (as :meth:`~advopenood.config.plan.RunPlan.on_device`), except for ``protocol``, on which the attack specs
+    depend (:meth:`~advopenood.config.plan.RunPlan.replace`, validated once more)."""
+    if "protocol" in settings and settings["protocol"] != plan.protocol:
+        plan = plan.replace(protocol=settings["protocol"])
+    top: dict[str, Any] = {k: str(v) if k == "device" else v for k, v in settings.items()
+                           if k in ("device", "seed", "batch_size")}
+    if "dataset" in settings:
+        top["data"] = plan.data.model_copy(update={"dataset": settings["dataset"]})
+    if "arch" in settings:
+        top["model"] = plan.model.model_copy(update={"arch": settings["arch"]})
+    return plan.model_copy(update=top) if top else plan
+
+
+_fields_init = RunContext.__init__
+
+
+@functools.wraps(_fields_init)
+def _init(self: RunContext, *args: Any, **kwargs: Any) -> None:
+    """The fields' ``__init__``; the keywords of :data:`PLAN_SETTINGS` (deprecated) go into the plan
+    (:func:`plan_with`), with a DeprecationWarning."""
+    moved = {key: kwargs.pop(key) for key in PLAN_SETTINGS if key in kwargs}
+    if moved:
+        warnings.warn(f"RunContext({', '.join(f'{k}=' for k in moved)}...) is deprecated since 0.3: the plan carries "
+                      "the run's settings (ctx.seed, ctx.device, ... read it); pass plan= a plan that holds them "
+                      "(RunPlan.replace, RunPlan.on_device)", DeprecationWarning, stacklevel=2)
+        if args:
+            args = (plan_with(args[0], **moved), *args[1:])
+        else:
+            kwargs["plan"] = plan_with(kwargs["plan"], **moved)
+    _fields_init(self, *args, **kwargs)
+
+
+RunContext.__init__ = _init  # type: ignore[method-assign]
 
 
 def evolve(ctx: RunContext, **changes: Any) -> RunContext:

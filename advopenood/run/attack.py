@@ -292,14 +292,13 @@ def attack(setup: Setup, inputs: Inputs) -> Attacked:
                              ood_sets=inputs.ood_sets, rank=rank, world_size=setup.world_size,
                              progress=setup.progress, errors=errors, traces=traces, handles=setup.run.handles)
     seconds = time.perf_counter() - t
-    dataset, arch = plan.data.dataset or id_set.name, model.arch
-    ctx = RunContext(plan, setup.out, model, device, seed, dataset, arch, id_set, inputs.fit_set, inputs.ood_sets,
-                     adv_sets, clean, batch_size=bs, protocol=plan.protocol, rank=rank, progress=setup.progress,
-                     plugin_errors=errors, warnings=list(inputs.warnings), traces=traces, bank=setup.run.bank,
-                     attacks={spec.set_name: made for spec, made in setup.attacks})
+    ctx = RunContext(plan, setup.out, model, id_set, inputs.fit_set, inputs.ood_sets, adv_sets, clean, rank=rank,
+                     progress=setup.progress, plugin_errors=errors, warnings=list(inputs.warnings), traces=traces,
+                     bank=setup.run.bank, attacks={spec.set_name: made for spec, made in setup.attacks})
     if rank != 0:
         return Attacked(ctx, None, seconds)
-    rows = [asr_row(a, dataset, arch, seed, clean.accuracy, ctx.protocol, ctx.intervals) for a in adv_sets.values()]
+    rows = [asr_row(a, ctx.dataset, ctx.arch, seed, clean.accuracy, ctx.protocol, ctx.intervals)
+            for a in adv_sets.values()]
     clean_lo, clean_hi = clean_interval(clean, ctx.intervals)
     asr = pd.DataFrame([{**r, "clean_acc_lo": clean_lo, "clean_acc_hi": clean_hi} for r in rows], columns=ASR_COLUMNS)
     aio.write_csv(setup.out / "asr.csv", asr)

@@ -23,13 +23,13 @@ import torch
 
 from advopenood.attacks.base import build_attack
 from advopenood.capabilities import is_detector_aware
-from advopenood.config.loading import apply_overrides
+from advopenood.config.loading import apply_overrides, check_noise_draws
 from advopenood.config.plan import AttackSpec, RunPlan, cache_dir, check_sources
 from advopenood.data.datasets import dataset_name
-from advopenood.detection.bank import FittedDetector, build_detectors
+from advopenood.detection.bank import FittedDetector
 from advopenood.detection.openood_backend import OpenOODPostprocessor, resolve_backend
 from advopenood.detection.scorecache import ScoreCache
-from advopenood.detection.scoring import RunBank
+from advopenood.detection.scoring import RunBank, build_bank
 from advopenood.run.preflight import build_plugins, load_checkpoint, preflight
 
 #: the backend of a detector an attack fits for itself: the pytorch-ood implementation, differentiable
@@ -71,13 +71,16 @@ def rank_device(device: str) -> torch.device:
 
 
 def _bank(plan: RunPlan, names: list[str], backend: str) -> RunBank:
-    """The detectors ``names`` constructed once with the run's ``detector_params``, seed, batch size and device."""
+    """The detectors ``names`` constructed once with the run's ``detector_params``, seed, batch size and device
+    (:func:`~advopenood.detection.scoring.build_bank`); a randomised one whose class declares no draws parameter
+    (checked at plan time otherwise: :func:`advopenood.config.loading.check_noise_draws`) has its ``draws`` checked
+    against the bound here."""
     params = plan.param_section("detector_params")
-    built, errors, traces = build_detectors(names, backend, params, num_classes=plan.model.num_classes,
-                                            device=plan.device, seed=plan.seed, batch_size=plan.batch_size)
-    return RunBank(built, list(names), errors, traces, backend, torch.device(plan.device), seed=plan.seed,
-                   batch_size=plan.batch_size, cache=ScoreCache(cache_dir(plan) / "scores"),
-                   recompute={d for d in names if plan.recomputes(d)})
+    bank = build_bank(names, backend, params, num_classes=plan.model.num_classes, device=plan.device, seed=plan.seed,
+                      batch_size=plan.batch_size, cache=ScoreCache(cache_dir(plan) / "scores"),
+                      recompute={d for d in names if plan.recomputes(d)})
+    check_noise_draws(plan, bank.built)
+    return bank
 
 
 def _targets(plan: RunPlan, attacks: tuple[tuple[AttackSpec, Any], ...], bank: RunBank | None

@@ -137,6 +137,8 @@ class SmoothedDetector(Postprocessor, Derived, Randomised):
     own_pass = True
     #: noise draws the gradient averages over (0: the plain attack's noise-free gradient); set by :meth:`with_eot`
     eot_samples: int = 0
+    #: one confidence takes ``n`` draws (:attr:`draws`): the plan's bound reads it without building the detector
+    draws_parameter = "n"
     #: the confidence is the median or mean of the copies (:func:`is_smoothed`, the ``smoothed`` evaluator's
     #: rows); False for a subclass with another statistic of them (``ross_<det>``)
     smoothing: ClassVar[bool] = True

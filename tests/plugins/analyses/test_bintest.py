@@ -301,8 +301,7 @@ def test_analysis_plugin_writes_both_tables(demo_net, tmp_path: Path):
     with torch.no_grad():
         pred = demo_net(x).argmax(1).numpy()
     ctx = RunContext(plan=make_plan(attacks=["pgd", "df"], attack_params={"pgd": {"steps": 10}}), out=tmp_path,
-                     model=demo_net, device=torch.device("cpu"), seed=0, dataset="digits", arch="democnn",
-                     id_set=Subset(id_set, np.arange(8)), fit_set=id_set, ood_sets={}, adv_sets={},
+                     model=demo_net, id_set=Subset(id_set, np.arange(8)), fit_set=id_set, ood_sets={}, adv_sets={},
                      clean=CleanRecord(y=y.numpy(), pred=pred))
     analysis = BinarizationTest(n_inner=49, limit=3, eps=0.5, progress=False)
     out = analysis(ctx)
@@ -320,8 +319,8 @@ def test_analysis_plugin_writes_both_tables(demo_net, tmp_path: Path):
 
 def test_analysis_without_an_attack_is_a_usage_error(demo_net, tmp_path: Path):
     id_set = build_dataset({"kind": "demo", "name": "digits", "split": "test"}, None, 1, 16)
-    ctx = RunContext(plan=make_plan(), out=tmp_path, model=demo_net, device=torch.device("cpu"), seed=0,
-                     dataset="digits", arch="democnn", id_set=id_set, fit_set=id_set, ood_sets={}, adv_sets={},
+    ctx = RunContext(plan=make_plan(), out=tmp_path, model=demo_net, id_set=id_set, fit_set=id_set, ood_sets={},
+                     adv_sets={},
                      clean=CleanRecord(y=np.zeros(0), pred=np.zeros(0)))
     with pytest.raises(UsageError, match="pgd"):
         BinarizationTest(progress=False)(ctx)

@@ -120,9 +120,9 @@ def weak_fgsm_run(cifar_model, data_root, tmp_path_factory):
     x, y = stack(ds)
     with torch.no_grad():
         pred = cifar_model(x).argmax(1).numpy()
-    ctx = RunContext(plan=make_plan(), out=out, model=cifar_model, device=CPU, seed=0, dataset="cifar10", arch="resnet20",
-                     id_set=ds, fit_set=ds, ood_sets={}, adv_sets={"fgsm": adv}, clean=CleanRecord(y.numpy(), pred),
-                     batch_size=40, protocol="lorenz2024", progress=False)
+    ctx = RunContext(plan=make_plan(batch_size=40, protocol="lorenz2024"), out=out, model=cifar_model, id_set=ds,
+                     fit_set=ds, ood_sets={}, adv_sets={"fgsm": adv}, clean=CleanRecord(y.numpy(), pred),
+                     progress=False)
     clean_rule = GradCamAnalysis(target="clean", n_examples=0)(dataclasses.replace(ctx, out=out / "clean_target"))
     result = GradCamAnalysis(n_examples=3)(ctx)
     return ctx, adv, result, clean_rule

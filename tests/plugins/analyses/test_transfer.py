@@ -407,8 +407,8 @@ def mahmood_run(cifar_run, tmp_path_factory):
     5 % mixed, vanilla and per detector."""
     ctx, _, _ = cifar_run
     out = tmp_path_factory.mktemp("mahmood")
-    ctx = dataclasses.replace(ctx, protocol="mahmood2021", out=out, fit_set=Subset(ctx.fit_set, np.arange(1000)),
-                              plan=ctx.plan.replace(cache_dir=str(out / "cache")))
+    ctx = dataclasses.replace(ctx, out=out, fit_set=Subset(ctx.fit_set, np.arange(1000)),
+                              plan=ctx.plan.replace(protocol="mahmood2021", cache_dir=str(out / "cache")))
     table = TransferAnalysis(**MAHMOOD)(ctx)["transfer.csv"]
     return ctx, table
 
@@ -491,7 +491,7 @@ def test_query_detector_must_be_fitted_in_the_run(cifar_run):
 def test_query_detector_is_strongs_only(cifar_run):
     ctx, _, _ = cifar_run
     with pytest.raises(UsageError, match="query_detector 'msp' applies to protocol strong.*valid choices: null"):
-        TransferAnalysis(query_detector="msp")(dataclasses.replace(ctx, protocol="mahmood2021"))
+        TransferAnalysis(query_detector="msp")(dataclasses.replace(ctx, plan=ctx.plan.replace(protocol="mahmood2021")))
 
 
 def test_surrogate_is_a_real_model_of_the_target_input_format(cifar_run, session_cache):

@@ -292,10 +292,10 @@ def test_vim_dim_and_nnguide_bank():
 
 
 def _context(bench, tmp_path, scores, errors) -> RunContext:
-    return RunContext(plan=make_plan(), out=tmp_path, model=bench["model"], device=CPU, seed=0, dataset="cifar10",
-                      arch="resnet20", id_set=bench["id"], fit_set=bench["fit"], ood_sets={"mnist": bench["mnist"]},
-                      adv_sets={"pgd": bench["adv"]}, clean=CleanRecord(np.zeros(1), np.zeros(1)), batch_size=BS,
-                      backend="pytorch-ood", scores=scores, detector_errors=errors)
+    return RunContext(plan=make_plan(batch_size=BS), out=tmp_path, model=bench["model"], id_set=bench["id"],
+                      fit_set=bench["fit"], ood_sets={"mnist": bench["mnist"]}, adv_sets={"pgd": bench["adv"]},
+                      clean=CleanRecord(np.zeros(1), np.zeros(1)), backend="pytorch-ood", scores=scores,
+                      detector_errors=errors)
 
 
 def test_ood_evaluator_rows_scores_and_table(bench, tmp_path):

@@ -337,8 +337,7 @@ def build_context(model, ds, attacks: dict[str, tuple[str, dict]], out: Path, n:
         for d, values in logit_scores(model, adv.iter_batches(64)).items():
             scores[d][set_name] = values
     r = next(iter(adv_sets.values())).records
-    return RunContext(plan=make_plan(), out=out, model=model, device=torch.device("cpu"), seed=0, dataset="cifar10",
-                      arch="resnet20", id_set=id_set, fit_set=id_set, ood_sets={}, adv_sets=adv_sets,
+    return RunContext(plan=make_plan(), out=out, model=model, id_set=id_set, fit_set=id_set, ood_sets={}, adv_sets=adv_sets,
                       clean=CleanRecord(r.y.to_numpy(), r.clean_pred.to_numpy()), backend="logits", scores=scores)
 
 
@@ -527,7 +526,7 @@ def patch_run(cifar_model, cifar_test, tmp_path_factory):
     out = tmp_path_factory.mktemp("mead_patch")
     attacks = {"pgd": ("pgd", {"steps": 3}), "fgsm": ("fgsm", {}), "mpgd": ("mpgd", {"steps": 3})}
     ctx = build_context(cifar_model, cifar_test, attacks, out, n=32)
-    ctx = dataclasses.replace(ctx, protocol="lorenz2024")  # the context is frozen
+    ctx = dataclasses.replace(ctx, plan=ctx.plan.replace(protocol="lorenz2024"))  # the context is frozen
     return ctx, registry.get("evaluators", "mead")()(ctx)
 
 
@@ -580,7 +579,7 @@ def df_run(cifar_model, cifar_test, tmp_path_factory):
     view of the adversarial images."""
     ctx = build_context(cifar_model, cifar_test, L2_ATTACKS, tmp_path_factory.mktemp("mead_df"), n=64,
                         quantize="uint8_trunc")
-    ctx = dataclasses.replace(ctx, protocol="lorenz2024")  # the context is frozen
+    ctx = dataclasses.replace(ctx, plan=ctx.plan.replace(protocol="lorenz2024"))  # the context is frozen
     return ctx, registry.get("evaluators", "mead")()(ctx)
 
 

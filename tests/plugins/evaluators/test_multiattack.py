@@ -168,7 +168,7 @@ def sweep_ctx(cifar_model, cifar_test, tmp_path_factory):
 
 def evaluate(ctx, protocol: str, **params):
     """The ``multiattack`` evaluator on ``ctx`` under ``protocol``."""
-    ctx = dataclasses.replace(ctx, protocol=protocol)  # the context is frozen: a new one under that protocol
+    ctx = dataclasses.replace(ctx, plan=ctx.plan.replace(protocol=protocol))  # frozen: a new one under that plan
     return ctx, registry.get("evaluators", "multiattack")(**params)(ctx)
 
 
