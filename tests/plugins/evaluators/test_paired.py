@@ -16,7 +16,8 @@ from advopenood.cli.main import main
 from advopenood.evaluation import intervals as iv
 from advopenood.evaluation.metrics import auroc_difference_interval, auroc_interval
 from advopenood.outputs.plots import chance_mask, ood_matrix
-from advopenood_plugins.kit.paired import MAX_ALL_PAIRS, add_ranks, detector_pairs, holm_ranks, paired_table, tie_ranks
+from advopenood_plugins.kit.paired import (MAX_ALL_PAIRS, add_ranks, detector_pairs, holm_rank_ranges, holm_ranks,
+                                           paired_table, tie_ranks)
 
 from conftest import pack_config
 
@@ -135,6 +136,21 @@ def test_leaderboard_ranks_follow_the_paired_holm_tests_not_overlapping_interval
                      n_id=100)["adv_auroc_rank"].tolist() == [1, 2]
     below = add_ranks(board.copy(), {"adv_auroc": True}, lambda d, m: reps[0 if d == "a" else 1], n_id=32)
     assert below["adv_auroc_rank"].isna().all()  # fewer ID images than min_conclusive: no rank
+
+
+def test_a_rank_is_the_range_the_holm_tests_allow():
+    """A mean shown above two others that are not shown apart: ranks 1 and 2-3 (both ends written, the worst end
+    in ``<metric>_rank_worst``), where the best end alone read "2, 2" as if both were second; without replicates
+    the point estimates give one place each."""
+    rng = np.random.default_rng(1)
+    shared = rng.normal(0, 5, 2000)
+    reps = {0: 80 + shared, 1: 70 + shared + rng.normal(0, 3, 2000), 2: 70.5 + shared + rng.normal(0, 3, 2000)}
+    values = [80.0, 70.0, 70.5]
+    assert holm_rank_ranges(values, reps, True) == [(1, 1), (2, 3), (2, 3)]
+    assert holm_rank_ranges([10.0, 40.0, math.nan], None, False) == [(1, 1), (2, 2), None]
+    board = add_ranks(pd.DataFrame({"detector": ["a", "b", "c"], "adv_auroc": values}), {"adv_auroc": True},
+                      lambda d, m: reps["abc".index(d)], n_id=100)
+    assert board["adv_auroc_rank"].tolist() == [1, 2, 2] and board["adv_auroc_rank_worst"].tolist() == [1, 3, 3]
 
 
 def test_heatmap_marks_cells_whose_interval_contains_chance():
