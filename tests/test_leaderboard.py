@@ -179,7 +179,7 @@ def test_a_rank_is_a_range_by_the_holm_paired_rule_or_none_below_min_conclusive(
     assert set(table["tin rank"]) == {"no rank (16 + 16 images)"}
     for export in ("smoke-0.1.md", "smoke-0.1.html"):
         assert (site / export).read_text().count("no rank (16 + 16 images)") == len(table)
-    assert (site / "smoke-0.1.tex").read_text().count("no rank (16 + 16 images)") == len(table)
+    assert "tin rank no rank (16 + 16 images)" in (site / "smoke-0.1.tex").read_text()  # one value: in the caption
 
 
 def test_verify_passes_untouched_entries_and_names_an_edited_cell(tmp_path, capsys):

@@ -143,4 +143,26 @@ def verify_paired(run: Any, ood: pd.DataFrame, board: pd.DataFrame | None, reder
         columns = [c for m in metrics for c in (f"{m}_rank", f"{m}_rank_worst") if c in board.columns]
         lines += compare(rederive_ranks(rederived_board, metrics, run, ood),
                          board[board["detector"].isin(run.detectors)], ["detector"], columns, table="leaderboard.csv")
+        lines += verify_openood_rank(run, board)
+    return lines
+
+
+def verify_openood_rank(run: Any, board: pd.DataFrame) -> list[str]:
+    """``leaderboard_openood.json``'s ``Rank`` / ``Rank_Worst`` of each detector: ``leaderboard.csv``'s
+    ``near_auroc_rank`` / ``near_auroc_rank_worst`` (checked above against their re-derivation) as integers, ``/``
+    where there is none (a file written before ``Rank_Worst`` existed is not checked)."""
+    import json
+
+    if not run.has("leaderboard_openood.json") or "near_auroc_rank_worst" not in board.columns:
+        return []
+    ranks = board.set_index(board["detector"].astype(str))
+    lines = []
+    for entry in json.loads((run.path / "leaderboard_openood.json").read_text()):
+        det = str(entry["advopenood"]["detector"])
+        if det not in ranks.index:
+            continue
+        want = ["/" if pd.isna(v) else int(v) for v in ranks.loc[det, ["near_auroc_rank", "near_auroc_rank_worst"]]]
+        if [entry.get("Rank"), entry.get("Rank_Worst")] != want:
+            lines.append(f"leaderboard_openood.json: {det} Rank, Rank_Worst: written "
+                         f"{[entry.get('Rank'), entry.get('Rank_Worst')]!r}, leaderboard.csv {want!r}")
     return lines

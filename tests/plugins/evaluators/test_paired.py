@@ -2,6 +2,7 @@
 interval is narrower than the unpaired one on real scores, twins are always paired, ``verify`` re-derives them."""
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from pathlib import Path
@@ -234,6 +235,20 @@ def test_verify_rederives_the_holm_ranks_of_a_run_above_min_conclusive(session_c
     capsys.readouterr()
     assert main(["verify", str(out)]) == 0
     assert "0 difference(s)" in capsys.readouterr().out
+    assert (board["far_auroc_rank"] <= board["far_auroc_rank_worst"]).all()
+    written = (out / "leaderboard_openood.json").read_text()
+    entries = json.loads(written)  # OpenOOD's Rank: the near-OOD AUROC's Holm range, not a point-estimate order
+    ranks = board.set_index("detector")
+    assert [[e["Rank"], e["Rank_Worst"]] for e in entries] == [
+        ["/" if pd.isna(v) else int(v) for v in ranks.loc[e["advopenood"]["detector"], ["near_auroc_rank",
+                                                                                       "near_auroc_rank_worst"]]]
+        for e in entries]
+    assert {e["Rank_Rule"] for e in entries} == {"no rank: no near-OOD AUROC"}  # the demo's sets are all far-OOD
+    entries[0]["Rank_Worst"] = len(entries) + 1
+    (out / "leaderboard_openood.json").write_text(json.dumps(entries))
+    assert main(["verify", str(out)]) == 1
+    assert "Rank, Rank_Worst" in capsys.readouterr().out
+    (out / "leaderboard_openood.json").write_text(written)
     board.loc[board["far_auroc_rank"].idxmin(), "far_auroc_rank"] = len(board) + 1
     board.to_csv(out / "leaderboard.csv", index=False, float_format="%.6g")
     assert main(["verify", str(out)]) == 1
