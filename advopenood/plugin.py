@@ -84,7 +84,8 @@ from advopenood.detection.bank import create_detector, fit_subset
 from advopenood.detection.outputs import pass_outputs, take_rows
 from advopenood.detection.postprocessor import openood_args, vim_dim
 from advopenood.detection.scoring import fit_detectors
-from advopenood.evaluation.intervals import LEVEL, bootstrap_p, bound_label, holm, shared_id_replicates
+from advopenood.evaluation.intervals import (LEVEL, ImageSource, bootstrap_p, bound_label, holm, image_sources,
+                                            shared_id_replicates, shared_mean_replicates)
 from advopenood.evaluation.shared import cells_of
 from advopenood.evaluation.verify import as_csv_float, read_npz
 from advopenood.models.backbones import Backbone
@@ -162,4 +163,5 @@ __all__ = [
     "safe_name",
     # intervals (the test level, Holm's step-down), the shared cells, and a verify hook's readers
     "LEVEL", "bootstrap_p", "bound_label", "holm", "shared_id_replicates", "cells_of", "as_csv_float", "read_npz",
+    "ImageSource", "image_sources", "shared_mean_replicates",
 ]

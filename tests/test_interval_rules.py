@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -102,6 +103,73 @@ def test_a_mean_over_sets_sharing_the_id_images_is_as_wide_as_its_sampling_varia
     assert width >= 0.9 * spread, (width, spread)
     assert np.mean((paired[:, 0] <= truth) & (truth <= paired[:, 1])) >= 0.9
     assert np.mean(apart[:, 1] - apart[:, 0]) < 0.7 * spread  # the sets taken as independent samples
+
+
+def _shared_sample(rng: np.random.Generator, n: int) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, Any]]:
+    """One simulated run of the test below: ``n`` ID images, ``n`` natural OOD images (``tin``), 5 attacks on ``tin``
+    (each image's score pushed up by a shift, plus a small noise of its own) and an ID->ID attack (each ID image's
+    score pushed down; its positives the images whose attack succeeded, 60 % by a latent draw per image), with
+    each set's :class:`iv.ImageSource`."""
+    conf_id, tin, succeeded = rng.normal(1.0, 1, n), rng.normal(0, 1, n), rng.uniform(size=n) < 0.6
+    oods = {f"ood{k}": tin + 0.2 * k + 0.1 * rng.normal(size=n) for k in range(5)}
+    oods["id0"] = (conf_id - 1.5 + 0.15 * rng.normal(size=n))[succeeded]
+    sources = {**{f"ood{k}": iv.ImageSource("tin", n, np.arange(n)) for k in range(5)},
+               "id0": iv.ImageSource("id", n, np.flatnonzero(succeeded))}
+    return conf_id, oods, sources
+
+
+def test_a_mean_over_sets_sharing_id_and_ood_images_is_as_wide_as_its_sampling_variation():
+    """100 simulated means over 6 adversarial sets that share their images (:func:`_shared_sample`: 5 attacks on
+    one natural OOD set, an ID->ID attack whose positives are ID images): the interval of
+    :meth:`iv.IntervalPolicy.shared_mean` with each set's :class:`iv.ImageSource` (every shared image, ID and OOD,
+    resampled once per replicate) is on average no narrower than the mean's true 95 % spread (2 x 1.96 x its
+    standard deviation over the simulations) and covers the true mean (of a 4,000-image sample) at least 90 % of
+    the time; drawing each set's OOD images apart (no sources: the sets taken as independent samples) is far
+    narrower (0.86 of the spread; drawn once, 1.00)."""
+    from advopenood.evaluation.metrics import auroc
+
+    rng = np.random.default_rng(5)
+    runs, n = 100, 32
+    big_id, big, _ = _shared_sample(rng, 4000)
+    truth = np.mean([100 * auroc(big_id, o) for o in big.values()])
+    policy = iv.IntervalPolicy("bootstrap", 100, 1)
+    means, joint, apart = [], [], []
+    for r in range(runs):
+        conf_id, oods, sources = _shared_sample(rng, n)
+        means.append(np.mean([100 * auroc(conf_id, o) for o in oods.values()]))
+        joint.append(policy.shared_mean(f"mean|{r}", conf_id, oods, ("auroc",), sources)["auroc"])
+        apart.append(policy.shared_mean(f"mean|{r}", conf_id, oods, ("auroc",))["auroc"])
+    spread = 2 * 1.96 * np.std(means)
+    joint, apart = np.array(joint), np.array(apart)
+    assert np.mean(joint[:, 1] - joint[:, 0]) >= 0.9 * spread, (np.mean(joint[:, 1] - joint[:, 0]), spread)
+    assert np.mean((joint[:, 0] <= truth) & (truth <= joint[:, 1])) >= 0.9
+    assert np.mean(apart[:, 1] - apart[:, 0]) < 0.9 * spread  # the shared OOD images drawn apart per set
+
+
+def test_a_weighted_draw_is_the_draw_of_the_rows_it_holds():
+    """A set that holds some of its pool's images (its positives) takes, in each replicate, every drawn copy of its
+    rows: :func:`iv.shared_id_replicates` gives exactly the metrics of those copies (checked against
+    :func:`advopenood.evaluation.metrics.ood_metrics` of the expanded sample, replicate by replicate), and a set
+    that holds its whole pool in order is the pool's own draw."""
+    from advopenood.evaluation.metrics import ood_metrics
+
+    rng = np.random.default_rng(2)
+    conf_id, tin = np.round(rng.normal(1, 1, 12), 1), np.round(rng.normal(0, 1, 15), 1)
+    rows = np.array([0, 2, 3, 7, 11, 14])
+    oods, sources = {"all": tin, "some": tin[rows]}, {"all": iv.ImageSource("tin", 15, np.arange(15)),
+                                                     "some": iv.ImageSource("tin", 15, rows)}
+    every, some = iv.shared_id_replicates(conf_id, oods, 3, "k", 60, iv.METRICS, sources)
+    ids = iv.generator(3, "k").integers(0, 12, (60, 12), dtype=np.int32)
+    pool = iv.generator(3, "k|tin").integers(0, 15, (60, 15), dtype=np.int32)
+    for b in range(60):
+        copies = np.bincount(pool[b], minlength=15)[rows]
+        want, drawn = ood_metrics(conf_id[ids[b]], tin[pool[b]]), np.repeat(tin[rows], copies)
+        assert all(math.isclose(every[m][b], want[m], abs_tol=1e-9) for m in iv.METRICS)
+        if not len(drawn):
+            assert math.isnan(some["auroc"][b])
+            continue
+        got = ood_metrics(conf_id[ids[b]], drawn)
+        assert all(math.isclose(some[m][b], got[m], abs_tol=1e-9) for m in iv.METRICS)
 
 
 @pytest.mark.parametrize("n", [1, 7, 10, 1000])

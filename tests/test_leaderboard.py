@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -157,6 +158,28 @@ def test_the_page_and_its_exports_hold_the_committed_pages_cells(site):
     committed = pd.read_csv(REPO / "docs" / "leaderboard" / "smoke-0.1.csv", dtype=str)  # both models: other ranks
     committed = committed[committed.run == AT.name].reset_index(drop=True)
     pd.testing.assert_frame_equal(table.drop(columns="tin rank"), committed.drop(columns="tin rank"))
+
+
+def test_a_rank_is_a_range_by_the_holm_paired_rule_or_none_below_min_conclusive(site):
+    """The page's rank is the range of places the paired Holm tests allow (``rank_ranges``: a clearly best row
+    ``1``, two not shown apart ``2-3``, a clearly worst ``4``), never a tie with a group's leader; on the committed
+    smoke run (16 + 16 images, below min_conclusive) no rank is stated, in the page and each export alike."""
+    from advopenood.evaluation.metrics import auroc
+    from advopenood.run.leaderboard import rank_label, rank_ranges
+
+    rng = np.random.default_rng(0)
+    conf_id, conf_ood = rng.normal(1, 1, 150), rng.normal(0, 1, 150)
+    arrays = [(conf_id, conf_ood - 1.5), (conf_id, conf_ood + 0.01 * rng.normal(size=150)),
+              (conf_id, conf_ood + 0.02 * rng.normal(size=150)), (conf_id, conf_ood + 0.8)]
+    values = [100 * auroc(*a) for a in arrays]
+    assert [rank_label(*r) for r in rank_ranges(values, arrays, 0, "leaderboard|tin", 500)] == ["1", "2-3", "2-3", "4"]
+    with pytest.raises(ValueError):  # rows that do not hold the same images are not compared
+        rank_ranges(values[:2], [arrays[0], (conf_id[:100], conf_ood)], 0, "leaderboard|tin", 100)
+    table = pd.read_csv(site / "smoke-0.1.csv", dtype=str)
+    assert set(table["tin rank"]) == {"no rank (16 + 16 images)"}
+    for export in ("smoke-0.1.md", "smoke-0.1.html"):
+        assert (site / export).read_text().count("no rank (16 + 16 images)") == len(table)
+    assert "tin rank no rank (16 + 16 images)" in (site / "smoke-0.1.tex").read_text()  # one value: in the caption
 
 
 def test_verify_passes_untouched_entries_and_names_an_edited_cell(tmp_path, capsys):

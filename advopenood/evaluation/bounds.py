@@ -80,9 +80,11 @@ def bound_label(label: str, methods: dict[str, str]) -> str:
 
 def bootstrap_p(differences: np.ndarray) -> float:
     """The two-sided bootstrap p-value of a difference being 0 from its replicates (the test the percentile
-    interval inverts; Efron and Tibshirani 1993, sec. 16.4): ``min(1, 2 min(P*(d <= 0), P*(d >= 0)))``; NaN
+    interval inverts; Efron and Tibshirani 1993, sec. 16.4): ``min(1, 2 min(P*(d <= 0), P*(d >= 0)))`` over the
+    replicates where ``d`` is defined (a NaN replicate: a mean with a set that drew none of its rows); NaN
     without replicates."""
     d = np.asarray(differences, dtype=np.float64)
+    d = d[~np.isnan(d)]
     if not len(d):
         return math.nan
     return float(min(1.0, 2.0 * min(np.mean(d <= 0), np.mean(d >= 0))))

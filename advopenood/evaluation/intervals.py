@@ -36,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -153,6 +153,27 @@ def _counts(inv: np.ndarray, idx: np.ndarray, size: int) -> tuple[np.ndarray, np
     return counts.astype(np.float64), below.astype(np.float64)
 
 
+def _weighted_counts(inv: np.ndarray, weights: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_counts` of a weighted draw: ``weights[b, i]`` copies of image ``i`` in resample ``b`` (the times its
+    shared source image was drawn, :func:`shared_id_replicates`)."""
+    rows = weights.shape[0]
+    flat = (inv * rows).astype(np.intp)[None, :] + np.arange(rows)[:, None]
+    counts = np.bincount(flat.ravel(), weights=weights.ravel().astype(np.float64), minlength=size * rows)
+    counts = counts.reshape(size, rows)
+    below = np.zeros((size + 1, rows))
+    np.cumsum(counts, axis=0, out=below[1:])
+    return counts, below
+
+
+def _need(n: np.ndarray) -> np.ndarray:
+    """``_Cell.need`` per resample of a weighted draw with ``n`` OOD copies (0 where ``n`` is 0)."""
+    n = np.asarray(n, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        first = np.ceil(TPR_LEVEL * n) - 1
+        return np.where(n == 0, 0.0, np.where(first / n >= TPR_LEVEL, first,
+                                              np.where((first + 1) / n >= TPR_LEVEL, first + 1, first + 2)))
+
+
 def _pr_area(g: np.ndarray, tp: np.ndarray, fp: np.ndarray, tp_prev: np.ndarray, fp_prev: np.ndarray,
              positives: int) -> np.ndarray:
     """Trapezoidal area under the precision-recall curve per column (sklearn's ``precision_recall_curve`` with its
@@ -175,13 +196,20 @@ def _block(cell: _Cell, idx_id: np.ndarray, idx_ood: np.ndarray, wanted: tuple[s
     n_id, n_ood = idx_id.shape[1], idx_ood.shape[1]
     g_id, id_below = _counts(cell.inv_id, idx_id, len(cell.ood_le))
     g_ood, ood_below = _counts(cell.inv_ood, idx_ood, len(cell.id_le))
+    return _block_metrics(cell, g_id, id_below, g_ood, ood_below, n_id, n_ood, cell.need, wanted)
+
+
+def _block_metrics(cell: _Cell, g_id: np.ndarray, id_below: np.ndarray, g_ood: np.ndarray, ood_below: np.ndarray,
+                   n_id: Any, n_ood: Any, need: Any, wanted: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """:func:`_block` from each side's counts per resample (:func:`_counts` or :func:`_weighted_counts`); ``n_id``,
+    ``n_ood``, ``need``: numbers, or one per resample (a weighted draw's size varies)."""
     id_le, id_lt = id_below[cell.id_le], id_below[cell.id_lt]  # ID draws <= / < each OOD distinct score
     out = {}
     if "auroc" in wanted:  # OOD images times the ID images above them, ties counting half
         below = np.einsum("ij,ij->j", g_ood, id_le + id_lt) / 2.0
         out["auroc"] = 100.0 * (n_id * n_ood - below) / (n_id * n_ood)
     if "fpr95" in wanted:
-        out["fpr95"] = 100.0 * _fpr95(cell, g_id, g_ood, ood_below, id_le, id_lt, n_id)
+        out["fpr95"] = 100.0 * _fpr95(cell, g_id, g_ood, ood_below, id_le, id_lt, n_id, need)
     if "aupr_out" in wanted:  # OOD positive, thresholds from the lowest confidence up
         out["aupr_out"] = 100.0 * _pr_area(g_ood, ood_below[1:], id_le, ood_below[:-1], id_lt, n_ood)
     if "aupr_in" in wanted:  # ID positive, thresholds from the highest confidence down: draws at or above
@@ -192,15 +220,16 @@ def _block(cell: _Cell, idx_id: np.ndarray, idx_ood: np.ndarray, wanted: tuple[s
 
 
 def _fpr95(cell: _Cell, g_id: np.ndarray, g_ood: np.ndarray, ood_below: np.ndarray, id_le: np.ndarray,
-           id_lt: np.ndarray, n_id: int) -> np.ndarray:
+           id_lt: np.ndarray, n_id: Any, need: Any) -> np.ndarray:
     """``fpr[argmax(tpr >= 0.95)]`` of sklearn's ``roc_curve(is_ood, -conf)`` per resample (a column). Its points
     are the drawn distinct scores in increasing confidence; one is kept when it is the first or the last drawn, or
     its step ``(d fp, d tp)`` differs from the next drawn score's (``drop_intermediate``); the answer is the first
-    kept point at or after the score where ``cell.need`` OOD draws are reached (TPR >= 95 %). The points dropped
+    kept point at or after the score where ``need`` OOD draws are reached (TPR >= 95 %; ``cell.need``, or one per
+    resample for a weighted draw). The points dropped
     after that score repeat its step, so the answer's false positives are that score's plus its ID draws once per
     dropped point: a walk only where the score has ID draws and is not the first drawn."""
     cols = np.arange(g_id.shape[1])
-    at = np.sum(ood_below[1:] < cell.need, axis=0)
+    at = np.sum(ood_below[1:] < need, axis=0)
     fp, under = id_le[at, cols], id_lt[at, cols]
     walk = np.flatnonzero((fp > under) & (under + ood_below[at, cols] > 0))
     step_id, step_ood, p = fp[walk] - under[walk], g_ood[at[walk], walk], cell.pooled[at[walk]]
@@ -285,31 +314,113 @@ def metric_intervals(conf_id: np.ndarray, conf_ood: np.ndarray, method: str, see
     return IntervalPolicy(method, resamples, seed).cell(key, conf_id, conf_ood)
 
 
+class ImageSource(NamedTuple):
+    """Where a set's OOD-side images come from, for a mean over sets that share them
+    (:func:`shared_id_replicates`): ``pool`` names the images (``"id"``: the ID images, the mean's ID side; else a
+    natural set's name), ``size`` their number, ``rows[r]`` the pool image of the set's row ``r`` (an attacked set's
+    row ``i`` is its source's row ``i``; only its positives where a mask selects them)."""
+    pool: str
+    size: int
+    rows: np.ndarray
+
+
+def image_sources(names: Iterable[str], source_of: Mapping[str, str], sizes: Mapping[str, int],
+                  masks: Mapping[str, np.ndarray | None], lengths: Mapping[str, int]) -> dict[str, ImageSource]:
+    """The :class:`ImageSource` of each set of a mean: an attacked set's source (``source_of``: set -> ``"id"`` or
+    the natural set it attacked, as ``run.json``'s ``attacks.<set>.source``), a natural set its own; ``sizes``: each
+    pool's image count (``"id"`` and every natural set), ``masks``: the set's positive rows (None: every row),
+    ``lengths``: each set's rows. A set whose rows cannot be its source's (more rows than the source holds) is
+    its own pool (drawn apart, as it is in its own cell)."""
+    out = {}
+    for name in names:
+        pool, mask = source_of.get(name, name), masks.get(name)
+        rows = np.arange(lengths[name]) if mask is None else np.flatnonzero(mask)
+        size = sizes.get(pool)
+        if size is None or lengths[name] > size:
+            pool, size, rows = name, len(rows), np.arange(len(rows))
+        out[name] = ImageSource(pool, int(size), rows)
+    return out
+
+
+def _identity(source: ImageSource, n: int) -> bool:
+    """Whether a set's rows are its pool's images in order, all of them (its draws are the pool's draws)."""
+    return source.size == n and bool(np.array_equal(source.rows, np.arange(n)))
+
+
+def _weighted_replicates(cell: _Cell, idx_id: np.ndarray, w_ood: np.ndarray, wanted: tuple[str, ...]
+                         ) -> dict[str, np.ndarray]:
+    """:func:`replicates` of a prepared cell whose OOD side is a weighted draw (``w_ood[b, r]`` copies of row ``r``;
+    NaN in a resample that drew none of its rows), :data:`BLOCK` grid cells a side at a time."""
+    rows = max(1, BLOCK // max(len(cell.ood_lt), len(cell.id_lt)))
+    parts = []
+    for s in range(0, len(idx_id), rows):
+        ids, w = idx_id[s:s + rows], w_ood[s:s + rows]
+        g_id, id_below = _counts(cell.inv_id, ids, len(cell.ood_le))
+        g_ood, ood_below = _weighted_counts(cell.inv_ood, w, len(cell.id_le))
+        n_ood = w.sum(axis=1).astype(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            got = _block_metrics(cell, g_id, id_below, g_ood, ood_below, ids.shape[1], n_ood, _need(n_ood), wanted)
+        parts.append({m: np.where(n_ood > 0, v, math.nan) for m, v in got.items()})
+    return {m: np.concatenate([p[m] for p in parts]) if parts else np.empty(0) for m in wanted}
+
+
 def shared_id_replicates(conf_id: np.ndarray, oods: dict[str, np.ndarray], seed: int, key: str,
-                         resamples: int = DEFAULT_RESAMPLES, metrics: Iterable[str] = METRICS
-                         ) -> list[dict[str, np.ndarray]]:
+                         resamples: int = DEFAULT_RESAMPLES, metrics: Iterable[str] = METRICS,
+                         sources: Mapping[str, ImageSource] | None = None) -> list[dict[str, np.ndarray]]:
     """Each set's replicates (in the order of ``oods``: set name -> its OOD confidences) for a mean over sets that
-    share their ID images (a detector's near / far / adversarial mean): replicate ``b`` resamples the ID images ONCE
-    for every set (the ``(resamples, n_id)`` draws of :func:`generator` ``(seed, key)``), and each set's OOD images
-    with its own generator ``(seed, key|<set name>)``, each with replacement at its size. The mean of the sets'
-    replicates ``b`` is then a replicate of the mean: resampling the shared ID images apart per set would treat the
-    sets as independent samples, and the mean's interval would be narrower than its sampling variation. Drawn a
-    block of rows at a time (:data:`DRAW_BLOCK`)."""
+    share images (a detector's near / far / adversarial mean): replicate ``b`` resamples every image ONCE for every
+    set that holds it, each with replacement at its pool's size. The ID images: the ``(resamples, n_id)`` draws of
+    :func:`generator` ``(seed, key)``. The OOD side: each set's :class:`ImageSource` (``sources``; a set not in it is
+    its own pool, named after it, all its rows) names its pool; a pool's images are drawn with generator
+    ``(seed, key|<pool>)``, once for all the sets it feeds (several attacks on one natural set, the clean set beside
+    its attacked forms), and pool ``"id"`` takes the ID side's draws (an ID->ID set's positives are ID images).
+    A set whose rows are its whole pool in order takes the pool's draws as they are; one that holds only some of
+    them (its positives) holds each drawn copy of its rows (a weighted draw, so its size varies; NaN in a replicate
+    that drew none of them). The mean of the sets' replicates ``b`` is then a replicate of the mean: drawing
+    shared images apart per set would treat the sets as independent samples, and the mean's interval would be
+    narrower than its sampling variation. Drawn a block of rows at a time (:data:`DRAW_BLOCK`)."""
     conf_id = np.asarray(conf_id, dtype=np.float64).ravel()
-    rng_ood = [generator(seed, f"{key}|{name}") for name in oods]
-    oods = [np.asarray(o, dtype=np.float64).ravel() for o in oods.values()]
-    wanted, n_id = tuple(metrics), len(conf_id)
-    prepared = [_cell(conf_id, o) for o in oods]
+    names, n_id = list(oods), len(conf_id)
+    arrays = [np.asarray(o, dtype=np.float64).ravel() for o in oods.values()]
+    given = dict(sources or {})
+    of = [given.get(name) or ImageSource(str(name), len(o), np.arange(len(o))) for name, o in zip(names, arrays)]
+    for name, src, o in zip(names, of, arrays):
+        if len(src.rows) != len(o) or (src.pool == "id" and src.size != n_id) or \
+                (len(o) and (src.rows.min() < 0 or src.rows.max() >= src.size)):
+            raise ValueError(f"set {name!r}: its source rows do not index its pool {src.pool!r} of {src.size} images")
+    pools = {src.pool: src.size for src in of if src.pool != "id"}
+    wanted = tuple(metrics)
+    prepared = [_cell(conf_id, o) for o in arrays]
     rng_id = generator(seed, key)
-    rows = max(1, DRAW_BLOCK // max([n_id, *(len(o) for o in oods)]))
-    parts: list[list[dict[str, np.ndarray]]] = [[] for _ in oods]
+    rng_pool = {pool: generator(seed, f"{key}|{pool}") for pool in pools}
+    rows = max(1, DRAW_BLOCK // max([n_id, *pools.values()]))
+    parts: list[list[dict[str, np.ndarray]]] = [[] for _ in arrays]
     for start in range(0, resamples, rows):
         size = min(rows, resamples - start)
-        idx_id = rng_id.integers(0, n_id, (size, n_id), dtype=np.int32)
-        for cell, rng, ood, part in zip(prepared, rng_ood, oods, parts):
-            part.append(_replicates(cell, idx_id, rng.integers(0, len(ood), (size, len(ood)), dtype=np.int32),
-                                    wanted))
+        drawn = {"id": rng_id.integers(0, n_id, (size, n_id), dtype=np.int32)}
+        drawn.update({pool: rng.integers(0, pools[pool], (size, pools[pool]), dtype=np.int32)
+                      for pool, rng in rng_pool.items()})
+        copies: dict[str, np.ndarray] = {}
+        for cell, src, ood, part in zip(prepared, of, arrays, parts):
+            if _identity(src, len(ood)):
+                part.append(_replicates(cell, drawn["id"], drawn[src.pool], wanted))
+                continue
+            if src.pool not in copies:  # how often each pool image was drawn, per resample
+                idx = drawn[src.pool]
+                flat = (idx + (np.arange(size) * src.size)[:, None]).ravel()
+                copies[src.pool] = np.bincount(flat, minlength=size * src.size).reshape(size, src.size)
+            part.append(_weighted_replicates(cell, drawn["id"], copies[src.pool][:, src.rows], wanted))
     return [{m: np.concatenate([p[m] for p in part]) if part else np.empty(0) for m in wanted} for part in parts]
+
+
+def shared_mean_replicates(conf_id: np.ndarray, oods: dict[str, np.ndarray], seed: int, key: str,
+                           resamples: int = DEFAULT_RESAMPLES, metrics: Iterable[str] = METRICS,
+                           sources: Mapping[str, ImageSource] | None = None) -> dict[str, np.ndarray]:
+    """The replicates of the mean over ``oods`` (:func:`shared_id_replicates`), one per resample (NaN where a set
+    drew none of its rows: its metric is undefined there; the same resamples for every detector, so the replicates
+    of two detectors' means are paired)."""
+    reps = shared_id_replicates(conf_id, oods, seed, key, resamples, metrics, sources)
+    return {m: np.mean([r[m] for r in reps], axis=0) for m in tuple(metrics)}
 
 
 def mean_interval(parts: list[np.ndarray]) -> tuple[float, float]:
@@ -414,18 +525,21 @@ class IntervalPolicy:
         return mean_interval(parts)
 
     def shared_mean(self, key: str, conf_id: np.ndarray, oods: dict[str, np.ndarray],
-                    metrics: Iterable[str] = ("fpr95", "auroc")) -> dict[str, tuple[float, float]]:
+                    metrics: Iterable[str] = ("fpr95", "auroc"), sources: Mapping[str, ImageSource] | None = None
+                    ) -> dict[str, tuple[float, float]]:
         """``{metric: (lo, hi)}``: the interval of the mean over ``oods`` of a detector whose sets share the ID
-        images ``conf_id``, from replicates that resample them once for all sets (:func:`shared_id_replicates`);
-        NaN bounds when a set has too few images or NaN scores, or the method is not ``bootstrap``."""
+        images ``conf_id`` and, by ``sources``, OOD images, from replicates that resample every shared image once
+        for all sets (:func:`shared_id_replicates`; the percentiles of the replicates where every set drew some of
+        its rows); NaN bounds when a set has too few images or NaN scores, or the method is not ``bootstrap``."""
         wanted = tuple(metrics)
         nan = {m: (math.nan, math.nan) for m in wanted}
         arrays = [np.asarray(conf_id, float).ravel(), *(np.asarray(o, float).ravel() for o in oods.values())]
         if not self.bootstrap or not oods or any(too_few(len(arrays[0]), len(o)) for o in arrays[1:]) or \
                 any(np.isnan(a).any() for a in arrays):
             return nan
-        reps = shared_id_replicates(arrays[0], oods, self.seed, key, self.resamples, wanted)
-        return {m: percentile(np.mean([r[m] for r in reps], axis=0)) for m in wanted}
+        got = shared_mean_replicates(arrays[0], oods, self.seed, key, self.resamples, wanted, sources)
+        return {m: percentile(v[~np.isnan(v)]) if (~np.isnan(v)).any() else (math.nan, math.nan)
+                for m, v in got.items()}
 
     def difference(self, cell_a: Cell, cell_b: Cell, reps_a: np.ndarray | None, reps_b: np.ndarray | None
                    ) -> tuple[float, float, str]:

@@ -245,30 +245,58 @@ def seeded_replicates(cells: list[tuple[np.ndarray, np.ndarray]], seed: int, key
 
 
 def shared_mean_interval(conf_id: np.ndarray, oods: Mapping[str, np.ndarray], seed: int, key: str, resamples: int,
-                         wanted: Iterable[str] = ("fpr95", "auroc")) -> dict[str, tuple[float, float]]:
-    """The percentile interval of a mean over sets that share their ID images (:func:`shared_mean_replicates`)."""
-    got = shared_mean_replicates(conf_id, oods, seed, key, resamples, wanted)
-    return {m: percentile_interval(v) for m, v in got.items()}
+                         wanted: Iterable[str] = ("fpr95", "auroc"), sources: Mapping[str, Any] | None = None
+                         ) -> dict[str, tuple[float, float]]:
+    """The percentile interval of a mean over sets that share images (:func:`shared_mean_replicates`), over the
+    replicates where the mean is defined (NaN bounds where none is)."""
+    got = shared_mean_replicates(conf_id, oods, seed, key, resamples, wanted, sources)
+    return {m: percentile_interval(v[~np.isnan(v)]) if (~np.isnan(v)).any() else (math.nan, math.nan)
+            for m, v in got.items()}
 
 
 def shared_mean_replicates(conf_id: np.ndarray, oods: Mapping[str, np.ndarray], seed: int, key: str, resamples: int,
-                           wanted: Iterable[str] = ("fpr95", "auroc")) -> dict[str, np.ndarray]:
-    """The bootstrap replicates of a mean over sets that share their ID images: each resample draws the ID indices
-    once for every set (PCG64 seeded by :func:`cell_seed` of ``key``) and each set's OOD indices from its own
-    generator (``key|<set name>``; ``oods``: set name -> OOD confidences); the mean's replicate is the mean of the
-    sets' metrics on those draws (:func:`replicates`), a block of at most :data:`HELD` indices a side at a time."""
+                           wanted: Iterable[str] = ("fpr95", "auroc"), sources: Mapping[str, Any] | None = None
+                           ) -> dict[str, np.ndarray]:
+    """The bootstrap replicates of a mean over sets that share images: each resample draws the ID indices once for
+    every set (PCG64 seeded by :func:`cell_seed` of ``key``) and each pool of OOD-side images once for every set it
+    feeds (generator ``key|<pool>``). ``sources``: set -> ``(pool, pool size, rows)``, the pool image of each of the
+    set's rows (pool ``"id"``: the ID images, drawn with the ID indices); a set without one is its own pool, named
+    after it. A set whose rows are its whole pool in order is scored on the pool's indices; any other holds, in
+    each resample, the drawn pool images that are its rows, as often as each was drawn (the resamples that hold
+    the same number of rows scored together; NaN in one that holds none). The mean's replicate is the mean of the sets' metrics
+    (:func:`replicates`), a block of at most :data:`HELD` indices a side at a time."""
     wanted = tuple(wanted)
     conf_id = np.asarray(conf_id, dtype=np.float64).ravel()
-    each = [np.random.Generator(np.random.PCG64(cell_seed(seed, f"{key}|{name}"))) for name in oods]
-    oods = [np.asarray(o, dtype=np.float64).ravel() for o in oods.values()]
-    rows = max(1, HELD // max([len(conf_id), *(len(o) for o in oods)]))
+    names = list(oods)
+    arrays = [np.asarray(oods[n], dtype=np.float64).ravel() for n in names]
+    given = dict(sources or {})
+    of = [tuple(given[n]) if n in given else (str(n), len(o), np.arange(len(o))) for n, o in zip(names, arrays)]
+    pools = {pool: int(size) for pool, size, _ in of if pool != "id"}
+    rows = max(1, HELD // max([len(conf_id), *pools.values()]))
     ids = np.random.Generator(np.random.PCG64(cell_seed(seed, key)))
+    each = {pool: np.random.Generator(np.random.PCG64(cell_seed(seed, f"{key}|{pool}"))) for pool in pools}
     means: dict[str, list[np.ndarray]] = {m: [] for m in wanted}
     for start in range(0, resamples, rows):
         size = min(rows, resamples - start)
-        idx_id = ids.integers(0, len(conf_id), size=(size, len(conf_id)))
-        got = [replicates(conf_id, o, idx_id, g.integers(0, len(o), size=(size, len(o))), wanted)
-               for o, g in zip(oods, each)]
+        drawn = {"id": ids.integers(0, len(conf_id), size=(size, len(conf_id)))}
+        drawn.update({pool: g.integers(0, pools[pool], size=(size, pools[pool])) for pool, g in each.items()})
+        got = []
+        for o, (pool, pool_size, pool_rows) in zip(arrays, of):
+            pool_rows = np.asarray(pool_rows)
+            if pool_size == len(o) and np.array_equal(pool_rows, np.arange(len(o))):
+                got.append(replicates(conf_id, o, drawn["id"], drawn[pool], wanted))
+                continue
+            where = np.full(int(pool_size), -1)
+            where[pool_rows] = np.arange(len(o))
+            held = where[drawn[pool]]  # each drawn pool image's row in the set, -1 when the set does not hold it
+            count = (held >= 0).sum(axis=1)
+            one = {m: np.full(size, math.nan) for m in wanted}
+            for k in np.unique(count[count > 0]):  # the resamples that hold k rows, scored together
+                chosen = count == k
+                idx = np.sort(held[chosen], axis=1)[:, -k:]  # the held rows (the -1s sort first)
+                for m, v in replicates(conf_id, o, drawn["id"][chosen], idx, wanted).items():
+                    one[m][chosen] = v
+            got.append(one)
         for m in wanted:
             means[m].append(sum(r[m] for r in got) / len(got))
     return {m: np.concatenate(v) for m, v in means.items()}
@@ -346,8 +374,9 @@ def delong_difference_p(cell_a: tuple[np.ndarray, np.ndarray], cell_b: tuple[np.
 
 def bootstrap_p(differences: np.ndarray) -> float:
     """The two-sided bootstrap p-value of a zero difference: twice the smaller share of replicates on one side of 0
-    (0 itself on both), at most 1; NaN without replicates."""
-    ordered = np.sort(np.asarray(differences, dtype=np.float64))
+    (0 itself on both), at most 1, over the replicates that are not NaN; NaN without replicates."""
+    values = np.asarray(differences, dtype=np.float64)
+    ordered = np.sort(values[~np.isnan(values)])
     if not len(ordered):
         return math.nan
     at_most, below = np.searchsorted(ordered, 0.0, "right"), np.searchsorted(ordered, 0.0, "left")

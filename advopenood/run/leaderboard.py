@@ -8,14 +8,16 @@ page shows the row's own robust AUROC and the **best known**, the lowest robust 
 and marks the row ``unreliable`` where the best known lies below the row's 95 % interval (RobustBench's rule, Croce
 et al. 2021).
 
-**Ranks with ties** (per OOD set, by robust AUROC, best first): two rows share images (the benchmark fixes them, by
-digest); the next row ties with its group's leader when the paired 95 % interval of their difference contains 0:
-the percentile bootstrap of ``AUROC_a - AUROC_b`` with one draw of ID and OOD indices applied to both rows'
-per-image worst cases (:func:`advopenood.evaluation.intervals.paired_replicates`, key ``leaderboard|<set>``, the
-benchmark's seed and resamples; the worst cases re-derived from each run folder's score files by the
-``robust_auroc`` evaluator's ``worst_cases``), else it leads a new group at its position (competition ranking, as
-the ``ood`` evaluator's ``leaderboard.csv`` ranks detectors). A row whose per-image worst case is not available is ``not
-compared``.
+**Rank ranges** (per OOD set, by robust AUROC, best first; :func:`rank_ranges`): the rows share images (the
+benchmark fixes them, by digest), so every pair is tested paired: the bootstrap of ``AUROC_a - AUROC_b`` with one
+draw of ID and OOD indices applied to every row's per-image worst case
+(:func:`advopenood.evaluation.intervals.paired_replicates`, key ``leaderboard|<set>``, the benchmark's seed and
+resamples; the worst cases re-derived from each run folder's score files by the ``robust_auroc`` evaluator's
+``worst_cases``), its two-sided p-value Holm-adjusted over all the set's pairs, as the headline ranks detectors. A
+row's rank runs from 1 + the rows shown better to the rows - the rows shown worse (``1-4``: any place of these; ``2``:
+that place); overlapping intervals are no test. Below the runs' ``min_conclusive`` images a side no rank is stated
+(``no rank (16 + 16 images)``). A row whose per-image worst case is not available, or does not hold the same images
+as the others', is ``not compared``.
 
 **Bad input** (one line each, exit 2; with ``--verify`` exit 1; every other entry is kept): an entry that cannot be
 read, of an unknown benchmark or version, whose run folder is missing or is not the one it was written from (the
@@ -195,26 +197,71 @@ def _worst(got: Loaded, ood_set: str, cache: dict[Path, Any]) -> tuple[np.ndarra
     return cache[got.folder].get((got.entry["detector"]["name"], ood_set, f"{got.bench.threat.value:.6g}"))
 
 
-def paired_ranks(rows: list[Loaded], ood_set: str, bench: Benchmark, cache: dict[Path, Any]) -> list[Any]:
-    """Each row's rank on ``ood_set`` by its own robust AUROC (module docstring), ``not compared`` without its
-    worst case, empty without a value."""
-    from advopenood.evaluation.intervals import paired_replicates, percentile
+def rank_ranges(values: list[float], arrays: list[tuple[np.ndarray, np.ndarray]], seed: int, key: str,
+                resamples: int) -> list[tuple[int, int]]:
+    """Each row's ``(best, worst)`` rank by ``values`` (higher first) from paired tests on the rows' per-image worst
+    cases ``(ID side, OOD side)``, all on the same images (module docstring): one draw of ID and OOD indices for
+    every row (:func:`advopenood.evaluation.intervals.paired_replicates`, key ``key``), the two-sided bootstrap
+    p-value of each pair's AUROC difference (:func:`~advopenood.evaluation.intervals.bootstrap_p`), Holm-adjusted
+    over every pair (:func:`~advopenood.evaluation.intervals.holm`); a pair is shown apart when its adjusted p-value
+    is below ``1 - LEVEL``. ``best`` = 1 + the rows shown better, ``worst`` = the rows - the rows shown worse (the
+    headline's rule, ``advopenood_plugins.evaluators.ood.headline.rank_ranges``). A ValueError when the rows do not
+    hold the same number of images."""
+    from advopenood.evaluation.intervals import LEVEL, bootstrap_p, holm, paired_replicates
 
+    reps = [r["auroc"] for r in paired_replicates(arrays, seed, key, resamples, metrics=("auroc",))]
+    pairs = [(a, b) for a in range(len(values)) for b in range(a + 1, len(values))]
+    adjusted = holm([bootstrap_p(reps[a] - reps[b]) for a, b in pairs])
+    better, worse = [0] * len(values), [0] * len(values)
+    for (a, b), p in zip(pairs, adjusted):
+        if p < 1 - LEVEL and values[a] != values[b]:
+            high, low = (a, b) if values[a] > values[b] else (b, a)
+            better[low] += 1
+            worse[high] += 1
+    return [(1 + better[i], len(values) - worse[i]) for i in range(len(values))]
+
+
+def rank_label(best: int, worst: int) -> str:
+    """A rank range as the page and its exports write it: ``3`` (one place), ``1-4`` (any of these)."""
+    return str(best) if best == worst else f"{best}-{worst}"
+
+
+def min_conclusive(got: Loaded) -> int:
+    """The sample size below which the entry's run states no rank (its ``run.json`` ``sample.min_conclusive``,
+    :data:`advopenood.evaluation.metrics.MIN_CONCLUSIVE` where it names none)."""
+    from advopenood.evaluation.metrics import MIN_CONCLUSIVE
+
+    try:
+        sample = json.loads((got.folder / "run.json").read_text()).get("sample") or {}
+    except (OSError, ValueError):
+        sample = {}
+    return int(sample.get("min_conclusive") or MIN_CONCLUSIVE)
+
+
+def paired_ranks(rows: list[Loaded], ood_set: str, bench: Benchmark, cache: dict[Path, Any]) -> list[Any]:
+    """Each row's rank range on ``ood_set`` by its own robust AUROC (:func:`rank_ranges`, key
+    ``leaderboard|<set>``, the benchmark's seed and resamples; :func:`rank_label`); ``not compared`` without its
+    worst case or where the rows' worst cases do not hold the same images; ``no rank (<n_id> + <n_ood> images)``
+    for every compared row when the rows hold fewer images a side than their runs' ``min_conclusive``; empty
+    without a value."""
     values = [(own(r, ood_set) or {}).get("robust_auroc") for r in rows]
     arrays = [_worst(r, ood_set, cache) for r in rows]
     ranks: list[Any] = ["" if v is None else NOT_COMPARED for v in values]
-    order = sorted((i for i, v in enumerate(values) if v is not None and arrays[i] is not None),
-                   key=lambda i: -float(values[i]))
-    leader = None
-    for position, i in enumerate(order, start=1):
-        if leader is not None:
-            a, b = paired_replicates([arrays[leader], arrays[i]], bench.seed, f"leaderboard|{ood_set}",
-                                     bench.evaluation.ci_resamples, metrics=("auroc",))
-            lo, hi = percentile(a["auroc"] - b["auroc"])
-            if lo <= 0 <= hi:
-                ranks[i] = ranks[leader]
-                continue
-        ranks[i], leader = position, i
+    kept = [i for i, v in enumerate(values) if v is not None and arrays[i] is not None]
+    if not kept:
+        return ranks
+    n_id, n_ood = min(len(arrays[i][0]) for i in kept), min(len(arrays[i][1]) for i in kept)
+    if min(n_id, n_ood) < max(min_conclusive(rows[i]) for i in kept):
+        for i in kept:
+            ranks[i] = f"no rank ({n_id} + {n_ood} images)"
+        return ranks
+    try:
+        got = rank_ranges([float(values[i]) for i in kept], [arrays[i] for i in kept], bench.seed,
+                          f"leaderboard|{ood_set}", bench.evaluation.ci_resamples)
+    except ValueError:  # the worst cases do not hold the same images: nothing to pair
+        return ranks
+    for i, (best, worst) in zip(kept, got):
+        ranks[i] = rank_label(best, worst)
     return ranks
 
 
@@ -295,9 +342,11 @@ def page(bench: Benchmark, frame: pd.DataFrame) -> str:
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(bench.key)} robust-OOD "
             f"leaderboard</title><style>{STYLE}</style></head><body>\n<h1>{esc(bench.key)}</h1>\n"
             f"<p>{esc(bench.summary())}</p>\n<p>Robust AUROC (%) of the per-image worst case over the standard "
-            "ensemble, both sides attacked, with its 95 % interval; ranks with ties by the paired bootstrap on the "
-            "benchmark's images; <em>best known</em>: the lowest robust AUROC any entry of the cell found; "
-            "<em>unreliable</em>: the best known lies below the entry's interval. How to add an entry: "
+            "ensemble, both sides attacked, with its 95 % interval; <em>rank</em>: the range of places the entry can "
+            "take (1-3: any of the first three) by paired bootstrap tests on the benchmark's images, Holm-adjusted "
+            "over every pair of the set; <em>not compared</em>: no shared images to pair; <em>no rank</em>: fewer "
+            "images than the runs' min_conclusive; <em>best known</em>: the lowest robust AUROC any entry of the "
+            "cell found; <em>unreliable</em>: the best known lies below the entry's interval. How to add an entry: "
             "docs/leaderboard.md.</p>\n<p><label>Filter: <input id=\"filter\" type=\"search\"></label></p>\n"
             f"<table id=\"board\"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>\n"
             f"<script>{SCRIPT}</script>\n</body></html>\n")

@@ -2,18 +2,18 @@
 ``smoothed`` evaluator's rows are ``ood.csv``'s cells) and the group of every natural set (:func:`set_groups`, the
 product :data:`SET_GROUPS`, read by ``ood`` and ``levels``: defined in the core, :mod:`advopenood.evaluation.shared`,
 public through :mod:`advopenood.plugin`, re-exported here), and which sets are a transfer result for a detector
-(:func:`transfer_rows`)."""
+(:func:`transfer_rows`), and where the sets of a mean take their images from (:func:`mean_sources`)."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
 
 from advopenood.plugin import (  # noqa: F401
-    SET_GROUPS, IntervalPolicy, RunContext, dataset_name, is_detector_aware, natural_group, ood_metrics, registry,
-    set_groups)
+    SET_GROUPS, ImageSource, IntervalPolicy, RunContext, dataset_name, image_sources, is_detector_aware, natural_group,
+    ood_metrics, registry, set_groups)
 
 #: the four metrics of a cell (OpenOOD's), in percent
 METRICS = ("fpr95", "auroc", "aupr_in", "aupr_out")
@@ -74,3 +74,14 @@ def saved_set_groups(run: Any) -> dict[str, str]:
             continue
     return {str(name): declared.get(name) or natural_group(dataset, str(name))
             for name in (run.info.get("data") or {}).get("ood") or {}}
+
+
+def mean_sources(ctx: RunContext, scores: dict[str, np.ndarray], sets: Iterable[str],
+                 masks: dict[str, np.ndarray | None]) -> dict[str, ImageSource]:
+    """Where each set of a mean takes its OOD-side images from (:func:`~advopenood.evaluation.intervals.image_sources`):
+    an attacked set's rows are its source's (the ID test images, or the natural OOD set it attacked: ``AdvSet.source``),
+    its positives only where ``masks`` selects them; a natural set is its own."""
+    sets = list(sets)
+    sizes = {"id": len(scores["id"]), **{n: len(scores[n]) for n in ctx.ood_sets if n in scores}}
+    source_of = {s: ctx.adv_sets[s].source for s in sets if s in ctx.adv_sets}
+    return image_sources(sets, source_of, sizes, masks, {s: len(scores[s]) for s in sets})

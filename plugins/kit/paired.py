@@ -24,11 +24,13 @@ set's pairs at most 5 %: the headline's ranks and its ``first`` claims read ``p_
 **Ranks with ties** (:func:`holm_ranks`): the leaderboard's ``<metric>_rank`` orders the detectors best first (higher
 AUROC, lower FPR95) by the headline's rule (:func:`advopenood_plugins.evaluators.ood.headline.rank_ranges`), never by
 overlapping intervals: every pair of detectors is compared by the paired bootstrap of their means (``replicates``:
-each detector's mean replicates on the same draws of the shared ID images, :func:`rank_replicates`), two-sided
+each detector's mean replicates on the same draws of the shared images, :func:`rank_replicates`), two-sided
 p-value :func:`~advopenood.evaluation.intervals.bootstrap_p` of ``mean_a - mean_b``, Holm-adjusted over the metric's
-pairs (:func:`~advopenood.evaluation.intervals.holm`); a detector's rank is 1 + the number of detectors shown better
-(``p_holm < 0.05``), so detectors not shown apart share a rank. Without replicates for every ranked detector (a
-``delong`` or ``none`` run): competition ranks of the point estimates (1, 1, 3). Below ``min_conclusive``
+pairs (:func:`~advopenood.evaluation.intervals.holm`); a detector's rank is a range (``<metric>_rank`` to
+``<metric>_rank_worst``, :func:`holm_rank_ranges`): from 1 + the number of detectors shown better (``p_holm <
+0.05``) to the number ranked - the number shown worse, so detectors not shown apart share places. Without
+replicates for every ranked detector (a ``delong`` or ``none`` run): competition ranks of the point estimates (1, 1,
+3) at both ends. Below ``min_conclusive``
 (:data:`~advopenood.evaluation.metrics.MIN_CONCLUSIVE` ID images) no rank; a NaN mean has no rank.
 """
 from __future__ import annotations
@@ -43,7 +45,8 @@ import pandas as pd
 
 from advopenood.plugin import (LEVEL, MIN_CONCLUSIVE, Bullets, Claim, Paragraph, RunContext, Section, Table, UsageError,
                                bootstrap_p, bound_label, cell_key, holm, join, name as label, pair_claim, registry,
-                               shared_id_replicates, too_few, twin_of)
+                               shared_mean_replicates, too_few, twin_of)
+from advopenood_plugins.kit.ood import mean_sources
 
 #: up to this many scored detectors every pair is compared; above it, each detector against the best on the set
 MAX_ALL_PAIRS = 20
@@ -123,26 +126,36 @@ def paired_table(ctx: RunContext, ood: pd.DataFrame, masks: dict[str, np.ndarray
 
 
 def holm_ranks(values: Iterable[float], replicates: dict[int, np.ndarray] | None, higher_better: bool) -> list[Any]:
-    """Ranks by Holm-adjusted paired tests (module docstring): ``replicates`` maps a row to its mean's paired
-    replicates; 1 + the number of rows shown better; competition ranks of the values without replicates for every
-    ranked row; NaN -> ``pd.NA``."""
+    """The best end of each row's rank range (:func:`holm_rank_ranges`): 1 + the number of rows shown better;
+    NaN -> ``pd.NA``."""
+    return [pd.NA if r is None else r[0] for r in holm_rank_ranges(values, replicates, higher_better)]
+
+
+def holm_rank_ranges(values: Iterable[float], replicates: dict[int, np.ndarray] | None, higher_better: bool
+                     ) -> list[tuple[int, int] | None]:
+    """Each row's ``(best, worst)`` rank by Holm-adjusted paired tests (module docstring): ``replicates`` maps a row
+    to its mean's paired replicates; best = 1 + the rows shown better, worst = the ranked rows - the rows shown
+    worse (the headline's :func:`~advopenood_plugins.evaluators.ood.headline.rank_ranges`); without replicates for
+    every ranked row, the competition rank of the values at both ends (no test: one place each); NaN -> None."""
     vals = np.asarray(list(values), dtype=float)
     sign = 1.0 if higher_better else -1.0
     kept = [i for i in range(len(vals)) if not math.isnan(vals[i])]
-    ranks: list[Any] = [pd.NA] * len(vals)
+    ranks: list[tuple[int, int] | None] = [None] * len(vals)
     reps = replicates or {}
     if not all(i in reps and len(reps[i]) for i in kept):
         for i in kept:
-            ranks[i] = 1 + int(sum(sign * vals[j] > sign * vals[i] for j in kept))
+            ranks[i] = (1 + int(sum(sign * vals[j] > sign * vals[i] for j in kept)),) * 2
         return ranks
     pairs = list(combinations(kept, 2))
     adjusted = holm([bootstrap_p(np.asarray(reps[a]) - np.asarray(reps[b])) for a, b in pairs])
-    better = {i: 0 for i in kept}
+    better, worse = {i: 0 for i in kept}, {i: 0 for i in kept}
     for (a, b), p in zip(pairs, adjusted):
         if p < 1 - LEVEL and vals[a] != vals[b]:
-            better[b if sign * vals[a] > sign * vals[b] else a] += 1
+            high, low = (a, b) if sign * vals[a] > sign * vals[b] else (b, a)
+            better[low] += 1
+            worse[high] += 1
     for i in kept:
-        ranks[i] = 1 + better[i]
+        ranks[i] = (1 + better[i], len(kept) - worse[i])
     return ranks
 
 
@@ -174,25 +187,28 @@ def _tied(vals: np.ndarray, los: np.ndarray, his: np.ndarray, i: int, j: int) ->
 def add_ranks(board: pd.DataFrame, ranked: dict[str, bool],
               replicates: Callable[[str, str], np.ndarray | None] | None = None, n_id: int | None = None
               ) -> pd.DataFrame:
-    """``board`` with a ``<metric>_rank`` column (nullable integers) for each metric of ``ranked`` it holds
-    (:func:`holm_ranks`); ``replicates(detector, metric)``: the mean's paired replicates (None: none); all NA when
-    ``n_id`` is below :data:`~advopenood.evaluation.metrics.MIN_CONCLUSIVE`."""
+    """``board`` with ``<metric>_rank`` and ``<metric>_rank_worst`` columns (nullable integers: the two ends of the
+    rank range, :func:`holm_rank_ranges`) for each metric of ``ranked`` it holds; ``replicates(detector, metric)``:
+    the mean's paired replicates (None: none); all NA when ``n_id`` is below
+    :data:`~advopenood.evaluation.metrics.MIN_CONCLUSIVE`."""
     for metric, higher in ranked.items():
         if metric in board:
             reps = {} if replicates is None else {i: replicates(d, metric) for i, d in enumerate(board["detector"])}
-            ranks = holm_ranks(board[metric], {i: r for i, r in reps.items() if r is not None}, higher)
+            ranks = holm_rank_ranges(board[metric], {i: r for i, r in reps.items() if r is not None}, higher)
             if n_id is not None and n_id < MIN_CONCLUSIVE:
-                ranks = [pd.NA] * len(board)
-            board[f"{metric}_rank"] = pd.array(ranks, dtype="Int64")
+                ranks = [None] * len(board)
+            board[f"{metric}_rank"] = pd.array([pd.NA if r is None else r[0] for r in ranks], dtype="Int64")
+            board[f"{metric}_rank_worst"] = pd.array([pd.NA if r is None else r[1] for r in ranks], dtype="Int64")
     return board
 
 
 def rank_replicates(ctx: RunContext, masks: dict[str, np.ndarray | None], board: pd.DataFrame
                     ) -> Callable[[str, str], np.ndarray | None]:
     """``replicates(detector, metric)`` for :func:`add_ranks`: the replicates of the detector's mean over its
-    ``<group>_sets`` with the ID images and each set's OOD images drawn by key ``rank|<group>`` (the same draws for
-    every detector, so the means are paired; :func:`~advopenood.evaluation.intervals.shared_id_replicates`); None
-    without bootstrap, without scores, or with too few images."""
+    ``<group>_sets`` with the ID images and the OOD images its sets share (:func:`~advopenood_plugins.kit.ood.
+    mean_sources`) drawn once per replicate by key ``rank|<group>`` (the same draws for every detector, so the means
+    are paired; :func:`~advopenood.evaluation.intervals.shared_mean_replicates`); None without bootstrap, without
+    scores, or with too few images."""
     done: dict[tuple[str, str], dict[str, np.ndarray] | None] = {}
     sets = {(r["detector"], g): str(r.get(f"{g}_sets") or "") for r in board.to_dict("records")
             for g in ("near", "far", "adv")}
@@ -207,9 +223,9 @@ def rank_replicates(ctx: RunContext, masks: dict[str, np.ndarray | None], board:
             arrays = [np.asarray(scores["id"], float), *(np.asarray(o, float) for o in oods.values())]
             usable = not any(too_few(len(arrays[0]), len(o)) for o in arrays[1:]) and \
                 not any(np.isnan(a).any() for a in arrays)
-            done[(det, group)] = None if not usable else {m: np.mean([r[m] for r in reps], axis=0) for reps in [
-                shared_id_replicates(arrays[0], oods, ctx.intervals.seed, cell_key("rank", group),
-                                     ctx.intervals.resamples, ("fpr95", "auroc"))] for m in ("fpr95", "auroc")}
+            done[(det, group)] = None if not usable else shared_mean_replicates(
+                arrays[0], oods, ctx.intervals.seed, cell_key("rank", group), ctx.intervals.resamples,
+                ("fpr95", "auroc"), mean_sources(ctx, scores, names, masks))
         got = done[(det, group)]
         return None if got is None else got[name]
 

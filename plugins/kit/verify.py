@@ -83,3 +83,19 @@ def transfer(rows: Any) -> Any:
     """Which (re-derived) ``ood.csv`` rows are a transfer result: detector X on a set aimed at another detector."""
     target = rows["aimed_at"].map(lambda v: "" if pd.isna(v) else str(v))
     return (target != "") & (target != rows["detector"].astype(str))
+
+
+def shared_sources(run: Any, arrays: Any, masks: dict[str, np.ndarray | None]
+                   ) -> dict[str, tuple[str, int, np.ndarray]]:
+    """The checker's ``(pool, pool size, rows)`` of each set of a mean (masks: its positive rows, None: all): an
+    attacked set's rows are those of its source in ``run.json`` (``attacks.<set>.source``: ``id`` or the natural set
+    it attacked), a natural set's its own; a set with more rows than its source holds is its own pool."""
+    attacks = run.info.get("attacks") or {}
+    out = {}
+    for name, mask in masks.items():
+        n = len(arrays[name])
+        pool = str((attacks.get(name) or {}).get("source") or name)
+        rows = np.arange(n) if mask is None else np.flatnonzero(mask)
+        size = len(arrays[pool]) if pool in arrays else None
+        out[name] = (pool, size, rows) if size is not None and n <= size else (name, len(rows), np.arange(len(rows)))
+    return out

@@ -6,12 +6,17 @@ Schema: OpenOOD's leaderboard branch (github.com/Jingkang50/OpenOOD, branch ``le
 ``Training``, ``Postprocessor`` (the alias as an HTML link to its paper, from ``utils/papers.csv``),
 ``Near-OOD_AUROC``, ``Far-OOD_AUROC``, ``ID_Accuracy`` (strings, "mean ± std" over OpenOOD's three training runs,
 or one value), ``Outlier_Data``, ``Arch``, ``Additional_Description``, ``ID_Accuracy_Mean``,
-``Near-OOD_AUROC_Mean``, ``Far-OOD_AUROC_Mean`` (``'{:.2f}'``, ``/`` when unavailable) and ``Rank`` (by near-OOD
-AUROC, ``rank(ascending=False, method='first')``).
+``Near-OOD_AUROC_Mean``, ``Far-OOD_AUROC_Mean`` (``'{:.2f}'``, ``/`` when unavailable) and ``Rank`` (there: by
+near-OOD AUROC, ``rank(ascending=False, method='first')``, a point-estimate ordering).
 
 Each detector of the run gives one such object, filled from ``leaderboard.csv`` (near/far AUROC: the mean over the
-group's sets, as OpenOOD's ``nearood``/``farood`` rows; one run, so one value and no "± std"); ``Rank`` ranks the
-run's detectors only. ``Training`` is ``CrossEntropy`` for a model the run trained (``model.train``,
+group's sets, as OpenOOD's ``nearood``/``farood`` rows; one run, so one value and no "± std"). ``Rank`` ranks the
+run's detectors only, by the rule of the headline and ``leaderboard.csv``: it is the best end of the near-OOD
+AUROC's rank range (``leaderboard.csv``'s ``near_auroc_rank``: Holm-adjusted paired bootstrap tests,
+:func:`~advopenood_plugins.kit.paired.holm_rank_ranges`; the point estimates without a bootstrap), ``Rank_Worst``
+its worst end (an integer each, so that OpenOOD's readers still sort by ``Rank``), ``Rank_Rule`` the rule; ``/`` in
+both, and the reason in ``Rank_Rule``, below :data:`~advopenood.evaluation.metrics.MIN_CONCLUSIVE` ID images (no
+rank). ``Training`` is ``CrossEntropy`` for a model the run trained (``model.train``,
 ``advopenood.models.training``: cross-entropy, with mixup when set) and ``/`` (unknown) for a checkpoint, whose file stem is
 named in ``Additional_Description`` (and ``unknown`` in the file name); ``Outlier_Data`` is ``No`` (post-hoc detectors fit on ID data only).
 
@@ -34,7 +39,7 @@ from typing import Any
 
 import pandas as pd
 
-from advopenood.plugin import RunContext, __version__, eps_label, weights_hash
+from advopenood.plugin import MIN_CONCLUSIVE, RunContext, __version__, eps_label, weights_hash
 from advopenood_plugins.kit.ensemble import robust_rows
 
 #: our detector names -> OpenOOD's postprocessor aliases and ``utils/papers.csv`` links (leaderboard f969dfa)
@@ -89,6 +94,22 @@ def training(model: Any) -> str:
     return "CrossEntropy + Mixup" if float(model.train.mixup or 0) > 0 else "CrossEntropy"
 
 
+def rank_end(value: Any) -> Any:
+    """One end of a rank range as an integer (OpenOOD's ``Rank`` is a number), ``/`` without a rank."""
+    return MISSING if value is None or pd.isna(value) else int(value)
+
+
+def rank_rule(board: pd.DataFrame, n_id: int) -> str:
+    """``Rank_Rule``: how ``Rank`` .. ``Rank_Worst`` were decided (``leaderboard.csv``'s ``near_auroc_rank`` and
+    ``near_auroc_rank_worst``, :func:`~advopenood_plugins.kit.paired.holm_rank_ranges`), or why there is no rank."""
+    if n_id < MIN_CONCLUSIVE:
+        return f"no rank: {n_id} ID images, fewer than min_conclusive ({MIN_CONCLUSIVE})"
+    ci = str(board["ci"].iloc[0]) if "ci" in board and len(board) else "none"
+    if ci.startswith("bootstrap"):
+        return f"near-OOD AUROC, Holm-adjusted paired {ci} tests over the run's detectors (Rank..Rank_Worst)"
+    return "near-OOD AUROC point estimates (no paired test)"
+
+
 def robust_means(robust: pd.DataFrame | None, groups: dict[str, str]) -> dict[str, dict[str, Any]]:
     """Per detector, our robust fields: near / far means of ``robust_auroc`` and ``robust_fpr95`` of the rows
     :func:`~advopenood_plugins.kit.ensemble.robust_rows` chooses, their eps and method."""
@@ -116,15 +137,14 @@ def openood_entries(board: pd.DataFrame, ctx: RunContext, groups: dict[str, str]
     train = training(model)
     checkpoint = Path(str(model.checkpoint or "")).stem
     description = f"advopenood {ctx.protocol}" + (f" {checkpoint}" if checkpoint else "")
-    ranks = pd.to_numeric(board["near_auroc"], errors="coerce").round(2).rank(
-        ascending=False, method="first", na_option="bottom")
+    rule = rank_rule(board, len(ctx.clean.y))
     robust_fields = robust_means(robust, groups)
     provenance = {"version": __version__, "protocol": ctx.protocol, "seed": ctx.seed, "dataset": dataset,
                   "model_weights_sha256": weights_hash(ctx.model),
                   "attacks": {name: {"attack": adv.attack, "key": adv.key, "eps": adv.eps, "source": adv.source}
                               for name, adv in ctx.adv_sets.items()}}
     rows = []
-    for r, rank in zip(board.to_dict("records"), ranks):
+    for r in board.to_dict("records"):
         pp = POSTPROCESSORS.get(r["detector"], (str(r["detector"]).upper(), ""))[0]
         stem = f"{train if train != MISSING else 'unknown'}_{pp}_{arch.replace('/', '-')}_{description}"
         path = f"model_info/{BENCHMARKS.get(dataset, dataset)}/{stem.replace(' ', '_')}.json"
@@ -133,7 +153,9 @@ def openood_entries(board: pd.DataFrame, ctx: RunContext, groups: dict[str, str]
                "ID_Accuracy": cell(r["id_acc"]), "Outlier_Data": "No", "Arch": arch,
                "Additional_Description": description, "ID_Accuracy_Mean": cell(r["id_acc"]),
                "Near-OOD_AUROC_Mean": cell(r["near_auroc"]), "Far-OOD_AUROC_Mean": cell(r["far_auroc"]),
-               "Rank": int(rank), "Adversarial_AUROC": cell(r["adv_auroc"]), "Adversarial_FPR95": cell(r["adv_fpr95"]),
+               "Rank": rank_end(r.get("near_auroc_rank")), "Rank_Worst": rank_end(r.get("near_auroc_rank_worst")),
+               "Rank_Rule": rule if not pd.isna(r.get("near_auroc_rank")) or rule.startswith("no rank") else
+               "no rank: no near-OOD AUROC", "Adversarial_AUROC": cell(r["adv_auroc"]), "Adversarial_FPR95": cell(r["adv_fpr95"]),
                **{f"{field}_{end.capitalize()}": cell(r.get(f"{col}_{end}")) for field, col in INTERVAL_FIELDS.items()
                   for end in ("lo", "hi")}, "CI": str(r.get("ci", "none")),
                **robust_fields.get(str(r["detector"]), {

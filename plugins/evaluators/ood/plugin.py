@@ -55,7 +55,7 @@ from advopenood_plugins.evaluators.ood.leaderboard import openood_entries
 from advopenood_plugins.evaluators.ood.report import (adaptive_section, leaderboard_section, ood_plots, ood_section,
                                                       with_positives)
 from advopenood_plugins.kit.ood import (METRICS, NAN_METRICS, SET_GROUPS, Replicates, metric_row,  # noqa: F401
-                                        aimed_at, set_groups, transfer_rows)
+                                        aimed_at, mean_sources, set_groups, transfer_rows)
 from advopenood_plugins.kit.ensemble import ENSEMBLE
 from advopenood_plugins.kit.robust import ROBUST_TABLE
 from advopenood_plugins.kit.paired import (FSOOD_RANKED, RANKED, add_ranks, paired_section, paired_table,
@@ -75,9 +75,10 @@ FSOOD_COLUMNS = ["dataset", "arch", "detector", "backend", "ood_set", "group", *
 LEADERBOARD_COLUMNS = ["dataset", "arch", "detector", "backend", *bound_columns(["id_acc"]),
                        *bound_columns(["near_fpr95", "near_auroc", "far_fpr95", "far_auroc", "adv_fpr95", "adv_auroc"]),
                        "n_near", "n_far", "n_adv", "near_sets", "far_sets", "adv_sets", "ci",
-                       *[f"{m}_rank" for m in RANKED]]
+                       *[c for m in RANKED for c in (f"{m}_rank", f"{m}_rank_worst")]]
 FSOOD_LEADERBOARD_COLUMNS = ["csid_acc", *bound_columns(["fsood_near_fpr95", "fsood_near_auroc", "fsood_far_fpr95",
-                                                         "fsood_far_auroc"]), *[f"{m}_rank" for m in FSOOD_RANKED]]
+                                                         "fsood_far_auroc"]),
+                             *[c for m in FSOOD_RANKED for c in (f"{m}_rank", f"{m}_rank_worst")]]
 
 
 def pivot_table(df: pd.DataFrame, replicates: Replicates | None = None,
@@ -144,7 +145,8 @@ def _group_cells(part: pd.DataFrame, prefix: str, keys: list[str], replicates: R
 
 def mean_bounds(ctx: RunContext, masks: dict[str, np.ndarray | None]
                 ) -> Callable[[str, list[str]], dict[str, tuple[float, float]]]:
-    """``bounds(detector, sets)``: the interval of a scored detector's mean over ``sets`` with the ID images
+    """``bounds(detector, sets)``: the interval of a scored detector's mean over ``sets`` with every image its sets
+    share, the ID images and each natural OOD set's images under all its attacked forms (:func:`mean_sources`),
     resampled once per replicate for all of them (:meth:`~advopenood.evaluation.intervals.IntervalPolicy.shared_mean`,
     cell key ``mean|<det>|<set>|<set>...``, the sets sorted: one mean, one interval in the leaderboard and in
     ``table_ood.csv``); ``masks``: each set's positive rows, as ``ood.csv`` used them. NaN for a detector without
@@ -157,7 +159,8 @@ def mean_bounds(ctx: RunContext, masks: dict[str, np.ndarray | None]
             return {}
         if key not in done:
             oods = {s: scores[s] if masks.get(s) is None else scores[s][masks[s]] for s in key[1:]}
-            done[key] = ctx.intervals.shared_mean(cell_key("mean", *key), scores["id"], oods)
+            done[key] = ctx.intervals.shared_mean(cell_key("mean", *key), scores["id"], oods,
+                                                  sources=mean_sources(ctx, scores, key[1:], masks))
         return done[key]
 
     return bounds

@@ -258,10 +258,12 @@ def leaderboard_section(board: pd.DataFrame) -> Section:
     gaps = leaderboard_gaps(board)
     return Section("Natural and adversarial robustness side by side", [
         Paragraph("Per detector: OpenOOD v1.5's near-OOD and far-OOD means (AUROC, FPR95) and the ID accuracy, "
-                  "next to the mean over the adversarial sets (leaderboard.csv). Each mean's <metric>_rank ranks the "
-                  "detectors best first by the headline's rule: 1 + the number of detectors whose mean a paired "
-                  "bootstrap test (the shared images resampled alike for every detector), Holm-adjusted over the "
-                  "metric's pairs, shows better (p_holm < 0.05); overlapping intervals are not a test. Without "
+                  "next to the mean over the adversarial sets (leaderboard.csv); each mean's interval draws every "
+                  "image its sets share (ID and OOD) once per resample. Each mean's rank is a range by the headline's "
+                  "rule, from <metric>_rank, 1 + the number of detectors whose mean a paired bootstrap test (the "
+                  "shared images resampled alike for every detector), Holm-adjusted over the metric's pairs, shows "
+                  "better (p_holm < 0.05), to <metric>_rank_worst, the number ranked less the number it shows worse; "
+                  "overlapping intervals are not a test. Without "
                   f"bootstrap replicates the ranks follow the point estimates; with fewer than {MIN_CONCLUSIVE} ID "
                   "images there is no rank."),
         Table(board), *([Bullets(gaps, "empty columns")] if gaps else [])])

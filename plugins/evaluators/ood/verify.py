@@ -18,7 +18,8 @@ import pandas as pd
 
 from advopenood.plugin import oracle
 from advopenood_plugins.evaluators.ood.verify_paired import verify_paired
-from advopenood_plugins.kit.verify import BOUNDS, METRICS, Draws, aimed, ci_plan, rederive_bounds, transfer
+from advopenood_plugins.kit.verify import (BOUNDS, METRICS, Draws, aimed, ci_plan, rederive_bounds, shared_sources,
+                                           transfer)
 
 #: the numbers of ``table_adaptive.csv`` that verify re-derives
 ADAPTIVE_VALUES = ["auroc_baseline", "auroc_adaptive", "delta_auroc", "fpr95_baseline", "fpr95_adaptive",
@@ -205,7 +206,8 @@ def rederive_leaderboard(ood: pd.DataFrame, draws: Draws | None = None, run: Any
     """Per detector, the plain means of the (re-derived) ood rows of each group, near / far / adversarial (NaN if
     any member is NaN; a set aimed at another detector left out, :func:`~advopenood_plugins.kit.verify.transfer`),
     as OpenOOD's ``nearood`` / ``farood`` rows, and the sets each averages (``<group>_sets``).
-    Each mean's interval: with ``run`` (its scores), the checker's mean over sets that share the ID images
+    Each mean's interval: with ``run`` (its scores), the checker's mean over sets that share the ID images and,
+    by :func:`shared_sources`, OOD images
     (:func:`advopenood.evaluation.oracle.shared_mean_interval`, key ``mean|<det>|<set>|<set>...``, sorted; NaN
     unless the run's method is the bootstrap and every set has at least 2 images); without, the percentiles of the
     mean of its cells' replicates (NaN without them)."""
@@ -251,16 +253,19 @@ def _shared_mean(run: Any, plan: Any, det: str, sub: pd.DataFrame) -> dict[str, 
     """:func:`_shared_bounds` computed."""
     nan = {m: (math.nan, math.nan) for m in ("fpr95", "auroc")}
     arrays = run.scores(det)
-    oods = {}
+    oods, masks = {}, {}
     for r in sub.to_dict("records"):
         conf = arrays[r["ood_set"]].astype(float)
-        oods[r["ood_set"]] = conf[arrays[f"{r['ood_set']}.success"].astype(bool)] if r["positives"] == "successful" \
-            else conf
+        masks[r["ood_set"]] = arrays[f"{r['ood_set']}.success"].astype(bool) if r["positives"] == "successful" \
+            else None
+        oods[r["ood_set"]] = conf if masks[r["ood_set"]] is None else conf[masks[r["ood_set"]]]
     conf_id = arrays["id"].astype(float)
     if min(len(conf_id), *(len(o) for o in oods.values())) < 2 or \
             any(np.isnan(a).any() for a in (conf_id, *oods.values())):
         return nan
-    return oracle.shared_mean_interval(conf_id, oods, plan.seed, "|".join(["mean", det, *sorted(oods)]), plan.resamples)
+    return oracle.shared_mean_interval(conf_id, oods, plan.seed, "|".join(["mean", det, *sorted(oods)]), plan.resamples,
+                                       sources=shared_sources(run, arrays, masks))
+
 
 
 def rederive_fsood(run: Any, rederived: pd.DataFrame) -> pd.DataFrame:

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from advopenood.plugin import oracle
-from advopenood_plugins.kit.verify import ci_plan, pairs_of
+from advopenood_plugins.kit.verify import ci_plan, pairs_of, shared_sources
 
 COLUMNS = ["group", "twin", "auroc_a", "auroc_b", "delta_auroc", "delta_auroc_lo", "delta_auroc_hi", "ci",
            "significant", "p_value", "p_holm", "n_id", "n_ood"]
@@ -65,10 +65,11 @@ def rederive_paired(run: Any, ood: pd.DataFrame) -> pd.DataFrame:
 
 def rederive_ranks(board: pd.DataFrame, metrics: list[str], run: Any = None, ood: pd.DataFrame | None = None
                    ) -> pd.DataFrame:
-    """``<metric>_rank`` per detector from ``board``'s means: best first (AUROC down, FPR95 up), 1 + the number of
-    detectors whose paired bootstrap test of the means (replicates of the checker,
-    :func:`advopenood.evaluation.oracle.shared_mean_replicates`, key ``rank|<group>`` for every detector), Holm-adjusted
-    over the metric's pairs, shows better (``p_holm < 0.05``); competition ranks of the means without replicates for
+    """``<metric>_rank`` and ``<metric>_rank_worst`` per detector from ``board``'s means: best first (AUROC down,
+    FPR95 up), 1 + the number of detectors whose paired bootstrap test of the means (replicates of the checker,
+    :func:`advopenood.evaluation.oracle.shared_mean_replicates`, key ``rank|<group>`` for every detector, the images
+    its sets share drawn once), Holm-adjusted over the metric's pairs, shows better (``p_holm < 0.05``), and the
+    number ranked - the number it shows worse; competition ranks (at both ends) of the means without replicates for
     every ranked detector (no run, not the bootstrap, too few images); none below the run's ``min_conclusive``."""
     out = board[["detector"]].copy()
     plan = ci_plan(run) if run is not None else None
@@ -80,21 +81,24 @@ def rederive_ranks(board: pd.DataFrame, metrics: list[str], run: Any = None, ood
         kept = [i for i in range(len(board)) if not math.isnan(vals[i])]
         reps = {i: _mean_replicates(run, plan, ood, board.iloc[i], metric) for i in kept} if plan is not None else {}
         ranks: list[float] = [math.nan] * len(board)
+        worst: list[float] = [math.nan] * len(board)
         if kept and all(reps.get(i) is not None for i in kept):
             pairs = [(a, b) for x, a in enumerate(kept) for b in kept[x + 1:]]
             adjusted = oracle.holm([oracle.bootstrap_p(reps[a] - reps[b]) for a, b in pairs])
-            better = {i: 0 for i in kept}
+            better, shown_worse = {i: 0 for i in kept}, {i: 0 for i in kept}
             for (a, b), p in zip(pairs, adjusted):
                 if p < 1 - oracle.LEVEL and vals[a] != vals[b]:  # the threshold of the headline (1 - LEVEL)
-                    better[a if sign * vals[a] > sign * vals[b] else b] += 1
+                    low, high = (a, b) if sign * vals[a] > sign * vals[b] else (b, a)
+                    better[low] += 1
+                    shown_worse[high] += 1
             for i in kept:
-                ranks[i] = 1 + better[i]
+                ranks[i], worst[i] = 1 + better[i], len(kept) - shown_worse[i]
         else:
             for i in kept:
-                ranks[i] = 1 + sum(sign * vals[j] < sign * vals[i] for j in kept)
+                ranks[i] = worst[i] = 1 + sum(sign * vals[j] < sign * vals[i] for j in kept)
         if run is not None and n_id < minimum:
-            ranks = [math.nan] * len(board)
-        out[f"{metric}_rank"] = ranks
+            ranks = worst = [math.nan] * len(board)
+        out[f"{metric}_rank"], out[f"{metric}_rank_worst"] = ranks, worst
     return out
 
 
@@ -108,15 +112,17 @@ def _mean_replicates(run: Any, plan: Any, ood: pd.DataFrame, row: pd.Series, met
         return None
     arrays = run.scores(row["detector"])
     mine = ood[ood["detector"] == row["detector"]].set_index("ood_set")
-    oods = {}
+    oods, masks = {}, {}
     for s in sets:
         conf = arrays[s].astype(float)
-        oods[s] = conf[arrays[f"{s}.success"].astype(bool)] if mine.loc[s, "positives"] == "successful" else conf
+        masks[s] = arrays[f"{s}.success"].astype(bool) if mine.loc[s, "positives"] == "successful" else None
+        oods[s] = conf if masks[s] is None else conf[masks[s]]
     conf_id = arrays["id"].astype(float)
     if min(len(conf_id), *(len(o) for o in oods.values())) < 2 or \
             any(np.isnan(a).any() for a in (conf_id, *oods.values())):
         return None
-    return oracle.shared_mean_replicates(conf_id, oods, plan.seed, f"rank|{group}", plan.resamples, (name,))[name]
+    return oracle.shared_mean_replicates(conf_id, oods, plan.seed, f"rank|{group}", plan.resamples, (name,),
+                                         shared_sources(run, arrays, masks))[name]
 
 
 def verify_paired(run: Any, ood: pd.DataFrame, board: pd.DataFrame | None, rederived_board: pd.DataFrame | None
@@ -134,7 +140,29 @@ def verify_paired(run: Any, ood: pd.DataFrame, board: pd.DataFrame | None, reder
         lines = [str(exc)]
     if board is not None and rederived_board is not None:
         metrics = [c[:-5] for c in board.columns if c.endswith("_rank") and c[:-5] in rederived_board]
+        columns = [c for m in metrics for c in (f"{m}_rank", f"{m}_rank_worst") if c in board.columns]
         lines += compare(rederive_ranks(rederived_board, metrics, run, ood),
-                         board[board["detector"].isin(run.detectors)],
-                         ["detector"], [f"{m}_rank" for m in metrics], table="leaderboard.csv")
+                         board[board["detector"].isin(run.detectors)], ["detector"], columns, table="leaderboard.csv")
+        lines += verify_openood_rank(run, board)
+    return lines
+
+
+def verify_openood_rank(run: Any, board: pd.DataFrame) -> list[str]:
+    """``leaderboard_openood.json``'s ``Rank`` / ``Rank_Worst`` of each detector: ``leaderboard.csv``'s
+    ``near_auroc_rank`` / ``near_auroc_rank_worst`` (checked above against their re-derivation) as integers, ``/``
+    where there is none (a file written before ``Rank_Worst`` existed is not checked)."""
+    import json
+
+    if not run.has("leaderboard_openood.json") or "near_auroc_rank_worst" not in board.columns:
+        return []
+    ranks = board.set_index(board["detector"].astype(str))
+    lines = []
+    for entry in json.loads((run.path / "leaderboard_openood.json").read_text()):
+        det = str(entry["advopenood"]["detector"])
+        if det not in ranks.index:
+            continue
+        want = ["/" if pd.isna(v) else int(v) for v in ranks.loc[det, ["near_auroc_rank", "near_auroc_rank_worst"]]]
+        if [entry.get("Rank"), entry.get("Rank_Worst")] != want:
+            lines.append(f"leaderboard_openood.json: {det} Rank, Rank_Worst: written "
+                         f"{[entry.get('Rank'), entry.get('Rank_Worst')]!r}, leaderboard.csv {want!r}")
     return lines

@@ -2,6 +2,7 @@
 interval is narrower than the unpaired one on real scores, twins are always paired, ``verify`` re-derives them."""
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from pathlib import Path
@@ -16,7 +17,8 @@ from advopenood.cli.main import main
 from advopenood.evaluation import intervals as iv
 from advopenood.evaluation.metrics import auroc_difference_interval, auroc_interval
 from advopenood.outputs.plots import chance_mask, ood_matrix
-from advopenood_plugins.kit.paired import MAX_ALL_PAIRS, add_ranks, detector_pairs, holm_ranks, paired_table, tie_ranks
+from advopenood_plugins.kit.paired import (MAX_ALL_PAIRS, add_ranks, detector_pairs, holm_rank_ranges, holm_ranks,
+                                           paired_table, tie_ranks)
 
 from conftest import pack_config
 
@@ -137,6 +139,21 @@ def test_leaderboard_ranks_follow_the_paired_holm_tests_not_overlapping_interval
     assert below["adv_auroc_rank"].isna().all()  # fewer ID images than min_conclusive: no rank
 
 
+def test_a_rank_is_the_range_the_holm_tests_allow():
+    """A mean shown above two others that are not shown apart: ranks 1 and 2-3 (both ends written, the worst end
+    in ``<metric>_rank_worst``), where the best end alone read "2, 2" as if both were second; without replicates
+    the point estimates give one place each."""
+    rng = np.random.default_rng(1)
+    shared = rng.normal(0, 5, 2000)
+    reps = {0: 80 + shared, 1: 70 + shared + rng.normal(0, 3, 2000), 2: 70.5 + shared + rng.normal(0, 3, 2000)}
+    values = [80.0, 70.0, 70.5]
+    assert holm_rank_ranges(values, reps, True) == [(1, 1), (2, 3), (2, 3)]
+    assert holm_rank_ranges([10.0, 40.0, math.nan], None, False) == [(1, 1), (2, 2), None]
+    board = add_ranks(pd.DataFrame({"detector": ["a", "b", "c"], "adv_auroc": values}), {"adv_auroc": True},
+                      lambda d, m: reps["abc".index(d)], n_id=100)
+    assert board["adv_auroc_rank"].tolist() == [1, 2, 2] and board["adv_auroc_rank_worst"].tolist() == [1, 3, 3]
+
+
 def test_heatmap_marks_cells_whose_interval_contains_chance():
     rows = [("msp", "texture", 80, 70, 90), ("msp", "fgsm", 55, 45, 65), ("ebo", "texture", 50, NAN, NAN),
             ("ebo", "fgsm", 30, 20, 49.9)]
@@ -218,6 +235,20 @@ def test_verify_rederives_the_holm_ranks_of_a_run_above_min_conclusive(session_c
     capsys.readouterr()
     assert main(["verify", str(out)]) == 0
     assert "0 difference(s)" in capsys.readouterr().out
+    assert (board["far_auroc_rank"] <= board["far_auroc_rank_worst"]).all()
+    written = (out / "leaderboard_openood.json").read_text()
+    entries = json.loads(written)  # OpenOOD's Rank: the near-OOD AUROC's Holm range, not a point-estimate order
+    ranks = board.set_index("detector")
+    assert [[e["Rank"], e["Rank_Worst"]] for e in entries] == [
+        ["/" if pd.isna(v) else int(v) for v in ranks.loc[e["advopenood"]["detector"], ["near_auroc_rank",
+                                                                                       "near_auroc_rank_worst"]]]
+        for e in entries]
+    assert {e["Rank_Rule"] for e in entries} == {"no rank: no near-OOD AUROC"}  # the demo's sets are all far-OOD
+    entries[0]["Rank_Worst"] = len(entries) + 1
+    (out / "leaderboard_openood.json").write_text(json.dumps(entries))
+    assert main(["verify", str(out)]) == 1
+    assert "Rank, Rank_Worst" in capsys.readouterr().out
+    (out / "leaderboard_openood.json").write_text(written)
     board.loc[board["far_auroc_rank"].idxmin(), "far_auroc_rank"] = len(board) + 1
     board.to_csv(out / "leaderboard.csv", index=False, float_format="%.6g")
     assert main(["verify", str(out)]) == 1
