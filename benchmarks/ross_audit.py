@@ -242,6 +242,43 @@ def paired_table(out: Path, model: str) -> pd.DataFrame:
                          for r in paired.to_dict("records")])
 
 
+def published_pairs(out: Path, model: str, resamples: int = 4000) -> pd.DataFrame:
+    """ROSS minus its base under their protocol, paired: per ``ross_<base>`` and column of ``table_hekal2026.csv``
+    (No Attack, PGD-Min / PGD-Max at each eps), the AUROC difference (points) on the same ID and OOD images (each
+    detector on the set its own attack made; their protocol attacks ROSS through the base's gradient), with its
+    95 % percentile interval and the Bonferroni-level one over the pair's columns (level 1 - 0.05 / columns), from
+    the stratified bootstrap of :func:`advopenood.evaluation.intervals.paired_replicates` (seed 0, ``resamples``)."""
+    from advopenood.evaluation.intervals import paired_replicates, percentile
+
+    folder = out / f"{model}_published"
+    pub = pd.read_csv(folder / "table_hekal2026.csv")
+    rows = []
+    for det in [d for d in pub.detector.unique() if d.startswith("ross_")]:
+        base = det.removeprefix("ross_")
+        if base not in set(pub.detector):
+            continue
+        arrays = {d: np.load(folder / "scores" / f"{d}.npz") for d in (det, base)}
+        mine = pub[pub.detector == det]
+        level = 1 - 0.05 / len(mine)
+        for r in mine.to_dict("records"):
+            twin = pub[(pub.detector == base) & (pub.objective == r["objective"]) & (pub.ood_set == r["ood_set"])
+                       & ((pub.eps.isna() & pd.isna(r["eps"])) | np.isclose(pub.eps, r["eps"]))].iloc[0]
+            cells = []
+            for d, attack in ((det, r["attack"]), (base, twin["attack"])):
+                a = arrays[d]
+                cells.append((a[attack] if r["objective"] == "PGD-Min" else a["id"],
+                              a[attack] if r["objective"] == "PGD-Max" else a[r["ood_set"]]))
+            reps = paired_replicates(cells, 0, f"ross_audit/{model}/{det}/{r['attack']}", resamples, ("auroc",))
+            diff = reps[0]["auroc"] - reps[1]["auroc"]  # replicates in points
+            point = float(r["auroc"] - twin["auroc"])
+            rows.append({"model": model, "A - B": f"{det} - {base}", "ood_set": r["ood_set"],
+                         "objective": r["objective"],
+                         "eps (normalised)": "" if pd.isna(r["eps"]) else f"{r['eps'] * 255:.0f}/255",
+                         "difference, 95 %": cell(point, *percentile(diff)),
+                         f"Bonferroni, {100 * level:.2f} %": cell(point, *percentile(diff, level))})
+    return pd.DataFrame(rows)
+
+
 def timing(out: Path, model: str) -> pd.DataFrame:
     """Wall seconds per stage of each run (``run.json`` ``timings_s``) and per attack family (each set's
     ``seconds``)."""
@@ -465,6 +502,13 @@ def main() -> None:
             info = json.loads((args.out / f"{model}_ensemble" / "run.json").read_text())
             print("\n" + markdown_table(pd.DataFrame([{"stage": k, "seconds": v}
                                                       for k, v in info["timings_s"].items()]), "{:.0f}"))
+        if (args.out / f"{model}_published" / "table_hekal2026.csv").exists():
+            pairs = published_pairs(args.out, model)
+            if len(pairs):
+                print(f"\n## {model}: their protocol, ROSS minus its base, paired\n\n" + markdown_table(pairs, "{}"))
+                lines += [f"{model} {r['A - B']} {r['objective']} {r['eps (normalised)'] or 'clean'}: "
+                          f"{r['difference, 95 %']} paired" for r in pairs.to_dict("records")
+                          if r["eps (normalised)"] in ("", "8/255")]
         if not (args.out / f"{model}_published").exists() or not (args.out / f"{model}_adaptive").exists():
             continue
         table = audit_table(args.out, model)
