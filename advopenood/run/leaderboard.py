@@ -205,8 +205,8 @@ def rank_ranges(values: list[float], arrays: list[tuple[np.ndarray, np.ndarray]]
     p-value of each pair's AUROC difference (:func:`~advopenood.evaluation.intervals.bootstrap_p`), Holm-adjusted
     over every pair (:func:`~advopenood.evaluation.intervals.holm`); a pair is shown apart when its adjusted p-value
     is below ``1 - LEVEL``. ``best`` = 1 + the rows shown better, ``worst`` = the rows - the rows shown worse (the
-    rule the built-in OOD evaluator's headline applies to ``paired.csv``'s ``p_holm``). A ValueError when the rows do not
-    hold the same number of images."""
+    rule the built-in OOD evaluator's headline applies to ``paired.csv``'s ``p_holm``). A ValueError when the rows do
+    not hold the same number of images."""
     from advopenood.evaluation.intervals import LEVEL, bootstrap_p, holm, paired_replicates
 
     reps = [r["auroc"] for r in paired_replicates(arrays, seed, key, resamples, metrics=("auroc",))]
