@@ -175,19 +175,21 @@ def test_small_aliases_and_merge_keys_still_read(text, expected):
     assert positions[("attack_params",)][0] == 2
 
 
-@pytest.mark.parametrize("text", ["name: caf\u00e9\n", "# \u00e9t\u00e9 \u2014 UTF-8 comment\nname: caf\u00e9\n"])
-def test_config_is_read_as_utf8_under_any_locale(text, tmp_path):
-    """A UTF-8 config reads the same under an ASCII locale (``LC_ALL=C`` without Python's UTF-8 mode)."""
-    path = tmp_path / "utf8.yaml"
-    path.write_text(text + "model: {arch: resnet20}\ndata: {id: {kind: demo}}\n", encoding="utf-8")
+def test_config_is_read_as_utf8_under_any_locale(tmp_path):
+    """A UTF-8 config reads the same under an ASCII locale (``LC_ALL=C`` without Python's UTF-8 mode): a name, and
+    a name after a comment with non-ASCII characters, both read in one Python process under that locale."""
+    paths = []
+    for i, text in enumerate(["name: caf\u00e9\n", "# \u00e9t\u00e9 \u2014 UTF-8 comment\nname: caf\u00e9\n"]):
+        paths.append(tmp_path / f"utf8_{i}.yaml")
+        paths[-1].write_text(text + "model: {arch: resnet20}\ndata: {id: {kind: demo}}\n", encoding="utf-8")
     env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0",
            "PYTHONIOENCODING": "utf-8"}
     code = ("import sys; from advopenood.config.loading import load_config; "
-            "print(load_config(sys.argv[1])[0].name)")
-    done = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True, text=True,
+            "[print(load_config(path)[0].name) for path in sys.argv[1:]]")
+    done = subprocess.run([sys.executable, "-c", code, *map(str, paths)], env=env, capture_output=True, text=True,
                           encoding="utf-8", timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "caf\u00e9"
+    assert done.stdout.split() == ["caf\u00e9", "caf\u00e9"]
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")], ids=["nan", "inf", "-inf"])

@@ -62,28 +62,28 @@ def test_weights_hash_tracks_weights(cifar_model):
     assert weights_hash(cifar_model) != weights_hash(other) and len(weights_hash(other)) == 64
 
 
-def test_a_freshly_trained_model_hashes_like_its_cached_copy(tmp_path):
-    """The first run (trains) and a later one (loads) key their adversarial sets by the same weights hash."""
-    from advopenood.models.demo import demo_model
-
-    first = demo_model(tmp_path, progress=False)
-    assert weights_hash(first) == weights_hash(demo_model(tmp_path, progress=False))
-
-
 def test_trained_weights_come_from_the_seed_alone(demo_net, tmp_path):
-    """A fresh cache gives the session's demo weights whatever drew from torch's generator before (the key
-    holds the seed, so it must determine the weights), and a run that trains leaves the caller's generator where
-    a run that loads the cached weights leaves it."""
+    """A fresh cache gives the session's demo weights whatever drew from torch's generator before and whatever
+    the process's thread count (the key holds the seed, not the threads, so the seed must determine the weights:
+    training runs on ``TRAIN_THREADS``); a run that trains leaves the caller's generator and thread count where a
+    run that loads the cached weights leaves them; and the first run (trains) and a later one (loads) key their
+    adversarial sets by the same weights hash. One training in a fresh cache for all three."""
     from advopenood.models.demo import demo_model
 
-    torch.manual_seed(2)
-    torch.rand(1000)
-    trained = demo_model(tmp_path, progress=False)
-    after_training = torch.get_rng_state()
-    torch.manual_seed(2)
-    torch.rand(1000)
-    demo_model(tmp_path, progress=False)
-    assert weights_hash(trained) == weights_hash(demo_net)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)  # neither the session's count (one in a test worker) nor TRAIN_THREADS
+    try:
+        torch.manual_seed(2)
+        torch.rand(1000)
+        trained = demo_model(tmp_path, progress=False)
+        after_training = torch.get_rng_state()
+        assert torch.get_num_threads() == 3
+        torch.manual_seed(2)
+        torch.rand(1000)
+        loaded = demo_model(tmp_path, progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    assert weights_hash(trained) == weights_hash(demo_net) == weights_hash(loaded)
     assert torch.equal(torch.get_rng_state(), after_training)
 
 

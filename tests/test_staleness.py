@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -46,6 +47,9 @@ def _load_attack(folder: Path, step: str) -> type:
     calling test's own registry (``fresh_registry``), so that it does not outlive the test."""
     path = folder / "zzstep_plugin.py"
     path.write_text(ATTACK_SRC.replace("STEP", step))
+    # the cached bytecode of the last version goes: "1.0" -> "0.0" keeps the size, and within the same second the
+    # mtime, so where Python writes bytecode (the default; not under PYTHONDONTWRITEBYTECODE) it would run the old code
+    shutil.rmtree(folder / "__pycache__", ignore_errors=True)
     spec = importlib.util.spec_from_file_location("zzstep_plugin", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules["zzstep_plugin"] = module

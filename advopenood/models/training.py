@@ -5,8 +5,9 @@ under ``<cache>/models/`` keyed by architecture, data identity, recipe, seed and
 """
 from __future__ import annotations
 
+import contextlib
 import io
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,22 @@ from advopenood.provenance import canonical_key, library_versions, seeded
 
 #: The default recipe (``model.train`` fills the rest from here): Adam, cosine schedule, no mixup.
 RECIPE = {"epochs": 30, "lr": 0.01, "batch": 64}
+
+#: torch's intra-op threads while :func:`trained_model` trains on the CPU. The weights depend on the thread count
+#: (it sets the order of the sums in the convolutions), so the count is fixed for the block rather than taken from
+#: the process (a test worker or a run at one thread gets the weights a 2-core default gets, as before this rule).
+TRAIN_THREADS = 2
+
+
+@contextlib.contextmanager
+def _cpu_threads(n: int) -> Iterator[None]:
+    """torch's intra-op thread count ``n`` for the block, the caller's count after it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def train_classifier(model: Classifier, data: Dataset, recipe: dict[str, Any], seed: int, progress: bool = True) -> Classifier:
@@ -66,7 +83,8 @@ def trained_model(spec: ModelSpec | Mapping[str, Any], data: Dataset, cache: Pat
     """``spec``'s architecture trained on ``data`` with its ``train`` recipe (over :data:`RECIPE`),
     loaded from ``cache`` or trained once and saved there atomically (and then loaded from there, so the first
     run and later ones share the weights hash that keys their adversarial sets). The initial weights are drawn
-    from ``seed`` too, so the key determines the weights in any process."""
+    from ``seed`` too and CPU training runs on :data:`TRAIN_THREADS` threads, so the key determines the weights in
+    any process, whatever its own thread count."""
     spec = as_model_spec(spec)
     recipe = {**RECIPE, **(spec.train.model_dump() if spec.train else {})}
     arch = {k: getattr(spec, k) for k in ("arch", "num_classes", "in_channels", "input_size", "mean", "std")}
@@ -77,7 +95,8 @@ def trained_model(spec: ModelSpec | Mapping[str, Any], data: Dataset, cache: Pat
     if path.is_file():
         return build_from_config(spec, path, device)
     # the initial weights come from the seed, not from whatever drew from torch's generator earlier in the process
-    with seeded(seed, torch.device(device)):
+    fixed = _cpu_threads(TRAIN_THREADS) if torch.device(device).type == "cpu" else contextlib.nullcontext()
+    with seeded(seed, torch.device(device)), fixed:
         model = train_classifier(build_from_config(spec, None, device), data, recipe, seed, progress)
     buf = io.BytesIO()
     torch.save(model.backbone.state_dict(), buf)
