@@ -13,6 +13,7 @@ import torch
 
 from advopenood.cli.main import main
 from advopenood.evaluation import intervals as iv
+from advopenood.evaluation import resampling
 from advopenood.evaluation import metrics
 
 from conftest import pack_config
@@ -253,7 +254,7 @@ def test_blocked_draws_are_the_one_call_draws(monkeypatch):
 
     rng = iv.generator(11, "ood|msp|texture")
     want_id, want_ood = rng.integers(0, 37, (20, 37)), rng.integers(0, 23, (20, 23))
-    monkeypatch.setattr(iv, "DRAW_BLOCK", 3 * 37)
+    monkeypatch.setattr(resampling, "DRAW_BLOCK", 3 * 37)
     monkeypatch.setattr(oracle, "HELD", 3 * 37)
     for blocks in (list(iv.draws(11, "ood|msp|texture", 37, 23, 20)),
                    list(oracle.resample_blocks(11, "ood|msp|texture", 37, 23, 20))):
@@ -265,7 +266,7 @@ def test_blocked_draws_are_the_one_call_draws(monkeypatch):
 def test_blocked_paired_bootstrap_equals_the_one_block_one(msp_cells, monkeypatch):
     cells = [msp_cells["msp"], msp_cells["msp rounded"]]
     whole = iv.paired_replicates(cells, 2, "paired|texture", 500)
-    monkeypatch.setattr(iv, "DRAW_BLOCK", 7 * 200)
+    monkeypatch.setattr(resampling, "DRAW_BLOCK", 7 * 200)
     blocked = iv.paired_replicates(cells, 2, "paired|texture", 500)
     assert all(np.array_equal(w[m], b[m]) for w, b in zip(whole, blocked) for m in iv.METRICS)
 
