@@ -40,9 +40,12 @@ def releases() -> dict[str, str]:
 
 def newest() -> tuple[str, str]:
     """The heading and text of the section that holds this version's entries: ``[Unreleased]`` until the release
-    renames it ``[0.3.0] - <date>``."""
-    heading, text = next(iter(releases().items()))
-    return heading, text
+    renames it ``[0.3.0] - <date>``; after it, the work for the next version goes under a new ``[Unreleased]`` above
+    it."""
+    sections = releases()
+    released = [h for h in sections if h.startswith(f"{VERSION} - ")]
+    heading = released[0] if released else next(iter(sections))
+    return heading, sections[heading]
 
 
 def rows(text: str, title: str) -> list[tuple[str, str, tuple[str, ...], str | None]]:
@@ -59,7 +62,9 @@ def test_one_version_for_the_package_setup_and_the_changelog():
     heading, text = newest()
     assert advopenood.__version__ == VERSION
     assert heading == "Unreleased" or re.fullmatch(rf"{re.escape(VERSION)} - \d{{4}}-\d\d-\d\d", heading), heading
-    assert list(releases())[1] == "0.2.0 - 2026-11-27"  # the release before
+    sections = list(releases())  # newest first: at most one [Unreleased] (the next version's work) above it
+    assert sections.index(heading) == int(sections[0] == "Unreleased" != heading), sections[:3]
+    assert sections[sections.index(heading) + 1] == "0.2.0 - 2026-11-27"  # the release before
     assert 'version=VERSION' in (REPO / "setup.py").read_text()  # setup.py reads advopenood/VERSION
     headings = re.findall(r"^### (\w+)$", text, flags=re.M)
     assert "Removed" in headings and headings == [h for h in HEADINGS if h in headings]
