@@ -60,6 +60,36 @@ def test_the_plan_comes_before_the_attacks_and_bars_name_their_set(tmp_path, dat
     assert capsys.readouterr().err == ""
 
 
+def test_the_probe_does_not_time_an_attacks_one_off_work(pack_set):
+    """An attack's first call does one-off work the run pays once, not per shard (fitting and calibrating its
+    detector, the aux objective's feature anchor): the probe calls it once untimed, so its per-image cost is the
+    attack's, not 0 with the one-off work taken for a cost per shard (which put bench_probe.py's 200-image
+    estimates far under the attacks' time; issue 50, item 8)."""
+    import time
+
+    import torch
+
+    from conftest import make_plan
+    from advopenood.run.attack import Bound, probe_costs
+
+    class FirstCallSetUp:
+        """0.5 s of set-up on its first call, then 0.02 s per image."""
+
+        name, ready = "first_call_setup", False
+
+        def __call__(self, model, x, y, seed):
+            if not self.ready:
+                time.sleep(0.5)
+                self.ready = True
+            time.sleep(0.02 * len(x))
+            return x
+
+    data = pack_set("cifar10", "cifar10_test.npz", 8)
+    costs = probe_costs(make_plan(), [Bound(None, FirstCallSetUp(), "id", data)], None, torch.device("cpu"))
+    per_call, per_image = costs["first_call_setup"]
+    assert per_image == pytest.approx(0.02, rel=0.3) and per_call < 0.1, costs
+
+
 @pytest.mark.parametrize("seconds, said", [(12.4, "12 s"), (600, "10 min"), (9000, "2.5 h")])
 def test_durations_read_as_a_person_would_say_them(seconds, said):
     from advopenood.run.attack import duration

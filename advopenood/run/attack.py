@@ -133,7 +133,9 @@ PROBE_IMAGES = (2, 8)
 def probe_costs(plan: RunPlan, bound: list[Bound], model: Classifier,
                 device: torch.device) -> dict[str, tuple[float, float]]:
     """Per attack family of ``bound``'s attacks (:func:`advopenood.outputs.names.attack_family`), ``(seconds per
-    call, seconds per image)``: its first set's attack, as the run will call it, timed on a batch of each size of
+    call, seconds per image)``: its first set's attack, as the run will call it, called once untimed on one image
+    (the one-off work of its first call, which the run pays once and not per shard: fitting and calibrating its
+    detector, a feature anchor, the first pass's allocations), then timed on a batch of each size of
     :data:`PROBE_IMAGES` and fitted as ``a + b n`` (least squares through the two points, neither below 0), so that
     the fixed cost of a call (an attack's set-up, a detector's per-call work) is not spread over the images: the
     estimate of a set no earlier run measured is ``a`` per shard plus ``b`` per image."""
@@ -143,6 +145,8 @@ def probe_costs(plan: RunPlan, bound: list[Bound], model: Classifier,
         sizes = sorted({min(k, plan.batch_size, len(b.data)) for k in PROBE_IMAGES})
         if family in out or not len(b.data):
             continue
+        x, y = stack(b.data, [0])
+        b.attack(model, x.to(device), y.to(device), seed=plan.seed)  # the one-off work, untimed
         seconds = []
         for k in sizes:
             x, y = stack(b.data, list(range(k)))
