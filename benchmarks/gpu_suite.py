@@ -88,6 +88,12 @@ def with_ensemble(path: Path, size: dict, queries: int) -> Path:
     for entry in cfg.get("attacks") or []:  # the published protocol's budgets, fewer in the smoke test
         if isinstance(entry, dict) and size["published_eps"] and str(entry["name"]).startswith("hekal_"):
             entry["eps"] = list(size["published_eps"])
+        # an entry naming a family's member (hekal_min_ross_msp) takes no attack_params.<family>
+        # (config.plan.expand_attacks): the sizes' iterations go into its own params
+        key = next((k for f, k in ITERATIONS.items() if isinstance(entry, dict) and
+                    str(entry["name"]).startswith(f"{f}_")), None)
+        if key:
+            entry.setdefault("params", {})[key] = size["steps"] if key == "steps" else size["n_iter"]
     for det in cfg.get("detectors") or []:
         if det.startswith("ross_") and size["ross"]:
             cfg.setdefault("detector_params", {}).setdefault(det, {}).update(size["ross"])

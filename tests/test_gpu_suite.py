@@ -33,6 +33,8 @@ def test_the_smoke_suite_runs_the_audit_and_the_study_and_says_what_it_finished(
     for name, r in info["runs"].items():
         assert r["verified"] is True and Path(r["folder"]).is_dir() and Path(r["folder"]).is_relative_to(out)
         assert f"finished {name}:" in stdout and "verify ok" in stdout
+        attacks = json.loads((Path(r["folder"]) / "run.json").read_text())["attacks"]  # the smoke's 2 iterations
+        assert {a["params"][k] for a in attacks.values() for k in ("steps", "n_iter") if k in a["params"]} == {2}
     assert "3 runs in" in stdout
 
 

@@ -15,11 +15,13 @@ from advopenood.cli.main import main
 from advopenood.config.protocols import quantize
 
 REPO = Path(__file__).resolve().parents[1]
+LIMIT = 64  # CIFAR-10 test images a run attacks
 
 
 @pytest.fixture(scope="module")
 def df_runs(data_root, session_cache, tmp_path_factory) -> dict[str, Path]:
-    """DeepFool (minimal perturbations, so truncation undoes some) on 128 CIFAR-10 images, both protocols."""
+    """DeepFool (minimal perturbations, so truncation undoes some) on :data:`LIMIT` CIFAR-10 images, both
+    protocols."""
     folder = tmp_path_factory.mktemp("seen")
     cfg = yaml.safe_load((REPO / "configs" / "cifar10_resnet20.yaml").read_text())
     cfg["data"].update(root=str(data_root), ood=[{"kind": "npz", "path": "texture_test.npz", "name": "texture"}])
@@ -28,7 +30,7 @@ def df_runs(data_root, session_cache, tmp_path_factory) -> dict[str, Path]:
     runs = {}
     for protocol in ("strong", "lorenz2024"):
         runs[protocol] = folder / protocol
-        assert main(["run", "--config", str(path), "--limit", "128", "--attack", "df", "--detectors", "msp",
+        assert main(["run", "--config", str(path), "--limit", str(LIMIT), "--attack", "df", "--detectors", "msp",
                      "--protocol", protocol, "--out", str(runs[protocol]), "--quiet"]) == 0
     return runs
 
@@ -50,7 +52,7 @@ def test_lorenz2024_masks_are_recomputed_on_the_8bit_images(df_runs, cifar_model
     assert (stored & ~seen).any()  # some float "successes" are no longer adversarial after truncation
     assert positive.all()  # lorenz2024: every attacked image is a positive
     ood = pd.read_csv(df_runs["lorenz2024"] / "ood.csv").set_index("attack")
-    assert ood.loc["df", "positives"] == "all" and ood.loc["df", "n_ood"] == 128
+    assert ood.loc["df", "positives"] == "all" and ood.loc["df", "n_ood"] == LIMIT
 
 
 def test_strong_masks_are_the_stored_float_successes(df_runs):

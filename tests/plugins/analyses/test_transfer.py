@@ -35,7 +35,9 @@ from advopenood_plugins.analyses.transfer.adversary import (CWCNN, RoundTrainer,
 from advopenood_plugins.analyses.transfer.verify import verify
 
 PARAMS = {"fractions": [50, 100], "epochs": 4, "jacobian_rounds": 1, "attacks": ["fgsm", "mim"], "limit": 64}
-#: The authors' adversary, shrunk for two CPU cores: 5 % of a 1,000-image fit set, one epoch, one round, 20 images.
+#: The fit rows of the end-to-end run (its surrogates' training data), and the authors' adversary's share of them.
+FIT, MAHMOOD_FIT = 1000, 500
+#: The authors' adversary, shrunk for two CPU cores: 5 % of a 500-image fit set, one epoch, one round, 20 images.
 MAHMOOD = {"fractions": [5], "attacks": ["fgsm", "bim"], "epochs": 1, "pure_epochs": 1, "jacobian_rounds": 1,
            "limit": 20}
 
@@ -381,7 +383,7 @@ def test_report_section_names_whose_adversary_it_is(protocol, deviations, says):
 def _config(out: Path, data_root: Path, params: dict) -> dict:
     cfg = thaw(load_config("cifar10_resnet20")[0])
     cfg["data"]["ood"] = []
-    cfg["data"]["fit_limit"] = 2000
+    cfg["data"]["fit_limit"] = FIT
     cfg["evaluators"] = []
     cfg["analysis_params"] = {"transfer": params}
     return apply_overrides(cfg, data_root=str(data_root), attack="fgsm", detectors="msp,mds",
@@ -395,7 +397,8 @@ def _cache_files(cache: Path) -> set[str]:
 
 @pytest.fixture(scope="module")
 def cifar_run(tmp_path_factory, data_root, session_cache):
-    """The pipeline on 64 CIFAR-10 test images and a 2,000-image fit set: pure + mixed 50 % / 100 % surrogates."""
+    """The pipeline on 64 CIFAR-10 test images and a :data:`FIT`-image fit set: pure + mixed 50 % / 100 %
+    surrogates."""
     out = tmp_path_factory.mktemp("transfer")
     ctx = run(_config(out, data_root, PARAMS), progress=False)
     return ctx, pd.read_csv(out / "transfer.csv"), _cache_files(session_cache)
@@ -403,11 +406,11 @@ def cifar_run(tmp_path_factory, data_root, session_cache):
 
 @pytest.fixture(scope="module")
 def mahmood_run(cifar_run, tmp_path_factory):
-    """The authors' adversary (shrunk, :data:`MAHMOOD`) on the same run, its fit set cut to 1,000 images: pure +
-    5 % mixed, vanilla and per detector."""
+    """The authors' adversary (shrunk, :data:`MAHMOOD`) on the same run, its fit set cut to :data:`MAHMOOD_FIT`
+    images: pure + 5 % mixed, vanilla and per detector."""
     ctx, _, _ = cifar_run
     out = tmp_path_factory.mktemp("mahmood")
-    ctx = dataclasses.replace(ctx, out=out, fit_set=Subset(ctx.fit_set, np.arange(1000)),
+    ctx = dataclasses.replace(ctx, out=out, fit_set=Subset(ctx.fit_set, np.arange(MAHMOOD_FIT)),
                               plan=ctx.plan.replace(protocol="mahmood2021", cache_dir=str(out / "cache")))
     table = TransferAnalysis(**MAHMOOD)(ctx)["transfer.csv"]
     return ctx, table
@@ -442,8 +445,8 @@ def test_queries_pure_none_mixed_grow_with_the_fraction(cifar_run):
     mixed = df[df.surrogate == "mixed"].groupby("data_fraction").queries.agg(["min", "max"])
     assert (mixed["min"] == mixed["max"]).all()  # one count per surrogate
     q50, q100 = mixed.loc[50, "min"], mixed.loc[100, "min"]
-    # 1,000 (resp. 2,000) fit images plus one Jacobian round over as many of the accepted ones
-    assert 1000 < q50 <= 2000 and 2000 < q100 <= 4000
+    # FIT / 2 (resp. FIT) fit images plus one Jacobian round over as many of the accepted ones
+    assert FIT // 2 < q50 <= FIT and FIT < q100 <= 2 * FIT
 
 
 def test_metrics_are_in_range(cifar_run):
@@ -518,9 +521,10 @@ def test_mahmood2021_runs_each_defense_against_its_own_adversary(mahmood_run):
     pure = got[got.surrogate == "pure"]
     assert (pure.n == 20).all() and (pure.queries == 0).all() and (pure.improvement >= 0).all()
     mixed = got[got.surrogate == "mixed"]
-    # 50 of the 1,000 fit images; one round doubles the set and queries it all again (all accepted: no detector)
-    assert (mixed[mixed.detector == ""].queries == 50 + 100).all()
-    assert mixed[mixed.detector != ""].queries.between(50 + 2, 50 + 100).all()
+    # 5 % of the fit images; one round doubles the set and queries it all again (all accepted: no detector)
+    held = MAHMOOD_FIT // 20
+    assert (mixed[mixed.detector == ""].queries == held + 2 * held).all()
+    assert mixed[mixed.detector != ""].queries.between(held + 2, held + 2 * held).all()
 
 
 def test_mahmood2021_adversaries_attack_the_rows_their_oracle_gets_right(mahmood_run):
@@ -544,7 +548,7 @@ def test_mahmood2021_lists_every_deviation_from_the_authors_code(mahmood_run):
                 "limit=20 (authors 1000)", "fractions=[5] (authors [1, 25, 50, 75, 100])",
                 "attacks=[fgsm, bim] (authors [fgsm, bim, mim, pgd, cw])"} <= set(items)
         assert not any(i.startswith("dataset") for i in items)  # the pack's CIFAR-10 is the authors' dataset
-        assert "adversary data: 1000 training images (authors 50000)" in items
+        assert f"adversary data: {MAHMOOD_FIT} training images (authors 50000)" in items
         assert "test images: a seeded subset of 64, in test-set order (authors: the whole test set in order)" in items
         assert set(FIXED_DEVIATIONS) <= set(items)
         assert any(i.startswith("pure surrogate: 1 epochs") for i in items) == (row.surrogate == "pure")
