@@ -41,7 +41,7 @@ RESAMPLES = 500
 def _config(data_root, out, **overrides):
     cfg = thaw(load_config("cifar10_resnet20")[0])
     cfg["data"]["ood"] = cfg["data"]["ood"][:2]  # tin (near), mnist (far)
-    cfg["data"]["fit_limit"] = 1000
+    cfg["data"]["fit_limit"] = 200  # MDS and every attack's calibration: 20 rows a class
     cfg["attack_params"] = {"pgd": {"steps": 10}, "robust_id": {"steps": 20}, "robust_ood": {"steps": 20}}
     return apply_overrides(cfg, data_root=str(data_root), out=str(out), **{
         "limit": 16, "attack": "pgd", "detectors": ",".join(DETECTORS), "evaluator": "ood,robust_auroc",
