@@ -157,15 +157,17 @@ def _tables(out: Path) -> dict[str, pd.DataFrame]:
 
 def test_a_rerun_reads_every_interval_back_and_writes_the_same_tables(data_root, tmp_path):
     """A real run twice on one cache (ResNet-20, 8 CIFAR-10 images vs Textures, FGSM, MSP and EBO, ``ood``): the
-    re-run resamples nothing (``run.json``'s ``interval_work``), every CSV is the first run's, and ``advopenood
-    verify`` re-derives the re-run's intervals independently."""
+    re-run, in a process of its own, resamples nothing (``run.json``'s ``interval_work``), every CSV is the first
+    run's, and ``advopenood verify`` re-derives the re-run's intervals independently."""
+    from advopenood.cli.main import main
+
     cfg = pack_config(tmp_path / "cfg", data_root, {"detectors": "msp,ebo", "ci": {"method": "bootstrap",
                                                                                    "resamples": 200}})
-    cmd = [sys.executable, "-m", "advopenood.cli", "run", "--config", cfg, "--cache-dir", str(tmp_path / "cache"),
-           "--quiet"]
-    for out in ("first", "second"):
-        done = subprocess.run([*cmd, "--out", str(tmp_path / out)], capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
+    args = ["run", "--config", cfg, "--cache-dir", str(tmp_path / "cache"), "--quiet"]
+    assert main([*args, "--out", str(tmp_path / "first")]) == 0
+    done = subprocess.run([sys.executable, "-m", "advopenood.cli", *args, "--out", str(tmp_path / "second")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
     work = [json.loads((tmp_path / o / "run.json").read_text())["interval_work"] for o in ("first", "second")]
     assert work[0]["computed"] > 0 and work[0]["read"] == 0
     assert work[1] == {"computed": 0, "read": work[0]["computed"]}
@@ -173,6 +175,4 @@ def test_a_rerun_reads_every_interval_back_and_writes_the_same_tables(data_root,
     assert list(first) == list(second) and "ood.csv" in first
     for name in first:
         pd.testing.assert_frame_equal(first[name], second[name])
-    verify = subprocess.run([sys.executable, "-m", "advopenood.cli", "verify", str(tmp_path / "second")],
-                            capture_output=True, text=True)
-    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert main(["verify", str(tmp_path / "second")]) == 0

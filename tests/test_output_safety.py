@@ -307,21 +307,34 @@ def _write_fails(monkeypatch, code: int, hit) -> list[Path]:
     return failed
 
 
+@pytest.fixture(scope="module")
+def previous_run(tmp_path_factory, data_root) -> Path:
+    """A folder with the tiny pack config (``cfg/``), its run's outputs (``out/``) and cache (``cache/``): the run
+    that the full-file-system tests re-run, made once; each test re-runs on a copy of its own."""
+    from conftest import pack_config
+
+    folder = tmp_path_factory.mktemp("previous")
+    cfg = pack_config(folder / "cfg", data_root)
+    assert main(["run", "--config", cfg, "--out", str(folder / "out"), "--cache-dir", str(folder / "cache"),
+                 "--quiet"]) == 0
+    return folder
+
+
 @pytest.mark.parametrize("code, where, hit", [
     (errno.ENOSPC, "output", lambda p: p.name == "ood.csv"),  # was "evaluator:ood failed", and the run committed
     (errno.EDQUOT, "store", lambda p: p.name.startswith("shard_")),  # was "attack:fgsm failed"
     (errno.EROFS, "cache", lambda p: p.suffix == ".npy" and "scores" in p.parts),  # was a traceback
 ])
-def test_a_full_file_system_fails_the_run_and_keeps_the_previous_outputs(tmp_path, monkeypatch, capsys, data_root,
+def test_a_full_file_system_fails_the_run_and_keeps_the_previous_outputs(previous_run, tmp_path, monkeypatch, capsys,
                                                                          code, where, hit):
     """Issue 39, item 2: an OSError of a full, read-only or over-quota file system in a re-run is the run's
     failure, not a plugin's: exit 3, one line saying what and where, nothing committed, the previous run's files
     byte-identical; the next run goes ahead."""
-    from conftest import pack_config
+    import shutil
 
-    out, cfg = tmp_path / "out", pack_config(tmp_path / "cfg", data_root)
+    shutil.copytree(previous_run, tmp_path, dirs_exist_ok=True)
+    out, cfg = tmp_path / "out", str(tmp_path / "cfg" / "tiny.yaml")
     base = ["run", "--config", cfg, "--out", str(out), "--quiet"]
-    assert main([*base, "--cache-dir", str(tmp_path / "cache")]) == 0
     before = _snapshot(out)
     capsys.readouterr()
     failed = _write_fails(monkeypatch, code, hit)

@@ -143,13 +143,13 @@ def _config(data_root: Path, arch: str, checkpoint: Path, out: Path, cache: Path
 
 def test_every_detector_and_gradcam_run_on_a_trained_zoo_network(zoo_ready, data_root, tmp_path):
     """Every registered detector scores, GRAM reads the declared stage maps, Grad-CAM maps every image (trained
-    ResNet-18 in the zoo layout)."""
+    ResNet-18 in the zoo layout; 8 ID images, 200 fit rows)."""
     from advopenood.detection.outputs import Taps
     from advopenood.run.pipeline import run
     from advopenood.registry import parse_names
 
     ckpt = _pack_resnet18_in_zoo_layout(data_root, tmp_path / "r18.pt")
-    ctx = run(validate(_config(data_root, R18, ckpt, tmp_path / "out", tmp_path / "cache")), progress=False)
+    ctx = run(validate(_config(data_root, R18, ckpt, tmp_path / "out", tmp_path / "cache", limit=8)), progress=False)
     assert len(Taps(ctx.model).layers) == 5
     ood = pd.read_csv(tmp_path / "out" / "ood.csv")
     assert set(ood.detector) == set(parse_names("detectors", "all"))
@@ -167,18 +167,18 @@ def _cli(config: dict, tmp_path: Path, *args: str) -> subprocess.CompletedProces
 
 def test_wrn_28_10_runs_two_detectors_from_a_local_state_dict(zoo_ready, data_root, tmp_path):
     """The done-when of issue 23, item 2: RobustBench's cifar10/Linf/Standard (WideResNet-28-10), weights from a
-    local state dict in RobustBench's layout, runs msp and mds end to end through the CLI (8 images)."""
+    local state dict in RobustBench's layout, runs msp and mds end to end through the CLI (4 images)."""
     src = build_model(WRN, 10)
     state = _perturbed_state(src.backbone.model, 5)
     torch.save({"state_dict": {"module." + k: v for k, v in state.items()}}, tmp_path / "Standard.pt")
     cfg = _config(data_root, WRN, tmp_path / "Standard.pt", tmp_path / "out", tmp_path / "cache",
-                  detectors=["msp", "mds"], analyses=[], limit=8)
+                  detectors=["msp", "mds"], analyses=[], limit=4)
     cfg["data"]["fit_limit"] = 32
     proc = _cli(cfg, tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     ood = pd.read_csv(tmp_path / "out" / "ood.csv")
     assert set(ood.detector) == {"msp", "mds"} and set(ood.ood_set) == {"texture", "fgsm"}
-    assert ood.auroc.between(0, 100).all() and (ood.n_id == 8).all()
+    assert ood.auroc.between(0, 100).all() and (ood.n_id == 4).all()
     info = json.loads((tmp_path / "out" / "run.json").read_text())
     assert info["model"]["arch"] == WRN
 

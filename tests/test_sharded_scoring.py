@@ -17,11 +17,11 @@ DETECTORS = "msp,mds,knn,gram,odin"
 
 @pytest.fixture(scope="module")
 def config(tmp_path_factory, data_root) -> Path:
-    """The CIFAR ResNet-20 config, small: 256 fit images, one OOD set, batches of 16 (4 per scored set)."""
+    """The CIFAR ResNet-20 config, small: 128 fit images, one OOD set, batches of 16 (2 per scored set: one a rank)."""
     cfg = yaml.safe_load((REPO / "configs" / "cifar10_resnet20.yaml").read_text())
     cfg["data"]["root"] = str(data_root)
     cfg["data"]["ood"] = cfg["data"]["ood"][:1]
-    cfg["data"]["fit_limit"] = 256
+    cfg["data"]["fit_limit"] = 128
     cfg["batch_size"] = 16
     path = tmp_path_factory.mktemp("cfg") / "cifar.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -29,7 +29,7 @@ def config(tmp_path_factory, data_root) -> Path:
 
 
 def run_cmd(config: Path, cache: Path, out: Path) -> list[str]:
-    return ["-m", "advopenood.cli", "run", "--config", str(config), "--attack", "fgsm", "--limit", "64",
+    return ["-m", "advopenood.cli", "run", "--config", str(config), "--attack", "fgsm", "--limit", "32",
             "--detectors", DETECTORS, "--evaluator", "ood", "--cache-dir", str(cache), "--out", str(out), "--quiet"]
 
 

@@ -81,8 +81,8 @@ def test_apgd_ce_with_defaults_is_at_least_as_strong_as_pgd(cifar_model, cifar_b
 
 def test_autoattack_keeps_the_first_success_per_sample(cifar_model, cifar_batch):
     """AutoAttack's first member is APGD-CE with the same seed: a sample it fools keeps APGD-CE's example bit
-    for bit (the later members only see the rest), and a sample no member fools comes back unchanged."""
-    x, y = (t[:32] for t in cifar_batch)
+    for bit (the later members only see the rest), and a sample no member fools comes back unchanged (16 images)."""
+    x, y = (t[:16] for t in cifar_batch)
     eps = 1 / 255
     aa = make("autoattack", eps=eps)(cifar_model, x, y, seed=3)
     ce = make("apgd_ce", eps=eps)(cifar_model, x, y, seed=3)
@@ -114,9 +114,9 @@ def test_bad_norm_names_the_choices():
 
 
 def test_cw_minimal_perturbation_succeeds_and_is_not_larger_than_deepfool(cifar_model, cifar_batch):
-    """Defaults (9 binary-search steps x 100 Adam steps) on 8 images: every clean-correct image fooled, mean L2
-    of the successes at most DeepFool's (+10 %)."""
-    x, y = (t[:8] for t in cifar_batch)
+    """Defaults (9 binary-search steps x 100 Adam steps) on 4 images: every clean-correct image fooled, mean L2
+    of the successes at most DeepFool's (+10 %; measured: 0.131 against 0.126, and 0.152 against 0.147 on 8)."""
+    x, y = (t[:4] for t in cifar_batch)
     ok = clean_correct(cifar_model, x, y)
     cw, df = registry.get("attacks", "cw"), registry.get("attacks", "df")
     assert not cw.bounded and cw.defaults(32)["eps"] is None and cw.threat == "l2"

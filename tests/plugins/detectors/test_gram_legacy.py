@@ -99,15 +99,15 @@ def test_layers_are_openoods_feature_list(resnet18, cifar_batch):
 
 def test_pgd_auroc_below_50_on_resnet18_under_lorenz2024(resnet18, pack_set):
     """The paper's GRAM on PGD: AUROC 22.50 (Table 4, CIFAR-10), below 50; the fixed GRAM above 50 on the same
-    images. 16 ID images, PGD (the reference's foolbox defaults) on them, stored as 8-bit PNGs as the protocol
-    does; both GRAMs fitted on 500 training images."""
-    id_set = pack_set("cifar10", "cifar10_test.npz", 16)
-    fit_set = pack_set("train", "cifar10_train_10k.npz", 500)
+    images. 8 ID images, PGD (the reference's foolbox defaults) on them, stored as 8-bit PNGs as the protocol
+    does; both GRAMs fitted on 200 training images (measured: legacy 0.0, fixed 92.2; on 16 and 500: 0.0, 98.8)."""
+    id_set = pack_set("cifar10", "cifar10_test.npz", 8)
+    fit_set = pack_set("train", "cifar10_train_10k.npz", 200)
     x, y = stack(id_set)
     attack = build_attack("pgd", input_size=32, protocol="lorenz2024")
     x_adv = protocols.quantize(attack(resnet18, x, y, seed=0), protocols.get("lorenz2024").quantize)
-    sets = {"id": lambda: make_loader(id_set, 16), "pgd": lambda: [(x_adv, y)]}
-    result = score_all(["gram_legacy", "gram"], "pytorch-ood", resnet18, limit_dataset(fit_set, 500, 0), sets,
+    sets = {"id": lambda: make_loader(id_set, 8), "pgd": lambda: [(x_adv, y)]}
+    result = score_all(["gram_legacy", "gram"], "pytorch-ood", resnet18, limit_dataset(fit_set, 200, 0), sets,
                        batch_size=64, device=CPU, seed=0, progress=False)
     assert result.errors == {}
     auroc = {}

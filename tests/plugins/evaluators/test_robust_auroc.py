@@ -41,7 +41,7 @@ RESAMPLES = 500
 def _config(data_root, out, **overrides):
     cfg = thaw(load_config("cifar10_resnet20")[0])
     cfg["data"]["ood"] = cfg["data"]["ood"][:2]  # tin (near), mnist (far)
-    cfg["data"]["fit_limit"] = 1000
+    cfg["data"]["fit_limit"] = 200  # MDS and every attack's calibration: 20 rows a class
     cfg["attack_params"] = {"pgd": {"steps": 10}, "robust_id": {"steps": 20}, "robust_ood": {"steps": 20}}
     return apply_overrides(cfg, data_root=str(data_root), out=str(out), **{
         "limit": 16, "attack": "pgd", "detectors": ",".join(DETECTORS), "evaluator": "ood,robust_auroc",
@@ -88,14 +88,16 @@ def test_robust_fpr95_is_openoods_first_point_reaching_95_percent_tpr():
 
 @pytest.fixture(scope="module")
 def fit_set(pack_set):
-    return pack_set("cifar10_train", "cifar10_train_10k.npz", 1000)
+    """200 fit rows: what MDS fits on (20 a class for a 64-dimensional feature) and each attack calibrates its
+    detector's standardisation and 95 %-TPR threshold on (one pass a row, for every attack bound)."""
+    return pack_set("cifar10_train", "cifar10_train_10k.npz", 200)
 
 
 @pytest.fixture(scope="module")
 def small_fit(pack_set):
-    """200 fit rows: what a smoothed detector's attack calibrates on (8 noisy passes a row) where the number of rows
+    """64 fit rows: what a smoothed detector's attack calibrates on (8 noisy passes a row) where the number of rows
     does not matter to the test (Linf PGD and APGD follow the loss's sign and ordering, not its scale)."""
-    return pack_set("cifar10_train", "cifar10_train_10k.npz", 200)
+    return pack_set("cifar10_train", "cifar10_train_10k.npz", 64)
 
 
 @pytest.mark.parametrize("name, steps", [("robust_id_msp", {"steps": 10}), ("robust_ood_msp", {"steps": 10}),
