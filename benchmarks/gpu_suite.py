@@ -77,7 +77,7 @@ def with_ensemble(path: Path, size: dict, queries: int) -> Path:
     cfg = yaml.safe_load(path.read_text())
     params = cfg.setdefault("attack_params", {}) or {}
     for family, key in ITERATIONS.items():
-        params.setdefault(family, {})[key] = size["steps"] if key == "steps" else size["n_iter"]
+        params.setdefault(family, {})[key] = size[key]
     cfg["attack_params"] = params
     robust = cfg.setdefault("evaluator_params", {}).setdefault("robust_auroc", {})
     robust.update(ensemble="standard", square_queries=queries, eot=size["eot"])
@@ -93,7 +93,7 @@ def with_ensemble(path: Path, size: dict, queries: int) -> Path:
         key = next((k for f, k in ITERATIONS.items() if isinstance(entry, dict) and
                     str(entry["name"]).startswith(f"{f}_")), None)
         if key:
-            entry.setdefault("params", {})[key] = size["steps"] if key == "steps" else size["n_iter"]
+            entry.setdefault("params", {})[key] = size[key]
     for det in cfg.get("detectors") or []:
         if det.startswith("ross_") and size["ross"]:
             cfg.setdefault("detector_params", {}).setdefault(det, {}).update(size["ross"])

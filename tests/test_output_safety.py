@@ -308,16 +308,17 @@ def _write_fails(monkeypatch, code: int, hit) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def previous_run(tmp_path_factory, data_root) -> Path:
-    """A folder with the tiny pack config (``cfg/``), its run's outputs (``out/``) and cache (``cache/``): the run
-    that the full-file-system tests re-run, made once; each test re-runs on a copy of its own."""
+def previous_run(tmp_path_factory, data_root) -> tuple[Path, Path]:
+    """A folder with the tiny pack config (under ``cfg/``), its run's outputs (``out/``) and cache (``cache/``), and
+    the config's path inside it: the run that the full-file-system tests re-run, made once; each test re-runs on a
+    copy of its own."""
     from conftest import pack_config
 
     folder = tmp_path_factory.mktemp("previous")
     cfg = pack_config(folder / "cfg", data_root)
     assert main(["run", "--config", cfg, "--out", str(folder / "out"), "--cache-dir", str(folder / "cache"),
                  "--quiet"]) == 0
-    return folder
+    return folder, Path(cfg).relative_to(folder)
 
 
 @pytest.mark.parametrize("code, where, hit", [
@@ -332,8 +333,9 @@ def test_a_full_file_system_fails_the_run_and_keeps_the_previous_outputs(previou
     byte-identical; the next run goes ahead."""
     import shutil
 
-    shutil.copytree(previous_run, tmp_path, dirs_exist_ok=True)
-    out, cfg = tmp_path / "out", str(tmp_path / "cfg" / "tiny.yaml")
+    folder, config = previous_run
+    shutil.copytree(folder, tmp_path, dirs_exist_ok=True)
+    out, cfg = tmp_path / "out", str(tmp_path / config)
     base = ["run", "--config", cfg, "--out", str(out), "--quiet"]
     before = _snapshot(out)
     capsys.readouterr()
