@@ -9,6 +9,14 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep
 # pytest-xdist workers on two cores, and two threads each (four on two cores) cost a third more CPU for the same
 # work (the demo CNN's training: 15.7 s against 12.1 s) and stall each parallel region on a descheduled thread
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+#: glibc's malloc settings of every test process: a freed block stays in the heap for the next tensor of its size
+#: instead of being unmapped (above 128 kB by default) and page-faulted in again, which cost a test file up to half
+#: its CPU time in the kernel (test_noise_selection: 9 of 36 s); the CLI subprocesses that tests start read them from
+#: the environment, this process takes them through mallopt below
+MALLOC = {"MALLOC_MMAP_THRESHOLD_": (-3, 32 << 20), "MALLOC_TRIM_THRESHOLD_": (-1, 1 << 30),
+          "MALLOC_TOP_PAD_": (-2, 64 << 20)}
+for _name, (_param, _value) in MALLOC.items():
+    os.environ.setdefault(_name, str(_value))
 
 import pytest
 import torch
@@ -22,6 +30,17 @@ def pytest_configure(config: pytest.Config) -> None:
     # on the thread count, do not change with it: trained_model trains on TRAIN_THREADS (2) threads whatever the
     # process's count
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    _set_malloc()
+
+
+def _set_malloc() -> None:
+    """:data:`MALLOC` (the environment's values) in this process, where the C library has glibc's ``mallopt``."""
+    import ctypes
+
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None) if os.name == "posix" else None
+    if mallopt is not None:
+        for name, (param, _) in MALLOC.items():
+            mallopt(param, int(os.environ[name]))
 
 
 @pytest.fixture(scope="session")

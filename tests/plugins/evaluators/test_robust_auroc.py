@@ -95,7 +95,7 @@ def fit_set(pack_set):
 
 @pytest.fixture(scope="module")
 def small_fit(pack_set):
-    """64 fit rows: what a smoothed detector's attack calibrates on (8 noisy passes a row) where the number of rows
+    """64 fit rows: what a smoothed detector's attack calibrates on (4 noisy passes a row) where the number of rows
     does not matter to the test (Linf PGD and APGD follow the loss's sign and ordering, not its scale)."""
     return pack_set("cifar10_train", "cifar10_train_10k.npz", 64)
 
@@ -299,7 +299,7 @@ def test_eot_robust_auroc_is_at_most_the_plain_ones_on_a_smoothed_detector(metho
     from advopenood.data.datasets import stack
     from advopenood.detection.scoring import fit_detectors
 
-    params = {"smoothed_msp": {"n": 8, "sigma": 0.05}}
+    params = {"smoothed_msp": {"n": 4, "sigma": 0.05}}
     det = fit_detectors(["smoothed_msp"], "pytorch-ood", cifar_model, small_fit, batch_size=128, device=CPU, seed=0,
                         params=params, progress=False).dets["smoothed_msp"]
     sides = {"id": (cifar_batch[0][:16], cifar_batch[1][:16]),
