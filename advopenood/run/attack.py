@@ -141,7 +141,8 @@ def probe_costs(plan: RunPlan, bound: list[Bound], model: Classifier, device: to
     measured cost is used. A fit of a cost per call plus a cost per image through batches of 2 and 8, used
     before, took the per-image cost's fall from 2 to 8 images for a fixed cost per call, while past the probe's
     sizes a CPU's cost per image rises again with the batch (activations leave the cache), and put every 200-image
-    set 15-45 % under its measured time on quiet cores (``benchmarks/bench_probe.py``: 0.74-0.81 per run)."""
+    set 14-36 % under its measured time on quiet cores (``benchmarks/bench_probe.py``: 0.74-0.76 per run; this
+    probe: 1.05-1.06, every set 0.96-1.16)."""
     out: dict[str, float] = {}
     for b in bound:
         family = attack_family(b.attack.name)
