@@ -2,10 +2,10 @@
 
 A robust run (the pack's ResNet-20, ``--evaluator robust_auroc`` with ``ensemble: standard``, PGD, APGD, APGD on the
 second objective and Square on each side of every detector and OOD set) on an empty cache: before any attack the
-stage probes each attack family on a batch of 2 and one of 8 images (``advopenood.run.attack.probe_costs``) and
-prints, per set, its estimate in seconds per image and per shard (every set here is one shard); the run then
-records each set's seconds in ``run.json`` (``attacks.<set>.seconds``).
-Per set and per run: the estimate (per-image cost x images + the cost per shard), the measured seconds and their ratio;
+stage probes each attack family on one batch of 8 images (``advopenood.run.attack.probe_costs``) and prints, per
+set, its estimate in seconds per image; the run then records each set's seconds in ``run.json``
+(``attacks.<set>.seconds``).
+Per set and per run: the estimate (per-image cost x images), the measured seconds and their ratio;
 ``--runs`` runs, each on a fresh store. Goal: the estimate within 30 % of the measured time (|ratio - 1| <= 0.3) in
 every run.
 
@@ -31,7 +31,7 @@ from _common import DATA, REPO, pack_config
 
 #: a plan line of a set with a probed estimate: its images to generate and the cost per image
 PROBED = re.compile(r"plan: attack (\S+) on \d+ images of \S+: (\d+) to generate, about .* \(([0-9.e+-]+) s per "
-                    r"image and ([0-9.e+-]+) s per shard, probed on batches")
+                    r"image, probed on a batch")
 
 
 def one_run(folder: Path, args: argparse.Namespace) -> dict[str, tuple[float, float]]:
@@ -56,8 +56,7 @@ def one_run(folder: Path, args: argparse.Namespace) -> dict[str, tuple[float, fl
     if done.returncode:
         sys.exit(f"the run failed ({done.returncode}): {done.stderr[-2000:]}")
     attacks = json.loads((out / "run.json").read_text())["attacks"]
-    return {name: (int(n) * float(cost) + float(shard), float(attacks[name]["seconds"]))
-            for name, n, cost, shard in PROBED.findall(done.stderr)}
+    return {name: (int(n) * float(cost), float(attacks[name]["seconds"])) for name, n, cost in PROBED.findall(done.stderr)}
 
 
 def main() -> None:

@@ -74,6 +74,31 @@ class AttackOutputError(ValueError):
     """An attack returned images that cannot be its adversarial examples (shape, NaN, range or budget)."""
 
 
+def shard_record(ds: Dataset, rows: np.ndarray, model: torch.nn.Module, attack: Attack, seed: int,
+                 device: torch.device) -> dict[str, np.ndarray]:
+    """The arrays of one shard: ``rows`` of ``ds`` attacked with ``seed`` (the output checked by
+    :func:`check_attack_output`), the clean and adversarial predictions, the attack's own success and each image's
+    Linf and L2 perturbation; everything a shard costs but writing it (the attack stage's probe times this)."""
+    x, y = stack(ds, rows)
+    x, y = x.to(device), y.to(device)
+    x_adv = attack(model, x, y, seed=seed)
+    check_attack_output(attack, x, x_adv)
+    with torch.no_grad():
+        clean_pred = model(x).argmax(1)
+        adv_pred = model(x_adv).argmax(1)
+    delta = (x_adv - x).flatten(1)
+    return {
+        "x_adv": x_adv.float().cpu().numpy(),
+        "index": np.asarray(rows),
+        "y": y.cpu().numpy(),
+        "clean_pred": clean_pred.cpu().numpy(),
+        "adv_pred": adv_pred.cpu().numpy(),
+        "success": attack.succeeded(model, x_adv, y, adv_pred).cpu().numpy(),
+        "linf": delta.abs().amax(1).float().cpu().numpy(),
+        "l2": delta.norm(dim=1).float().cpu().numpy(),
+    }
+
+
 def check_attack_output(attack: Attack, x: torch.Tensor, x_adv: Any) -> None:
     """Raise :class:`AttackOutputError` unless ``x_adv`` has ``x``'s shape, is finite, lies in [0, 1] (for an attack
     whose :attr:`~advopenood.attacks.base.Attack.in_range`) and, for a bounded attack of a known norm (:data:`NORMS`),
@@ -421,26 +446,8 @@ class AdvStore:
     def _write_shard(self, shard: Path, ds: Dataset, model: torch.nn.Module, attack: Attack, i: int, seed: int,
                      device: torch.device) -> None:
         rows = np.arange(i * self.shard_size, min((i + 1) * self.shard_size, len(ds)))
-        x, y = stack(ds, rows)
-        x, y = x.to(device), y.to(device)
-        x_adv = attack(model, x, y, seed=derive_seed(seed, i))
-        check_attack_output(attack, x, x_adv)
-        with torch.no_grad():
-            clean_pred = model(x).argmax(1)
-            adv_pred = model(x_adv).argmax(1)
-        delta = (x_adv - x).flatten(1)
-        record = {
-            "x_adv": x_adv.float().cpu().numpy(),
-            "index": rows,
-            "y": y.cpu().numpy(),
-            "clean_pred": clean_pred.cpu().numpy(),
-            "adv_pred": adv_pred.cpu().numpy(),
-            "success": attack.succeeded(model, x_adv, y, adv_pred).cpu().numpy(),
-            "linf": delta.abs().amax(1).float().cpu().numpy(),
-            "l2": delta.norm(dim=1).float().cpu().numpy(),
-        }
         buf = io.BytesIO()
-        np.savez(buf, **record)
+        np.savez(buf, **shard_record(ds, rows, model, attack, derive_seed(seed, i), device))
         aio.write_checked(shard, buf.getvalue())
 
     @staticmethod

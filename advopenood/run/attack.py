@@ -2,7 +2,6 @@
 ``asr.csv``; its output is the :class:`~advopenood.evaluation.context.RunContext` the later stages fill."""
 from __future__ import annotations
 
-import math
 import sys
 import time
 import traceback
@@ -15,10 +14,10 @@ import torch
 from tqdm.auto import tqdm
 
 from advopenood import io as aio
-from advopenood.attacks.store import AdvSet, AdvStore
+from advopenood.attacks.store import AdvSet, AdvStore, shard_record
 from advopenood.capabilities import bind_attack
 from advopenood.config.plan import AttackSpec, RunPlan, source_set
-from advopenood.data.datasets import make_loader, stack
+from advopenood.data.datasets import make_loader
 from advopenood.errors import UsageError, reraise_storage_error
 from advopenood.evaluation.context import CleanRecord, RunContext
 from advopenood.evaluation.intervals import IntervalPolicy
@@ -126,36 +125,34 @@ def duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
-#: the batch sizes of the probe that times an attack family with no measured cost (:func:`probe_costs`)
-PROBE_IMAGES = (2, 8)
+#: the images of the probe's one timed batch per attack family with no measured cost (:func:`probe_costs`)
+PROBE_IMAGES = 8
 
 
-def probe_costs(plan: RunPlan, bound: list[Bound], model: Classifier,
-                device: torch.device) -> dict[str, tuple[float, float]]:
-    """Per attack family of ``bound``'s attacks (:func:`advopenood.outputs.names.attack_family`), ``(seconds per
-    call, seconds per image)``: its first set's attack, as the run will call it, called once untimed on one image
-    (the one-off work of its first call, which the run pays once and not per shard: fitting and calibrating its
-    detector, a feature anchor, the first pass's allocations), then timed on a batch of each size of
-    :data:`PROBE_IMAGES` and fitted as ``a + b n`` (least squares through the two points, neither below 0), so that
-    the fixed cost of a call (an attack's set-up, a detector's per-call work) is not spread over the images: the
-    estimate of a set no earlier run measured is ``a`` per shard plus ``b`` per image."""
-    out: dict[str, tuple[float, float]] = {}
+def probe_costs(plan: RunPlan, bound: list[Bound], model: Classifier, device: torch.device) -> dict[str, float]:
+    """Per attack family of ``bound``'s attacks (:func:`advopenood.outputs.names.attack_family`), seconds per image:
+    its first set's attack, as the run will call it, run once untimed on one image (the one-off work of its first
+    call, which the run pays once and not per shard: fitting and calibrating its detector, a feature anchor, the
+    first pass's allocations), then timed on one batch of :data:`PROBE_IMAGES` images (fewer where the batch size
+    or the set is smaller), the whole of a shard's work but writing it
+    (:func:`advopenood.attacks.store.shard_record`: loading the rows, the attack, the output check, the clean and
+    adversarial predictions and the attack's own success test, which the set's measured seconds include). The
+    estimate of a set no earlier run measured is that cost per image times its images, as an earlier run's
+    measured cost is used. A fit of a cost per call plus a cost per image through batches of 2 and 8, used
+    before, took the per-image cost's fall from 2 to 8 images for a fixed cost per call, while past the probe's
+    sizes a CPU's cost per image rises again with the batch (activations leave the cache), and put every 200-image
+    set 14-36 % under its measured time on quiet cores (``benchmarks/bench_probe.py``: 0.74-0.76 per run; this
+    probe: 1.05-1.06, every set 0.96-1.16)."""
+    out: dict[str, float] = {}
     for b in bound:
         family = attack_family(b.attack.name)
-        sizes = sorted({min(k, plan.batch_size, len(b.data)) for k in PROBE_IMAGES})
         if family in out or not len(b.data):
             continue
-        x, y = stack(b.data, [0])
-        b.attack(model, x.to(device), y.to(device), seed=plan.seed)  # the one-off work, untimed
-        seconds = []
-        for k in sizes:
-            x, y = stack(b.data, list(range(k)))
-            t = time.perf_counter()
-            b.attack(model, x.to(device), y.to(device), seed=plan.seed)
-            seconds.append(time.perf_counter() - t)
-        slope = max(0.0, (seconds[-1] - seconds[0]) / (sizes[-1] - sizes[0])) if len(sizes) > 1 else \
-            seconds[0] / sizes[0]
-        out[family] = (max(0.0, seconds[0] - slope * sizes[0]), slope)
+        shard_record(b.data, np.arange(1), model, b.attack, plan.seed, device)  # the one-off work, untimed
+        k = min(PROBE_IMAGES, plan.batch_size, len(b.data))
+        t = time.perf_counter()
+        shard_record(b.data, np.arange(k), model, b.attack, plan.seed, device)
+        out[family] = (time.perf_counter() - t) / k
     return out
 
 
@@ -182,10 +179,9 @@ def plan_lines(plan: RunPlan, bound: list[Bound], store: AdvStore, model_hash: s
             total += cost * n
             lines.append(head + f"about {duration(cost * n)} ({cost:.3g} s per image, measured in an earlier run)")
         elif probe is not None:
-            seconds = probe[0] * math.ceil(n / plan.shard_size) + probe[1] * n
-            total += seconds
-            lines.append(head + f"about {duration(seconds)} ({probe[1]:.3g} s per image and {probe[0]:.3g} s per "
-                                f"shard, probed on batches of its family {attack_family(b.attack.name)})")
+            total += probe * n
+            lines.append(head + f"about {duration(probe * n)} ({probe:.3g} s per image, probed on a batch of its "
+                                f"family {attack_family(b.attack.name)})")
         else:
             unknown.append(name)
             lines.append(head + f"no estimate yet (no earlier run of {b.attack.name} with these parameters on this "
