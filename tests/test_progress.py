@@ -99,6 +99,38 @@ def test_the_probe_times_a_shards_whole_work_but_not_an_attacks_one_off_work(pac
     assert costs["first_call_setup"] == pytest.approx(0.04, rel=0.3), costs
 
 
+def test_a_family_whose_probe_fails_has_no_estimate_and_does_not_stop_the_others(pack_set):
+    """The probe runs before the sets, outside the guard that makes a failing plugin cost only its own outputs: an
+    attack that returns what the store refuses (NaN pixels) gets no estimate, and the next family is still probed."""
+    import torch
+
+    from conftest import make_plan
+    from advopenood.run.attack import Bound, probe_costs
+
+    class Returns:
+        """An attack returning ``x * scale`` (NaN for a broken one)."""
+
+        in_range, bounded, norm = True, False, "linf"
+
+        def __init__(self, name, scale):
+            self.name, self.scale = name, scale
+
+        def __call__(self, model, x, y, seed):
+            return x * self.scale
+
+        def pixel_budget(self):
+            return None
+
+        def succeeded(self, model, x_adv, y, adv_pred):
+            return adv_pred != y
+
+    data = pack_set("cifar10", "cifar10_test.npz", 8)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, 10))
+    bound = [Bound(None, Returns("broken", float("nan")), "id", data), Bound(None, Returns("fine", 1.0), "id", data)]
+    costs = probe_costs(make_plan(), bound, model, torch.device("cpu"))
+    assert set(costs) == {"fine"} and costs["fine"] > 0, costs
+
+
 @pytest.mark.parametrize("seconds, said", [(12.4, "12 s"), (600, "10 min"), (9000, "2.5 h")])
 def test_durations_read_as_a_person_would_say_them(seconds, said):
     from advopenood.run.attack import duration
