@@ -101,7 +101,8 @@ def test_the_probe_times_a_shards_whole_work_but_not_an_attacks_one_off_work(pac
 
 def test_a_family_whose_probe_fails_has_no_estimate_and_does_not_stop_the_others(pack_set):
     """The probe runs before the sets, outside the guard that makes a failing plugin cost only its own outputs: an
-    attack that returns what the store refuses (NaN pixels) gets no estimate, and the next family is still probed."""
+    attack that returns what the store refuses (NaN pixels) gets no estimate but its error, is probed once however
+    many of its sets there are, and the next family is still probed."""
     import torch
 
     from conftest import make_plan
@@ -113,9 +114,10 @@ def test_a_family_whose_probe_fails_has_no_estimate_and_does_not_stop_the_others
         in_range, bounded, norm = True, False, "linf"
 
         def __init__(self, name, scale):
-            self.name, self.scale = name, scale
+            self.name, self.scale, self.calls = name, scale, 0
 
         def __call__(self, model, x, y, seed):
+            self.calls += 1
             return x * self.scale
 
         def pixel_budget(self):
@@ -126,9 +128,12 @@ def test_a_family_whose_probe_fails_has_no_estimate_and_does_not_stop_the_others
 
     data = pack_set("cifar10", "cifar10_test.npz", 8)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, 10))
-    bound = [Bound(None, Returns("broken", float("nan")), "id", data), Bound(None, Returns("fine", 1.0), "id", data)]
+    broken = Returns("broken", float("nan"))
+    bound = [Bound(None, broken, "id", data), Bound(None, broken, "ood", data),
+             Bound(None, Returns("fine", 1.0), "id", data)]
     costs = probe_costs(make_plan(), bound, model, torch.device("cpu"))
-    assert set(costs) == {"fine"} and costs["fine"] > 0, costs
+    assert set(costs) == {"broken", "fine"} and costs["fine"] > 0, costs
+    assert costs["broken"].startswith("AttackOutputError: attack 'broken' returned NaN") and broken.calls == 1, costs
 
 
 @pytest.mark.parametrize("seconds, said", [(12.4, "12 s"), (600, "10 min"), (9000, "2.5 h")])

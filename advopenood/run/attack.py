@@ -129,12 +129,13 @@ def duration(seconds: float) -> str:
 PROBE_IMAGES = 8
 
 
-def probe_costs(plan: RunPlan, bound: list[Bound], model: Classifier, device: torch.device) -> dict[str, float]:
+def probe_costs(plan: RunPlan, bound: list[Bound], model: Classifier,
+                device: torch.device) -> dict[str, float | str]:
     """Per attack family of ``bound``'s attacks (:func:`advopenood.outputs.names.attack_family`), seconds per image:
     its first set's attack, as the run will call it, run once untimed on one image (the one-off work of its first
     call, which the run pays once and not per shard: fitting and calibrating its detector, a feature anchor, the
-    first pass's allocations), then timed on one batch of :data:`PROBE_IMAGES` images (fewer where the batch size
-    or the set is smaller), the whole of a shard's work but writing it
+    first pass's allocations), then timed on one batch of :data:`PROBE_IMAGES` images (fewer where a shard or the
+    set is smaller: a shard is one call of the attack), the whole of a shard's work but writing it
     (:func:`advopenood.attacks.store.shard_record`: loading the rows, the attack, the output check, the clean and
     adversarial predictions and the attack's own success test, which the set's measured seconds include). The
     estimate of a set no earlier run measured is that cost per image times its images, as an earlier run's
@@ -143,19 +144,21 @@ def probe_costs(plan: RunPlan, bound: list[Bound], model: Classifier, device: to
     sizes a CPU's cost per image rises again with the batch (activations leave the cache), and put every 200-image
     set 14-36 % under its measured time on quiet cores (``benchmarks/bench_probe.py``: 0.74-0.76 per run; this
     probe: 1.05-1.06, every set 0.96-1.16). A family whose probe raises (an attack that fails, or returns what
-    :func:`~advopenood.attacks.store.check_attack_output` refuses) has no estimate: its sets then fail on their own,
-    each under the run's guard, and cost only their outputs."""
-    out: dict[str, float] = {}
+    :func:`~advopenood.attacks.store.check_attack_output` refuses) is probed once and has, instead of a cost, the
+    error's first line: its sets then have no estimate and fail or succeed on their own, each under the run's
+    guard, at the cost of their own outputs only."""
+    out: dict[str, float | str] = {}
     for b in bound:
         family = attack_family(b.attack.name)
         if family in out or not len(b.data):
             continue
         try:
             shard_record(b.data, np.arange(1), model, b.attack, plan.seed, device)  # the one-off work, untimed
-            k = min(PROBE_IMAGES, plan.batch_size, len(b.data))
+            k = min(PROBE_IMAGES, plan.shard_size, len(b.data))
             t = time.perf_counter()
             shard_record(b.data, np.arange(k), model, b.attack, plan.seed, device)
-        except Exception:  # noqa: BLE001 - the family has no estimate; its sets fail alone, where the run guards them
+        except Exception as exc:  # noqa: BLE001 - no estimate; its sets fail alone, where the run guards them
+            out[family] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
             continue
         out[family] = (time.perf_counter() - t) / k
     return out
@@ -183,6 +186,10 @@ def plan_lines(plan: RunPlan, bound: list[Bound], store: AdvStore, model_hash: s
         if cost is not None:
             total += cost * n
             lines.append(head + f"about {duration(cost * n)} ({cost:.3g} s per image, measured in an earlier run)")
+        elif isinstance(probe, str):
+            unknown.append(name)
+            lines.append(head + f"no estimate (the probe of its family {attack_family(b.attack.name)} failed: "
+                                f"{probe})")
         elif probe is not None:
             total += probe * n
             lines.append(head + f"about {duration(probe * n)} ({probe:.3g} s per image, probed on a batch of its "

@@ -202,9 +202,9 @@ def _outputs_grad(net, x):
 
 
 def test_eot_attack_is_at_least_as_strong_as_the_plain_one(cifar_model, cifar_batch, pack_set):
-    """(b) Same 32 images, same budget (8/255, 5 steps, lambda 1), same start: the EOT attack lowers smoothed_msp's
+    """(b) Same 48 images, same budget (8/255, 5 steps, lambda 1), same start: the EOT attack lowers smoothed_msp's
     AUROC (clean ID vs all adversarial images) at least as much as the plain attack."""
-    x, y = cifar_batch[0][:32], cifar_batch[1][:32]
+    x, y = cifar_batch[0][:48], cifar_batch[1][:48]
     fit = pack_set("cifar10", "cifar10_train_10k.npz", 64)
     params = {"n": N_COPIES, "sigma": SIGMA}
     bank = fit_detectors(["smoothed_msp"], "pytorch-ood", cifar_model, fit, batch_size=64, device=CPU, seed=0,
