@@ -144,24 +144,27 @@ def probe_costs(plan: RunPlan, bound: list[Bound], model: Classifier,
     sizes a CPU's cost per image rises again with the batch (activations leave the cache), and put every 200-image
     set 14-36 % under its measured time on quiet cores (``benchmarks/bench_probe.py``: 0.74-0.76 per run; this
     probe: 1.05-1.06, every set 0.96-1.16). A family whose probe raises (an attack that fails, or returns what
-    :func:`~advopenood.attacks.store.check_attack_output` refuses) is probed once and has, instead of a cost, the
-    error's first line: its sets then have no estimate and fail or succeed on their own, each under the run's
-    guard, at the cost of their own outputs only."""
+    :func:`~advopenood.attacks.store.check_attack_output` refuses) is probed once, under the rule that guards a
+    set (:func:`_guard`), and has, instead of a cost, that rule's one line: its sets then have no estimate and fail
+    or succeed on their own, each under the run's guard, at the cost of their own outputs only."""
     out: dict[str, float | str] = {}
+    failed: dict[str, str] = {}
     for b in bound:
         family = attack_family(b.attack.name)
         if family in out or not len(b.data):
             continue
-        try:
-            shard_record(b.data, np.arange(1), model, b.attack, plan.seed, device)  # the one-off work, untimed
-            k = min(PROBE_IMAGES, plan.shard_size, len(b.data))
-            t = time.perf_counter()
-            shard_record(b.data, np.arange(k), model, b.attack, plan.seed, device)
-        except Exception as exc:  # noqa: BLE001 - no estimate; its sets fail alone, where the run guards them
-            out[family] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-            continue
-        out[family] = (time.perf_counter() - t) / k
+        seconds = _guard(failed, None, 1, family, lambda b=b: _per_image(plan, b, model, device))
+        out[family] = failed[family] if seconds is None else seconds
     return out
+
+
+def _per_image(plan: RunPlan, b: Bound, model: Classifier, device: torch.device) -> float:
+    """Seconds per image of one timed batch of ``b``'s shard work, after one untimed image (:func:`probe_costs`)."""
+    shard_record(b.data, np.arange(1), model, b.attack, plan.seed, device)  # the one-off work, untimed
+    k = min(PROBE_IMAGES, plan.shard_size, len(b.data))
+    t = time.perf_counter()
+    shard_record(b.data, np.arange(k), model, b.attack, plan.seed, device)
+    return (time.perf_counter() - t) / k
 
 
 def plan_lines(plan: RunPlan, bound: list[Bound], store: AdvStore, model_hash: str, device: torch.device,
