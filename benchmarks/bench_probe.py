@@ -56,7 +56,8 @@ def one_run(folder: Path, args: argparse.Namespace) -> dict[str, tuple[float, fl
     if done.returncode:
         sys.exit(f"the run failed ({done.returncode}): {done.stderr[-2000:]}")
     attacks = json.loads((out / "run.json").read_text())["attacks"]
-    return {name: (int(n) * float(cost), float(attacks[name]["seconds"])) for name, n, cost in PROBED.findall(done.stderr)}
+    return {name: (int(n) * float(cost), float(attacks[name]["seconds"]))
+            for name, n, cost in PROBED.findall(done.stderr)}
 
 
 def main() -> None:

@@ -11,8 +11,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 #: glibc's malloc settings of every test process: a freed block stays in the heap for the next tensor of its size
 #: instead of being unmapped (above 128 kB by default) and page-faulted in again, which cost a test file up to a
-#: quarter of its CPU time in the kernel (test_noise_selection: 9 of 36 s); the CLI subprocesses that tests start read them from
-#: the environment, this process takes them through mallopt below
+#: quarter of its CPU time in the kernel (test_noise_selection: 9 of 36 s); the CLI subprocesses that tests start
+#: read them from the environment, this process takes them through mallopt below
 MALLOC = {"MALLOC_MMAP_THRESHOLD_": (-3, 32 << 20), "MALLOC_TRIM_THRESHOLD_": (-1, 1 << 30),
           "MALLOC_TOP_PAD_": (-2, 64 << 20)}
 for _name, (_param, _value) in MALLOC.items():

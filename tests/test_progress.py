@@ -60,6 +60,29 @@ def test_the_plan_comes_before_the_attacks_and_bars_name_their_set(tmp_path, dat
     assert capsys.readouterr().err == ""
 
 
+class FakeAttack:
+    """What the store's shard work asks of an attack (``shard_record``): an unbounded Linf attack in [0, 1] that
+    returns its input and whose success is a changed prediction."""
+
+    in_range, bounded, norm = True, False, "linf"
+
+    def __call__(self, model, x, y, seed):
+        return x
+
+    def pixel_budget(self):
+        return None
+
+    def succeeded(self, model, x_adv, y, adv_pred):
+        return adv_pred != y
+
+
+def probe_model():
+    """A linear CIFAR-size classifier: the shard work's predictions, at no cost to speak of."""
+    import torch
+
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, 10))
+
+
 def test_the_probe_times_a_shards_whole_work_but_not_an_attacks_one_off_work(pack_set):
     """An attack's first call does one-off work the run pays once, not per shard (fitting and calibrating its
     detector, the aux objective's feature anchor): the probe runs it once untimed, so its per-image cost is the
@@ -74,10 +97,10 @@ def test_the_probe_times_a_shards_whole_work_but_not_an_attacks_one_off_work(pac
     from conftest import make_plan
     from advopenood.run.attack import Bound, probe_costs
 
-    class FirstCallSetUp:
+    class FirstCallSetUp(FakeAttack):
         """0.5 s of set-up on its first call, then 0.02 s per image; its success test 0.02 s per image."""
 
-        name, ready, in_range, bounded, norm = "first_call_setup", False, True, False, "linf"
+        name, ready = "first_call_setup", False
 
         def __call__(self, model, x, y, seed):
             if not self.ready:
@@ -86,16 +109,12 @@ def test_the_probe_times_a_shards_whole_work_but_not_an_attacks_one_off_work(pac
             time.sleep(0.02 * len(x))
             return x
 
-        def pixel_budget(self):
-            return None
-
         def succeeded(self, model, x_adv, y, adv_pred):
             time.sleep(0.02 * len(x_adv))
-            return adv_pred != y
+            return super().succeeded(model, x_adv, y, adv_pred)
 
     data = pack_set("cifar10", "cifar10_test.npz", 8)
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, 10))
-    costs = probe_costs(make_plan(), [Bound(None, FirstCallSetUp(), "id", data)], model, torch.device("cpu"))
+    costs = probe_costs(make_plan(), [Bound(None, FirstCallSetUp(), "id", data)], probe_model(), torch.device("cpu"))
     assert costs["first_call_setup"] == pytest.approx(0.04, rel=0.3), costs
 
 
@@ -108,10 +127,8 @@ def test_a_family_whose_probe_fails_has_no_estimate_and_does_not_stop_the_others
     from conftest import make_plan
     from advopenood.run.attack import Bound, probe_costs
 
-    class Returns:
+    class Returns(FakeAttack):
         """An attack returning ``x * scale`` (NaN for a broken one)."""
-
-        in_range, bounded, norm = True, False, "linf"
 
         def __init__(self, name, scale):
             self.name, self.scale, self.calls = name, scale, 0
@@ -120,18 +137,11 @@ def test_a_family_whose_probe_fails_has_no_estimate_and_does_not_stop_the_others
             self.calls += 1
             return x * self.scale
 
-        def pixel_budget(self):
-            return None
-
-        def succeeded(self, model, x_adv, y, adv_pred):
-            return adv_pred != y
-
     data = pack_set("cifar10", "cifar10_test.npz", 8)
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, 10))
     broken = Returns("broken", float("nan"))
     bound = [Bound(None, broken, "id", data), Bound(None, broken, "ood", data),
              Bound(None, Returns("fine", 1.0), "id", data)]
-    costs = probe_costs(make_plan(), bound, model, torch.device("cpu"))
+    costs = probe_costs(make_plan(), bound, probe_model(), torch.device("cpu"))
     assert set(costs) == {"broken", "fine"} and costs["fine"] > 0, costs
     assert costs["broken"].startswith("AttackOutputError: attack 'broken' returned NaN") and broken.calls == 1, costs
 
